@@ -1,0 +1,263 @@
+"""`Instruction`: one HLO operation, its operands, users, attributes and metadata.
+
+Use-def links are kept consistent by the mutators here (`set_operand`, `replace_operand`,
+`replace_all_uses_with`, `detach`): a pass never edits `users` directly. `users` is de-duplicated,
+as in XLA: a user that reads the same operand twice appears once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hlofuse.ir.attributes import ATTRIBUTES, COMPUTATION_ATTRS, AttrKind
+from hlofuse.ir.literal import Literal
+from hlofuse.ir.opcodes import NON_KERNEL_OPS, Category, Opcode
+from hlofuse.ir.shape import ArrayShape, Shape, TupleShape
+
+if TYPE_CHECKING:
+    from hlofuse.ir.computation import Computation
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """`metadata={op_name="..." source_file="..." source_line=12 stack_frame_id=3}`.
+
+    Fields keep their text order so printing round-trips; integer fields are ints.
+    """
+
+    fields: tuple[tuple[str, str | int], ...] = ()
+
+    def get(self, key: str) -> str | int | None:
+        for k, v in self.fields:
+            if k == key:
+                return v
+        return None
+
+    @property
+    def op_name(self) -> str | None:
+        v = self.get("op_name")
+        return v if isinstance(v, str) else None
+
+    @property
+    def op_type(self) -> str | None:
+        v = self.get("op_type")
+        return v if isinstance(v, str) else None
+
+    @property
+    def source_file(self) -> str | None:
+        v = self.get("source_file")
+        return v if isinstance(v, str) else None
+
+    @property
+    def source_line(self) -> int | None:
+        v = self.get("source_line")
+        return v if isinstance(v, int) else None
+
+    @property
+    def stack_frame_id(self) -> int | None:
+        v = self.get("stack_frame_id")
+        return v if isinstance(v, int) else None
+
+    def __bool__(self) -> bool:
+        return bool(self.fields)
+
+
+@dataclass
+class Instruction:
+    """An HLO instruction. Identity semantics: two instructions are equal only if they are one."""
+
+    opcode: Opcode
+    shape: Shape
+    name: str = ""
+    attrs: dict[str, Any] = field(default_factory=dict)
+    literal: Literal | None = None
+    parameter_number: int | None = None
+    metadata: Metadata = field(default_factory=Metadata)
+    parent: Computation | None = None
+    _operands: list[Instruction] = field(default_factory=list, repr=False)
+    users: list[Instruction] = field(default_factory=list, repr=False)
+    control_predecessors: list[Instruction] = field(default_factory=list, repr=False)
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    @classmethod
+    def create(
+        cls,
+        opcode: Opcode,
+        shape: Shape,
+        operands: Sequence[Instruction] = (),
+        *,
+        name: str = "",
+        attrs: dict[str, Any] | None = None,
+        literal: Literal | None = None,
+        parameter_number: int | None = None,
+        metadata: Metadata | None = None,
+    ) -> Instruction:
+        instr = cls(
+            opcode,
+            shape,
+            name=name,
+            attrs=dict(attrs or {}),
+            literal=literal,
+            parameter_number=parameter_number,
+            metadata=metadata or Metadata(),
+        )
+        for op in operands:
+            instr._operands.append(op)
+            if instr not in op.users:
+                op.users.append(instr)
+        return instr
+
+    # ----- operands and users -------------------------------------------------------------
+
+    @property
+    def operands(self) -> tuple[Instruction, ...]:
+        return tuple(self._operands)
+
+    def operand(self, i: int) -> Instruction:
+        return self._operands[i]
+
+    @property
+    def operand_count(self) -> int:
+        return len(self._operands)
+
+    def operand_indices(self, op: Instruction) -> list[int]:
+        return [i for i, o in enumerate(self._operands) if o is op]
+
+    def set_operand(self, i: int, new: Instruction) -> None:
+        old = self._operands[i]
+        if old is new:
+            return
+        self._operands[i] = new
+        if not any(o is old for o in self._operands):
+            old.users.remove(self)
+        if self not in new.users:
+            new.users.append(self)
+
+    def replace_operand(self, old: Instruction, new: Instruction) -> None:
+        for i, o in enumerate(self._operands):
+            if o is old:
+                self.set_operand(i, new)
+
+    def append_operand(self, new: Instruction) -> None:
+        self._operands.append(new)
+        if self not in new.users:
+            new.users.append(self)
+
+    def set_operands(self, new_operands: Iterable[Instruction]) -> None:
+        self.detach_operands()
+        for op in new_operands:
+            self.append_operand(op)
+
+    def detach_operands(self) -> None:
+        """Drop every operand edge (used before deleting the instruction)."""
+        for op in set(self._operands):
+            if self in op.users:
+                op.users.remove(self)
+        self._operands.clear()
+
+    def replace_all_uses_with(self, new: Instruction) -> None:
+        """Point every user (and the computation root, if this is it) at `new`."""
+        if new is self:
+            return
+        for user in list(self.users):
+            user.replace_operand(self, new)
+        for user in list(self.users):  # control successors are users without operand edges
+            if self in user.control_predecessors:
+                user.control_predecessors = [
+                    new if p is self else p for p in user.control_predecessors
+                ]
+        if self.parent is not None and self.parent.root is self:
+            self.parent.root = new
+
+    @property
+    def user_count(self) -> int:
+        return len(self.users)
+
+    # ----- attributes and called computations ---------------------------------------------
+
+    def called_computations(self) -> list[Computation]:
+        out: list[Computation] = []
+        for key in COMPUTATION_ATTRS:
+            value = self.attrs.get(key)
+            if value is None:
+                continue
+            if ATTRIBUTES[key] is AttrKind.COMPUTATIONS:
+                out.extend(value)
+            else:
+                out.append(value)
+        return out
+
+    def replace_called_computation(self, old: Computation, new: Computation) -> None:
+        for key in COMPUTATION_ATTRS:
+            value = self.attrs.get(key)
+            if value is None:
+                continue
+            if isinstance(value, tuple):
+                self.attrs[key] = tuple(new if c is old else c for c in value)
+            elif value is old:
+                self.attrs[key] = new
+
+    @property
+    def dimensions(self) -> tuple[int, ...]:
+        return tuple(self.attrs.get("dimensions", ()))
+
+    @property
+    def fused_computation(self) -> Computation:
+        assert self.opcode is Opcode.FUSION, self
+        return self.attrs["calls"][0]
+
+    @property
+    def fusion_kind(self) -> str:
+        return str(self.attrs.get("kind", "kLoop"))
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent is not None and self.parent.root is self
+
+    # ----- facts derived from the opcode table ---------------------------------------------
+
+    @property
+    def category(self) -> Category:
+        return self.opcode.info.category
+
+    @property
+    def is_elementwise(self) -> bool:
+        if self.opcode is Opcode.BITCAST_CONVERT:
+            # Only same-width bitcast-converts map element to element.
+            a, b = self.shape, self._operands[0].shape if self._operands else None
+            return (
+                isinstance(a, ArrayShape)
+                and isinstance(b, ArrayShape)
+                and a.dtype.bits == b.dtype.bits
+            )
+        return self.category is Category.ELEMENTWISE
+
+    @property
+    def is_kernel(self) -> bool:
+        """Does this instruction launch work on its own (kernel accounting)?"""
+        return self.opcode not in NON_KERNEL_OPS
+
+    @property
+    def has_side_effect(self) -> bool:
+        if self.opcode is Opcode.CUSTOM_CALL:
+            return bool(self.attrs.get("custom_call_has_side_effect", False))
+        return self.opcode.info.side_effect
+
+    @property
+    def array_shape(self) -> ArrayShape:
+        assert isinstance(self.shape, ArrayShape), f"{self.name} has non-array shape {self.shape}"
+        return self.shape
+
+    @property
+    def is_tuple_shaped(self) -> bool:
+        return isinstance(self.shape, TupleShape)
+
+    def __repr__(self) -> str:
+        ops = ", ".join(o.name for o in self._operands)
+        return f"<{self.name} = {self.shape} {self.opcode.value}({ops})>"

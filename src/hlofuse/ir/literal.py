@@ -1,0 +1,80 @@
+"""Literals: the values of `constant` instructions and of every interpreter result.
+
+An array literal is a numpy array of the shape's dtype; a tuple literal is a Python tuple of
+literals. Formatting follows XLA's text (`{1, 2}`, `{ {1, 2}, {3, 4} }`, `nan`, `-inf`, `true`)
+and round-trips exactly: every float is printed with the shortest text that reads back to the
+same bits of its own type.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Union
+
+import numpy as np
+
+from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
+
+Literal = Union[np.ndarray, tuple["Literal", ...]]
+
+
+def format_scalar(value: object, shape: ArrayShape) -> str:
+    dt = shape.dtype
+    if dt.is_pred:
+        return "true" if bool(value) else "false"
+    if dt.is_integral:
+        return str(int(value))  # type: ignore[call-overload]
+    f = float(value)  # type: ignore[arg-type]
+    if math.isnan(f):
+        return "-nan" if math.copysign(1.0, f) < 0 else "nan"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    # numpy's str() of a scalar of the right width is the shortest round-tripping text.
+    text = str(dt.np.type(value))
+    if text.endswith(".0"):
+        text = text[:-2]
+    return text
+
+
+def format_literal(value: Literal, shape: Shape) -> str:
+    """The text inside `constant(...)`."""
+    if isinstance(shape, TupleShape):
+        assert isinstance(value, tuple)
+        parts = [format_literal(v, s) for v, s in zip(value, shape.elements, strict=True)]
+        return "(" + ", ".join(parts) + ")"
+    if isinstance(shape, TokenShape):
+        return ""
+    assert isinstance(value, np.ndarray)
+    if shape.rank == 0:
+        return format_scalar(value.reshape(()).item() if value.dtype.kind != "V" else value,
+                             shape)
+    return _format_nested(value, shape)
+
+
+def _format_nested(value: np.ndarray, shape: ArrayShape) -> str:
+    if value.ndim == 1:
+        return "{" + ", ".join(format_scalar(v, shape) for v in value) + "}"
+    inner = ", ".join(_format_nested(v, shape) for v in value)
+    return "{ " + inner + " }"
+
+
+def flatten(value: Literal) -> list[np.ndarray]:
+    """Leaves of a (possibly nested tuple) literal, depth-first."""
+    if isinstance(value, tuple):
+        out: list[np.ndarray] = []
+        for v in value:
+            out.extend(flatten(v))
+        return out
+    return [value]
+
+
+def literals_equal(a: Literal, b: Literal) -> bool:
+    """Bitwise equality (nan equals nan of the same bits)."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (
+            isinstance(a, tuple)
+            and isinstance(b, tuple)
+            and len(a) == len(b)
+            and all(literals_equal(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
