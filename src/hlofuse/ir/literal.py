@@ -9,13 +9,13 @@ same bits of its own type.
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import TypeAlias
 
 import numpy as np
 
 from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
 
-Literal = Union[np.ndarray, tuple["Literal", ...]]
+Literal: TypeAlias = "np.ndarray | tuple[Literal, ...]"
 
 
 def format_scalar(value: object, shape: ArrayShape) -> str:
