@@ -178,6 +178,12 @@ class Module:
     def source_location(self, instr: Instruction) -> SourceLocation | None:
         return resolve_location(instr.metadata, self.debug_info)
 
+    def clone(self) -> Module:
+        """An independent deep copy, structurally equal to this module."""
+        from hlofuse.ir.clone import clone_module
+
+        return clone_module(self)
+
     def __repr__(self) -> str:
         return f"<Module {self.name}: {len(self.computations)} computations>"
 
@@ -196,3 +202,4 @@ def resolve_location(metadata: Metadata, debug: DebugInfo) -> SourceLocation | N
     if metadata.source_file is not None and metadata.source_line is not None:
         return SourceLocation(metadata.source_file, metadata.source_line)
     return None
+
