@@ -1,3 +1,63 @@
-"""hlofuse: XLA's operator-fusion compiler re-implemented in Python."""
+"""hlofuse: XLA's operator-fusion compiler re-implemented in Python.
+
+    import hlofuse
+    m = hlofuse.parse(text)                       # HLO text -> Module
+    exe = hlofuse.compile(m, pipeline="simplify")  # -> Executable; exe(*arrays)
+    f = hlofuse.jit(fn)                            # like jax.jit (needs the jax extra)
+    m = hlofuse.from_jax(fn, *args)                # lower a JAX function (needs jax)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hlofuse.api import Executable, compile
+from hlofuse.errors import (
+    CompileError,
+    HloError,
+    HloParseError,
+    HloVerifyError,
+    InputError,
+    InterpreterError,
+    PassError,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "CompileError",
+    "Executable",
+    "HloError",
+    "HloParseError",
+    "HloVerifyError",
+    "InputError",
+    "InterpreterError",
+    "PassError",
+    "compile",
+    "from_jax",
+    "jit",
+    "parse",
+    "print_module",
+]
+
+
+def parse(text: str, **kwargs: Any) -> Any:
+    """Parse HLO text (long or short form) into a verified Module."""
+    from hlofuse.text import parse as _parse
+
+    return _parse(text, **kwargs)
+
+
+def print_module(module: Any, **kwargs: Any) -> str:
+    from hlofuse.text import print_module as _print
+
+    return _print(module, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    # The JAX frontend is imported lazily so the core never needs jax.
+    if name in ("jit", "from_jax"):
+        from hlofuse.frontends import jax as _jax
+
+        return getattr(_jax, name)
+    raise AttributeError(f"module 'hlofuse' has no attribute {name!r}")

@@ -1,0 +1,208 @@
+"""The `hlofuse` command line: parse | opt | run | demo.
+
+Every error a user can cause (bad HLO, missing files, bad inputs, unknown passes) is printed as
+one clear message on stderr with a non-zero exit status, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hlofuse.errors import HloError
+from hlofuse.ir.module import Module
+from hlofuse.ir.shape import ArrayShape, format_shape
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A user error detected by the CLI itself (bad file, bad npz)."""
+
+
+def _read_module(path: str) -> Module:
+    from hlofuse.text import parse
+
+    p = Path(path)
+    if not p.exists():
+        raise CliError(f"{path}: no such file")
+    if p.is_dir():
+        raise CliError(f"{path}: is a directory, expected an HLO text file")
+    try:
+        text = p.read_text()
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not a text file (expected HLO text)") from None
+    return parse(text, source_name=path)
+
+
+def _load_inputs(module: Module, path: str | None, seed: int | None) -> list[np.ndarray]:
+    params = module.entry.parameters
+    if path is None:
+        if seed is not None:
+            return [_random_array(p.shape, seed + i) for i, p in enumerate(params)]
+        if params:
+            names = ", ".join(f"in_{i}: {format_shape(p.shape, False)}" for i, p in
+                              enumerate(params))
+            raise CliError(
+                f"the entry computation takes {len(params)} inputs ({names}); "
+                "pass them with --inputs FILE.npz or use --random-inputs SEED"
+            )
+        return []
+    p = Path(path)
+    if not p.exists():
+        raise CliError(f"{path}: no such file")
+    try:
+        npz = np.load(p, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise CliError(f"{path}: not a readable .npz file ({exc})") from None
+    if not hasattr(npz, "files"):
+        raise CliError(f"{path}: expected an .npz archive with arrays in_0, in_1, ...")
+    expected = [f"in_{i}" for i in range(len(params))]
+    missing = [k for k in expected if k not in npz.files]
+    extra = sorted(set(npz.files) - set(expected))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(missing))
+        if extra:
+            parts.append("unexpected " + ", ".join(extra))
+        raise CliError(
+            f"{path}: {'; '.join(parts)} (the entry takes {len(params)} inputs named "
+            f"in_0..in_{len(params) - 1} in parameter order)"
+        )
+    return [npz[k] for k in expected]
+
+
+def _random_array(shape: object, seed: int) -> np.ndarray:
+    if not isinstance(shape, ArrayShape):
+        raise CliError("--random-inputs supports only array-shaped parameters")
+    rng = np.random.default_rng(seed)
+    dt = shape.dtype
+    if dt.is_pred:
+        return rng.integers(0, 2, shape.dims).astype(np.bool_)
+    if dt.is_integral:
+        return rng.integers(0, 16, shape.dims).astype(dt.np)
+    return rng.standard_normal(shape.dims).astype(dt.np)
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from hlofuse.text import print_module
+
+    module = _read_module(args.file)
+    sys.stdout.write(print_module(module, long=args.long))
+    return 0
+
+
+def cmd_opt(args: argparse.Namespace) -> int:
+    from hlofuse.passes.pipelines import run_pipeline
+    from hlofuse.text import print_module
+
+    module = _read_module(args.file)
+    spec = args.passes if args.passes is not None else args.pipeline
+    t0 = time.perf_counter()
+    report = run_pipeline(module, spec, verify=args.verify, dump_dir=args.dump_dir)
+    elapsed = time.perf_counter() - t0
+    if args.trace:
+        trace = module.annotations.get("fusion_trace")
+        Path(args.trace).write_text(trace.to_jsonl() if trace is not None else "")
+    if not args.quiet:
+        sys.stdout.write(print_module(module))
+    if args.stats:
+        print(f"# {spec}: {elapsed * 1e3:.1f} ms", file=sys.stderr)
+        print(str(report), file=sys.stderr)
+    if args.kernels:
+        from hlofuse.passes.fusion.kernels import count_kernels
+
+        print(count_kernels(module).summary(), file=sys.stderr)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from hlofuse.api import compile
+
+    module = _read_module(args.file)
+    inputs = _load_inputs(module, args.inputs, args.random_inputs)
+    exe = compile(module, pipeline=args.pipeline, backend=args.backend)
+    t0 = time.perf_counter()
+    outputs = exe(*inputs)
+    elapsed = time.perf_counter() - t0
+    if args.output:
+        np.savez(args.output, **{f"out_{i}": o for i, o in enumerate(outputs)})
+    for i, o in enumerate(outputs):
+        preview = np.array2string(np.asarray(o).reshape(-1)[:6], precision=5, separator=", ")
+        print(f"out_{i}: {o.dtype}{list(o.shape)} {preview}{' ...' if o.size > 6 else ''}")
+    print(f"# ran on {args.backend} in {elapsed * 1e3:.1f} ms", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from hlofuse.tools.demo import run_demo
+
+    return run_demo(quick=args.quick)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hlofuse",
+        description="XLA's operator-fusion compiler in Python: parse, optimise and run HLO.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("parse", help="verify an HLO file and print its canonical text")
+    p.add_argument("file")
+    p.add_argument("--long", action="store_true", help="print XLA's long dump form")
+    p.set_defaults(func=cmd_parse)
+
+    p = sub.add_parser("opt", help="run a pipeline or a list of passes and print the result")
+    p.add_argument("file")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--pipeline", default="simplify", help="a named pipeline (default simplify)")
+    group.add_argument("--passes", help="comma-separated passes, e.g. 'dce,cse,inline{k=v}'")
+    p.add_argument("--dump-dir", help="write the module before and after every changing pass")
+    p.add_argument("--trace", help="write every fusion decision to this JSONL file")
+    p.add_argument("--kernels", action="store_true", help="print the kernel count summary")
+    p.add_argument("--stats", action="store_true", help="print per-pass timing")
+    p.add_argument("--verify", action="store_true", help="verify the module after every pass")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print the module")
+    p.set_defaults(func=cmd_opt)
+
+    p = sub.add_parser("run", help="run an HLO module on inputs from an .npz file")
+    p.add_argument("file")
+    p.add_argument("--inputs", help=".npz with arrays in_0, in_1, ... in parameter order")
+    p.add_argument("--random-inputs", type=int, metavar="SEED",
+                   help="run on deterministic random inputs instead of --inputs")
+    p.add_argument("--output", help="write outputs out_0, out_1, ... to this .npz")
+    p.add_argument("--backend", default="interpreter", help="backend (default interpreter)")
+    p.add_argument("--pipeline", default=None, help="pipeline to run before executing")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="the built-in CartPole case study, end to end")
+    p.add_argument("--quick", action="store_true", help="a smaller run")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (HloError, CliError) as exc:
+        print(f"hlofuse {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:
+        print(f"hlofuse {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

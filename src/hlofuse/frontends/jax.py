@@ -1,0 +1,154 @@
+"""The JAX frontend: JAX functions in, hlofuse modules out. The only core-adjacent module that
+imports jax.
+
+    from_jax(fn, *args)      lower with jax.jit(fn, keep_unused=True) and parse the HLO text
+    jit(fn)                  a decorator like jax.jit: pytree inputs/outputs, static arguments;
+                             each new signature is lowered once, then run by hlofuse
+
+Lowering uses `lowered.as_text(dialect="hlo", debug_info=True)`, so every instruction keeps its
+stack frame and `Module.source_location` can point back at the user's Python line.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hlofuse.errors import HloError, InputError
+from hlofuse.ir.module import Module
+from hlofuse.text import parse
+
+try:
+    import jax
+except ImportError as exc:  # pragma: no cover - exercised only without jax
+    raise ImportError(
+        "hlofuse.frontends.jax needs JAX: pip install 'hlofuse[jax]'"
+    ) from exc
+
+
+def _normalize_static(static_argnums: int | Sequence[int] | None) -> tuple[int, ...]:
+    if static_argnums is None:
+        return ()
+    if isinstance(static_argnums, int):
+        return (static_argnums,)
+    return tuple(static_argnums)
+
+
+def hlo_text(fn: Callable[..., Any], *args: Any,
+             static_argnums: int | Sequence[int] | None = None, **kwargs: Any) -> str:
+    """The HLO text (short form, with stack-frame tables) that jax.jit produces for `fn`."""
+    jitted = jax.jit(fn, keep_unused=True, static_argnums=_normalize_static(static_argnums))
+    lowered = jitted.lower(*args, **kwargs)
+    return str(lowered.as_text(dialect="hlo", debug_info=True))
+
+
+def from_jax(fn: Callable[..., Any], *args: Any,
+             static_argnums: int | Sequence[int] | None = None, **kwargs: Any) -> Module:
+    """Lower `fn` at `args` with JAX and parse the result into a verified hlofuse Module."""
+    name = getattr(fn, "__name__", "fn")
+    text = hlo_text(fn, *args, static_argnums=static_argnums, **kwargs)
+    return parse(text, source_name=f"<jax:{name}>")
+
+
+def _leaf_to_numpy(leaf: Any) -> np.ndarray:
+    if hasattr(leaf, "dtype") and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        raise InputError(
+            "typed PRNG keys cannot cross into hlofuse: pass jax.random.key_data(key) "
+            "(a uint32 array) and wrap it inside the function"
+        )
+    return np.asarray(leaf)
+
+
+@dataclass
+class _Compiled:
+    module: Module
+    out_tree: Any
+    run: Callable[..., list[np.ndarray]]
+
+
+@dataclass
+class JittedFunction:
+    """What `hlofuse.jit(fn)` returns. Call it like the function; inspect `.lower(...)`."""
+
+    fn: Callable[..., Any]
+    static_argnums: tuple[int, ...] = ()
+    pipeline: str | None = None
+    backend: str = "interpreter"
+    _cache: dict[Any, _Compiled] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+
+    def _split(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        n = len(args)
+        static_idx = {i if i >= 0 else n + i for i in self.static_argnums}
+        for i in static_idx:
+            if not 0 <= i < n:
+                raise InputError(f"static_argnums index {i} is out of range for {n} arguments")
+        dynamic = tuple(a for i, a in enumerate(args) if i not in static_idx)
+        static = tuple(args[i] for i in sorted(static_idx))
+        return dynamic, static
+
+    def lower(self, *args: Any, **kwargs: Any) -> Module:
+        """The hlofuse module for this call signature (after the pipeline, if one is set)."""
+        return self._compiled(args, kwargs).module
+
+    def _compiled(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
+        dynamic, static = self._split(args)
+        leaves, treedef = jax.tree_util.tree_flatten((dynamic, kwargs))
+        arrays = [_leaf_to_numpy(leaf) for leaf in leaves]
+        try:
+            key = (treedef, tuple((a.shape, a.dtype.str) for a in arrays), static)
+            hash(key)
+        except TypeError as exc:
+            raise InputError(f"static arguments must be hashable: {exc}") from None
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._compile(args, kwargs)
+            self._cache[key] = compiled
+        return compiled
+
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
+        static = self.static_argnums
+        module = from_jax(self.fn, *args, static_argnums=static, **kwargs)
+        jitted = jax.jit(self.fn, static_argnums=static)
+        out_shape = jax.eval_shape(jitted, *args, **kwargs)
+        out_tree = jax.tree_util.tree_structure(out_shape)
+        from hlofuse.api import build_runner
+
+        module, run = build_runner(module, pipeline=self.pipeline, backend=self.backend)
+        return _Compiled(module, out_tree, run)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        compiled = self._compiled(args, kwargs)
+        dynamic, _ = self._split(args)
+        leaves = jax.tree_util.tree_leaves((dynamic, kwargs))
+        outputs = compiled.run(*[_leaf_to_numpy(leaf) for leaf in leaves])
+        if compiled.out_tree.num_leaves != len(outputs):
+            raise HloError(
+                f"{getattr(self.fn, '__name__', 'fn')}: the module returned {len(outputs)} "
+                f"arrays but the function has {compiled.out_tree.num_leaves} outputs"
+            )
+        return jax.tree_util.tree_unflatten(compiled.out_tree, outputs)
+
+
+def jit(
+    fn: Callable[..., Any] | None = None,
+    *,
+    static_argnums: int | Sequence[int] | None = None,
+    pipeline: str | None = None,
+    backend: str = "interpreter",
+) -> Any:
+    """Like `jax.jit`, but hlofuse compiles and runs the function.
+
+    Usable as `@jit` or `@jit(static_argnums=1, pipeline="simplify")`.
+    """
+
+    def wrap(f: Callable[..., Any]) -> JittedFunction:
+        return JittedFunction(f, _normalize_static(static_argnums), pipeline, backend)
+
+    return wrap(fn) if fn is not None else wrap
