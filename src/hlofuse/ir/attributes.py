@@ -114,6 +114,15 @@ ATTRIBUTES: dict[str, AttrKind] = {
     "origin": K.RAW,
     "schedule": K.RAW,
     "is_host_transfer": K.BOOL,
+    "num_carries": K.INT,
+    "is_reverse": K.BOOL,
+    "is_associative": K.BOOL,
+    "delta": K.INT,
+    "called_computations": K.COMPUTATIONS,
+    "parameter_replication": K.RAW,
+    "outfeed_shape": K.RAW,
+    "infeed_config": K.STRING,
+    "outfeed_config": K.STRING,
 }
 
 # Attributes that name called computations, in the order `called_computations()` lists them.
@@ -127,6 +136,7 @@ COMPUTATION_ATTRS = (
     "branch_computations",
     "select",
     "scatter",
+    "called_computations",
 )
 
 

@@ -140,6 +140,12 @@ class Opcode(Enum):
     ALL_GATHER = "all-gather"
     INFEED = "infeed"
     OUTFEED = "outfeed"
+    SEND = "send"
+    SEND_DONE = "send-done"
+    RECV = "recv"
+    RECV_DONE = "recv-done"
+    # control (newer XLA)
+    SCAN = "scan"
 
     def __str__(self) -> str:
         return self.value
@@ -264,6 +270,11 @@ _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
     (Opcode.ALL_GATHER,               None, OP,  True),
     (Opcode.INFEED,                   1,    OP,  True),
     (Opcode.OUTFEED,                  2,    OP,  True),
+    (Opcode.SEND,                     2,    OP,  True),
+    (Opcode.SEND_DONE,                1,    OP,  True),
+    (Opcode.RECV,                     1,    OP,  True),
+    (Opcode.RECV_DONE,                1,    OP,  True),
+    (Opcode.SCAN,                     None, CT,  True),
 ]
 # fmt: on
 
@@ -276,6 +287,10 @@ _SIDE_EFFECTS = {
     Opcode.ALL_GATHER,
     Opcode.AFTER_ALL,
     Opcode.ADD_DEPENDENCY,
+    Opcode.SEND,
+    Opcode.SEND_DONE,
+    Opcode.RECV,
+    Opcode.RECV_DONE,
 }
 
 OPCODES: dict[Opcode, OpInfo] = {
