@@ -1,0 +1,134 @@
+"""`FusionConfig`: every fusion rule's constant and switch, as one named setting each.
+
+Defaults are XLA's GPU values of era E2 ("paper era", 2022 - mid 2023; see
+`xla-fusion-spec.md`). A rule that refuses a fusion names its setting in the decision's `rule`
+field, so `explain` can say which setting relaxes it. The study's relaxations are one switch each
+(`allow_multi_user_concatenate`, `relax_code_duplication`).
+
+    variant="gpu"       GpuInstructionFusion rules (spec section 3)
+    variant="generic"   XLA's base InstructionFusion (spec section 2; instruction_fusion_test.cc)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hlofuse.errors import PassError
+from hlofuse.ir.opcodes import Opcode
+
+Variant = Literal["gpu", "generic"]
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    # --- which rule set -------------------------------------------------------------------
+    variant: str = "gpu"
+    # InstructionFusion: may a producer with several users be duplicated into each of them?
+    may_duplicate: bool = True
+
+    # --- budgets (gpu_fusible.cc FusionFitsInBudget) ----------------------------------------
+    # E1/E2: 64 (kMaxOperandsAndOutputsPerFusion); E3 and the conformance cases' source: 96.
+    max_operands_and_outputs: int = 64
+    # device_info.shared_memory_per_block; 48 KiB on the RTXA6000 the XLA tests use.
+    # (E1 used the constant kSharedMemoryBudgetInBytes = 40000.)
+    shared_memory_budget: int = 48 * 1024
+    max_unnested_reductions: int = 8  # kMaxUnnestedReductionOutputsPerFusion
+
+    # --- code duplication (fusion_node_indexing_evaluation.cc) ------------------------------
+    max_code_duplication: int = 15  # kAllowedCodeDuplication
+    # The study's relaxation: ignore the OpInvalidatesCache rule of CodeDuplicationTooHigh.
+    relax_code_duplication: bool = False
+    # The study's relaxation: let a concatenate with several users be duplicated into a fusion.
+    allow_multi_user_concatenate: bool = False
+
+    # --- expensive ops (IsExpensive) ---------------------------------------------------------
+    # GPU override: these are cheap when the element type is in `gpu_cheap_dtypes`.
+    gpu_cheap_ops: frozenset[Opcode] = field(default_factory=lambda: frozenset(
+        {Opcode.DIVIDE, Opcode.SQRT, Opcode.RSQRT, Opcode.EXP}))
+    gpu_cheap_dtypes: frozenset[str] = frozenset({"f32", "f16"})
+
+    # --- reductions (reduction_utils.cc IsUnnestedReductionFasterThanElemental) ---------------
+    warp_size: int = 32
+    # Row reduction: tiled emitter iff minor size >= warp_size, or (newer) warp_size % minor == 0.
+    row_reduction_divisor_rule: bool = True
+    # IsExpensiveToRepeat: kMaxInputsPerOutput.
+    max_inputs_per_output: int = 10
+    # Tiled transpose (Transpose021): both tiled dims >= this, and enough elements.
+    min_dimension_to_transpose_tiled: int = 16
+    min_total_dimensions_to_transpose_tiled: int = 64 * 128
+
+    # --- fusion merger (fusion_merger.cc) ------------------------------------------------------
+    merger_version: str = "2022"  # "2022": bytes-ratio rules; "2023": IR-size guard instead
+    merger_bytes_ratio: float = 1.10
+    merger_expensive_escape_ratio: float = 0.3
+    merger_expensive_escape_bytes: int = 1024
+    transposes_most_data: float = 0.5
+    # GpuHloCostAnalysis::ProducerConsumerMergedTooLarge (merger_version="2023").
+    max_basic_block_splits: int = 10
+    max_ir_size: int = 10000
+
+    # --- horizontal fusion (horizontal_loop_fusion.cc) ----------------------------------------
+    horizontal_max_elements: int = 128 * 2048
+    horizontal_max_instructions: int = 30
+    horizontal_max_batch: int = 32
+    horizontal_max_cuda_param_bytes: int = 4000
+
+    # -------------------------------------------------------------------------------------------
+    @property
+    def is_gpu(self) -> bool:
+        return self.variant == "gpu"
+
+    def replace(self, **changes: Any) -> FusionConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any], base: FusionConfig | None = None
+                     ) -> FusionConfig:
+        """Build a config from `{setting: value}` (values may be strings, as parsed from a
+        `name{key=value}` pass spec). Unknown settings raise PassError."""
+        base = base or cls()
+        types = {f.name: f for f in dataclasses.fields(cls)}
+        changes: dict[str, Any] = {}
+        for key, raw in options.items():
+            key = key.replace("-", "_")
+            if key not in types:
+                known = ", ".join(sorted(types))
+                raise PassError(f"unknown fusion setting {key!r}; known settings: {known}")
+            changes[key] = _coerce(key, raw, getattr(base, key))
+        cfg = dataclasses.replace(base, **changes)
+        if cfg.variant not in ("gpu", "generic"):
+            raise PassError(f"fusion variant must be 'gpu' or 'generic', not {cfg.variant!r}")
+        if cfg.merger_version not in ("2022", "2023"):
+            raise PassError(f"merger_version must be 2022 or 2023, not {cfg.merger_version!r}")
+        return cfg
+
+
+def _coerce(key: str, raw: Any, current: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    try:
+        if isinstance(current, bool):
+            low = raw.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if isinstance(current, int):
+            return int(raw)
+        if isinstance(current, float):
+            return float(raw)
+        if isinstance(current, frozenset):
+            items = [s.strip() for s in raw.strip("{}").split(",") if s.strip()]
+            if key == "gpu_cheap_ops":
+                return frozenset(Opcode(s) for s in items)
+            return frozenset(items)
+    except ValueError as e:
+        raise PassError(f"bad value {raw!r} for fusion setting {key!r}") from e
+    return raw

@@ -1,0 +1,84 @@
+"""`FusionDecision`: "yes", or "no" with a reason (XLA's FusionDecision, instruction_fusion.h).
+
+Every legality or profitability check in hlofuse's fusion passes returns one of these, never a
+bare bool, so a refusal can always be explained::
+
+    FusionDecision.ok()                                   -> fusible
+    FusionDecision.no("not fusing constant", rule=...)    -> not fusible, with the reason
+    a.and_(b)     first failure wins        (XLA And)
+    a.or_(b)      fusible if either is; both reasons joined with " ; "   (XLA Or)
+    all_(f1, f2, ...)  run checks lazily; first failure wins (XLA All, RETURN_IF_NOT_FUSIBLE)
+
+Besides the reason a refusal may carry `rule` (the `FusionConfig` setting that decided it, so
+`explain` can say which switch relaxes it) and `figures` (the numbers the rule compared, e.g.
+bytes before/after for the fusion merger).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FusionDecision:
+    """`reason is None` means "can fuse". Truthiness is "can fuse"."""
+
+    reason: str | None = None
+    rule: str = ""
+    figures: Mapping[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def ok(**figures: Any) -> FusionDecision:
+        return FusionDecision(None, "", dict(figures))
+
+    @staticmethod
+    def no(reason: str, rule: str = "", **figures: Any) -> FusionDecision:
+        return FusionDecision(reason, rule, dict(figures))
+
+    @staticmethod
+    def check(condition: bool, reason: str, rule: str = "", **figures: Any) -> FusionDecision:
+        """Positive iff `condition` (XLA's `FusionDecision(bool, explanation)`)."""
+        return FusionDecision.ok(**figures) if condition else FusionDecision.no(
+            reason, rule, **figures)
+
+    @property
+    def can_fuse(self) -> bool:
+        return self.reason is None
+
+    def __bool__(self) -> bool:
+        return self.reason is None
+
+    def and_(self, other: FusionDecision | Callable[[], FusionDecision]) -> FusionDecision:
+        if not self:
+            return self
+        return other() if callable(other) else other
+
+    def or_(self, other: FusionDecision | Callable[[], FusionDecision]) -> FusionDecision:
+        if self:
+            return self
+        other_d = other() if callable(other) else other
+        if other_d:
+            return other_d
+        rule = self.rule or other_d.rule
+        return FusionDecision(f"{self.reason} ; {other_d.reason}", rule,
+                              {**self.figures, **other_d.figures})
+
+    def with_figures(self, **figures: Any) -> FusionDecision:
+        return FusionDecision(self.reason, self.rule, {**self.figures, **figures})
+
+    def __str__(self) -> str:
+        return "fusible" if self.reason is None else self.reason
+
+
+def all_(*checks: Callable[[], FusionDecision] | FusionDecision) -> FusionDecision:
+    """Run `checks` in order; return the first negative decision, else a positive one."""
+    for check in checks:
+        d = check() if callable(check) else check
+        if not d:
+            return d
+    return FusionDecision.ok()
+
+
+OK = FusionDecision.ok()
