@@ -1,0 +1,263 @@
+"""Parsing of shapes, instruction attributes (by the schema in `ir/attributes.py`) and metadata.
+
+Shapes: `f32[2,3]`, `f32[2,3]{1,0}`, `f32[8,128]{1,0:T(8,128)}` (the part after `:` is kept
+verbatim in `ArrayShape.layout_extra`), `(s32[], f32[4]{0})`, `()`, `token[]`. A layout is read
+only when its `{` directly follows the `]` (so `-> f32[4] {` opens a computation body).
+
+Attribute values by kind (`AttrKind`): INT `3`; INTS `{0,1}`; BOOL `true`; ENUM `kLoop`; STRING
+`"foo"`; SLICE `{[0:2], [1:3:2]}`; PADDING `0_1x2_2_1`; WINDOW `{size=3x3 stride=2x2 pad=0_1x0_1
+lhs_dilate=1x2 rhs_dilate=1x1 rhs_reversal=0x1}`; COMPUTATION `%add`; COMPUTATIONS `{%a, %b}`
+(or one bare name); RAW: verbatim balanced text.
+
+Conditions enforced (each an `HloParseError` at the offending token): known element types;
+non-negative dimensions; a layout that is a permutation of the dimensions; well-formed slices,
+paddings and windows (every window field has one entry per dimension, known field names only);
+metadata as `key=value` pairs of strings, integers or booleans.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from hlofuse.ir.attributes import AttrKind, WindowDim
+from hlofuse.ir.dtypes import DTYPES
+from hlofuse.ir.instruction import Metadata
+from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
+from hlofuse.text.lexer import BaseParser
+
+_PADDING = re.compile(r"-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*")
+_WINDOW = re.compile(r"\{([^{}]*)\}")
+_WINDOW_ITEM = re.compile(r"\s*([A-Za-z_]+)=(\S+)")
+_WINDOW_FIELDS = ("size", "stride", "pad", "lhs_dilate", "rhs_dilate", "rhs_reversal")
+
+
+@dataclass(frozen=True)
+class CompRef:
+    """A computation named in an attribute, resolved once every computation is parsed."""
+
+    name: str
+    offset: int
+
+
+class AttrParser(BaseParser):
+    """Shapes, attribute values and metadata."""
+
+    # ----- shapes -------------------------------------------------------------------------
+
+    def parse_optional_shape(self) -> Shape | None:
+        """A shape if the next tokens start one: `(` or an element type followed by `[`."""
+        tok = self.lexer.peek()
+        if tok.kind == "(":
+            return self.parse_shape()
+        if tok.kind == "name" and self.lexer.text.startswith("[", tok.end):
+            return self.parse_shape()
+        return None
+
+    def parse_shape(self) -> Shape:
+        lexer = self.lexer
+        tok = lexer.peek()
+        if tok.kind == "(":
+            lexer.next()
+            elements: list[Shape] = []
+            if self.parse_optional_punct(")") is None:
+                elements.append(self.parse_shape())
+                while self.parse_optional_punct(",") is not None:
+                    elements.append(self.parse_shape())
+                self.parse_punct(")", "to close a tuple shape")
+            return TupleShape(tuple(elements))
+        if tok.kind != "name":
+            raise self.error(f"expected a shape, got {tok.describe()}", tok.start)
+        lexer.next()
+        if tok.text == "token":
+            self.parse_punct("[", "after 'token'")
+            self.parse_punct("]", "in 'token[]'")
+            return TokenShape()
+        dtype = DTYPES.get(tok.text)
+        if dtype is None:
+            raise self.error(f"unknown element type '{tok.text}' in shape", tok.start)
+        self.parse_punct("[", f"after element type {tok.text}")
+        dims: list[int] = []
+        if self.parse_optional_punct("]") is None:
+            while True:
+                d = lexer.peek()
+                if d.kind != "num" or not d.text.isdigit():
+                    raise self.error(
+                        f"expected a dimension size (a non-negative integer), got {d.describe()}",
+                        d.start)
+                lexer.next()
+                dims.append(int(d.text))
+                if self.parse_optional_punct(",") is None:
+                    break
+            self.parse_punct("]", "to close the dimensions of a shape")
+        layout: tuple[int, ...] | None = None
+        extra = ""
+        if lexer.text.startswith("{", lexer.pos):
+            layout, extra = self._parse_layout(len(dims))
+        return ArrayShape(dtype, tuple(dims), layout, extra)
+
+    def _parse_layout(self, rank: int) -> tuple[tuple[int, ...], str]:
+        lexer = self.lexer
+        open_tok = lexer.next()
+        values: list[int] = []
+        extra = ""
+        if self.parse_optional_punct("}") is None:
+            if lexer.peek().kind != ":":
+                values.append(self.parse_int("a dimension number in the layout"))
+                while self.parse_optional_punct(",") is not None:
+                    values.append(self.parse_int("a dimension number in the layout"))
+            colon = lexer.peek()
+            if colon.kind == ":":
+                lexer.next()
+                raw, _ = lexer.raw_value(stop_at_space=False)
+                extra = ":" + raw
+            self.parse_punct("}", "to close the layout")
+        if sorted(values) != list(range(rank)):
+            layout_text = "{" + ",".join(str(v) for v in values) + "}"
+            raise self.error(
+                f"layout {layout_text} is not a permutation of the {rank} dimension(s) "
+                f"of the shape", open_tok.start)
+        return tuple(values), extra
+
+    # ----- attribute values ---------------------------------------------------------------
+
+    def parse_attr_value(self, name: str, kind: AttrKind) -> Any:
+        what = f"attribute {name}"
+        if kind is AttrKind.INT:
+            return self.parse_int(f"an integer for {what}")
+        if kind is AttrKind.INTS:
+            return self.parse_int_list(f"the integer list of {what}")
+        if kind is AttrKind.BOOL:
+            return self.parse_bool(f"true or false for {what}")
+        if kind is AttrKind.ENUM:
+            return self.parse_name(f"a value for {what}").text
+        if kind is AttrKind.STRING:
+            return self.parse_string(f"a quoted string for {what}")
+        if kind is AttrKind.SLICE:
+            return self._parse_slice(what)
+        if kind is AttrKind.PADDING:
+            return self._parse_padding(what)
+        if kind is AttrKind.WINDOW:
+            return self._parse_window(what)
+        if kind is AttrKind.COMPUTATION:
+            tok = self.parse_name(f"a computation name for {what}")
+            return CompRef(tok.text, tok.start)
+        if kind is AttrKind.COMPUTATIONS:
+            return self._parse_computation_list(what)
+        text, start = self.lexer.raw_value()
+        if not text:
+            raise self.error(f"expected a value for {what}", start)
+        return text
+
+    def _parse_computation_list(self, what: str) -> tuple[CompRef, ...]:
+        tok = self.parse_optional_name()
+        if tok is not None:
+            return (CompRef(tok.text, tok.start),)
+        self.parse_punct("{", f"or a computation name to start {what}")
+        refs: list[CompRef] = []
+        if self.parse_optional_punct("}") is None:
+            while True:
+                tok = self.parse_name(f"a computation name in {what}")
+                refs.append(CompRef(tok.text, tok.start))
+                if self.parse_optional_punct(",") is None:
+                    break
+            self.parse_punct("}", f"to close {what}")
+        return tuple(refs)
+
+    def _parse_slice(self, what: str) -> tuple[tuple[int, int, int], ...]:
+        self.parse_punct("{", f"to open {what}")
+        ranges: list[tuple[int, int, int]] = []
+        if self.parse_optional_punct("}") is None:
+            while True:
+                self.parse_punct("[", f"to open a range [start:limit] of {what}")
+                start = self.parse_int(f"the start of a range of {what}")
+                self.parse_punct(":", f"after the start of a range of {what}")
+                limit = self.parse_int(f"the limit of a range of {what}")
+                stride = 1
+                if self.parse_optional_punct(":") is not None:
+                    stride = self.parse_int(f"the stride of a range of {what}")
+                self.parse_punct("]", f"to close a range of {what}")
+                ranges.append((start, limit, stride))
+                if self.parse_optional_punct(",") is None:
+                    break
+            self.parse_punct("}", f"to close {what}")
+        return tuple(ranges)
+
+    def _parse_padding(self, what: str) -> tuple[tuple[int, int, int], ...]:
+        m = self.lexer.match(_PADDING)
+        if m is None:
+            pos = self.lexer.skip_space()
+            raise self.error(f"expected a padding like 0_1x2_2_1 for {what}", pos)
+        dims: list[tuple[int, int, int]] = []
+        for part in m.group().split("x"):
+            nums = [int(v) for v in re.findall(r"-?\d+", part)]
+            dims.append((nums[0], nums[1], nums[2] if len(nums) > 2 else 0))
+        return tuple(dims)
+
+    def _parse_window(self, what: str) -> tuple[WindowDim, ...]:
+        m = self.lexer.match(_WINDOW)
+        if m is None:
+            pos = self.lexer.skip_space()
+            raise self.error(f"expected a window like {{size=3x3 stride=2x2}} for {what}", pos)
+        body_start = m.start(1)
+        fields: dict[str, list[str]] = {}
+        for item in _WINDOW_ITEM.finditer(m.group(1)):
+            key, value = item.group(1), item.group(2)
+            if key not in _WINDOW_FIELDS:
+                raise self.error(f"unknown window field '{key}' (expected one of "
+                                 f"{', '.join(_WINDOW_FIELDS)})", body_start + item.start(1))
+            fields[key] = value.split("x")
+        if m.group(1).strip() and not fields:
+            raise self.error("expected window fields like size=3x3", body_start)
+        if not fields:
+            return ()
+        if "size" not in fields:
+            raise self.error(f"window of {what} has no size", m.start())
+        rank = len(fields["size"])
+        for key, values in fields.items():
+            if len(values) != rank:
+                raise self.error(f"window field {key} has {len(values)} entries, expected "
+                                 f"{rank} (one per window dimension)", m.start())
+        try:
+            dims = []
+            for i in range(rank):
+                pad = fields["pad"][i].split("_") if "pad" in fields else ["0", "0"]
+                if len(pad) != 2:
+                    raise ValueError(fields["pad"][i])
+                dims.append(WindowDim(
+                    size=int(fields["size"][i]),
+                    stride=int(fields["stride"][i]) if "stride" in fields else 1,
+                    pad_lo=int(pad[0]),
+                    pad_hi=int(pad[1]),
+                    window_dilation=int(fields["rhs_dilate"][i]) if "rhs_dilate" in fields else 1,
+                    base_dilation=int(fields["lhs_dilate"][i]) if "lhs_dilate" in fields else 1,
+                    reversal=(fields["rhs_reversal"][i] == "1") if "rhs_reversal" in fields
+                    else False,
+                ))
+        except ValueError as exc:
+            raise self.error(f"malformed window value '{exc.args[0]}'", m.start()) from None
+        return tuple(dims)
+
+    # ----- metadata -----------------------------------------------------------------------
+
+    def parse_metadata(self) -> Metadata:
+        """`{op_type="add" op_name="jit(f)/add" source_line=3 stack_frame_id=1}`."""
+        self.parse_punct("{", "to open metadata")
+        fields: list[tuple[str, Any]] = []
+        lexer = self.lexer
+        while self.parse_optional_punct("}") is None:
+            key = self.parse_name("a metadata field name or '}'")
+            self.parse_punct("=", f"after metadata field {key.text}")
+            tok = lexer.peek()
+            if tok.kind == "str":
+                fields.append((key.text, lexer.next().text))
+            elif tok.kind == "num" and tok.text.lstrip("-").isdigit():
+                fields.append((key.text, int(lexer.next().text)))
+            elif tok.kind == "name" and tok.text in ("true", "false"):
+                fields.append((key.text, lexer.next().text == "true"))
+            else:
+                raise self.error(
+                    f"expected a string, integer or boolean for metadata field {key.text}, "
+                    f"got {tok.describe()}", tok.start)
+        return Metadata(tuple(fields))

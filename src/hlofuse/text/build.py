@@ -1,0 +1,241 @@
+"""Turning a `ParsedModule` into a `Module`: names resolved, shapes inferred, links set.
+
+Steps, after the whole text is parsed (so uses may come before definitions):
+
+1. Module-unique instruction names, as XLA's NameUniquer does: the first instruction to use a
+   name keeps it; a later one in another computation becomes `name.N` (`p0` -> `p0.1`).
+   Computation names live in their own namespace (also as in XLA), so an instruction `add`
+   inside a computation `add` keeps its name.
+2. Operands and control predecessors, by name within their computation; a long-form operand
+   shape (`add(f32[4]{0} %a, ...)`) must be compatible with the operand's shape, and equal in
+   layout when both give one.
+3. Computations named by attributes (`to_apply=`, `calls=`, `branch_computations={...}`, ...);
+   `calls=` of a fusion sets the fused computation's `fusion_instruction`.
+4. Shapes the short form leaves out (`t = tuple(a, b)`), by `ir.shape_inference.infer_shape`,
+   callees first.
+5. Roots (the ROOT instruction, else the last one) and the entry (the ENTRY computation, else
+   the last one). A module without `HloModule` takes the entry computation's name.
+
+Every failure is an `HloParseError` at the line:column of the offending name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hlofuse.errors import HloVerifyError
+from hlofuse.ir.attributes import ATTRIBUTES, AttrKind
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode, is_elementwise
+from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, format_shape
+from hlofuse.text.attrs import CompRef
+
+if TYPE_CHECKING:
+    from hlofuse.text.parser import HloParser, ParsedModule, PendingComp, PendingInstr
+
+
+def build_module(parser: HloParser, parsed: ParsedModule) -> Module:
+    entry = _find_entry(parser, parsed)
+    module = Module(parsed.name if parsed.name is not None else entry.name)
+    module.header_attrs = parsed.header_attrs
+    module.debug_info = parsed.debug_info
+    comps: dict[str, Computation] = {}
+    for pc in parsed.computations:
+        comp = Computation(pc.name)
+        comp.parent = module
+        module.reserve_name(pc.name)
+        module.computations.append(comp)
+        comps[pc.name] = comp
+    module.entry = comps[entry.name]
+    _assign_names(module, parsed)
+    for pc in parsed.computations:
+        _link(parser, pc, comps[pc.name], comps)
+    _infer_missing_shapes(parser, parsed, comps)
+    for pc in parsed.computations:
+        _check_operand_shapes(parser, pc)
+    return module
+
+
+def _find_entry(parser: HloParser, parsed: ParsedModule) -> PendingComp:
+    entries = [pc for pc in parsed.computations if pc.is_entry]
+    if len(entries) > 1:
+        raise parser.error(f"a second ENTRY computation ({entries[1].name}; the first is "
+                           f"{entries[0].name})", entries[1].offset)
+    return entries[0] if entries else parsed.computations[-1]
+
+
+def _assign_names(module: Module, parsed: ParsedModule) -> None:
+    taken: set[str] = set()
+    clashes: list[Instruction] = []
+    for pc in parsed.computations:
+        for p in pc.instrs:
+            name = p.instr.name
+            if name in taken:
+                clashes.append(p.instr)
+            else:
+                taken.add(name)
+                module.reserve_name(name)  # False only if a computation has the name: fine
+    for instr in clashes:
+        instr.name = module.unique_name(instr.name)
+
+
+def _link(parser: HloParser, pc: PendingComp, comp: Computation,
+          comps: dict[str, Computation]) -> None:
+    by_name = pc.by_name
+    users: dict[int, set[int]] = {}
+    for p in pc.instrs:
+        instr = p.instr
+        instr.parent = comp
+        comp.instructions.append(instr)
+        if p.operands:
+            ops = instr._operands  # the parser builds use-def edges in bulk
+            for ref in p.operands:
+                target = by_name.get(ref.name)
+                if target is None:
+                    raise parser.error(f"use of undefined instruction '{ref.name}' in "
+                                       f"computation {pc.name}", ref.offset)
+                op = target.instr
+                ops.append(op)
+                seen = users.setdefault(id(op), set())
+                if id(instr) not in seen:
+                    seen.add(id(instr))
+                    op.users.append(instr)
+        if p.control:
+            preds = []
+            for ref in p.control:
+                target = by_name.get(ref.name)
+                if target is None:
+                    raise parser.error(f"control predecessor '{ref.name}' is not an instruction "
+                                       f"of computation {pc.name}", ref.offset)
+                pred = target.instr
+                preds.append(pred)
+                seen = users.setdefault(id(pred), set())
+                if id(instr) not in seen:
+                    seen.add(id(instr))
+                    pred.users.append(instr)
+            instr.control_predecessors = preds
+        if instr.attrs:
+            _resolve_computations(parser, instr, comps, p)
+    root = pc.root if pc.root is not None else pc.instrs[-1]
+    comp.root = root.instr
+
+
+def _resolve_computations(parser: HloParser, instr: Instruction, comps: dict[str, Computation],
+                          p: PendingInstr) -> None:
+    attrs = instr.attrs
+    for key, value in attrs.items():
+        if isinstance(value, CompRef):
+            attrs[key] = _lookup_comp(parser, value, comps)
+        elif ATTRIBUTES.get(key) is AttrKind.COMPUTATIONS:
+            attrs[key] = tuple(_lookup_comp(parser, ref, comps) for ref in value)
+    if instr.opcode is Opcode.FUSION:
+        called = attrs.get("calls")
+        if not called:
+            raise parser.error(f"fusion '{instr.name}' needs calls=<fused computation>",
+                               p.opcode_offset)
+        for c in called:
+            c.fusion_instruction = instr
+
+
+def _lookup_comp(parser: HloParser, ref: Any, comps: dict[str, Computation]) -> Computation:
+    comp = comps.get(ref.name)
+    if comp is None:
+        raise parser.error(f"unknown computation '{ref.name}'", ref.offset)
+    return comp
+
+
+# ----- shapes -------------------------------------------------------------------------------
+
+
+def _infer_missing_shapes(parser: HloParser, parsed: ParsedModule,
+                          comps: dict[str, Computation]) -> None:
+    missing = {id(p.instr): p for pc in parsed.computations for p in pc.instrs
+               if not p.shape_given}
+    if not missing:
+        return
+    # A depth-first walk: operands and called roots first (uses may precede definitions).
+    state: dict[int, int] = {}  # 1: in progress, 2: done
+
+    def deps(p: PendingInstr) -> list[PendingInstr]:
+        out = [missing[id(op)] for op in p.instr.operands if id(op) in missing]
+        out += [missing[id(c.root)] for c in p.instr.called_computations()
+                if id(c.root) in missing]
+        return out
+
+    for start in missing.values():
+        if id(start.instr) in state:
+            continue
+        state[id(start.instr)] = 1
+        stack = [(start, iter(deps(start)))]
+        while stack:
+            cur, pending = stack[-1]
+            for dep in pending:
+                s = state.get(id(dep.instr))
+                if s is None:
+                    state[id(dep.instr)] = 1
+                    stack.append((dep, iter(deps(dep))))
+                    break
+                if s == 1:
+                    raise parser.error(f"the shape of '{dep.instr.name}' depends on itself",
+                                       dep.offset)
+            else:
+                cur.instr.shape = _infer(parser, cur)
+                state[id(cur.instr)] = 2
+                stack.pop()
+
+
+def _infer(parser: HloParser, p: PendingInstr) -> Shape:
+    instr = p.instr
+    shapes = [op.shape for op in instr.operands]
+    called = instr.called_computations()
+    try:
+        from hlofuse.ir.shape_inference import infer_shape
+    except ImportError:
+        infer_shape = _fallback_infer
+    try:
+        shape = infer_shape(instr.opcode, shapes, instr.attrs, called)
+    except HloVerifyError as exc:
+        raise parser.error(f"cannot infer the shape of '{instr.name}' (write it): "
+                           f"{exc.message}", p.opcode_offset) from None
+    return shape
+
+
+def _fallback_infer(opcode: Opcode, shapes: list[Shape], attrs: dict[str, Any],
+                    called: list[Computation]) -> Shape:
+    """tuple, get-tuple-element and same-shape elementwise ops (used while
+    `ir.shape_inference` is unavailable)."""
+    if opcode is Opcode.TUPLE:
+        return TupleShape(tuple(shapes))
+    if opcode is Opcode.GET_TUPLE_ELEMENT and shapes and isinstance(shapes[0], TupleShape):
+        index = attrs.get("index", -1)
+        if 0 <= index < len(shapes[0].elements):
+            return shapes[0].elements[index]
+    if is_elementwise(opcode) and shapes and opcode is not Opcode.COMPARE:
+        first = shapes[-1] if opcode is Opcode.SELECT else shapes[0]
+        if isinstance(first, ArrayShape):
+            return first
+    raise HloVerifyError(f"no shape inference for {opcode} here")
+
+
+def _check_operand_shapes(parser: HloParser, pc: PendingComp) -> None:
+    for p in pc.instrs:
+        for ref, op in zip(p.operands, p.instr.operands, strict=True):
+            given = ref.shape
+            if given is None:
+                continue
+            actual = op.shape
+            if not given.compatible(actual) or not _layouts_agree(given, actual):
+                raise parser.error(
+                    f"operand '{ref.name}' of '{p.instr.name}' is written with shape "
+                    f"{format_shape(given)} but '{op.name}' has shape {format_shape(actual)}",
+                    ref.shape_offset)
+
+
+def _layouts_agree(a: Shape, b: Shape) -> bool:
+    if isinstance(a, TupleShape) and isinstance(b, TupleShape):
+        return all(_layouts_agree(x, y) for x, y in zip(a.elements, b.elements, strict=True))
+    if isinstance(a, ArrayShape) and isinstance(b, ArrayShape):
+        return a.layout is None or b.layout is None or a.layout == b.layout
+    return True

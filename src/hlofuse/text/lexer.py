@@ -1,0 +1,306 @@
+"""The lexer for XLA's HLO text: tokens on demand, spans as character offsets, line:col errors.
+
+Tokens are produced lazily (one compiled regex, matched at the current offset), so the parser
+can switch to character-level reading where HLO's grammar is not token-shaped: verbatim RAW
+attribute values (`backend_config={...}`, `sharding={...}`), `window={size=3x3 pad=0_1x0_1}`,
+`padding=0_1x2_2_1` and the header attributes of `HloModule`.
+
+Token kinds:
+
+    name    `add.1`, `%fused_computation`, `get-tuple-element`, `f32`, `ENTRY` (a leading `%`
+            is dropped from the text; names may contain `.`, `-`, `_`, `$`)
+    num     `12`, `-3`, `1.5e-3`, `-inf`, `nan` is a name (the literal parser accepts it)
+    str     `"..."` with C escapes (the token text is the decoded string)
+    punct   one of `= , ( ) { } [ ] : *` and `->` (kind is the text itself)
+    eof     end of input
+
+Whitespace, `/* ... */` comments (`/*index=5*/`) and `// ...` line comments are skipped.
+Conditions enforced: an unterminated string or comment, or a character that starts no token, is
+an `HloParseError` at its line and column.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hlofuse.errors import HloParseError
+
+_SKIP = re.compile(r"(?:\s+|/\*.*?\*/|//[^\n]*)*", re.S)
+_TOKEN = re.compile(
+    r"""
+    (?P<name>%?[A-Za-z_$][\w.\-$]*)
+   |(?P<num>-(?:inf|nan)(?![\w.\-])|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.]))
+   |(?P<str>"(?:[^"\\\n]|\\.)*")
+   |(?P<arrow>->)
+   |(?P<punct>[=,(){}\[\]:*])
+    """,
+    re.X,
+)
+_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "?": "?",
+                   "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+
+OPEN_TO_CLOSE = {"{": "}", "(": ")", "[": "]"}
+
+
+class Token:
+    """One token: its kind, text (decoded for strings, without `%` for names) and span."""
+
+    __slots__ = ("end", "kind", "start", "text")
+
+    def __init__(self, kind: str, text: str, start: int, end: int) -> None:
+        self.kind = kind
+        self.text = text
+        self.start = start
+        self.end = end
+
+    def describe(self) -> str:
+        """How an error message names this token: `','`, `name 'foo'`, `end of input`."""
+        if self.kind == "eof":
+            return "end of input"
+        if self.kind == "name":
+            return f"'{self.text}'"
+        if self.kind == "str":
+            return "string " + encode_string(self.text)
+        return f"'{self.text}'"
+
+    def __repr__(self) -> str:
+        return f"Token({self.kind}, {self.text!r}, {self.start})"
+
+
+def decode_string(body: str) -> str:
+    """Decode the C escapes of a string token's body (without the quotes)."""
+    if "\\" not in body:
+        return body
+
+    def repl(m: re.Match[str]) -> str:
+        esc = m.group(0)[1:]
+        if esc[0] == "x":
+            return chr(int(esc[1:], 16))
+        if esc[0] in "01234567":
+            return chr(int(esc, 8))
+        return _SIMPLE_ESCAPES.get(esc, "\\" + esc)
+
+    return _ESCAPE.sub(repl, body)
+
+
+def encode_string(text: str) -> str:
+    """The quoted, escaped text of a string (inverse of `decode_string`)."""
+    out = text.replace("\\", "\\\\").replace('"', '\\"')
+    if any(c < " " for c in out):
+        out = out.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+        out = "".join(c if c >= " " else f"\\x{ord(c):02x}" for c in out)
+    return '"' + out + '"'
+
+
+class Lexer:
+    """Tokens of one HLO text, read on demand with one token of lookahead."""
+
+    def __init__(self, text: str, source_name: str = "<text>") -> None:
+        self.text = text
+        self.source_name = source_name
+        self.pos = 0  # offset just after the last consumed token
+        self._peeked: Token | None = None
+
+    # ----- positions and errors -----------------------------------------------------------
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        """1-based line and column of a character offset."""
+        line = self.text.count("\n", 0, offset) + 1
+        start = self.text.rfind("\n", 0, offset) + 1
+        return line, offset - start + 1
+
+    def line_text(self, offset: int) -> str:
+        start = self.text.rfind("\n", 0, offset) + 1
+        end = self.text.find("\n", offset)
+        if end < 0:
+            end = len(self.text)
+        return self.text[start:end]
+
+    def error(self, message: str, offset: int) -> HloParseError:
+        """An `HloParseError` at a character offset (returned, for the caller to raise)."""
+        offset = min(max(offset, 0), len(self.text))
+        line, col = self.line_col(offset)
+        return HloParseError(message, line, col, self.line_text(offset), self.source_name)
+
+    # ----- tokens -------------------------------------------------------------------------
+
+    def _skip(self, pos: int) -> int:
+        """The offset of the first non-space, non-comment character at or after `pos`."""
+        text = self.text
+        if pos < len(text) and text[pos] not in " \t\r\n/":
+            return pos
+        pos = _SKIP.match(text, pos).end()  # type: ignore[union-attr]
+        if text.startswith("/*", pos):
+            raise self.error("unterminated /* comment", pos)
+        return pos
+
+    def skip_space(self) -> int:
+        """Skip whitespace and comments (consuming them); return the new offset."""
+        self.pos = self._skip(self.pos)
+        return self.pos
+
+    def peek(self) -> Token:
+        tok = self._peeked
+        if tok is None:
+            tok = self._peeked = self._lex()
+        return tok
+
+    def next(self) -> Token:
+        tok = self._peeked
+        if tok is None:
+            tok = self._lex()
+        self._peeked = None
+        self.pos = tok.end
+        return tok
+
+    def _lex(self) -> Token:
+        start = self._skip(self.pos)
+        text = self.text
+        if start >= len(text):
+            return Token("eof", "", start, start)
+        m = _TOKEN.match(text, start)
+        if m is None:
+            if text[start] == '"':
+                raise self.error("unterminated string", start)
+            raise self.error(f"unexpected character {text[start]!r}", start)
+        kind = m.lastgroup
+        assert kind is not None
+        value = m.group(kind)
+        if kind == "name":
+            if value[0] == "%":
+                value = value[1:]
+        elif kind == "str":
+            value = decode_string(value[1:-1])
+        elif kind != "num":
+            kind = value
+        return Token(kind, value, start, m.end())
+
+    # ----- character-level reading --------------------------------------------------------
+
+    def match(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
+        """Match a regex at the next non-space character and consume it on success."""
+        assert self._peeked is None or self._peeked.start >= self.pos
+        self._peeked = None
+        start = self.skip_space()
+        m = pattern.match(self.text, start)
+        if m is not None:
+            self.pos = m.end()
+        return m
+
+    def raw_value(self, *, stop_at_space: bool = True) -> tuple[str, int]:
+        """Read verbatim text with balanced brackets and strings: up to a `,` (or, when
+        `stop_at_space`, whitespace) at depth 0, or an unmatched closing bracket. Returns the
+        text and its start offset."""
+        self._peeked = None
+        start = self.skip_space()
+        text = self.text
+        n = len(text)
+        stack: list[str] = []
+        i = start
+        while i < n:
+            c = text[i]
+            if c == '"':
+                j = i + 1
+                while j < n and text[j] != '"':
+                    j += 2 if text[j] == "\\" else 1
+                if j >= n:
+                    raise self.error("unterminated string", i)
+                i = j + 1
+                continue
+            if c in OPEN_TO_CLOSE:
+                stack.append(OPEN_TO_CLOSE[c])
+            elif c in ")}]":
+                if not stack:
+                    break
+                if stack[-1] != c:
+                    raise self.error(f"expected '{stack[-1]}', got '{c}'", i)
+                stack.pop()
+            elif not stack and (c == "," or (stop_at_space and c in " \t\r\n")):
+                break
+            i += 1
+        if stack:
+            raise self.error(f"expected '{stack[-1]}' before end of input", n)
+        self.pos = i
+        return text[start:i], start
+
+
+class BaseParser:
+    """Token-level helpers in xDSL's style: `parse_optional_x` returns None when the next
+    token is not an x; `parse_x` raises an `HloParseError` saying what was expected."""
+
+    def __init__(self, text: str, source_name: str = "<text>") -> None:
+        self.lexer = Lexer(text, source_name)
+
+    def error(self, message: str, offset: int) -> HloParseError:
+        return self.lexer.error(message, offset)
+
+    def expect(self, kind: str, what: str) -> Token:
+        """Consume a token of `kind` (a punctuation text, `name`, `num` or `str`) or fail with
+        "expected <what>, got <token>"."""
+        tok = self.lexer.peek()
+        if tok.kind != kind:
+            raise self.error(f"expected {what}, got {tok.describe()}", tok.start)
+        return self.lexer.next()
+
+    def parse_optional_punct(self, punct: str) -> Token | None:
+        if self.lexer.peek().kind == punct:
+            return self.lexer.next()
+        return None
+
+    def parse_punct(self, punct: str, context: str = "") -> Token:
+        return self.expect(punct, f"'{punct}'" + (f" {context}" if context else ""))
+
+    def parse_optional_name(self) -> Token | None:
+        if self.lexer.peek().kind == "name":
+            return self.lexer.next()
+        return None
+
+    def parse_name(self, what: str = "a name") -> Token:
+        return self.expect("name", what)
+
+    def parse_optional_int(self) -> int | None:
+        tok = self.lexer.peek()
+        if tok.kind == "num" and _is_int(tok.text):
+            self.lexer.next()
+            return int(tok.text)
+        return None
+
+    def parse_int(self, what: str = "an integer") -> int:
+        value = self.parse_optional_int()
+        if value is None:
+            tok = self.lexer.peek()
+            raise self.error(f"expected {what}, got {tok.describe()}", tok.start)
+        return value
+
+    def parse_optional_bool(self) -> bool | None:
+        tok = self.lexer.peek()
+        if tok.kind == "name" and tok.text in ("true", "false"):
+            self.lexer.next()
+            return tok.text == "true"
+        return None
+
+    def parse_bool(self, what: str = "true or false") -> bool:
+        value = self.parse_optional_bool()
+        if value is None:
+            tok = self.lexer.peek()
+            raise self.error(f"expected {what}, got {tok.describe()}", tok.start)
+        return value
+
+    def parse_string(self, what: str = "a quoted string") -> str:
+        return self.expect("str", what).text
+
+    def parse_int_list(self, what: str) -> tuple[int, ...]:
+        """`{1,2,3}` or `{}`."""
+        self.parse_punct("{", f"to open {what}")
+        values: list[int] = []
+        if self.parse_optional_punct("}") is None:
+            values.append(self.parse_int(f"an integer in {what}"))
+            while self.parse_optional_punct(",") is not None:
+                values.append(self.parse_int(f"an integer in {what}"))
+            self.parse_punct("}", f"to close {what}")
+        return tuple(values)
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("+-").isdigit()

@@ -1,0 +1,165 @@
+"""Parsing of `constant(...)` literals into numpy arrays (or tuples of them) of the shape's type.
+
+Grammar (XLA's): a scalar `5`, `-1.5e-3`, `nan`, `-nan`, `inf`, `-inf`, `true`, `false`; an
+array as braces nested to the rank, `{ {1, 2}, {3, 4} }`; a tuple `(1, {2, 3})`.
+
+Conditions enforced, each an `HloParseError` at the offending character:
+
+* the braces nest exactly to the rank and every dimension has its declared element count;
+* every element is valid for the element type: integers in range, no fractions for integer
+  types, `true`/`false` (or 0/1) for `pred`;
+* an elided value (`{...}`, what XLA dumps print for large constants) is rejected with a message
+  saying so, since the value is not in the text (unless the caller allows it: then zeros).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.literal import Literal
+from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape, format_shape
+from hlofuse.text.lexer import Lexer
+
+_LIT_TOKEN = re.compile(r"[{}(),]|[^\s{}(),/]+|/\*.*?\*/|/", re.S)
+_FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|-?(?:inf|nan)")
+_INT = re.compile(r"[-+]?\d+")
+_ELIDED = re.compile(r"\{\s*\.\.\.\s*\}")
+
+
+def parse_literal(lexer: Lexer, shape: Shape, opcode_text: str = "constant", *,
+                  allow_elided: bool = False) -> Literal:
+    """Read a literal of `shape` at the lexer's position, up to (not including) the `)` that
+    closes `constant(`. With `allow_elided`, an elided value `{...}` reads as zeros."""
+    text, start = lexer.raw_value(stop_at_space=False)
+    m = _ELIDED.search(text)
+    if m is not None:
+        if allow_elided and text.strip() == "{...}" and isinstance(shape, ArrayShape):
+            return np.zeros(shape.dims, dtype=shape.dtype.np)
+        raise lexer.error(
+            "the dump elided this constant's value ('{...}'); re-dump it with large "
+            "constants printed (XLA flag --xla_dump_large_constants), or parse with "
+            "allow_elided_constants=True to read it as zeros",
+            start + m.start(),
+        )
+    tokens = [(m.group(), start + m.start()) for m in _LIT_TOKEN.finditer(text)
+              if not m.group().startswith("/*")]
+    reader = _LiteralReader(lexer, tokens, lexer.pos)
+    value = reader.literal(shape)
+    if reader.i < len(tokens):
+        tok, off = tokens[reader.i]
+        raise lexer.error(f"unexpected '{tok}' after the literal of {opcode_text}", off)
+    return value
+
+
+class _LiteralReader:
+    def __init__(self, lexer: Lexer, tokens: list[tuple[str, int]], end: int) -> None:
+        self.lexer = lexer
+        self.tokens = tokens
+        self.i = 0
+        self.end = end
+
+    def _peek(self) -> tuple[str, int]:
+        if self.i < len(self.tokens):
+            return self.tokens[self.i]
+        return ("", self.end)
+
+    def _expect(self, text: str, what: str) -> int:
+        tok, off = self._peek()
+        if tok != text:
+            got = f"'{tok}'" if tok else "')'"
+            raise self.lexer.error(f"expected '{text}' {what}, got {got}", off)
+        self.i += 1
+        return off
+
+    def literal(self, shape: Shape) -> Literal:
+        if isinstance(shape, TupleShape):
+            self._expect("(", f"to open a tuple literal of shape {format_shape(shape)}")
+            values: list[Literal] = []
+            for k, element in enumerate(shape.elements):
+                if k:
+                    self._expect(",", "between tuple literal elements")
+                values.append(self.literal(element))
+            self._expect(")", f"to close a tuple literal of {len(shape.elements)} elements")
+            return tuple(values)
+        if isinstance(shape, TokenShape):
+            raise self.lexer.error("a token-shaped constant has no literal", self._peek()[1])
+        flat: list[str] = []
+        offsets: list[int] = []
+        if shape.rank == 0:
+            tok, off = self._peek()
+            if tok in ("", "{", "}", "(", ")", ","):
+                raise self.lexer.error(
+                    f"expected a scalar literal of type {shape.dtype}, got '{tok or ')'}'", off)
+            self.i += 1
+            flat.append(tok)
+            offsets.append(off)
+        else:
+            self._nested(shape, 0, flat, offsets)
+        return _to_array(self.lexer, flat, offsets, shape)
+
+    def _nested(self, shape: ArrayShape, dim: int, flat: list[str], offsets: list[int]) -> None:
+        self._expect("{", f"to open dimension {dim} of a {format_shape(shape)} literal")
+        count = 0
+        expected = shape.dims[dim]
+        last = dim == shape.rank - 1
+        while True:
+            tok, off = self._peek()
+            if tok == "}":
+                break
+            if count:
+                self._expect(",", f"between elements of a {format_shape(shape)} literal")
+                tok, off = self._peek()
+            if last:
+                if tok in ("", "{", "}", "(", ")", ","):
+                    raise self.lexer.error(
+                        f"expected a literal element of type {shape.dtype}, got '{tok or ')'}'",
+                        off)
+                flat.append(tok)
+                offsets.append(off)
+                self.i += 1
+            else:
+                self._nested(shape, dim + 1, flat, offsets)
+            count += 1
+        close = self._peek()[1]
+        if count != expected:
+            raise self.lexer.error(
+                f"literal of shape {format_shape(shape)} has {count} elements in dimension "
+                f"{dim}, expected {expected}", close)
+        self.i += 1
+
+
+def _to_array(lexer: Lexer, flat: list[str], offsets: list[int], shape: ArrayShape) -> np.ndarray:
+    dt: DType = shape.dtype
+    values: list[object]
+    if dt.is_pred:
+        values = []
+        for tok, off in zip(flat, offsets):
+            if tok in ("true", "1"):
+                values.append(True)
+            elif tok in ("false", "0"):
+                values.append(False)
+            else:
+                raise lexer.error(f"expected true or false in a pred literal, got '{tok}'", off)
+    elif dt.is_integral:
+        info = np.iinfo(dt.np)
+        values = []
+        for tok, off in zip(flat, offsets):
+            if not _INT.fullmatch(tok):
+                raise lexer.error(f"expected an integer literal of type {dt}, got '{tok}'", off)
+            v = int(tok)
+            if v < info.min or v > info.max:
+                raise lexer.error(f"value {v} is out of range for {dt}", off)
+            values.append(v)
+    else:
+        values = []
+        for tok, off in zip(flat, offsets):
+            if not _FLOAT.fullmatch(tok):
+                raise lexer.error(f"expected a floating-point literal of type {dt}, got '{tok}'",
+                                  off)
+            values.append(float(tok))
+    with np.errstate(over="ignore"):
+        arr = np.array(values, dtype=dt.np)
+    return arr.reshape(shape.dims)
