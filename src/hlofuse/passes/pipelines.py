@@ -1,0 +1,96 @@
+"""Named pipelines, as plain functions returning a pass (a `Pipeline` or a `Fixpoint`).
+
+    simplify = Fixpoint(call-inliner, tuple-simplifier, algebraic-simplifier, noop-removal,
+                        constant-folding, while-loop-simplifier, cse, dce)
+
+`run_pipeline(module, name_or_spec)` is what the CLI and `hlofuse.compile` call: a name from
+`PIPELINES`, or a pass spec (`"inline,dce,unroll-while{factor=4}"`, see `registry.py`) whose
+items may also name pipelines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from hlofuse.ir.module import Module
+from hlofuse.passes.base import Context, Fixpoint, Pass, Pipeline, PipelineReport
+from hlofuse.passes.registry import parse_pass_spec
+from hlofuse.passes.simplify.algebraic import AlgebraicSimplifier
+from hlofuse.passes.simplify.constant_fold import ConstantFolding
+from hlofuse.passes.simplify.cse import Cse
+from hlofuse.passes.simplify.dce import Dce
+from hlofuse.passes.simplify.inline import CallInliner
+from hlofuse.passes.simplify.noops import NoopRemoval
+from hlofuse.passes.simplify.tuples import TupleSimplifier
+from hlofuse.passes.simplify.while_loops import WhileLoopSimplifier
+
+
+def simplify(max_iterations: int = 25) -> Fixpoint:
+    """XLA's "simplification" fixpoint, restricted to the passes hlofuse has."""
+    return Fixpoint(
+        Pipeline(
+            "simplify",
+            [
+                CallInliner(),
+                TupleSimplifier(),
+                AlgebraicSimplifier(),
+                NoopRemoval(),
+                ConstantFolding(),
+                WhileLoopSimplifier(),
+                Cse(),
+                Dce(),
+            ],
+        ),
+        max_iterations=max_iterations,
+    )
+
+
+PIPELINES: dict[str, Callable[[], Pass]] = {
+    "simplify": simplify,
+}
+
+
+def build(name_or_spec: str) -> Pipeline | Fixpoint:
+    """The pipeline named `name_or_spec`, or a pipeline of the passes the spec lists."""
+    factory = PIPELINES.get(name_or_spec.strip())
+    if factory is not None:
+        p = factory()
+        return p if isinstance(p, (Pipeline, Fixpoint)) else Pipeline(name_or_spec, [p])
+    items: list[Pass] = []
+    for part in _spec_items(name_or_spec):
+        sub = PIPELINES.get(part.strip())
+        if sub is not None:
+            items.append(sub())
+        else:
+            items.extend(parse_pass_spec(part))
+    return Pipeline(name_or_spec, items)
+
+
+def _spec_items(spec: str) -> list[str]:
+    parts: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(spec):
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            parts.append(spec[start:i])
+            start = i + 1
+    parts.append(spec[start:])
+    return [p for p in parts if p.strip()] or [spec]
+
+
+def run_pipeline(
+    module: Module,
+    name_or_spec: str,
+    *,
+    verify: bool = False,
+    dump_dir: str | Path | None = None,
+    context: Context | None = None,
+) -> PipelineReport:
+    """Run a named pipeline or a pass spec on `module` in place; returns the report."""
+    pipeline = build(name_or_spec)
+    ctx = context if context is not None else Context()
+    if verify:
+        ctx.verify = True
+    return pipeline.execute(module, ctx, dump_dir=dump_dir)

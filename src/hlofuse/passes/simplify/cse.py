@@ -1,0 +1,104 @@
+"""`cse`: common-subexpression elimination within each computation (XLA's HloCSE).
+
+    a = add(x, y)                      a = add(x, y)
+    b = add(x, y)        ==>           c = multiply(a, a)
+    c = multiply(a, b)
+
+Two instructions are the same expression when they agree on opcode, shape (layout included),
+operands (by identity, in order: `add(x, y)` and `add(y, x)` are not merged), attributes
+(called computations by identity), and, for constants, the literal's value (bit for bit, so
+`-0.0` and `0.0` stay apart and NaNs merge only with the same NaN). Conditions:
+
+* instructions with side effects (transitively), parameters, and instructions with control
+  edges are never merged;
+* the first instruction in post order is kept; the later one's uses move to it, so the kept
+  one always dominates the uses;
+* metadata is not part of the key (the kept instruction's metadata wins).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.registry import register
+from hlofuse.passes.utils import delete, has_side_effect, reachable_computations
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    if hasattr(value, "instructions"):  # a Computation: identity
+        return ("computation", id(value))
+    return value
+
+
+def _literal_key(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_literal_key(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    return None
+
+
+def expression_key(instr: Instruction) -> tuple[Any, ...]:
+    attrs = tuple(sorted((k, _freeze(v)) for k, v in instr.attrs.items()))
+    return (
+        instr.opcode,
+        instr.shape,
+        tuple(id(o) for o in instr.operands),
+        attrs,
+        _literal_key(instr.literal),
+    )
+
+
+def cse_computation(comp: Computation, cache: dict[int, bool]) -> bool:
+    seen: dict[tuple[Any, ...], Instruction] = {}
+    changed = False
+    for instr in comp.post_order():
+        if (
+            instr.opcode is Opcode.PARAMETER
+            or instr.control_predecessors
+            or instr.parent is not comp
+            or has_side_effect(instr, cache)
+            or any(instr in u.control_predecessors for u in instr.users)
+        ):
+            continue
+        key = expression_key(instr)
+        keep = seen.get(key)
+        if keep is None:
+            seen[key] = instr
+            continue
+        instr.replace_all_uses_with(keep)
+        delete(comp, instr)
+        changed = True
+    return changed
+
+
+@register("cse")
+@dataclass(frozen=True)
+class Cse:
+    """Merge identical instructions (constants by value)."""
+
+    name: ClassVar[str] = "cse"
+
+    def run(self, module: Module) -> bool:
+        cache: dict[int, bool] = {}
+        changed = False
+        for comp in reachable_computations(module):
+            changed |= cse_computation(comp, cache)
+        return changed

@@ -1,0 +1,71 @@
+"""`dce`: delete dead instructions and unreachable computations (XLA's HloDCE).
+
+    p0 ─ add ─ ROOT tuple          p0 ─ add ─ ROOT tuple
+     └── exp   (no users)    ==>    (exp deleted)
+
+An instruction is live when the root reaches it through operands or control edges, or when it
+has a side effect (an rng, an outfeed, a side-effecting custom-call, or a while/call/conditional
+whose computations contain one); everything a live instruction reads is live. Conditions:
+
+* parameters are never deleted (they are the computation's signature);
+* side-effecting instructions are never deleted, even when nothing reads them;
+* a computation the entry cannot reach through `to_apply`/`body`/`calls`/... is deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.registry import register
+from hlofuse.passes.utils import (
+    delete,
+    has_side_effect,
+    reachable_computations,
+    remove_unreachable_computations,
+)
+
+
+def dce_computation(comp: Computation, cache: dict[int, bool] | None = None) -> bool:
+    """Delete dead instructions of one computation; returns whether any were deleted."""
+    cache = cache if cache is not None else {}
+    live: set[int] = set()
+    stack = [comp.root]
+    for instr in comp.instructions:
+        if instr.opcode is Opcode.PARAMETER or has_side_effect(instr, cache):
+            stack.append(instr)
+    while stack:
+        cur = stack.pop()
+        if id(cur) in live:
+            continue
+        live.add(id(cur))
+        stack.extend(cur.operands)
+        stack.extend(cur.control_predecessors)
+    if len(live) == len(comp.instructions):
+        return False
+    dead = [i for i in comp.post_order() if id(i) not in live]
+    for instr in reversed(dead):  # users before operands
+        delete(comp, instr)
+    return bool(dead)
+
+
+@register("dce")
+@dataclass(frozen=True)
+class Dce:
+    """Dead-code elimination over instructions and computations."""
+
+    remove_computations: bool = True
+
+    name: ClassVar[str] = "dce"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        cache: dict[int, bool] = {}
+        for comp in reachable_computations(module):
+            changed |= dce_computation(comp, cache)
+        if self.remove_computations:
+            changed |= remove_unreachable_computations(module)
+        return changed

@@ -1,0 +1,73 @@
+"""`call-inliner`: replace every `call` by the body of the computation it calls (XLA's
+CallInliner), then delete computations nothing calls any more.
+
+    caller:  x = call(a, b), to_apply=f          caller:  x' = add(a, b)
+    f:       p0, p1 -> ROOT add(p0, p1)    ==>   (f deleted when no other caller remains)
+
+JAX wraps every `jax.jit`-inside-jit, `closed_call`, PRNG helper and `custom_jvp` in a call, so
+this pass runs first. Conditions:
+
+* computations are processed callees first, so an inlined body never contains calls;
+* the callee's parameters map to the call's operands; its root's clone takes the call's uses;
+* instructions of the callee the root does not reach are inlined too (they may have side
+  effects; DCE removes them otherwise);
+* calls inside fusion computations are left alone;
+* a callee is deleted only when no instruction anywhere still names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.registry import register
+from hlofuse.passes.utils import callers, clone_body_into, delete
+
+
+def inline_call(comp: Computation, call: Instruction) -> Instruction:
+    """Inline one `call` instruction of `comp`; returns the clone of the callee's root."""
+    callee: Computation = call.attrs["to_apply"]
+    mapping: dict[Instruction, Instruction] = {
+        callee.parameter(i): op for i, op in enumerate(call.operands)
+    }
+    new_root = clone_body_into(comp, callee, mapping, before=call)
+    call.replace_all_uses_with(new_root)
+    for succ in list(call.users):  # control successors of the call wait for the body now
+        if call in succ.control_predecessors:
+            succ.control_predecessors = [new_root if p is call else p
+                                         for p in succ.control_predecessors]
+            if succ not in new_root.users:
+                new_root.users.append(succ)
+            call.users.remove(succ)
+    delete(comp, call)
+    return new_root
+
+
+@register("call-inliner", "inline")
+@dataclass(frozen=True)
+class CallInliner:
+    """Inline every `call`; delete the computations that become uncalled."""
+
+    name: ClassVar[str] = "call-inliner"
+
+    def run(self, module: Module) -> bool:
+        callees: list[Computation] = []
+        for comp in module.computations_post_order():
+            if comp.is_fusion_computation:
+                continue
+            for instr in list(comp.instructions):
+                if instr.opcode is Opcode.CALL and instr.parent is comp:
+                    callees.append(instr.attrs["to_apply"])
+                    inline_call(comp, instr)
+        if not callees:
+            return False
+        still_called = callers(module)
+        for callee in dict.fromkeys(callees):
+            if (id(callee) not in still_called and callee is not module.entry
+                    and callee.parent is module):
+                module.remove_computation(callee)
+        return True

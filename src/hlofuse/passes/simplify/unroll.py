@@ -1,0 +1,93 @@
+"""`while-loop-unroller{factor=k}`: unroll loops with a known trip count, as
+`lax.scan(..., unroll=k)` does.
+
+    while(init) body=B, n = 10, k = 4          peel:   s1 = B(init); s2 = B(s1)    (10 % 4)
+                                     ==>       while(s2) body = B;B;B;B            (2 times)
+
+* the trip count comes from `while_loops.trip_count` (JAX's induction-variable pattern);
+  loops without one are left alone;
+* n % k iterations are peeled in front of the loop (they run first, while the condition is
+  still true), then the body becomes k chained copies of itself; the condition is unchanged
+  because the induction variable now passes it only every k steps, at the same values;
+* loops with n <= k are unrolled completely: the while disappears;
+* the condition must be free of side effects (unrolling skips evaluations of it);
+* it unrolls every loop it sees once per run: do not put it inside a fixpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hlofuse.errors import PassError
+from hlofuse.ir.clone import clone_computation
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.registry import register
+from hlofuse.passes.simplify.while_loops import body_of, condition_of, trip_count
+from hlofuse.passes.utils import (
+    clone_body_into,
+    has_side_effect,
+    reachable_computations,
+    remove_dead,
+)
+
+
+def peel(comp: Computation, w: Instruction, times: int) -> Instruction:
+    """Insert `times` copies of the body before `w`, chained from its init; returns the last
+    state (the init itself when `times` is 0)."""
+    body = body_of(w)
+    state = w.operand(0)
+    for _ in range(times):
+        state = clone_body_into(comp, body, {body.parameter(0): state}, before=w)
+    return state
+
+
+def unrolled_body(module: Module, body: Computation, k: int) -> Computation:
+    """A new computation running `body` k times in a row."""
+    new = module.add_computation(clone_computation(body, name=f"{body.name}.unrolled"))
+    for _ in range(k - 1):
+        new.root = clone_body_into(new, body, {body.parameter(0): new.root}, before=None)
+    return new
+
+
+def unroll(module: Module, comp: Computation, w: Instruction, k: int) -> bool:
+    n = trip_count(w)
+    if n is None or k <= 1 or n <= 1:
+        return False
+    if any(has_side_effect(i) for i in condition_of(w).instructions):
+        return False
+    if n <= k:
+        state = peel(comp, w, n)
+        w.replace_all_uses_with(state)
+        remove_dead(comp, w)
+        return True
+    state = peel(comp, w, n % k)
+    if state is not w.operand(0):
+        w.set_operand(0, state)
+    w.attrs["body"] = unrolled_body(module, body_of(w), k)
+    return True
+
+
+@register("while-loop-unroller", "unroll-while")
+@dataclass(frozen=True)
+class WhileLoopUnroller:
+    """Unroll each loop with a known trip count `factor` times."""
+
+    factor: int = 4
+
+    name: ClassVar[str] = "while-loop-unroller"
+
+    def __post_init__(self) -> None:
+        if self.factor < 1:
+            raise PassError(f"while-loop-unroller factor must be at least 1, got {self.factor}")
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in reachable_computations(module):
+            for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
+                if w.parent is comp:
+                    changed |= unroll(module, comp, w, self.factor)
+        return changed

@@ -1,0 +1,251 @@
+"""Rewriting helpers shared by passes: replacing and deleting instructions safely, cloning a
+computation's body into another computation, call-graph queries, and constant inspection.
+
+Conditions every helper keeps:
+
+* an instruction with a side effect (directly, or through a computation it calls) is never
+  deleted, and neither is a parameter;
+* new instructions are inserted before the instruction they replace, so a computation whose
+  instruction list is in definition-before-use order stays in that order;
+* replacements inherit the replaced instruction's metadata when they have none, so source
+  locations survive rewriting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from hlofuse.ir.clone import clone_instruction
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, Shape
+
+
+def has_side_effect(instr: Instruction, _cache: dict[int, bool] | None = None) -> bool:
+    """Side effect of `instr` itself or of any computation it calls (recursively)."""
+    if instr.has_side_effect:
+        return True
+    called = instr.called_computations()
+    if not called:
+        return False
+    cache = _cache if _cache is not None else {}
+    for comp in called:
+        key = id(comp)
+        if key not in cache:
+            cache[key] = False  # recursion guard
+            cache[key] = any(has_side_effect(i, cache) for i in comp.instructions)
+        if cache[key]:
+            return True
+    return False
+
+
+def is_removable(instr: Instruction) -> bool:
+    return instr.opcode is not Opcode.PARAMETER and not has_side_effect(instr)
+
+
+def delete(comp: Computation, instr: Instruction) -> None:
+    """Remove an unused instruction, dropping control edges it takes part in."""
+    for pred in instr.control_predecessors:
+        if instr in pred.users and instr not in pred.operands:
+            pred.users.remove(instr)
+    for user in list(instr.users):
+        if instr in user.control_predecessors and instr not in user.operands:
+            user.control_predecessors = [p for p in user.control_predecessors if p is not instr]
+            instr.users.remove(user)
+    comp.remove(instr)
+
+
+def remove_dead(comp: Computation, instr: Instruction) -> None:
+    """Delete `instr` if unused, then operands that become unused, transitively."""
+    stack = [instr]
+    while stack:
+        cur = stack.pop()
+        if cur.users or cur.parent is not comp or cur is comp.root or not is_removable(cur):
+            continue
+        operands = list(dict.fromkeys(cur.operands))
+        delete(comp, cur)
+        stack.extend(operands)
+
+
+def replace(comp: Computation, old: Instruction, new: Instruction) -> None:
+    """Make `new` (adding it before `old` if it is detached) take every use of `old`, then
+    delete `old` and whatever only it used."""
+    if new.parent is None:
+        if not new.metadata and old.metadata:
+            new.metadata = old.metadata
+        comp.add(new, before=old)
+    old.replace_all_uses_with(new)
+    remove_dead(comp, old)
+
+
+def add_before(comp: Computation, new: Instruction, anchor: Instruction,
+               like: Instruction | None = None) -> Instruction:
+    """Insert a detached `new` before `anchor`, taking `like`'s metadata."""
+    if like is not None and not new.metadata:
+        new.metadata = like.metadata
+    return comp.add(new, before=anchor)
+
+
+def clone_body_into(
+    dest: Computation,
+    src: Computation,
+    mapping: dict[Instruction, Instruction],
+    before: Instruction | None,
+) -> Instruction:
+    """Clone every instruction of `src` not already in `mapping` (its parameters must be
+    mapped) into `dest` before `before`; returns the clone of `src`'s root.
+
+    Instructions the root does not reach are cloned too (they may have side effects); dead
+    clones are left for DCE.
+    """
+    for instr in src.post_order():
+        if instr in mapping:
+            continue
+        if instr.opcode is Opcode.PARAMETER:
+            raise ValueError(f"parameter {instr.name} of {src.name} is not mapped")
+        clone = clone_instruction(instr, [mapping[o] for o in instr.operands])
+        dest.add(clone, before=before)
+        clone.control_predecessors = [mapping[p] for p in instr.control_predecessors]
+        for p in clone.control_predecessors:
+            if clone not in p.users:
+                p.users.append(clone)
+        mapping[instr] = clone
+    return mapping[src.root]
+
+
+def clone_computation_into_module(module: Module, comp: Computation, name: str) -> Computation:
+    """An independent copy of `comp` added to `module` under a unique name."""
+    from hlofuse.ir.clone import clone_computation
+
+    new = clone_computation(comp, name=name)
+    return module.add_computation(new)
+
+
+def callers(module: Module, reachable_only: bool = False) -> dict[int, list[Instruction]]:
+    """id(computation) -> instructions that call it (in any computation, or only in those the
+    entry reaches)."""
+    out: dict[int, list[Instruction]] = {}
+    comps = reachable_computations(module) if reachable_only else module.computations
+    for comp in comps:
+        for instr in comp.instructions:
+            for callee in instr.called_computations():
+                out.setdefault(id(callee), []).append(instr)
+    return out
+
+
+def reachable_computations(module: Module) -> list[Computation]:
+    """Computations reachable from the entry through called computations, callees first."""
+    seen: set[int] = set()
+    order: list[Computation] = []
+
+    def visit(c: Computation) -> None:
+        stack: list[tuple[Computation, bool]] = [(c, False)]
+        while stack:
+            cur, expanded = stack.pop()
+            if expanded:
+                order.append(cur)
+                continue
+            if id(cur) in seen:
+                continue
+            seen.add(id(cur))
+            stack.append((cur, True))
+            for instr in cur.instructions:
+                for callee in instr.called_computations():
+                    if id(callee) not in seen:
+                        stack.append((callee, False))
+
+    visit(module.entry)
+    return order
+
+
+def remove_unreachable_computations(module: Module) -> bool:
+    """Drop computations the entry cannot reach. Returns whether any were dropped."""
+    live = {id(c) for c in reachable_computations(module)}
+    dead = [c for c in module.computations if id(c) not in live]
+    for c in dead:
+        module.remove_computation(c)
+    return bool(dead)
+
+
+# ----- constants ----------------------------------------------------------------------------
+
+
+def uniform_value(instr: Instruction) -> np.generic | None:
+    """The single value every element of `instr` has, when `instr` is a constant (or a
+    broadcast/reshape of one) whose elements are all bitwise equal; else None."""
+    while instr.opcode in (Opcode.BROADCAST, Opcode.RESHAPE, Opcode.BITCAST):
+        if instr.opcode is Opcode.BITCAST and not _same_dtype(instr.shape,
+                                                               instr.operand(0).shape):
+            return None
+        instr = instr.operand(0)
+    if instr.opcode is not Opcode.CONSTANT or not isinstance(instr.literal, np.ndarray):
+        return None
+    arr = instr.literal
+    if arr.size == 0:
+        return None
+    flat = arr.reshape(-1)
+    first = flat[0]
+    if arr.size > 1:
+        raw = flat.view(np.uint8).reshape(arr.size, -1)
+        if not (raw == raw[0]).all():
+            return None
+    value: np.generic = first
+    return value
+
+
+def _same_dtype(a: Shape, b: Shape) -> bool:
+    return isinstance(a, ArrayShape) and isinstance(b, ArrayShape) and a.dtype == b.dtype
+
+
+def is_uniform(instr: Instruction, value: float | bool, *, negative_zero: bool | None = None
+               ) -> bool:
+    """Is every element of `instr` equal to `value`? For zero, `negative_zero` picks the sign
+    (None accepts both)."""
+    v = uniform_value(instr)
+    if v is None:
+        return False
+    if isinstance(value, bool):
+        return bool(v) is value
+    try:
+        if float(v) != float(value):
+            return False
+    except (TypeError, ValueError):
+        return False
+    if value == 0 and negative_zero is not None and np.issubdtype(np.asarray(v).dtype,
+                                                                  np.floating):
+        return bool(np.signbit(np.asarray(v).astype(np.float64))) is negative_zero
+    return True
+
+
+def scalar_int(instr: Instruction) -> int | None:
+    """The integer value of a scalar (or one-element) integral constant."""
+    if instr.opcode is not Opcode.CONSTANT or not isinstance(instr.literal, np.ndarray):
+        return None
+    arr = instr.literal
+    if arr.size != 1 or arr.dtype.kind not in "iu":
+        return None
+    return int(arr.reshape(-1)[0])
+
+
+def layouts_match(a: Shape, b: Shape) -> bool:
+    """Equal shapes, where a missing layout counts as the default one."""
+    if isinstance(a, ArrayShape) and isinstance(b, ArrayShape):
+        return a.compatible(b) and a.minor_to_major == b.minor_to_major
+    return a == b or (a.without_layout() == b.without_layout() and _tuple_match(a, b))
+
+
+def _tuple_match(a: Shape, b: Shape) -> bool:
+    from hlofuse.ir.shape import TupleShape
+
+    if isinstance(a, TupleShape) and isinstance(b, TupleShape):
+        return all(layouts_match(x, y) for x, y in zip(a.elements, b.elements, strict=True))
+    return a.compatible(b)
+
+
+def in_order(instrs: Iterable[Instruction]) -> list[Instruction]:
+    """De-duplicated, order kept."""
+    return list(dict.fromkeys(instrs))
