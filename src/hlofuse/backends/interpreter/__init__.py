@@ -1,0 +1,126 @@
+"""The reference interpreter: hlofuse's executable specification of HLO, in numpy.
+
+    from hlofuse.backends import interpreter
+    out = interpreter.evaluate(module, [x, y])     # value of the entry root (arrays / tuples)
+    leaves = interpreter.run(module, x, y)         # list of output arrays, tuples flattened
+
+Arguments must match the entry parameters exactly (shape and element type; no implicit
+casts): `check_args` raises `InputError` naming the parameter otherwise. An op or attribute
+the interpreter cannot run raises `InterpreterError` naming the opcode and the instruction.
+`SUPPORTED` is the set of opcodes it interprets (custom-call only for the identity targets
+in `IDENTITY_CUSTOM_CALLS`).
+
+Dispatch is one handler per opcode (`core.HANDLERS`); op groups live in elementwise,
+shaping, reductions, convolution, indexing, sorting and rng.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from hlofuse.backends.interpreter import (  # noqa: F401  (register the handlers)
+    convolution,
+    elementwise,
+    indexing,
+    reductions,
+    rng,
+    shaping,
+    sorting,
+)
+from hlofuse.backends.interpreter.core import HANDLERS, IDENTITY_CUSTOM_CALLS, Interpreter
+from hlofuse.errors import InputError
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.literal import Literal, flatten
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape, format_shape
+
+SUPPORTED: frozenset[Opcode] = frozenset(HANDLERS) - {Opcode.CUSTOM_CALL}
+
+__all__ = [
+    "IDENTITY_CUSTOM_CALLS",
+    "SUPPORTED",
+    "check_args",
+    "evaluate",
+    "evaluate_computation",
+    "run",
+]
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        try:
+            from hlofuse.ir.dtypes import from_numpy
+
+            dt = from_numpy(value.dtype).name
+        except ValueError:
+            dt = f"numpy {value.dtype}"
+        return f"{dt}[{','.join(str(d) for d in value.shape)}]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_describe(v) for v in value) + ")"
+    return f"a Python {type(value).__name__}"
+
+
+def _check_value(value: object, shape: Shape) -> bool:
+    if isinstance(shape, TokenShape):
+        return True
+    if isinstance(shape, TupleShape):
+        return (
+            isinstance(value, tuple)
+            and len(value) == len(shape.elements)
+            and all(_check_value(v, s) for v, s in zip(value, shape.elements, strict=True))
+        )
+    assert isinstance(shape, ArrayShape)
+    return (
+        isinstance(value, np.ndarray)
+        and value.dtype == shape.dtype.np
+        and tuple(value.shape) == shape.dims
+    )
+
+
+def _normalise(value: object) -> object:
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if isinstance(value, tuple | list) and not isinstance(value, np.ndarray):
+        return tuple(_normalise(v) for v in value) if isinstance(value, tuple) else value
+    return value
+
+
+def check_args(module: Module, args: Sequence[Literal]) -> list[Literal]:
+    """Check `args` against the entry computation's parameters; returns them (numpy scalars
+    become 0-d arrays). Raises InputError naming the first mismatching parameter."""
+    params = module.entry.parameters
+    if len(args) != len(params):
+        listing = ", ".join(f"{p.name}: {format_shape(p.shape, False)}" for p in params)
+        raise InputError(
+            f"{module.name} takes {len(params)} argument(s) ({listing}), got {len(args)}"
+        )
+    out: list[Literal] = []
+    for i, (p, a) in enumerate(zip(params, args, strict=True)):
+        a = _normalise(a)
+        if not _check_value(a, p.shape):
+            raise InputError(
+                f"parameter {i} ({p.name}): expected {format_shape(p.shape, False)}, "
+                f"got {_describe(a)}"
+            )
+        out.append(a)  # type: ignore[arg-type]
+    return out
+
+
+def evaluate_computation(comp: Computation, args: Sequence[Literal]) -> Literal:
+    """The value of `comp`'s root with `args` bound to its parameters (not checked)."""
+    with np.errstate(all="ignore"):
+        return Interpreter().call(comp, list(args))
+
+
+def evaluate(module: Module, args: Sequence[Literal]) -> Literal:
+    """The value of the entry computation's root: an array, or a tuple of values."""
+    checked = check_args(module, args)
+    return evaluate_computation(module.entry, checked)
+
+
+def run(module: Module, *args: Literal) -> list[np.ndarray]:
+    """Evaluate and flatten the result: the leaves of nested tuples, depth-first."""
+    return flatten(evaluate(module, args))

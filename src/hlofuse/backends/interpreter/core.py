@@ -1,0 +1,322 @@
+"""The interpreter's evaluation loop: the opcode dispatch table, computations, control flow.
+
+`HANDLERS` maps each supported `Opcode` to one handler `(interp, instr, operand_values) ->
+value`. The op-group modules (elementwise, shaping, reductions, ...) register their handlers here
+with `@handles(...)`; this module registers the structural and control-flow ops itself
+(parameter, constant, tuple, get-tuple-element, call, fusion, while, conditional, ...).
+
+Values are literals: numpy arrays of the HLO element type (`DType.np`) and Python tuples for
+tuple shapes. A token is the empty tuple `()`.
+
+Scalar computations (reducers, comparators, combiners, `map` functions) are evaluated
+*vectorised*: when every instruction of the computation is elementwise (or a parameter, a
+scalar constant, a tuple or a get-tuple-element), it is run once on whole numpy arrays instead
+of once per element. `Interpreter.apply_scalar` picks that path and falls back to a per-element
+loop otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from hlofuse.errors import HloError, InterpreterError
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.literal import Literal
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, TupleShape
+
+Handler = Callable[["Interpreter", Instruction, list[Any]], Any]
+
+HANDLERS: dict[Opcode, Handler] = {}
+
+TOKEN: tuple[()] = ()
+
+# Why an opcode without a handler is not interpreted (the default reason is generic).
+NO_RULE: dict[Opcode, str] = {
+    Opcode.RNG: "the stateful rng op has backend-defined values (use rng-bit-generator)",
+    Opcode.RNG_GET_AND_UPDATE_STATE: "stateful rng ops have backend-defined values",
+    Opcode.INFEED: "infeed/outfeed need a host transfer channel",
+    Opcode.OUTFEED: "infeed/outfeed need a host transfer channel",
+    Opcode.ALL_REDUCE: "collectives need more than one device",
+    Opcode.ALL_GATHER: "collectives need more than one device",
+    Opcode.FFT: "complex element types are not supported",
+    Opcode.REAL: "complex element types are not supported",
+    Opcode.IMAG: "complex element types are not supported",
+}
+
+
+def handles(*opcodes: Opcode) -> Callable[[Handler], Handler]:
+    """Register a handler for one or more opcodes (one handler per opcode)."""
+
+    def register(fn: Handler) -> Handler:
+        for op in opcodes:
+            assert op not in HANDLERS, f"two handlers for {op}"
+            HANDLERS[op] = fn
+        return fn
+
+    return register
+
+
+def where(instr: Instruction) -> str:
+    comp = instr.parent.name if instr.parent is not None else "?"
+    return f"instruction {instr.name} in {comp}"
+
+
+def unsupported(instr: Instruction, reason: str) -> InterpreterError:
+    """The error for an op or attribute the interpreter cannot run; names the instruction."""
+    what = instr.opcode.value
+    if instr.opcode is Opcode.CUSTOM_CALL:
+        what += f" '{instr.attrs.get('custom_call_target', '?')}'"
+    return InterpreterError(f"cannot interpret {what} ({where(instr)}): {reason}")
+
+
+def array_shape(instr: Instruction) -> ArrayShape:
+    shape = instr.shape
+    if not isinstance(shape, ArrayShape):
+        raise unsupported(instr, f"expected an array-shaped result, got {shape}")
+    return shape
+
+
+def out_np(instr: Instruction) -> np.dtype:
+    """The numpy dtype of an array-shaped instruction's result."""
+    return array_shape(instr).dtype.np
+
+
+def as_list(value: Literal) -> list[Any]:
+    """A computation result as a list: the elements of a tuple, or the single array."""
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+_SCALAR_SAFE = {
+    Opcode.PARAMETER,
+    Opcode.CONSTANT,
+    Opcode.TUPLE,
+    Opcode.GET_TUPLE_ELEMENT,
+}
+
+
+class Interpreter:
+    """Evaluates computations. One instance caches per-computation facts (post order,
+    vectorisability); it holds no values between calls."""
+
+    def __init__(self) -> None:
+        self._orders: dict[int, list[Instruction]] = {}
+        self._vectorizable: dict[int, bool] = {}
+
+    # ----- computations -------------------------------------------------------------------
+
+    def order(self, comp: Computation) -> list[Instruction]:
+        key = id(comp)
+        order = self._orders.get(key)
+        if order is None:
+            order = comp.post_order()
+            self._orders[key] = order
+        return order
+
+    def call(self, comp: Computation, args: Sequence[Literal]) -> Literal:
+        """Evaluate `comp` with `args` bound to its parameters; the value of its root."""
+        params = comp.parameters
+        if len(params) != len(args):
+            raise InterpreterError(
+                f"computation {comp.name} takes {len(params)} parameters, "
+                f"called with {len(args)}"
+            )
+        env: dict[Instruction, Any] = {}
+        for instr in self.order(comp):
+            if instr.opcode is Opcode.PARAMETER:
+                env[instr] = args[instr.parameter_number or 0]
+                continue
+            fn = HANDLERS.get(instr.opcode)
+            if fn is None:
+                reason = NO_RULE.get(instr.opcode, "the interpreter has no rule for this opcode")
+                raise unsupported(instr, reason)
+            operands = [env[o] for o in instr.operands]
+            try:
+                env[instr] = fn(self, instr, operands)
+            except HloError:
+                raise
+            except Exception as exc:  # a bug or an unexpected input: name the instruction
+                raise InterpreterError(
+                    f"interpreting {instr.opcode.value} ({where(instr)}) failed: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+        return env[comp.root]
+
+    # ----- scalar computations applied to arrays ------------------------------------------
+
+    def is_vectorizable(self, comp: Computation) -> bool:
+        """Can `comp` (a scalar computation) run on whole arrays, elementwise?"""
+        key = id(comp)
+        ok = self._vectorizable.get(key)
+        if ok is None:
+            ok = all(self._instr_vectorizable(i) for i in comp.instructions)
+            self._vectorizable[key] = ok
+        return ok
+
+    def _instr_vectorizable(self, instr: Instruction) -> bool:
+        if instr.opcode is Opcode.CONSTANT:
+            return isinstance(instr.shape, ArrayShape) and instr.shape.rank == 0
+        if instr.opcode in _SCALAR_SAFE:
+            return True
+        if instr.opcode in (Opcode.CALL,):
+            return all(self.is_vectorizable(c) for c in instr.called_computations())
+        if instr.opcode is Opcode.BROADCAST:  # scalar -> scalar broadcast is an identity
+            shape = instr.shape
+            return isinstance(shape, ArrayShape) and shape.rank == 0
+        if instr.opcode is Opcode.RESHAPE:
+            shape = instr.shape
+            return isinstance(shape, ArrayShape) and shape.rank == 0
+        return instr.is_elementwise
+
+    def apply_scalar(self, comp: Computation, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Apply the scalar computation `comp` elementwise over same-shaped (or broadcastable)
+        arrays; returns its outputs (one array per tuple element of its result)."""
+        arrays = np.broadcast_arrays(*[np.asarray(a) for a in args])
+        shape = arrays[0].shape if arrays else ()
+        if self.is_vectorizable(comp):
+            outs = as_list(self.call(comp, [np.ascontiguousarray(a) for a in arrays]))
+            return [np.broadcast_to(np.asarray(o), shape).copy() for o in outs]
+        # Per-element fallback.
+        root_shape = comp.root.shape
+        leaves = root_shape.elements if isinstance(root_shape, TupleShape) else (root_shape,)
+        results = [np.empty(shape, dtype=s.dtype.np) for s in leaves]  # type: ignore[union-attr]
+        for idx in np.ndindex(*shape):
+            vals = as_list(self.call(comp, [np.asarray(a[idx]) for a in arrays]))
+            for r, v in zip(results, vals, strict=True):
+                r[idx] = v
+        return results
+
+
+# ----- structural ops ---------------------------------------------------------------------
+
+
+@handles(Opcode.CONSTANT)
+def _constant(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    value = instr.literal
+    if value is None:
+        raise unsupported(instr, "constant has no literal value")
+    if isinstance(instr.shape, ArrayShape):
+        arr = np.asarray(value, dtype=instr.shape.dtype.np)
+        return arr.reshape(instr.shape.dims)
+    return value
+
+
+@handles(Opcode.TUPLE)
+def _tuple(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    return tuple(ops)
+
+
+@handles(Opcode.GET_TUPLE_ELEMENT)
+def _gte(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    value = ops[0]
+    if not isinstance(value, tuple):
+        raise unsupported(instr, "operand is not a tuple")
+    return value[int(instr.attrs["index"])]
+
+
+@handles(Opcode.COPY)
+def _copy(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    value = ops[0]
+    if isinstance(value, tuple):
+        return value
+    return np.array(value, copy=True)
+
+
+@handles(Opcode.OPTIMIZATION_BARRIER)
+def _identity(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    return ops[0]
+
+
+@handles(Opcode.AFTER_ALL)
+def _after_all(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    return TOKEN
+
+
+@handles(Opcode.ADD_DEPENDENCY)
+def _add_dependency(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    return ops[0]
+
+
+@handles(Opcode.PARTITION_ID, Opcode.REPLICA_ID)
+def _device_id(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    return np.zeros(array_shape(instr).dims, dtype=out_np(instr))
+
+
+# ----- control flow -----------------------------------------------------------------------
+
+
+def _callee(instr: Instruction, key: str) -> Computation:
+    comp = instr.attrs.get(key)
+    if isinstance(comp, tuple):
+        comp = comp[0] if comp else None
+    if comp is None:
+        raise unsupported(instr, f"missing {key}= computation")
+    return comp
+
+
+@handles(Opcode.CALL)
+def _call(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    return interp.call(_callee(instr, "to_apply"), ops)
+
+
+@handles(Opcode.FUSION)
+def _fusion(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    return interp.call(_callee(instr, "calls"), ops)
+
+
+@handles(Opcode.WHILE)
+def _while(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    cond = _callee(instr, "condition")
+    body = _callee(instr, "body")
+    state = ops[0]
+    while bool(np.asarray(interp.call(cond, [state]))):
+        state = interp.call(body, [state])
+    return state
+
+
+@handles(Opcode.CONDITIONAL)
+def _conditional(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    selector = np.asarray(ops[0])
+    branches = instr.attrs.get("branch_computations")
+    if branches:
+        index = int(selector)
+        if not 0 <= index < len(branches):
+            index = len(branches) - 1  # XLA: an out-of-range index runs the last branch
+        return interp.call(branches[index], [ops[1 + index]])
+    if selector.dtype != np.bool_:
+        raise unsupported(instr, "a non-pred selector needs branch_computations")
+    if bool(selector):
+        return interp.call(_callee(instr, "true_computation"), [ops[1]])
+    return interp.call(_callee(instr, "false_computation"), [ops[2]])
+
+
+@handles(Opcode.MAP)
+def _map(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    outs = interp.apply_scalar(_callee(instr, "to_apply"), ops)
+    return outs[0].astype(out_np(instr), copy=False).reshape(array_shape(instr).dims)
+
+
+# Custom-call targets that are identities on one device (sharding annotations, host moves).
+IDENTITY_CUSTOM_CALLS = frozenset(
+    {
+        "Sharding",
+        "SPMDFullToShardShape",
+        "SPMDShardToFullShape",
+        "MoveToHost",
+        "MoveToDevice",
+        "annotate_device_placement",
+    }
+)
+
+
+@handles(Opcode.CUSTOM_CALL)
+def _custom_call(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    target = str(instr.attrs.get("custom_call_target", ""))
+    if target in IDENTITY_CUSTOM_CALLS and len(ops) == 1:
+        return ops[0]
+    raise unsupported(instr, "custom calls are opaque")
+

@@ -1,0 +1,491 @@
+"""Elementwise ops with XLA's semantics (not numpy's where they differ).
+
+* f16 and bf16 arithmetic is computed in f32 and rounded back (round-to-nearest-even), as
+  XLA's CPU backend does.
+* Integer add/subtract/multiply/negate/abs wrap around; `x / 0` is -1 (signed) or all ones
+  (unsigned); `INT_MIN / -1` is `INT_MIN`; `x % 0` is `x`; `INT_MIN % -1` is 0; division
+  truncates toward zero; float remainder is C `fmod`.
+* Shifts by at least the bit width (the amount read as unsigned) give 0, or the sign fill for
+  shift-right-arithmetic.
+* Integer power: a negative exponent gives 0, except base 1 gives 1 (XLA's EmitIntegerPow).
+* convert float -> int: nan -> 0, out-of-range values saturate; x -> pred is `x != 0`.
+* compare with `type=TOTALORDER` orders floats -nan < -inf < ... < -0 < +0 < ... < inf < nan.
+* sign(-0) = -0, sign(nan) = nan; round-nearest-afz rounds halves away from zero.
+* bitcast-convert between widths adds or removes a minor dimension (little-endian order).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from hlofuse.backends.interpreter.core import Interpreter, handles, out_np, unsupported
+from hlofuse.ir.dtypes import DType, from_numpy
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape
+
+_NARROW_FLOATS = ("f16", "bf16")
+
+
+def dtype_of(x: np.ndarray) -> DType:
+    return from_numpy(x.dtype)
+
+
+def _result_dtype(instr: Instruction) -> DType:
+    shape = instr.shape
+    if not isinstance(shape, ArrayShape):
+        raise unsupported(instr, f"expected an array-shaped result, got {shape}")
+    return shape.dtype
+
+
+def float_op(fn: Callable[..., Any], out: DType, *xs: np.ndarray) -> np.ndarray:
+    """Apply a float function; f16/bf16 operands are computed in f32 and rounded back."""
+    if out.name in _NARROW_FLOATS or any(dtype_of(x).name in _NARROW_FLOATS for x in xs):
+        xs = tuple(np.asarray(x).astype(np.float32) for x in xs)
+    return np.asarray(fn(*xs)).astype(out.np, copy=False)
+
+
+# ----- unary ------------------------------------------------------------------------------
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    x64 = np.asarray(x, dtype=np.float64)
+    return np.frompyfunc(math.erf, 1, 1)(x64).astype(np.float64)
+
+
+def _logistic(x: np.ndarray) -> np.ndarray:
+    # Stable for large |x|: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) otherwise.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _round_afz(x: np.ndarray) -> np.ndarray:
+    t = np.trunc(x)
+    frac = x - t  # exact in floating point
+    return np.where(np.abs(frac) >= 0.5, t + np.copysign(np.ones_like(x), x), t)
+
+
+def _float_sign(x: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(x) | (x == 0), x, np.copysign(np.ones_like(x), x))
+
+
+_FLOAT_UNARY: dict[Opcode, Callable[[np.ndarray], np.ndarray]] = {
+    Opcode.CBRT: np.cbrt,
+    Opcode.CEIL: np.ceil,
+    Opcode.COS: np.cos,
+    Opcode.ERF: _erf,
+    Opcode.EXP: np.exp,
+    Opcode.EXPM1: np.expm1,
+    Opcode.FLOOR: np.floor,
+    Opcode.LOG: np.log,
+    Opcode.LOG1P: np.log1p,
+    Opcode.LOGISTIC: _logistic,
+    Opcode.ROUND_AFZ: _round_afz,
+    Opcode.ROUND_EVEN: np.rint,
+    Opcode.RSQRT: lambda x: 1 / np.sqrt(x),
+    Opcode.SIN: np.sin,
+    Opcode.SQRT: np.sqrt,
+    Opcode.TAN: np.tan,
+    Opcode.TANH: np.tanh,
+}
+
+
+@handles(*_FLOAT_UNARY)
+def _float_unary(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    out = _result_dtype(instr)
+    if not out.is_float:
+        raise unsupported(instr, f"{instr.opcode.value} needs a floating-point type, got {out}")
+    return float_op(_FLOAT_UNARY[instr.opcode], out, ops[0])
+
+
+@handles(Opcode.ABS)
+def _abs(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    out = _result_dtype(instr)
+    x = ops[0]
+    if out.is_float:
+        return float_op(np.abs, out, x)
+    if out.kind == "unsigned" or out.is_pred:
+        return np.array(x, copy=True)
+    return np.abs(x).astype(out.np)  # abs(INT_MIN) wraps to INT_MIN
+
+
+@handles(Opcode.NEGATE)
+def _negate(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    out = _result_dtype(instr)
+    if out.is_float:
+        return float_op(np.negative, out, ops[0])
+    return np.negative(ops[0]).astype(out.np)
+
+
+@handles(Opcode.SIGN)
+def _sign(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    out = _result_dtype(instr)
+    x = ops[0]
+    if out.is_float:
+        return float_op(_float_sign, out, x)
+    if out.kind == "unsigned" or out.is_pred:
+        return (x != 0).astype(out.np)
+    return np.sign(x).astype(out.np)
+
+
+@handles(Opcode.NOT)
+def _not(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    x = ops[0]
+    if x.dtype == np.bool_:
+        return np.logical_not(x)
+    return np.invert(x)
+
+
+@handles(Opcode.IS_FINITE)
+def _is_finite(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    return np.asarray(np.isfinite(np.asarray(ops[0]).astype(np.float64)))
+
+
+def _unsigned(x: np.ndarray) -> np.ndarray:
+    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
+
+
+@handles(Opcode.POPCNT)
+def _popcnt(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    x = np.asarray(ops[0])
+    return np.bitwise_count(_unsigned(x)).astype(out_np(instr))
+
+
+@handles(Opcode.CLZ)
+def _clz(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    x = np.asarray(ops[0])
+    bits = x.dtype.itemsize * 8
+    v = _unsigned(x).astype(np.uint64)
+    length = np.zeros(v.shape, dtype=np.int64)
+    for s in (32, 16, 8, 4, 2, 1):
+        high = (v >> np.uint64(s)) != 0
+        length += np.where(high, s, 0)
+        v = np.where(high, v >> np.uint64(s), v)
+    length += (v != 0).astype(np.int64)
+    return (bits - length).astype(out_np(instr))
+
+
+@handles(Opcode.REAL)
+def _real(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    return np.asarray(ops[0]).astype(out_np(instr))
+
+
+@handles(Opcode.IMAG)
+def _imag(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    return np.zeros_like(np.asarray(ops[0]), dtype=out_np(instr))
+
+
+# ----- convert, bitcast-convert, reduce-precision -----------------------------------------
+
+
+def convert(x: np.ndarray, to: DType) -> np.ndarray:
+    """XLA's convert: float->int truncates, saturates and maps nan to 0; x->pred is x != 0."""
+    x = np.asarray(x)
+    src = dtype_of(x)
+    if to.is_pred:
+        return np.asarray(x != 0)
+    if src.is_float and to.is_integral:
+        t = np.trunc(x.astype(np.float64))
+        if to.is_signed:
+            lo, hi = -(2.0 ** (to.bits - 1)), 2.0 ** (to.bits - 1)
+        else:
+            lo, hi = 0.0, 2.0**to.bits
+        info = np.iinfo(to.np)
+        big = t >= hi
+        small = t < lo
+        safe = np.where(np.isnan(t) | big | small, 0.0, t)
+        res = safe.astype(to.np)
+        res = np.where(big, np.array(info.max, to.np), res)
+        res = np.where(small, np.array(info.min, to.np), res)
+        return np.asarray(res, dtype=to.np)
+    if src.is_pred:
+        return x.astype(np.uint8).astype(to.np)
+    if {src.name, to.name} == {"bf16", "f16"}:
+        return x.astype(np.float32).astype(to.np)
+    return x.astype(to.np)
+
+
+@handles(Opcode.CONVERT)
+def _convert(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    return convert(ops[0], _result_dtype(instr))
+
+
+@handles(Opcode.BITCAST_CONVERT)
+def _bitcast_convert(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    out = _result_dtype(instr)
+    x = np.ascontiguousarray(ops[0])
+    src_bits = x.dtype.itemsize * 8
+    if out.is_pred or x.dtype == np.bool_:
+        raise unsupported(instr, "bitcast-convert to or from pred is not defined")
+    if src_bits == out.bits:
+        return x.view(out.np).copy()
+    dims = array_dims(instr)
+    return x.reshape(-1).view(out.np).reshape(dims).copy()
+
+
+def array_dims(instr: Instruction) -> tuple[int, ...]:
+    shape = instr.shape
+    assert isinstance(shape, ArrayShape)
+    return shape.dims
+
+
+_FLOAT_LAYOUT = {16: (5, 10), 32: (8, 23), 64: (11, 52)}
+
+
+def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:
+    """XLA's EmitReducePrecisionIR (quiet_nans=false) on the bits of f16/f32/f64 (bf16 via f32)."""
+    dt = dtype_of(x)
+    if dt.name == "bf16":
+        return reduce_precision(x.astype(np.float32), exponent_bits, mantissa_bits).astype(x.dtype)
+    nbits = dt.bits
+    src_exp, src_man = _FLOAT_LAYOUT[nbits]
+    u = np.dtype(f"u{nbits // 8}")
+    one = u.type(1)
+    xi = np.ascontiguousarray(x).view(u).copy()
+    sign_mask = u.type(1 << (nbits - 1))
+    exp_mask = u.type(((1 << src_exp) - 1) << src_man)
+    is_nan = (xi & ~sign_mask) > exp_mask
+    if mantissa_bits < src_man:
+        shift = src_man - mantissa_bits
+        last = u.type(1 << shift)
+        base_bias = u.type((1 << (shift - 1)) - 1)
+        bias = ((xi & last) >> u.type(shift)) + base_bias
+        trunc_mask = ~(last - one)
+        xi = (xi + bias) & trunc_mask
+    if exponent_bits < src_exp:
+        exponent_bias = (1 << (src_exp - 1)) - 1
+        reduced_bias = (1 << (exponent_bits - 1)) - 1
+        max_exp = u.type((exponent_bias + reduced_bias) << src_man)
+        min_exp = u.type((exponent_bias - reduced_bias) << src_man)
+        x_exp = xi & exp_mask
+        signed_zero = xi & sign_mask
+        signed_inf = signed_zero | exp_mask
+        xi = np.where(x_exp > max_exp, signed_inf, xi)
+        xi = np.where(x_exp <= min_exp, signed_zero, xi)
+    result = np.asarray(xi, dtype=u).view(x.dtype)
+    if mantissa_bits > 0:
+        return np.where(is_nan, x, result)
+    return np.where(is_nan, np.array(np.inf, x.dtype), result)
+
+
+@handles(Opcode.REDUCE_PRECISION)
+def _reduce_precision(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    e = instr.attrs.get("exponent_bits")
+    m = instr.attrs.get("mantissa_bits")
+    if e is None or m is None:
+        raise unsupported(instr, "reduce-precision needs exponent_bits and mantissa_bits")
+    if int(e) < 1:
+        raise unsupported(instr, "exponent_bits must be at least 1")
+    return reduce_precision(np.asarray(ops[0]), int(e), int(m))
+
+
+# ----- binary -----------------------------------------------------------------------------
+
+
+def _int_div(a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
+    a, b = np.broadcast_arrays(np.asarray(a, dt.np), np.asarray(b, dt.np))
+    zero = b == 0
+    if dt.is_signed:
+        info = np.iinfo(dt.np)
+        overflow = (a == info.min) & (b == -1)
+        safe_b = np.where(zero | overflow, 1, b).astype(dt.np)
+        q = ((a - np.fmod(a, safe_b)) // safe_b).astype(dt.np)  # exact: truncating division
+        q = np.where(overflow, a, q)
+        return np.where(zero, np.array(-1, dt.np), q).astype(dt.np)
+    safe_b = np.where(zero, 1, b).astype(dt.np)
+    q = a // safe_b
+    return np.where(zero, np.array(np.iinfo(dt.np).max, dt.np), q).astype(dt.np)
+
+
+def _int_rem(a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
+    a, b = np.broadcast_arrays(np.asarray(a, dt.np), np.asarray(b, dt.np))
+    zero = b == 0
+    unsafe = zero
+    if dt.is_signed:
+        unsafe = zero | ((a == np.iinfo(dt.np).min) & (b == -1))
+    safe_b = np.where(unsafe, 1, b).astype(dt.np)
+    r = np.fmod(a, safe_b)  # C remainder: sign of the dividend; INT_MIN % -1 -> % 1 -> 0
+    return np.where(zero, a, r).astype(dt.np)
+
+
+def _int_pow(a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
+    a, b = np.broadcast_arrays(np.asarray(a, dt.np), np.asarray(b, dt.np))
+    acc = np.ones(a.shape, dt.np)
+    base = a.copy()
+    e = b.copy()
+    for _ in range(dt.bits):
+        acc = np.where((e & 1) == 1, acc * base, acc).astype(dt.np)
+        base = (base * base).astype(dt.np)
+        e = e >> 1 if dt.kind == "unsigned" else np.where(e > 0, e >> 1, 0).astype(dt.np)
+    if dt.is_signed:
+        negative = b < 0
+        acc = np.where(negative, np.where(a == 1, 1, 0), acc).astype(dt.np)
+    return acc
+
+
+def _shift(op: Opcode, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
+    a, b = np.broadcast_arrays(np.asarray(a, dt.np), np.asarray(b, dt.np))
+    bits = dt.bits
+    u = np.dtype(f"u{bits // 8}")
+    s = np.dtype(f"i{bits // 8}")
+    amount = np.ascontiguousarray(b).view(u)  # the shift amount is read as unsigned
+    oob = amount >= bits
+    amt = np.where(oob, 0, amount).astype(u)
+    if op is Opcode.SHIFT_LEFT:
+        r = np.where(oob, 0, np.ascontiguousarray(a).view(u) << amt).astype(u)
+    elif op is Opcode.SHIFT_RIGHT_LOGICAL:
+        r = np.where(oob, 0, np.ascontiguousarray(a).view(u) >> amt).astype(u)
+    else:
+        sa = np.ascontiguousarray(a).view(s)
+        r = np.where(oob, sa >> (bits - 1), sa >> amt.astype(s)).astype(s)
+    return np.ascontiguousarray(r).view(dt.np)
+
+
+_FLOAT_BINARY: dict[Opcode, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    Opcode.ADD: np.add,
+    Opcode.SUBTRACT: np.subtract,
+    Opcode.MULTIPLY: np.multiply,
+    Opcode.DIVIDE: np.divide,
+    Opcode.REMAINDER: np.fmod,
+    Opcode.POWER: np.power,
+    Opcode.MAXIMUM: np.maximum,
+    Opcode.MINIMUM: np.minimum,
+    Opcode.ATAN2: np.arctan2,
+}
+
+_INT_WRAPPING: dict[Opcode, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    Opcode.ADD: np.add,
+    Opcode.SUBTRACT: np.subtract,
+    Opcode.MULTIPLY: np.multiply,
+    Opcode.MAXIMUM: np.maximum,
+    Opcode.MINIMUM: np.minimum,
+    Opcode.AND: np.bitwise_and,
+    Opcode.OR: np.bitwise_or,
+    Opcode.XOR: np.bitwise_xor,
+}
+
+_PRED_BINARY: dict[Opcode, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    Opcode.ADD: np.logical_or,
+    Opcode.MAXIMUM: np.logical_or,
+    Opcode.OR: np.logical_or,
+    Opcode.MULTIPLY: np.logical_and,
+    Opcode.MINIMUM: np.logical_and,
+    Opcode.AND: np.logical_and,
+    Opcode.XOR: np.logical_xor,
+}
+
+
+def binary(op: Opcode, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
+    """One binary elementwise op on values of element type `dt`."""
+    if dt.is_float:
+        fn = _FLOAT_BINARY.get(op)
+        if fn is None:
+            raise ValueError(f"{op.value} is not defined for {dt}")
+        return float_op(fn, dt, a, b)
+    if dt.is_pred:
+        fn = _PRED_BINARY.get(op)
+        if fn is None:
+            raise ValueError(f"{op.value} is not defined for pred")
+        return np.asarray(fn(a, b))
+    if op in _INT_WRAPPING:
+        return np.asarray(_INT_WRAPPING[op](np.asarray(a, dt.np), np.asarray(b, dt.np)), dt.np)
+    if op is Opcode.DIVIDE:
+        return _int_div(a, b, dt)
+    if op is Opcode.REMAINDER:
+        return _int_rem(a, b, dt)
+    if op is Opcode.POWER:
+        return _int_pow(a, b, dt)
+    if op in (Opcode.SHIFT_LEFT, Opcode.SHIFT_RIGHT_LOGICAL, Opcode.SHIFT_RIGHT_ARITHMETIC):
+        return _shift(op, a, b, dt)
+    raise ValueError(f"{op.value} is not defined for {dt}")
+
+
+_BINARY_OPS = (
+    Opcode.ADD,
+    Opcode.SUBTRACT,
+    Opcode.MULTIPLY,
+    Opcode.DIVIDE,
+    Opcode.REMAINDER,
+    Opcode.POWER,
+    Opcode.MAXIMUM,
+    Opcode.MINIMUM,
+    Opcode.ATAN2,
+    Opcode.AND,
+    Opcode.OR,
+    Opcode.XOR,
+    Opcode.SHIFT_LEFT,
+    Opcode.SHIFT_RIGHT_LOGICAL,
+    Opcode.SHIFT_RIGHT_ARITHMETIC,
+)
+
+
+@handles(*_BINARY_OPS)
+def _binary(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    dt = _result_dtype(instr)
+    try:
+        return binary(instr.opcode, ops[0], ops[1], dt)
+    except ValueError as exc:
+        raise unsupported(instr, str(exc)) from None
+
+
+# ----- compare, select, clamp -------------------------------------------------------------
+
+
+def total_order_key(x: np.ndarray) -> np.ndarray:
+    """Signed integers that order floats totally: -nan < -inf < ... < -0 < +0 < ... < nan."""
+    x = np.ascontiguousarray(x)
+    it = np.dtype(f"i{x.dtype.itemsize}")
+    i = x.view(it)
+    return np.where(i < 0, i ^ np.array(np.iinfo(it).max, it), i)
+
+
+_DIRECTIONS: dict[str, Callable[[Any, Any], Any]] = {
+    "EQ": np.equal,
+    "NE": np.not_equal,
+    "LT": np.less,
+    "LE": np.less_equal,
+    "GT": np.greater,
+    "GE": np.greater_equal,
+}
+
+
+def compare(a: np.ndarray, b: np.ndarray, direction: str, kind: str | None) -> np.ndarray:
+    a, b = np.asarray(a), np.asarray(b)
+    dt = dtype_of(a)
+    if dt.is_float and kind == "TOTALORDER":
+        a, b = total_order_key(a), total_order_key(b)
+    elif dt.is_float and dt.name in _NARROW_FLOATS:
+        a, b = a.astype(np.float32), b.astype(np.float32)
+    elif dt.is_integral and kind == "UNSIGNED" and dt.is_signed:
+        a, b = _unsigned(np.ascontiguousarray(a)), _unsigned(np.ascontiguousarray(b))
+    elif dt.is_integral and kind == "SIGNED" and not dt.is_signed:
+        s = np.dtype(f"i{a.dtype.itemsize}")
+        a, b = np.ascontiguousarray(a).view(s), np.ascontiguousarray(b).view(s)
+    return np.asarray(_DIRECTIONS[direction](a, b))
+
+
+@handles(Opcode.COMPARE)
+def _compare(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    direction = str(instr.attrs.get("direction", ""))
+    if direction not in _DIRECTIONS:
+        raise unsupported(instr, f"unknown comparison direction {direction!r}")
+    kind = instr.attrs.get("type")
+    return compare(ops[0], ops[1], direction, None if kind is None else str(kind))
+
+
+@handles(Opcode.SELECT)
+def _select(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    return np.asarray(np.where(ops[0], ops[1], ops[2]), dtype=out_np(instr))
+
+
+@handles(Opcode.CLAMP)
+def _clamp(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    lo, x, hi = ops
+    dt = _result_dtype(instr)
+    if dt.is_float:  # max/min propagate nan, like XLA's EmitFloatMax/Min
+        return float_op(lambda lo_, x_, hi_: np.minimum(np.maximum(x_, lo_), hi_), dt, lo, x, hi)
+    return np.asarray(np.minimum(np.maximum(x, lo), hi), dtype=dt.np)

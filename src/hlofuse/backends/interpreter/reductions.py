@@ -1,0 +1,275 @@
+"""Reductions and contractions: reduce, reduce-window, dot.
+
+reduce and reduce-window apply their `to_apply` computation. The common scalar reducers (one
+add/multiply/maximum/minimum/and/or/xor of the two parameters) run as a numpy `ufunc.reduce`;
+any other reducer that is elementwise (argmax-style variadic reducers, for example) is applied
+vectorised in a pairwise tree over the reduced elements (XLA leaves the order unspecified, and
+requires an associative reducer). f16/bf16 sums accumulate in f32 and round once at the end,
+so float results may differ from XLA's in the last bits (within test tolerances).
+
+dot follows dot_general: result dimensions are batch, lhs free, rhs free. Floats are
+contracted in f64 and rounded to the result type; integers in 64 bits, then wrapped to the
+result type (exactly what a wrapping accumulator of the result type gives).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from hlofuse.backends.interpreter.core import (
+    Interpreter,
+    array_shape,
+    as_list,
+    handles,
+    out_np,
+    unsupported,
+)
+from hlofuse.backends.interpreter.shaping import pad_array
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.dtypes import from_numpy
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, TupleShape
+
+_FLOAT_UFUNCS = {
+    Opcode.ADD: np.add,
+    Opcode.MULTIPLY: np.multiply,
+    Opcode.MAXIMUM: np.maximum,
+    Opcode.MINIMUM: np.minimum,
+}
+_INT_UFUNCS = {
+    **_FLOAT_UFUNCS,
+    Opcode.AND: np.bitwise_and,
+    Opcode.OR: np.bitwise_or,
+    Opcode.XOR: np.bitwise_xor,
+}
+_PRED_UFUNCS = {
+    Opcode.ADD: np.logical_or,
+    Opcode.OR: np.logical_or,
+    Opcode.MAXIMUM: np.logical_or,
+    Opcode.MULTIPLY: np.logical_and,
+    Opcode.AND: np.logical_and,
+    Opcode.MINIMUM: np.logical_and,
+    Opcode.XOR: np.logical_xor,
+}
+
+
+def simple_reducer(comp: Computation) -> np.ufunc | None:
+    """The numpy ufunc for a reducer `ROOT r = op(p0, p1)` (either operand order)."""
+    params = comp.parameters
+    root = comp.root
+    if len(params) != 2 or root.operand_count != 2:
+        return None
+    if {id(o) for o in root.operands} != {id(p) for p in params}:
+        return None
+    shape = root.shape
+    if not isinstance(shape, ArrayShape) or shape.rank != 0:
+        return None
+    if any(p.shape != shape and not p.shape.compatible(shape) for p in params):
+        return None
+    dt = shape.dtype
+    table = _PRED_UFUNCS if dt.is_pred else _FLOAT_UFUNCS if dt.is_float else _INT_UFUNCS
+    return table.get(root.opcode)
+
+
+def _accumulator(dtype: np.dtype) -> np.dtype:
+    """Accumulate f16/bf16 in f32."""
+    return np.dtype(np.float32) if from_numpy(dtype).name in ("f16", "bf16") else dtype
+
+
+def _ufunc_reduce(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray, axes: tuple[int, ...]):
+    acc = _accumulator(x.dtype)
+    if any(x.shape[a] == 0 for a in axes):
+        shape = [n for i, n in enumerate(x.shape) if i not in axes]
+        return np.broadcast_to(init, shape).astype(x.dtype)
+    r = ufunc.reduce(x.astype(acc, copy=False), axis=axes, dtype=acc)
+    return np.asarray(ufunc(r, init.astype(acc))).astype(x.dtype)
+
+
+def tree_reduce(
+    interp: Interpreter,
+    comp: Computation,
+    columns: list[np.ndarray],
+    inits: list[np.ndarray],
+) -> list[np.ndarray]:
+    """Reduce (M, K) arrays along axis 1 with a vectorisable reducer, pairwise, then combine
+    with the init values: returns (M,) arrays."""
+    m = columns[0].shape[0]
+    acc = [np.broadcast_to(i, (m,)).copy() for i in inits]
+    k = columns[0].shape[1]
+    if k == 0:
+        return acc
+    cur = columns
+    while k > 1:
+        h = k // 2
+        left = [c[:, 0 : 2 * h : 2] for c in cur]
+        right = [c[:, 1 : 2 * h : 2] for c in cur]
+        comb = interp.apply_scalar(comp, left + right)
+        if k % 2:
+            comb = [np.concatenate([c, r[:, 2 * h :]], axis=1) for c, r in zip(comb, cur)]
+        cur = comb
+        k = h + k % 2
+    return interp.apply_scalar(comp, acc + [c[:, 0] for c in cur])
+
+
+def _sequential_reduce(
+    interp: Interpreter, comp: Computation, columns: list[np.ndarray], inits: list[np.ndarray]
+) -> list[np.ndarray]:
+    m, k = columns[0].shape
+    outs = [np.empty((m,), dtype=c.dtype) for c in columns]
+    for row in range(m):
+        acc = [np.asarray(i) for i in inits]
+        for j in range(k):
+            acc = as_list(interp.call(comp, acc + [np.asarray(c[row, j]) for c in columns]))
+        for o, a in zip(outs, acc, strict=True):
+            o[row] = a
+    return outs
+
+
+def _reducer(instr: Instruction) -> Computation:
+    comp = instr.attrs.get("to_apply")
+    if comp is None:
+        raise unsupported(instr, "missing to_apply= reducer")
+    return comp
+
+
+@handles(Opcode.REDUCE)
+def _reduce(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
+    n = len(ops) // 2
+    inputs = [np.asarray(o) for o in ops[:n]]
+    inits = [np.asarray(o).reshape(()) for o in ops[n:]]
+    axes = tuple(sorted(int(d) for d in instr.dimensions))
+    comp = _reducer(instr)
+    if n == 1:
+        ufunc = simple_reducer(comp)
+        if ufunc is not None:
+            return _ufunc_reduce(ufunc, inputs[0], inits[0], axes)
+    x0 = inputs[0]
+    keep = [d for d in range(x0.ndim) if d not in axes]
+    out_dims = [x0.shape[d] for d in keep]
+    m = math.prod(out_dims)
+    k = math.prod(x0.shape[d] for d in axes)
+    columns = [np.transpose(x, keep + list(axes)).reshape(m, k) for x in inputs]
+    if interp.is_vectorizable(comp):
+        outs = tree_reduce(interp, comp, columns, inits)
+    else:
+        outs = _sequential_reduce(interp, comp, columns, inits)
+    results = [o.reshape(out_dims).astype(x.dtype, copy=False) for o, x in zip(outs, inputs)]
+    return tuple(results) if isinstance(instr.shape, TupleShape) else results[0]
+
+
+# ----- reduce-window ----------------------------------------------------------------------
+
+
+def windowed_views(
+    padded: np.ndarray, sizes: Sequence[int], strides: Sequence[int],
+    dilations: Sequence[int], out_dims: Sequence[int],
+) -> Any:
+    """Yield, for each window position, the strided view of `padded` it reads."""
+    for pos in itertools.product(*[range(s) for s in sizes]):
+        index = tuple(
+            slice(p * dl, p * dl + st * (o - 1) + 1, st) if o > 0 else slice(0, 0)
+            for p, dl, st, o in zip(pos, dilations, strides, out_dims, strict=True)
+        )
+        yield padded[index]
+
+
+@handles(Opcode.REDUCE_WINDOW)
+def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
+    n = len(ops) // 2
+    inputs = [np.asarray(o) for o in ops[:n]]
+    inits = [np.asarray(o).reshape(()) for o in ops[n:]]
+    window = instr.attrs.get("window")
+    rank = inputs[0].ndim
+    if window is None:
+        raise unsupported(instr, "reduce-window needs a window= attribute")
+    if len(window) != rank:
+        raise unsupported(instr, f"window has {len(window)} dimensions, operand rank {rank}")
+    if any(w.reversal for w in window):
+        raise unsupported(instr, "window reversal is not defined for reduce-window")
+    config = [(w.pad_lo, w.pad_hi, w.base_dilation - 1) for w in window]
+    padded = [pad_array(x, i, config) for x, i in zip(inputs, inits, strict=True)]
+    sizes = [w.size for w in window]
+    strides = [w.stride for w in window]
+    dil = [w.window_dilation for w in window]
+    out_dims = [
+        max(0, (p - ((s - 1) * d + 1)) // st + 1) if p >= (s - 1) * d + 1 else 0
+        for p, s, d, st in zip(padded[0].shape, sizes, dil, strides, strict=True)
+    ]
+    comp = _reducer(instr)
+    ufunc = simple_reducer(comp) if n == 1 else None
+    if ufunc is not None:
+        acc_t = _accumulator(inputs[0].dtype)
+        acc = np.broadcast_to(inits[0].astype(acc_t), out_dims).copy()
+        for view in windowed_views(padded[0], sizes, strides, dil, out_dims):
+            acc = ufunc(acc, view.astype(acc_t, copy=False))
+        return acc.astype(inputs[0].dtype)
+    accs = [np.broadcast_to(i, out_dims).copy() for i in inits]
+    views = [list(windowed_views(p, sizes, strides, dil, out_dims)) for p in padded]
+    for j in range(len(views[0])):
+        accs = interp.apply_scalar(comp, accs + [v[j] for v in views])
+    results = [a.reshape(out_dims).astype(x.dtype) for a, x in zip(accs, inputs, strict=True)]
+    return tuple(results) if isinstance(instr.shape, TupleShape) else results[0]
+
+
+# ----- dot --------------------------------------------------------------------------------
+
+
+def contract_dtype(out: np.dtype) -> np.dtype:
+    """The dtype products are computed in for a result of type `out`."""
+    dt = from_numpy(out)
+    if dt.is_float:
+        return np.dtype(np.float64)
+    if dt.is_pred:
+        return np.dtype(np.int64)
+    return np.dtype(np.uint64) if dt.kind == "unsigned" else np.dtype(np.int64)
+
+
+def finish_contraction(value: np.ndarray, out: np.dtype) -> np.ndarray:
+    dt = from_numpy(out)
+    if dt.is_pred:
+        return np.asarray(value != 0)
+    return np.asarray(value).astype(out)
+
+
+@handles(Opcode.DOT)
+def _dot(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    lhs, rhs = np.asarray(ops[0]), np.asarray(ops[1])
+    a = instr.attrs
+    lb = [int(d) for d in a.get("lhs_batch_dims", ())]
+    rb = [int(d) for d in a.get("rhs_batch_dims", ())]
+    lc = [int(d) for d in a.get("lhs_contracting_dims", ())]
+    rc = [int(d) for d in a.get("rhs_contracting_dims", ())]
+    if len(lb) != len(rb) or len(lc) != len(rc):
+        raise unsupported(instr, "batch/contracting dimension lists differ in length")
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    lhs_sub = [""] * lhs.ndim
+    rhs_sub = [""] * rhs.ndim
+    out_sub = []
+    for l_, r_ in zip(lb, rb, strict=True):
+        c = next(letters)
+        lhs_sub[l_] = rhs_sub[r_] = c
+        out_sub.append(c)
+    for l_, r_ in zip(lc, rc, strict=True):
+        c = next(letters)
+        lhs_sub[l_] = rhs_sub[r_] = c
+    for i in range(lhs.ndim):
+        if not lhs_sub[i]:
+            lhs_sub[i] = next(letters)
+            out_sub.append(lhs_sub[i])
+    for i in range(rhs.ndim):
+        if not rhs_sub[i]:
+            rhs_sub[i] = next(letters)
+            out_sub.append(rhs_sub[i])
+    out = out_np(instr)
+    ct = contract_dtype(out)
+    spec = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out_sub)}"
+    value = np.einsum(spec, lhs.astype(ct), rhs.astype(ct), optimize=True)
+    result = finish_contraction(value, out)
+    return result.reshape(array_shape(instr).dims)
+
