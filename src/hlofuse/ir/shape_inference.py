@@ -73,7 +73,7 @@ Op = Opcode
 REQUIRES_DECLARED = frozenset({
     Op.PARAMETER, Op.CONSTANT, Op.IOTA, Op.CUSTOM_CALL, Op.RNG, Op.RNG_BIT_GENERATOR,
     Op.RNG_GET_AND_UPDATE_STATE, Op.INFEED, Op.ALL_GATHER, Op.FFT, Op.CONVERT, Op.BITCAST_CONVERT,
-    Op.BROADCAST, Op.RESHAPE, Op.BITCAST,
+    Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.SEND, Op.SEND_DONE, Op.RECV, Op.RECV_DONE, Op.SCAN,
 })
 
 # Minimum operand counts of variadic ops (fixed arities come from the opcode table).
@@ -637,6 +637,12 @@ _RULES: dict[Opcode, _Rule] = {
     Op.RNG_GET_AND_UPDATE_STATE: _declared_only(Op.RNG_GET_AND_UPDATE_STATE),
     Op.FFT: _declared_only(Op.FFT),
     Op.ALL_GATHER: _declared_only(Op.ALL_GATHER),
+    # Send/recv shapes changed across XLA versions (old tests declare send as the data shape).
+    Op.SEND: _declared_only(Op.SEND),
+    Op.SEND_DONE: _declared_only(Op.SEND_DONE),
+    Op.RECV: _declared_only(Op.RECV),
+    Op.RECV_DONE: _declared_only(Op.RECV_DONE),
+    Op.SCAN: _declared_only(Op.SCAN),
     Op.TUPLE: _tuple,
     Op.GET_TUPLE_ELEMENT: _gte,
     Op.AFTER_ALL: _after_all,

@@ -17,10 +17,11 @@ Instructions (also available alone as `verify_instruction`): declared shapes are
 (non-negative dimensions, layouts that are permutations); the declared shape agrees with
 `infer_shape` (ignoring layout; tuples and multi-output fusions compared element by element),
 which also checks operand counts, operand types, attributes and called-computation signatures
-(see `shape_inference`); called computations exist in this module, are not the caller's own
-computation, and a fused computation is called only by the fusion whose `fusion_instruction`
-back-link points at it; constants carry a literal whose numpy shape and dtype match; parameters
-have a parameter number.
+(see `shape_inference`; with `allow_mixed_precision`, the default as in XLA's test harness,
+floating-point element types may differ in precision); called computations exist in this
+module, are not the caller's own computation, and a fused computation is called only by the
+fusion whose `fusion_instruction` back-link points at it; constants carry a literal whose
+numpy shape and dtype match; parameters have a parameter number.
 
 The checks are linear in the module size: a 5000-instruction module verifies in a few tens of
 milliseconds.
@@ -33,7 +34,7 @@ from collections.abc import Set
 import numpy as np
 
 from hlofuse.errors import HloVerifyError
-from hlofuse.ir._shape_util import fmt
+from hlofuse.ir._shape_util import fmt, same_ignoring_fp
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.literal import Literal
@@ -45,9 +46,10 @@ from hlofuse.ir.shape_inference import infer_shape
 __all__ = ["verify", "verify_computation", "verify_instruction"]
 
 
-def verify(module: Module) -> None:
+def verify(module: Module, *, allow_mixed_precision: bool = True) -> None:
     """Check every invariant listed in the module docstring; raise HloVerifyError on the first
-    violation."""
+    violation. `allow_mixed_precision` (XLA's HloTestBase default) lets a declared floating-point
+    element type differ from the inferred one (e.g. `f32[4] copy(f16[4] x)`)."""
     try:
         entry = module.entry
     except ValueError:
@@ -69,11 +71,13 @@ def verify(module: Module) -> None:
         if comp.parent is not module:
             raise HloVerifyError(f"computation {comp.name} does not point back at module "
                                  f"{module.name}", computation=comp.name)
-        verify_computation(comp, instr_names=instr_names, comp_ids=comp_ids)
+        verify_computation(comp, instr_names=instr_names, comp_ids=comp_ids,
+                           allow_mixed_precision=allow_mixed_precision)
 
 
 def verify_computation(comp: Computation, *, instr_names: dict[str, Computation] | None = None,
-                       comp_ids: Set[int] | None = None) -> None:
+                       comp_ids: Set[int] | None = None,
+                       allow_mixed_precision: bool = True) -> None:
     """Structure of one computation (see the module docstring), then each instruction.
 
     `instr_names` collects names across computations (for module-wide uniqueness); `comp_ids`
@@ -83,17 +87,17 @@ def verify_computation(comp: Computation, *, instr_names: dict[str, Computation]
     if comp_ids is None and comp.parent is not None:
         comp_ids = {id(c) for c in comp.parent.computations}
     for instr in comp.instructions:
-        _verify_instruction(instr, comp, comp_ids)
+        _verify_instruction(instr, comp, comp_ids, allow_mixed_precision)
 
 
-def verify_instruction(instr: Instruction) -> None:
+def verify_instruction(instr: Instruction, *, allow_mixed_precision: bool = True) -> None:
     """Check one instruction: its shape against shape inference, its attributes, its called
     computations, its literal or parameter number. Structure is `verify`'s business."""
     comp = instr.parent
     if comp is None:
         raise HloVerifyError("instruction is not in a computation", instruction=instr.name)
     comp_ids = None if comp.parent is None else {id(c) for c in comp.parent.computations}
-    _verify_instruction(instr, comp, comp_ids)
+    _verify_instruction(instr, comp, comp_ids, allow_mixed_precision)
 
 
 # ----- structure --------------------------------------------------------------------------
@@ -198,7 +202,8 @@ def _verify_acyclic(comp: Computation) -> None:
 # ----- instructions -----------------------------------------------------------------------
 
 
-def _verify_instruction(instr: Instruction, comp: Computation, comp_ids: Set[int] | None) -> None:
+def _verify_instruction(instr: Instruction, comp: Computation, comp_ids: Set[int] | None,
+                        allow_mixed_precision: bool) -> None:
     opcode = instr.opcode
     declared = instr.shape
     problem = _shape_problem(declared)
@@ -238,7 +243,8 @@ def _verify_instruction(instr: Instruction, comp: Computation, comp_ids: Set[int
                                declared)
     except HloVerifyError as e:
         raise _err(e.message, instr, comp) from None
-    if not inferred.compatible(declared):
+    if not inferred.compatible(declared) and not (
+            allow_mixed_precision and same_ignoring_fp(inferred, declared)):
         raise _err(f"declared shape {fmt(declared)} does not match the inferred shape "
                    f"{fmt(inferred)} of {opcode}", instr, comp)
 
