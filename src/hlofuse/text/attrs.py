@@ -25,12 +25,17 @@ from hlofuse.ir.attributes import AttrKind, WindowDim
 from hlofuse.ir.dtypes import DTYPES
 from hlofuse.ir.instruction import Metadata
 from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
-from hlofuse.text.lexer import BaseParser
+from hlofuse.text.lexer import BaseParser, decode_string
 
 _PADDING = re.compile(r"-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*")
 _WINDOW = re.compile(r"\{([^{}]*)\}")
 _WINDOW_ITEM = re.compile(r"\s*([A-Za-z_]+)=(\S+)")
 _WINDOW_FIELDS = ("size", "stride", "pad", "lhs_dilate", "rhs_dilate", "rhs_reversal")
+# Fast paths: a whole array shape, and a whole metadata block, in one regex match each.
+_ARRAY_SHAPE = re.compile(r"%?([a-z]+[0-9]*)\[([0-9,]*)\](?:\{([0-9,]*)(:[^{}]*)?\})?(?![\w.\-$])")
+_METADATA = re.compile(
+    r'\{((?:\s*[A-Za-z_]\w*=(?:"(?:[^"\\\n]|\\.)*"|-?\d+(?![\w.])|true|false))*)\s*\}')
+_METADATA_ITEM = re.compile(r'\s*([A-Za-z_]\w*)=(?:"((?:[^"\\\n]|\\.)*)"|(-?\d+)|(true|false))')
 
 
 @dataclass(frozen=True)
@@ -44,10 +49,17 @@ class CompRef:
 class AttrParser(BaseParser):
     """Shapes, attribute values and metadata."""
 
+    def __init__(self, text: str, source_name: str = "<text>") -> None:
+        super().__init__(text, source_name)
+        self._shape_cache: dict[str, ArrayShape] = {}
+
     # ----- shapes -------------------------------------------------------------------------
 
     def parse_optional_shape(self) -> Shape | None:
         """A shape if the next tokens start one: `(` or an element type followed by `[`."""
+        m = self.lexer.match_here(_ARRAY_SHAPE)
+        if m is not None:
+            return self._array_shape_from_match(m)
         tok = self.lexer.peek()
         if tok.kind == "(":
             return self.parse_shape()
@@ -55,8 +67,35 @@ class AttrParser(BaseParser):
             return self.parse_shape()
         return None
 
+    def _array_shape_from_match(self, m: re.Match[str]) -> Shape:
+        text = m.group()
+        shape = self._shape_cache.get(text)
+        if shape is not None:
+            return shape
+        dtype = DTYPES.get(m.group(1))
+        if dtype is None:
+            if m.group(1) == "token" and not m.group(2) and m.group(3) is None:
+                return TokenShape()
+            raise self.error(f"unknown element type '{m.group(1)}' in shape", m.start(1))
+        dims = tuple(int(d) for d in m.group(2).split(",")) if m.group(2) else ()
+        if m.group(2) and "" in m.group(2).split(","):
+            raise self.error("expected a dimension size (a non-negative integer)", m.start(2))
+        layout: tuple[int, ...] | None = None
+        if m.group(3) is not None:
+            layout = tuple(int(d) for d in m.group(3).split(",")) if m.group(3) else ()
+            if sorted(layout) != list(range(len(dims))):
+                raise self.error(
+                    f"layout {{{m.group(3)}}} is not a permutation of the {len(dims)} "
+                    f"dimension(s) of the shape", m.start(3) - 1)
+        shape = ArrayShape(dtype, dims, layout, m.group(4) or "")
+        self._shape_cache[text] = shape
+        return shape
+
     def parse_shape(self) -> Shape:
         lexer = self.lexer
+        m = lexer.match_here(_ARRAY_SHAPE)
+        if m is not None:
+            return self._array_shape_from_match(m)
         tok = lexer.peek()
         if tok.kind == "(":
             lexer.next()
@@ -243,6 +282,18 @@ class AttrParser(BaseParser):
 
     def parse_metadata(self) -> Metadata:
         """`{op_type="add" op_name="jit(f)/add" source_line=3 stack_frame_id=1}`."""
+        m = self.lexer.match_here(_METADATA)
+        if m is not None:
+            items: list[tuple[str, Any]] = []
+            for item in _METADATA_ITEM.finditer(m.group(1)):
+                key, text, num, flag = item.groups()
+                if text is not None:
+                    items.append((key, decode_string(text)))
+                elif num is not None:
+                    items.append((key, int(num)))
+                else:
+                    items.append((key, flag == "true"))
+            return Metadata(tuple(items))
         self.parse_punct("{", "to open metadata")
         fields: list[tuple[str, Any]] = []
         lexer = self.lexer

@@ -28,13 +28,17 @@ from hlofuse.errors import HloParseError
 _SKIP = re.compile(r"(?:\s+|/\*.*?\*/|//[^\n]*)*", re.S)
 _TOKEN = re.compile(
     r"""
+    (?:\s+|/\*.*?\*/|//[^\n]*)*
+    (?:
     (?P<name>%?[A-Za-z_$][\w.\-$]*)
    |(?P<num>-(?:inf|nan)(?![\w.\-])|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.]))
    |(?P<str>"(?:[^"\\\n]|\\.)*")
    |(?P<arrow>->)
    |(?P<punct>[=,(){}\[\]:*])
+   |(?P<eof>\Z)
+    )
     """,
-    re.X,
+    re.X | re.S,
 )
 _ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "?": "?",
@@ -155,26 +159,35 @@ class Lexer:
         return tok
 
     def _lex(self) -> Token:
-        start = self._skip(self.pos)
-        text = self.text
-        if start >= len(text):
-            return Token("eof", "", start, start)
-        m = _TOKEN.match(text, start)
+        m = _TOKEN.match(self.text, self.pos)
         if m is None:
-            if text[start] == '"':
+            start = self._skip(self.pos)  # raises for an unterminated comment
+            if self.text[start] == '"':
                 raise self.error("unterminated string", start)
-            raise self.error(f"unexpected character {text[start]!r}", start)
+            raise self.error(f"unexpected character {self.text[start]!r}", start)
         kind = m.lastgroup
         assert kind is not None
+        start, end = m.span(kind)
         value = m.group(kind)
         if kind == "name":
             if value[0] == "%":
                 value = value[1:]
         elif kind == "str":
             value = decode_string(value[1:-1])
-        elif kind != "num":
+        elif kind != "num" and kind != "eof":
             kind = value
-        return Token(kind, value, start, m.end())
+        return Token(kind, value, start, end)
+
+    def match_here(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
+        """Like `match`, but also valid when a token has been peeked (fast paths for
+        shapes and metadata); consumes the match on success."""
+        tok = self._peeked
+        start = tok.start if tok is not None else self._skip(self.pos)
+        m = pattern.match(self.text, start)
+        if m is not None:
+            self._peeked = None
+            self.pos = m.end()
+        return m
 
     # ----- character-level reading --------------------------------------------------------
 
