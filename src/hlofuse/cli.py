@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hlofuse.errors import HloError
+from hlofuse.errors import HloError, PassError
 from hlofuse.ir.module import Module
 from hlofuse.ir.shape import ArrayShape, format_shape
 
@@ -101,9 +101,14 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
-    from hlofuse.passes.pipelines import run_pipeline
+    from hlofuse.passes.pipelines import PIPELINES, run_pipeline
     from hlofuse.text import print_module
 
+    if args.passes is None and args.pipeline not in PIPELINES:
+        raise PassError(
+            f"unknown pipeline {args.pipeline!r}; valid pipelines: {', '.join(sorted(PIPELINES))}"
+            " (or give a pass list with --passes)"
+        )
     module = _read_module(args.file)
     spec = args.passes if args.passes is not None else args.pipeline
     t0 = time.perf_counter()

@@ -1,0 +1,202 @@
+"""The `hlofuse` command line: every subcommand's happy path and its user errors.
+
+Errors must be one clear line on stderr, a non-zero exit status, and never a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hlofuse.cli import main
+
+ADD = """HloModule add_module
+ENTRY main {
+  p0 = f32[4]{0} parameter(0)
+  p1 = f32[4]{0} parameter(1)
+  ROOT add = f32[4]{0} add(p0, p1)
+}
+"""
+
+TUPLE_OUT = """HloModule two_out
+ENTRY main {
+  p0 = s32[3] parameter(0)
+  n = s32[3] negate(p0)
+  inner = (s32[3], s32[3]) tuple(n, p0)
+  ROOT t = (s32[3], (s32[3], s32[3])) tuple(p0, inner)
+}
+"""
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def add_file(tmp_path: Path) -> Path:
+    p = tmp_path / "add.hlo"
+    p.write_text(ADD)
+    return p
+
+
+def assert_clean_error(code: int, err: str, *needles: str) -> None:
+    assert code != 0
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_parse_prints_canonical_text(capsys: pytest.CaptureFixture[str], add_file: Path) -> None:
+    code, out, _ = run_cli(capsys, "parse", str(add_file))
+    assert code == 0
+    assert "ROOT add = f32[4]{0} add(p0, p1)" in out
+    code, out_long, _ = run_cli(capsys, "parse", "--long", str(add_file))
+    assert code == 0
+    assert "%add = f32[4]{0} add(f32[4]{0} %p0, f32[4]{0} %p1)" in out_long
+
+
+def test_run_with_npz_roundtrip(capsys: pytest.CaptureFixture[str], add_file: Path,
+                                tmp_path: Path) -> None:
+    a = np.arange(4, dtype=np.float32)
+    b = np.full(4, 0.5, dtype=np.float32)
+    np.savez(tmp_path / "in.npz", in_0=a, in_1=b)
+    code, out, _ = run_cli(capsys, "run", str(add_file), "--inputs", str(tmp_path / "in.npz"),
+                           "--output", str(tmp_path / "out.npz"))
+    assert code == 0
+    assert "out_0: float32[4]" in out
+    result = np.load(tmp_path / "out.npz")
+    assert result.files == ["out_0"]
+    np.testing.assert_array_equal(result["out_0"], a + b)
+
+
+def test_run_flattens_nested_tuple_outputs(capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    f = tmp_path / "t.hlo"
+    f.write_text(TUPLE_OUT)
+    x = np.array([1, -2, 3], dtype=np.int32)
+    np.savez(tmp_path / "in.npz", in_0=x)
+    code, _, _ = run_cli(capsys, "run", str(f), "--inputs", str(tmp_path / "in.npz"),
+                         "--output", str(tmp_path / "out.npz"))
+    assert code == 0
+    out = np.load(tmp_path / "out.npz")
+    assert sorted(out.files) == ["out_0", "out_1", "out_2"]
+    np.testing.assert_array_equal(out["out_0"], x)
+    np.testing.assert_array_equal(out["out_1"], -x)
+    np.testing.assert_array_equal(out["out_2"], x)
+
+
+def test_run_random_inputs(capsys: pytest.CaptureFixture[str], add_file: Path) -> None:
+    code, out, _ = run_cli(capsys, "run", str(add_file), "--random-inputs", "3")
+    assert code == 0 and "out_0" in out
+
+
+def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run_cli(capsys, "parse", str(tmp_path / "nope.hlo"))
+    assert_clean_error(code, err, "nope.hlo: no such file")
+
+
+def test_directory_instead_of_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run_cli(capsys, "parse", str(tmp_path))
+    assert_clean_error(code, err, "is a directory")
+
+
+def test_binary_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "bin.hlo"
+    f.write_bytes(b"\xff\xfe\x00\x81")
+    code, _, err = run_cli(capsys, "parse", str(f))
+    assert_clean_error(code, err, "not a text file")
+
+
+def test_parse_error_names_line_and_column(capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    f = tmp_path / "bad.hlo"
+    f.write_text(ADD.replace("add(p0, p1)", "ad(p0, p1)"))
+    code, _, err = run_cli(capsys, "parse", str(f))
+    assert_clean_error(code, err, f"{f}:5:", "unknown opcode 'ad'")
+
+
+def test_verify_error_names_instruction(capsys: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    f = tmp_path / "bad.hlo"
+    f.write_text(ADD.replace("p1 = f32[4]{0}", "p1 = f32[5]{0}"))
+    code, _, err = run_cli(capsys, "parse", str(f))
+    assert_clean_error(code, err, "add")
+
+
+def test_run_without_inputs_lists_parameters(capsys: pytest.CaptureFixture[str],
+                                             add_file: Path) -> None:
+    code, _, err = run_cli(capsys, "run", str(add_file))
+    assert_clean_error(code, err, "takes 2 inputs", "in_0: f32[4]", "--inputs")
+
+
+def test_bad_npz_keys(capsys: pytest.CaptureFixture[str], add_file: Path,
+                      tmp_path: Path) -> None:
+    np.savez(tmp_path / "in.npz", in_0=np.zeros(4, np.float32), x=np.zeros(4, np.float32))
+    code, _, err = run_cli(capsys, "run", str(add_file), "--inputs", str(tmp_path / "in.npz"))
+    assert_clean_error(code, err, "missing in_1", "unexpected x")
+
+
+def test_not_an_npz(capsys: pytest.CaptureFixture[str], add_file: Path, tmp_path: Path) -> None:
+    f = tmp_path / "in.npz"
+    f.write_text("hello")
+    code, _, err = run_cli(capsys, "run", str(add_file), "--inputs", str(f))
+    assert_clean_error(code, err, "in.npz")
+
+
+def test_missing_npz(capsys: pytest.CaptureFixture[str], add_file: Path, tmp_path: Path) -> None:
+    code, _, err = run_cli(capsys, "run", str(add_file), "--inputs", str(tmp_path / "x.npz"))
+    assert_clean_error(code, err, "x.npz: no such file")
+
+
+def test_wrong_input_shape(capsys: pytest.CaptureFixture[str], add_file: Path,
+                           tmp_path: Path) -> None:
+    np.savez(tmp_path / "in.npz", in_0=np.zeros(5, np.float32), in_1=np.zeros(4, np.float32))
+    code, _, err = run_cli(capsys, "run", str(add_file), "--inputs", str(tmp_path / "in.npz"))
+    assert_clean_error(code, err, "parameter 0", "f32[4]")
+
+
+def test_wrong_input_dtype(capsys: pytest.CaptureFixture[str], add_file: Path,
+                           tmp_path: Path) -> None:
+    np.savez(tmp_path / "in.npz", in_0=np.zeros(4, np.int32), in_1=np.zeros(4, np.float32))
+    code, _, err = run_cli(capsys, "run", str(add_file), "--inputs", str(tmp_path / "in.npz"))
+    assert_clean_error(code, err, "parameter 0")
+
+
+def test_unknown_backend(capsys: pytest.CaptureFixture[str], add_file: Path) -> None:
+    code, _, err = run_cli(capsys, "run", str(add_file), "--random-inputs", "0",
+                           "--backend", "tpu")
+    assert_clean_error(code, err, "unknown backend 'tpu'", "interpreter")
+
+
+def test_opt_runs_pipeline_and_dumps(capsys: pytest.CaptureFixture[str], add_file: Path,
+                                     tmp_path: Path) -> None:
+    code, out, _ = run_cli(capsys, "opt", str(add_file), "--dump-dir", str(tmp_path / "d"))
+    assert code == 0 and "HloModule" in out
+    assert any((tmp_path / "d").iterdir())
+
+
+def test_opt_unknown_pass_lists_valid_names(capsys: pytest.CaptureFixture[str],
+                                            add_file: Path) -> None:
+    code, _, err = run_cli(capsys, "opt", str(add_file), "--passes", "dce,no-such-pass")
+    assert_clean_error(code, err, "no-such-pass", "dce", "cse")
+
+
+def test_opt_unknown_pipeline(capsys: pytest.CaptureFixture[str], add_file: Path) -> None:
+    code, _, err = run_cli(capsys, "opt", str(add_file), "--pipeline", "nope")
+    assert_clean_error(code, err, "nope", "simplify")
+
+
+def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["frobnicate"])
+    assert exc.value.code == 2
+
+
+def test_demo_quick(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "demo", "--quick")
+    assert code == 0
+    assert "cartpole_baseline" in out and "identical" in out
