@@ -97,7 +97,7 @@ def evaluate(instr: Instruction) -> np.ndarray | None:
     arr = np.asarray(value)
     if arr.shape != shape.dims:
         return None
-    return np.ascontiguousarray(arr.astype(shape.dtype.np, copy=False))
+    return np.array(arr, dtype=shape.dtype.np, order="C", copy=True)
 
 
 def fold_computation(comp: Computation, max_elements: int, max_expand_elements: int,
