@@ -75,6 +75,24 @@ class FusionConfig:
     horizontal_max_batch: int = 32
     horizontal_max_cuda_param_bytes: int = 4000
 
+    # --- multi-output fusion (multi_output_fusion.cc) ------------------------------------------
+    # IsProfitableOperand: True = every effective-scalar shared operand is unprofitable (what
+    # XLA's tests pin down); False = only effective-scalar constants (the E2 text).
+    mof_skip_scalar_operands: bool = True
+    # Producer-consumer MOF asks the GpuPerformanceModel (spec 7.1); False = always profitable.
+    mof_use_cost_model: bool = True
+
+    # --- GpuPerformanceModel, first version (spec 7.1): the device, RTXA6000 by default -------
+    kernel_launch_overhead_us: float = 1.0
+    dram_bandwidth_gbs: float = 768.0
+    l2_cache_bytes: int = 6 * 1024 * 1024
+    l1_cache_bytes_per_sm: int = 2 * 1024
+    l2_cache_speedup: float = 2.5
+    l1_cache_speedup: float = 8.0
+    sm_count: int = 84
+    fpus_per_sm: int = 128
+    clock_ghz: float = 1.41
+
     # -------------------------------------------------------------------------------------------
     @property
     def is_gpu(self) -> bool:

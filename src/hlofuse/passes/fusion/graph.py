@@ -21,8 +21,8 @@ from hlofuse.ir.instruction import Instruction
 class ReachabilityMap:
     def __init__(self, comp: Computation) -> None:
         self.comp = comp
-        self._index: dict[int, int] = {}
-        self._bits: dict[int, int] = {}
+        self._index: dict[Instruction, int] = {}
+        self._bits: dict[Instruction, int] = {}
         self.rebuild()
 
     def rebuild(self) -> None:
@@ -32,19 +32,19 @@ class ReachabilityMap:
             self._add(instr)
 
     def _add(self, instr: Instruction) -> None:
-        idx = self._index.setdefault(id(instr), len(self._index))
+        idx = self._index.setdefault(instr, len(self._index))
         bits = 1 << idx
         for pred in (*instr.operands, *instr.control_predecessors):
-            bits |= self._bits.get(id(pred), 0)
-        self._bits[id(instr)] = bits
+            bits |= self._bits.get(pred, 0)
+        self._bits[instr] = bits
 
     def __contains__(self, instr: Instruction) -> bool:
-        return id(instr) in self._bits
+        return instr in self._bits
 
     def is_reachable(self, a: Instruction, b: Instruction) -> bool:
         """Is there a path a -> ... -> b (a == b counts)?"""
-        ia = self._index.get(id(a))
-        bb = self._bits.get(id(b))
+        ia = self._index.get(a)
+        bb = self._bits.get(b)
         if ia is None or bb is None:
             return _dfs_reachable(a, b)
         return bool(bb >> ia & 1)
@@ -59,11 +59,11 @@ class ReachabilityMap:
         stack = list(instr.users)
         while stack:
             u = stack.pop()
-            if id(u) not in self._bits:
+            if u not in self._bits:
                 continue
-            old = self._bits[id(u)]
+            old = self._bits[u]
             self._add(u)
-            if self._bits[id(u)] != old:
+            if self._bits[u] != old:
                 stack.extend(u.users)
 
 

@@ -1,0 +1,281 @@
+r"""`instruction-fusion`: XLA's InstructionFusion run loop with the GPU (E2) or generic rules.
+
+Vertical fusion: a producer is cloned into its consumer's fusion so the intermediate never
+reaches memory. Consumers are visited before producers (reverse post order); after each fusion
+the fusion is re-queued at once, so it keeps growing upwards::
+
+    p0   p1                p0   p1
+     \   /                  \   /
+     add          ==>     fusion { add -> exp -> ROOT multiply }
+      |                      |
+     exp                  (one kernel)
+      |
+    multiply
+
+Order of checks for an edge (consumer, operand i), variant "gpu" (spec section 3.2):
+
+ 1. producer is a fusion                       "the producer is a fusion"
+ 2. expensive producer, consumer reuses it     "the producer is expensive, and the consumer
+                                               reuses inputs"
+ 3. transposing producer into a reduction      "fusing the producer would break read coalescing"
+ 4. is_producer_consumer_fusible               loop/input fusibility, constants, in-place
+ 5. creates_heavy_computation                  "the fusion would create a heavy computation"
+ 6. base ShouldFuse                            root, duplication (may_duplicate), in-place
+ 7. fusion_fits_in_budget                      operands+outputs, shared memory, reductions
+ 8. code duplication (consumer is a fusion)    FusionNodeIndexingEvaluation
+
+variant "generic" runs only 6 (XLA's base InstructionFusion, as in instruction_fusion_test.cc).
+Duplication control: with may_duplicate, ComputeGloballyUnfusible marks producers that may not
+be duplicated ("operand can not be duplicated") unless they can be fused on all paths.
+Every decision goes to the module's fusion trace.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.fusion import create_fusion, fuse_instruction, is_fusion, set_kind
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.fusion.gpu_fusible import (
+    choose_fusion_kind,
+    creates_heavy_computation,
+    fusion_fits_in_budget,
+    is_input_fusible_reduction,
+    is_physically_transposing,
+    is_producer_consumer_fusible,
+)
+from hlofuse.passes.fusion.graph import ReachabilityMap
+from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
+from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.predicates import (
+    duplication_does_not_grow_traffic,
+    effectively_at_most_unary,
+    fusion_would_duplicate,
+    is_always_duplicable,
+    is_expensive,
+    is_fusible,
+    reuses_operand_elements,
+    should_fuse_in_place_op,
+)
+from hlofuse.passes.fusion.trace import FusionTrace, trace_of
+from hlofuse.passes.registry import register
+
+# Computations reached through these attributes run as control flow; others (reducers,
+# comparators, map/scatter bodies, custom-call bodies) are embedded and never fused into.
+_CONTROL_FLOW_ATTRS = {
+    Opcode.WHILE: ("body", "condition"),
+    Opcode.CONDITIONAL: ("branch_computations", "true_computation", "false_computation"),
+    Opcode.CALL: ("to_apply",),
+}
+
+
+def fusible_computations(module: Module) -> list[Computation]:
+    """The entry and every computation it runs as control flow, callees first."""
+    reached: set[int] = set()
+    stack = [module.entry]
+    while stack:
+        comp = stack.pop()
+        if id(comp) in reached:
+            continue
+        reached.add(id(comp))
+        for instr in comp.instructions:
+            for attr in _CONTROL_FLOW_ATTRS.get(instr.opcode, ()):
+                value = instr.attrs.get(attr)
+                if value is None:
+                    continue
+                stack.extend(value if isinstance(value, tuple) else (value,))
+    return [c for c in module.computations_post_order()
+            if id(c) in reached and not c.is_fusion_computation]
+
+
+# ----- the rules ---------------------------------------------------------------------------
+
+
+def base_should_fuse(consumer: Instruction, i: int, config: FusionConfig) -> FusionDecision:
+    """InstructionFusion::ShouldFuse: root, duplication, in-place."""
+    producer = consumer.operand(i)
+    if producer.is_root:
+        return FusionDecision.no("not fusing into the output of the root instruction")
+    if fusion_would_duplicate(producer, consumer) and (
+            not config.may_duplicate or is_expensive(producer, config)) \
+            and not is_always_duplicable(producer):
+        if config.may_duplicate:
+            return FusionDecision.no("expensive producer would be duplicated")
+        return FusionDecision.no("fusion pass cannot duplicate", "may_duplicate")
+    return should_fuse_in_place_op(producer, consumer)
+
+
+def gpu_should_fuse(consumer: Instruction, i: int, config: FusionConfig) -> FusionDecision:
+    """GpuInstructionFusion::ShouldFuse (E2), in XLA's order."""
+    producer = consumer.operand(i)
+    if is_fusion(producer):
+        return FusionDecision.no("the producer is a fusion")
+    if is_expensive(producer, config) and reuses_operand_elements(consumer, i):
+        return FusionDecision.no("the producer is expensive, and the consumer reuses inputs")
+    if is_input_fusible_reduction(consumer, config) and is_physically_transposing(producer):
+        return FusionDecision.no("fusing the producer would break read coalescing")
+    decision = is_producer_consumer_fusible(producer, consumer, config)
+    if not decision:
+        return decision
+    if creates_heavy_computation(producer, consumer, config):
+        return FusionDecision.no("the fusion would create a heavy computation",
+                                 "max_inputs_per_output")
+    decision = base_should_fuse(consumer, i, config)
+    if not decision:
+        return decision
+    decision = fusion_fits_in_budget(consumer, producer, config, True)
+    if not decision or not is_fusion(consumer):
+        return decision
+    return FusionNodeIndexingEvaluation(consumer).code_duplication_too_high(producer, config)
+
+
+def should_fuse(consumer: Instruction, i: int, config: FusionConfig) -> FusionDecision:
+    if config.is_gpu:
+        return gpu_should_fuse(consumer, i, config)
+    return base_should_fuse(consumer, i, config)
+
+
+def choose_kind(producer: Instruction, consumer: Instruction, config: FusionConfig) -> str:
+    return choose_fusion_kind(producer, consumer, config) if config.is_gpu else "kLoop"
+
+
+def fuse(producer: Instruction, consumer: Instruction, config: FusionConfig) -> Instruction:
+    """InstructionFusion::Fuse: wrap the consumer if needed, then clone the producer in."""
+    kind = choose_kind(producer, consumer, config)
+    if is_fusion(consumer):
+        fusion = consumer
+        if fusion.fusion_kind != kind:
+            set_kind(fusion, kind)
+    else:
+        fusion = create_fusion(consumer, kind)
+    fuse_instruction(fusion, producer)
+    return fusion
+
+
+# ----- the run loop ------------------------------------------------------------------------
+
+
+class _ComputationRun:
+    def __init__(self, pass_name: str, config: FusionConfig, comp: Computation,
+                 trace: FusionTrace) -> None:
+        self.pass_name = pass_name
+        self.config = config
+        self.comp = comp
+        self.trace = trace
+        self.do_not_duplicate: set[Instruction] = set()
+
+    # ComputeGloballyUnfusible ---------------------------------------------------------------
+    def compute_globally_unfusible(self, post_order: list[Instruction]) -> None:
+        reach = ReachabilityMap(self.comp)
+        cache: dict[tuple[Instruction, Instruction], bool] = {}
+
+        def can_fuse_on_all_paths(producer: Instruction, consumer: Instruction) -> bool:
+            if consumer is producer:
+                return True
+            if not is_fusible(consumer):
+                return False
+            key = (producer, consumer)
+            if key in cache:
+                return cache[key]
+            result = True
+            for i, operand in enumerate(consumer.operands):
+                if not reach.is_reachable(producer, operand):
+                    continue
+                if operand in self.do_not_duplicate or not should_fuse(consumer, i,
+                                                                       self.config):
+                    result = False
+                    break
+                if not can_fuse_on_all_paths(producer, operand):
+                    result = False
+                    break
+            cache[key] = result
+            return result
+
+        for producer in reversed(post_order):
+            if effectively_at_most_unary(producer):
+                continue
+            if duplication_does_not_grow_traffic(producer):
+                continue
+            if is_fusible(producer) and all(can_fuse_on_all_paths(producer, u)
+                                            for u in producer.users):
+                continue
+            self.do_not_duplicate.add(producer)
+
+    # Run -------------------------------------------------------------------------------------
+    def run(self) -> bool:
+        comp = self.comp
+        post_order = comp.post_order()
+        if self.config.may_duplicate:
+            self.compute_globally_unfusible(post_order)
+        queue: list[Instruction | None] = list(post_order)
+        index: dict[Instruction, int] = {instr: k for k, instr in enumerate(post_order)}
+        changed = False
+        while queue:
+            instr = queue.pop()
+            if instr is None:
+                continue
+            index.pop(instr, None)
+            if instr.parent is not comp:
+                continue
+            if not is_fusible(instr) and not is_fusion(instr):
+                continue
+            operand_numbers = [i for i, o in enumerate(instr.operands) if o in index]
+            operand_numbers.sort(key=lambda i: index[instr.operand(i)], reverse=True)
+            for i in operand_numbers:
+                operand = instr.operand(i)
+                if not is_fusible(operand):
+                    continue
+                if operand in self.do_not_duplicate:
+                    decision = FusionDecision.no("operand can not be duplicated",
+                                                 "may_duplicate")
+                else:
+                    decision = should_fuse(instr, i, self.config)
+                if not decision:
+                    if operand.opcode is not Opcode.GET_TUPLE_ELEMENT:
+                        self.trace.record(self.pass_name, instr.name, operand.name, decision,
+                                          comp.name)
+                    continue
+                consumer_name, producer_name = instr.name, operand.name
+                fusion = fuse(operand, instr, self.config)
+                self.trace.record(self.pass_name, consumer_name, producer_name, decision,
+                                  comp.name, fused=True)
+                changed = True
+                index[fusion] = len(queue)
+                queue.append(fusion)
+                if operand.parent is None:  # the producer died
+                    self.do_not_duplicate.discard(operand)
+                    k = index.pop(operand, None)
+                    if k is not None:
+                        queue[k] = None
+                if fusion is not instr:
+                    self.do_not_duplicate.discard(instr)
+                break
+        return changed
+
+
+@register("instruction-fusion")
+@dataclass(frozen=True)
+class InstructionFusion(FusionOptions):  # type: ignore[misc, valid-type]
+    """XLA's (Gpu)InstructionFusion; options are the FusionConfig settings."""
+
+    name: ClassVar[str] = "instruction-fusion"
+
+    def run(self, module: Module) -> bool:
+        config: FusionConfig = self.config()
+        trace = trace_of(module)
+        changed = False
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 20000))
+        try:
+            for comp in fusible_computations(module):
+                changed |= _ComputationRun(self.name, config, comp, trace).run()
+        finally:
+            sys.setrecursionlimit(limit)
+        return changed

@@ -1,0 +1,89 @@
+"""Kernel accounting: how many kernels one execution launches.
+
+    entry: 3 kernels                 fusion, fusion.1, dot
+    while.7 body: 2 per iteration    fusion.4, reduce.2
+
+A kernel is a fusion or an unfused instruction that does work: ops in the op table's
+`NON_KERNEL_OPS` (parameter, constant, tuple, get-tuple-element, bitcast, ...) are not kernels,
+and while/conditional/call are not kernels themselves: the computations they run are counted,
+a while body per iteration, each conditional branch separately, a call inline.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+
+_CONTROL = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
+
+
+@dataclass
+class KernelReport:
+    entry: int = 0
+    # while instruction name -> kernels per iteration of its body (condition included)
+    loops: dict[str, int] = field(default_factory=dict)
+    # conditional instruction name -> kernels per branch
+    branches: dict[str, list[int]] = field(default_factory=dict)
+    # kernel names per computation, for the summary
+    kernels: dict[str, list[str]] = field(default_factory=dict)
+    fusion_kinds: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total_static(self) -> int:
+        return self.entry + sum(self.loops.values()) + sum(sum(b) for b in
+                                                          self.branches.values())
+
+    def summary(self) -> str:
+        lines = [f"entry: {self.entry} kernel(s) per execution"]
+        for name, n in self.loops.items():
+            lines.append(f"while {name}: {n} kernel(s) per iteration")
+        for name, counts in self.branches.items():
+            lines.append(f"conditional {name}: " + ", ".join(str(c) for c in counts)
+                         + " kernel(s) per branch")
+        if self.fusion_kinds:
+            kinds = ", ".join(f"{k}={v}" for k, v in sorted(self.fusion_kinds.items()))
+            lines.append(f"fusions by kind: {kinds}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def is_kernel(instr: Instruction) -> bool:
+    return instr.is_kernel and instr.opcode not in _CONTROL
+
+
+def count_kernels(module: Module) -> KernelReport:
+    report = KernelReport()
+    report.entry = _count(module.entry, report)
+    return report
+
+
+def _count(comp: Computation, report: KernelReport) -> int:
+    """Kernels one execution of `comp` launches outside while loops and conditionals (which
+    are recorded separately in the report); calls are counted inline."""
+    n = 0
+    names: list[str] = []
+    for instr in comp.instructions:
+        if instr.opcode is Opcode.WHILE:
+            body = instr.attrs["body"]
+            cond = instr.attrs["condition"]
+            report.loops[instr.name] = _count(body, report) + _count(cond, report)
+        elif instr.opcode is Opcode.CONDITIONAL:
+            branches = list(instr.attrs.get("branch_computations") or (
+                instr.attrs["true_computation"], instr.attrs["false_computation"]))
+            report.branches[instr.name] = [_count(b, report) for b in branches]
+        elif instr.opcode is Opcode.CALL:
+            n += _count(instr.attrs["to_apply"], report)
+        elif is_kernel(instr):
+            n += 1
+            names.append(instr.name)
+            if instr.opcode is Opcode.FUSION:
+                report.fusion_kinds[instr.fusion_kind] += 1
+    report.kernels[comp.name] = names
+    return n

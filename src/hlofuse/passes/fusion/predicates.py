@@ -1,0 +1,331 @@
+"""Backend-independent fusion predicates (spec section 1.2 - 1.7 and 2.5).
+
+    producer ──▶ consumer            questions asked about one edge
+       │
+       ├─ is_fusible(producer)?                    never: parameter, while/call/conditional,
+       │                                           side effects (rng only with <= 1 user)
+       ├─ is_expensive(producer)?                  base table + GPU override (f32/f16 cheap ops)
+       ├─ reuses_operand_elements(consumer, i)?    OperandElementUse == kReuse
+       ├─ effectively_at_most_unary(producer)?     duplication cannot add a large input
+       ├─ is_always_duplicable(producer)?          broadcast, widening convert
+       └─ should_fuse_in_place_op(producer, consumer)   in-place buffers (DUS, scatter)
+
+Conditions enforced here, each a `FusionDecision` where a reason is meaningful:
+
+* `is_fusible`: XLA's HloInstruction::IsFusible.
+* `is_expensive`: InstructionFusion::IsExpensive; with `config.variant == "gpu"` the
+  GpuInstructionFusion override (divide/sqrt/rsqrt/exp cheap for f32/f16).
+* `operand_element_use`: HloInstruction::OperandElementUse, recursive through fusions.
+* `effectively_at_most_unary`, `is_always_duplicable`, `fusion_would_duplicate`.
+* `should_fuse_in_place_op`: the consumer's in-place buffer must not be read by a fused producer
+  except through the same window ("DUS and slice index mismatch", ...).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+from hlofuse.ir.fusion import is_fusion
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
+from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.decision import FusionDecision
+
+_NEVER_FUSIBLE = frozenset({Opcode.PARAMETER, Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
+_ALWAYS_FUSIBLE = frozenset({Opcode.FUSION, Opcode.MAP, Opcode.REDUCE, Opcode.REDUCE_WINDOW})
+
+
+def is_fusible(instr: Instruction) -> bool:
+    """HloInstruction::IsFusible."""
+    op = instr.opcode
+    if op in _NEVER_FUSIBLE or op.value == "domain":
+        return False
+    if op in _ALWAYS_FUSIBLE:
+        return True
+    if op is Opcode.RNG:
+        return instr.user_count <= 1
+    return not has_side_effect(instr)
+
+
+def has_side_effect(instr: Instruction) -> bool:
+    """Side effect of the instruction or of any computation it calls."""
+    if instr.has_side_effect:
+        return True
+    for comp in instr.called_computations():
+        if any(has_side_effect(i) for i in comp.instructions):
+            return True
+    return False
+
+
+# ----- expensive ops ----------------------------------------------------------------------
+
+
+def element_dtype_name(instr: Instruction) -> str | None:
+    s = instr.shape
+    return s.dtype.name if isinstance(s, ArrayShape) else None
+
+
+def _is_constant_scalar_or_broadcast_of_one(instr: Instruction) -> bool:
+    if instr.opcode is Opcode.BROADCAST:
+        instr = instr.operand(0)
+    return (instr.opcode is Opcode.CONSTANT and isinstance(instr.shape, ArrayShape)
+            and instr.shape.is_effective_scalar)
+
+
+def is_expensive_base(instr: Instruction) -> bool:
+    """InstructionFusion::IsExpensive (the op table, with the divide/remainder exception)."""
+    if instr.opcode in (Opcode.DIVIDE, Opcode.REMAINDER):
+        s = instr.shape
+        integral = isinstance(s, ArrayShape) and s.dtype.is_integral
+        cheap = integral and instr.operand_count > 1 and _is_constant_scalar_or_broadcast_of_one(
+            instr.operand(1))
+        return not cheap
+    return instr.opcode.info.expensive
+
+
+def is_expensive(instr: Instruction, config: FusionConfig) -> bool:
+    """The pass's is_expensive: GPU override for `variant == "gpu"`, else the base table."""
+    if config.is_gpu and instr.opcode in config.gpu_cheap_ops \
+            and element_dtype_name(instr) in config.gpu_cheap_dtypes:
+        return False
+    return is_expensive_base(instr)
+
+
+def is_always_duplicable(instr: Instruction) -> bool:
+    """InstructionFusion::IsAlwaysDuplicable: broadcast, or a widening convert."""
+    if instr.opcode is Opcode.BROADCAST:
+        return True
+    if instr.opcode is Opcode.CONVERT and instr.operand_count == 1:
+        a, b = instr.operand(0).shape, instr.shape
+        if isinstance(a, ArrayShape) and isinstance(b, ArrayShape):
+            return a.nbytes < b.nbytes
+    return False
+
+
+def fusion_would_duplicate(producer: Instruction, consumer: Instruction) -> bool:
+    """The producer has a user other than the consumer."""
+    return not (producer.user_count == 1 and producer.users[0] is consumer)
+
+
+# ----- operand element use ------------------------------------------------------------------
+
+
+class UseKind(IntEnum):
+    """Ordered so that min() picks the "worst" use, as in XLA."""
+
+    NO_USE = 0
+    REUSE = 1
+    USE_PERMUTING = 2
+    USE = 3
+
+
+_PERMUTING = frozenset({Opcode.BITCAST, Opcode.CONCATENATE, Opcode.RESHAPE, Opcode.REVERSE,
+                        Opcode.SLICE, Opcode.TRANSPOSE})
+
+
+def _plus(a: UseKind, b: UseKind) -> UseKind:
+    if a is UseKind.NO_USE:
+        return b
+    if b is UseKind.NO_USE:
+        return a
+    if UseKind.REUSE in (a, b) or UseKind.USE_PERMUTING in (a, b):
+        return UseKind.REUSE
+    return UseKind.USE
+
+
+def operand_element_use(instr: Instruction, i: int) -> UseKind:
+    """HloInstruction::OperandElementUse (E1/E2 text: gather and dynamic-update-slice reuse)."""
+    op = instr.opcode
+    if op in _PERMUTING:
+        return UseKind.USE_PERMUTING
+    if op is Opcode.PAD:
+        return UseKind.REUSE if i > 0 else UseKind.USE_PERMUTING
+    if op is Opcode.REDUCE:
+        return UseKind.REUSE if i >= instr.operand_count // 2 else UseKind.USE_PERMUTING
+    if op is Opcode.FUSION:
+        return _fusion_param_use(instr, i)
+    if op is Opcode.DOT:
+        out = instr.shape
+        if isinstance(out, ArrayShape) and out.rank <= 1:
+            other = instr.operand(1 - i).shape if i in (0, 1) else None
+            if isinstance(other, ArrayShape) and other.rank <= 1:
+                return UseKind.USE
+        return UseKind.REUSE
+    return UseKind.USE if instr.is_elementwise else UseKind.REUSE
+
+
+def _fusion_param_use(fusion: Instruction, i: int) -> UseKind:
+    cache: dict[int, UseKind] = {}
+    param = fusion.fused_computation.parameter(i)
+
+    def compute(h: Instruction) -> UseKind:
+        if h is param:
+            return UseKind.USE
+        if id(h) in cache:
+            return cache[id(h)]
+        cache[id(h)] = UseKind.NO_USE
+        total = UseKind.NO_USE
+        for j, o in enumerate(h.operands):
+            total = _plus(total, min(operand_element_use(h, j), compute(o)))
+        cache[id(h)] = total
+        return total
+
+    for h in fusion.fused_computation.post_order():  # iterative warm-up keeps recursion shallow
+        compute(h)
+    return compute(fusion.fused_computation.root)
+
+
+def reuses_operand_elements(consumer: Instruction, i: int) -> bool:
+    return operand_element_use(consumer, i) is UseKind.REUSE
+
+
+# ----- duplication control -------------------------------------------------------------------
+
+
+def _true_rank(shape: ArrayShape) -> int:
+    return shape.true_rank
+
+
+def effectively_at_most_unary(instr: Instruction) -> bool:
+    """InstructionFusion::EffectivelyAtMostUnary: at most one operand of output-like rank that
+    is not a broadcast, iota or effective-scalar constant."""
+    out_rank = max((_true_rank(s) for s in leaves(instr.shape)), default=0)
+    count = 0
+    for o in instr.operands:
+        if o.opcode in (Opcode.BROADCAST, Opcode.IOTA):
+            continue
+        if o.opcode is Opcode.CONSTANT and isinstance(o.shape, ArrayShape) \
+                and o.shape.is_effective_scalar:
+            continue
+        if isinstance(o.shape, ArrayShape) and _true_rank(o.shape) >= out_rank:
+            count += 1
+    return count <= 1
+
+
+def total_elements(shape: object) -> int:
+    return sum(s.size for s in leaves(shape))  # type: ignore[arg-type]
+
+
+def duplication_does_not_grow_traffic(instr: Instruction) -> bool:
+    """Sum of unique operand elements <= output elements (ComputeGloballyUnfusible rule 2)."""
+    operands = sum(total_elements(o.shape) for o in dict.fromkeys(instr.operands))
+    return operands <= total_elements(instr.shape)
+
+
+# ----- in-place operations -------------------------------------------------------------------
+
+
+def in_place_operands(instr: Instruction) -> list[int]:
+    """Operand numbers whose buffer the instruction updates in place
+    (HloDataflowAnalysis::GetInPlaceInputOutputPairs)."""
+    if instr.opcode is Opcode.DYNAMIC_UPDATE_SLICE:
+        return [0]
+    if instr.opcode is Opcode.SCATTER:
+        return list(range(instr.operand_count // 2))
+    if is_fusion(instr):
+        out: list[int] = []
+        root = instr.fused_computation.root
+        roots = list(root.operands) if root.opcode is Opcode.TUPLE else [root]
+        for r in roots:
+            if r.opcode not in (Opcode.DYNAMIC_UPDATE_SLICE, Opcode.SCATTER):
+                continue
+            for k in in_place_operands(r):
+                src = r.operand(k)
+                while src.opcode is Opcode.BITCAST:
+                    src = src.operand(0)
+                if src.opcode is Opcode.PARAMETER and src.parameter_number is not None:
+                    out.append(src.parameter_number)
+        return out
+    return []
+
+
+def _extract(instr: Instruction, pred: object) -> Instruction | None:
+    """The instruction itself if it matches, else the unique fused instruction that does."""
+    test = pred  # a callable
+    if test(instr):  # type: ignore[operator]
+        return instr
+    if not is_fusion(instr):
+        return None
+    found = [i for i in instr.fused_computation.instructions if test(i)]  # type: ignore[operator]
+    return found[0] if len(found) == 1 else None
+
+
+def _constant_int(instr: Instruction) -> int | None:
+    if instr.opcode is Opcode.CONSTANT and instr.literal is not None:
+        try:
+            return int(np.asarray(instr.literal).reshape(-1)[0])
+        except (TypeError, ValueError, IndexError):
+            return None
+    return None
+
+
+def _real_operand(holder: Instruction, operand: Instruction) -> Instruction:
+    if is_fusion(holder) and operand.opcode is Opcode.PARAMETER \
+            and operand.parent is holder.fused_computation:
+        assert operand.parameter_number is not None
+        return holder.operand(operand.parameter_number)
+    return operand
+
+
+def _has_nonelementwise_uses_except(param: Instruction, dus: Instruction | None) -> bool:
+    stack = [param]
+    seen: set[int] = set()
+    while stack:
+        cur = stack.pop()
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if cur is not dus and cur is not param and not cur.is_elementwise:
+            return True
+        stack.extend(cur.users)
+    return False
+
+
+def should_fuse_in_place_op(producer: Instruction, consumer: Instruction) -> FusionDecision:
+    """InstructionFusion::ShouldFuseInPlaceOp (E2 text, plus the newer elementwise-alias rule
+    that XLA's DontFuseProducerIfInplaceConflict test pins down)."""
+    for k in in_place_operands(consumer):
+        buf = consumer.operand(k)
+        if not any(o is buf for o in producer.operands):
+            continue
+        if producer.is_elementwise:
+            if is_fusion(consumer):
+                dus = _extract(consumer, lambda i: i.opcode is Opcode.DYNAMIC_UPDATE_SLICE)
+                for i, o in enumerate(consumer.operands):
+                    if o is producer and _has_nonelementwise_uses_except(
+                            consumer.fused_computation.parameter(i), dus):
+                        return FusionDecision.no(
+                            "the producer reads the in-place buffer of the consumer, which "
+                            "uses it non-elementwise")
+            continue
+        dus = _extract(consumer, lambda i: i.opcode is Opcode.DYNAMIC_UPDATE_SLICE)
+        nonelem = _extract(producer, lambda i: i.opcode is not Opcode.FUSION
+                           and not i.is_elementwise and i.opcode is not Opcode.PARAMETER)
+        if dus is None or nonelem is None or nonelem.shape != dus.operand(1).shape:
+            return FusionDecision.no("Consumer is not a dus or the producer fusion has multiple "
+                                     "non-elementwise ops, bailing.")
+        rank = dus.shape.rank if isinstance(dus.shape, ArrayShape) else 0
+        if nonelem.opcode is Opcode.SLICE:
+            for d in range(rank):
+                c = _constant_int(_real_operand(consumer, dus.operand(2 + d)))
+                start, _limit, stride = nonelem.attrs["slice"][d]
+                if c is None or c != start or stride != 1:
+                    return FusionDecision.no("DUS and slice index mismatch")
+            return FusionDecision.ok()
+        if nonelem.opcode is Opcode.DYNAMIC_SLICE:
+            for d in range(rank):
+                ds_op = _real_operand(producer, nonelem.operand(1 + d))
+                dus_op = _real_operand(consumer, dus.operand(2 + d))
+                c1, c2 = _constant_int(ds_op), _constant_int(dus_op)
+                if c1 != c2 or (c1 is None and ds_op is not dus_op):
+                    return FusionDecision.no("DUS and DS index mismatch")
+            return FusionDecision.ok()
+        return FusionDecision.no("unrecognized inplace update non-elementwise output pair")
+    return FusionDecision.ok()
+
+
+def is_tuple_shaped(instr: Instruction) -> bool:
+    return isinstance(instr.shape, TupleShape)

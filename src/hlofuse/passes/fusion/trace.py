@@ -1,0 +1,100 @@
+"""The fusion trace: one record per fusion decision, fused or refused, with its reason.
+
+    instruction-fusion  consumer=add.3  producer=exp.1  refused  "the producer is expensive,
+                        and the consumer reuses inputs"  rule=   figures={}
+    fusion-merger       consumer=*      producer=fusion.2  fused  figures={ratio: 0.8, ...}
+
+Passes find the trace on `module.annotations["fusion_trace"]` (created on first use, so it
+travels with the module and needs no global state); `explain` and `viz` read it back. Written
+and read as JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hlofuse.ir.module import Module
+from hlofuse.passes.fusion.decision import FusionDecision
+
+TRACE_KEY = "fusion_trace"
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    pass_name: str
+    consumer: str
+    producer: str
+    verdict: str  # "fused" | "refused"
+    reason: str = ""
+    rule: str = ""
+    figures: dict[str, Any] = field(default_factory=dict)
+    computation: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), default=str, sort_keys=True)
+
+    @staticmethod
+    def from_json(line: str) -> TraceEvent:
+        return TraceEvent(**json.loads(line))
+
+    def __str__(self) -> str:
+        text = f"{self.pass_name}: {self.verdict} {self.producer} -> {self.consumer}"
+        if self.reason:
+            text += f": {self.reason}"
+        if self.rule:
+            text += f" [setting: {self.rule}]"
+        return text
+
+
+@dataclass
+class FusionTrace:
+    events: list[TraceEvent] = field(default_factory=list)
+
+    def record(self, pass_name: str, consumer: str, producer: str, decision: FusionDecision,
+               computation: str = "", fused: bool | None = None) -> TraceEvent:
+        did_fuse = bool(decision) if fused is None else fused
+        event = TraceEvent(pass_name, consumer, producer, "fused" if did_fuse else "refused",
+                           decision.reason or "", decision.rule, dict(decision.figures),
+                           computation)
+        self.events.append(event)
+        return event
+
+    def __iter__(self) -> Iterator[TraceEvent]:
+        return iter(self.events)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def fused(self) -> list[TraceEvent]:
+        return [e for e in self.events if e.verdict == "fused"]
+
+    def refused(self) -> list[TraceEvent]:
+        return [e for e in self.events if e.verdict == "refused"]
+
+    def about(self, name: str) -> list[TraceEvent]:
+        """Events whose producer or consumer is `name`."""
+        return [e for e in self.events if name in (e.producer, e.consumer)]
+
+    def to_jsonl(self) -> str:
+        return "".join(e.to_json() + "\n" for e in self.events)
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_jsonl())
+
+    @staticmethod
+    def read(path: str | Path) -> FusionTrace:
+        lines = Path(path).read_text().splitlines()
+        return FusionTrace([TraceEvent.from_json(line) for line in lines if line.strip()])
+
+
+def trace_of(module: Module) -> FusionTrace:
+    """The module's fusion trace, created on first use."""
+    trace = module.annotations.get(TRACE_KEY)
+    if not isinstance(trace, FusionTrace):
+        trace = FusionTrace()
+        module.annotations[TRACE_KEY] = trace
+    return trace
