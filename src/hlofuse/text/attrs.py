@@ -77,9 +77,15 @@ class AttrParser(BaseParser):
             if m.group(1) == "token" and not m.group(2) and m.group(3) is None:
                 return TokenShape()
             raise self.error(f"unknown element type '{m.group(1)}' in shape", m.start(1))
-        dims = tuple(int(d) for d in m.group(2).split(",")) if m.group(2) else ()
-        if m.group(2) and "" in m.group(2).split(","):
-            raise self.error("expected a dimension size (a non-negative integer)", m.start(2))
+        parts = m.group(2).split(",") if m.group(2) else []
+        offset = m.start(2)
+        for part in parts:
+            if not part:
+                got = self.lexer.text[offset]
+                raise self.error(f"expected a dimension size (a non-negative integer), got "
+                                 f"'{got}'", offset)
+            offset += len(part) + 1
+        dims = tuple(int(d) for d in parts)
         layout: tuple[int, ...] | None = None
         if m.group(3) is not None:
             layout = tuple(int(d) for d in m.group(3).split(",")) if m.group(3) else ()

@@ -124,7 +124,7 @@ class HloParser(AttrParser):
             seen[comp.name] = comp
             comps.append(comp)
         if not comps:
-            raise self.error("expected a computation, got end of input", lexer.pos)
+            raise self.error("expected a computation, got end of input", lexer.peek().start)
         return ParsedModule(name, name_offset, header, debug, comps)
 
     # ----- debug tables -------------------------------------------------------------------
