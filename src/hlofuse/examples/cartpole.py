@@ -287,7 +287,7 @@ def make(
 
     state = initial_state(num_envs, seed)
     if variant == "baseline":
-        return _baseline(num_envs, steps), (state, key_data(seed))
+        return _named(_baseline(num_envs, steps), variant, randoms), (state, key_data(seed))
 
     if randoms == "key":
         rand_args: Args = (key_data(seed),)
@@ -299,10 +299,18 @@ def make(
             rand_args = (actions, *(np.ascontiguousarray(resets[:, i]) for i in range(4)))
 
     if variant == "precomputed":
-        return _precomputed(num_envs, steps, randoms), (state, *rand_args)
+        return _named(_precomputed(num_envs, steps, randoms), variant, randoms), (state, *rand_args)
     unroll = UNROLL if variant == "unrolled" else 1
-    fn = _separate(num_envs, steps, randoms, unroll)
+    fn = _named(_separate(num_envs, steps, randoms, unroll), variant, randoms)
     return fn, (*(np.ascontiguousarray(state[i]) for i in range(4)), *rand_args)
+
+
+def _named(fn: Callable[..., tuple], variant: str, randoms: str) -> Callable[..., tuple]:
+    """Names the rollout after its variant, so the HLO module is ``jit_cartpole_<variant>``."""
+    name = f"cartpole_{variant}" + ("_rng" if randoms == "key" and variant != "baseline" else "")
+    fn.__name__ = name
+    fn.__qualname__ = name
+    return fn
 
 
 # ---------------------------------------------------------------------------------------------
