@@ -1,0 +1,10 @@
+"""pytest configuration shared by the test suite: tests/ on sys.path (for `programs`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
