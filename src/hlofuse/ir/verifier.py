@@ -172,6 +172,10 @@ def _verify_structure(comp: Computation, instr_names: dict[str, Computation]) ->
             stale = pending[id(instr)]
             bogus = next(u for u in instr.users if id(u) in stale)
             if id(bogus) not in position:
+                elsewhere = bogus.parent
+                if (elsewhere is not None and elsewhere.parent is not None
+                        and elsewhere.parent is comp.parent and instr in bogus._operands):
+                    continue  # reported from the user's side: "operand ... is in computation"
                 raise _err(f"user {bogus.name} is not in computation {comp.name}", instr, comp)
             raise _err(f"{bogus.name} is listed as a user but does not use {instr.name}",
                        instr, comp)
