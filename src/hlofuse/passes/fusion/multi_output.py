@@ -1,0 +1,323 @@
+"""`multi-output-fusion`: XLA's GpuMultiOutputFusion, era E2 (spec section 5).
+
+Fuses without duplicating anything by giving one fusion several outputs (a root `tuple`; users
+outside read them through get-tuple-element)::
+
+    sibling:                              producer-consumer:
+          p                                     p = exp(x)
+        /   \\                                 /        \\
+      f1     f2      ==>  f(p) -> (f1, f2)    reduce(p)   ROOT ...(p)   ==>  f(x) -> (reduce, exp)
+    (p read twice)        (p read once)       (p written, then read)        (p written, not re-read)
+
+Algorithm, per non-fusion computation: walk the post order from the back (uses before defs). For
+each instruction `p` (constants and kCustom fusions skipped) first try sibling fusion among p's
+users, then producer-consumer fusion of p into one of its users. Reachability is recomputed
+after every fusion.
+
+Sibling fusion (`fuse_siblings`), conditions in order:
+
+* priority  `p` is a profitable shared operand (`is_profitable_operand`: not an effective scalar;
+            with `mof_skip_scalar_operands=false` only scalar constants are skipped);
+            siblings are stable-sorted by `fusion_priority` (MOF 2 > fusion 1 > unfused 0);
+            the first of a pair must be a fusion;
+* legality  both are sibling candidates (have users, fusible as a MOF root, not a nestable
+            variadic reduction, a MOF only read through get-tuple-element); they are not
+            connected either way ("... are connected": fusing would make a cycle); loop shapes
+            compatible (`shapes_compatible_for_multi_output_fusion`); `legal_to_fuse`: no
+            dynamic-update-slice root on either side ("can't fuse multiple DUSs") and the
+            budget (operands+outputs, shared memory, unnested reductions).
+* no profitability check beyond the shared operand (as in XLA).
+
+Producer-consumer fusion (`producer_consumer_candidates`):
+
+* legality  the producer is MOF-fusible (not a MOF, no in-place op, loop fusible, not
+            physically transposing); a single non-MOF user was the fusion merger's business;
+            the consumer is fusible as a MOF root, no heavy computation, loop shapes compatible;
+            no other operand of the consumer is reachable from the producer ("would introduce
+            a cycle when fused"); budget; IR size (`producer_consumer_merged_too_large`);
+* profitability  the performance model (perf_model.py): fused time <= unfused time
+            ("will execute slower if fused");
+* priority  the candidate with the highest `fusion_priority` (first maximum wins).
+
+Every decision, fused or refused, goes into the module's fusion trace (trace.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.fusion import (
+    create_fusion,
+    fused_root,
+    is_fusion,
+    is_multi_output_fusion,
+    merge_fusions_multi_output,
+    set_kind,
+)
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, TupleShape
+from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.decision import FusionDecision, all_
+from hlofuse.passes.fusion.gpu_fusible import (
+    choose_fusion_kind,
+    creates_heavy_computation,
+    fusion_fits_in_budget,
+    is_fusible_as_multi_output_fusion_root,
+    is_input_fusible_reduction,
+    is_producer_multi_output_fusible,
+    is_reduction_from_or_to_contiguous_dims,
+    shapes_compatible_for_multi_output_fusion,
+)
+from hlofuse.passes.fusion.graph import ReachabilityMap
+from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.perf_model import fusion_is_faster, producer_consumer_merged_too_large
+from hlofuse.passes.fusion.trace import trace_of
+from hlofuse.passes.registry import register
+
+PASS_NAME = "multi-output-fusion"
+
+Recorder = Callable[[Instruction, Instruction, FusionDecision, bool], None]
+
+
+# ----- priority ------------------------------------------------------------------------------
+
+
+def fusion_priority(instr: Instruction) -> int:
+    """FusionPriority: grow existing multi-output fusions first, then fusions, then others."""
+    if is_multi_output_fusion(instr):
+        return 2
+    return 1 if is_fusion(instr) else 0
+
+
+def is_profitable_operand(instr: Instruction, config: FusionConfig) -> FusionDecision:
+    """IsProfitableOperand: a shared effective scalar saves no memory read."""
+    shape = instr.shape
+    scalar = isinstance(shape, ArrayShape) and shape.is_effective_scalar
+    if scalar and (config.mof_skip_scalar_operands or instr.opcode is Opcode.CONSTANT):
+        return FusionDecision.no(f"shared operand {instr.name} is an effective scalar",
+                                 "mof_skip_scalar_operands")
+    return FusionDecision.ok()
+
+
+# ----- legality ------------------------------------------------------------------------------
+
+
+def is_nestable_variadic_reduction(instr: Instruction, config: FusionConfig) -> bool:
+    """A variadic reduce the tiled emitter does not handle (emitted as a nested loop)."""
+    target = fused_root(instr) if is_fusion(instr) else instr
+    return (target.opcode is Opcode.REDUCE and isinstance(target.shape, TupleShape)
+            and not is_reduction_from_or_to_contiguous_dims(target, config))
+
+
+def is_sibling_candidate(instr: Instruction, config: FusionConfig) -> FusionDecision:
+    """IsSiblingFusionCandidate."""
+    if not instr.users:
+        return FusionDecision.no(f"{instr.name} has no users")
+    if not is_fusible_as_multi_output_fusion_root(instr, config):
+        return FusionDecision.no(f"{instr.name} is not fusible as a multi-output fusion root")
+    if is_nestable_variadic_reduction(instr, config):
+        return FusionDecision.no("merging with variadic reductions is not supported yet")
+    if is_multi_output_fusion(instr) and any(
+            u.opcode is not Opcode.GET_TUPLE_ELEMENT for u in instr.users):
+        return FusionDecision.no(f"{instr.name} is a multi-output fusion read whole")
+    return FusionDecision.ok()
+
+
+def _root_is_dus(instr: Instruction) -> bool:
+    return is_fusion(instr) and fused_root(instr).opcode is Opcode.DYNAMIC_UPDATE_SLICE
+
+
+def legal_to_fuse(a: Instruction, b: Instruction, config: FusionConfig) -> FusionDecision:
+    """LegalToFuse: the in-place DUS emitter supports one DUS root only; then the budget."""
+    if _root_is_dus(a) or _root_is_dus(b):
+        return FusionDecision.no("can't fuse multiple DUSs")
+    return fusion_fits_in_budget(a, b, config, False)
+
+
+def siblings_legal(a: Instruction, b: Instruction, reach: ReachabilityMap,
+                   config: FusionConfig) -> FusionDecision:
+    return all_(
+        lambda: is_sibling_candidate(b, config),
+        lambda: FusionDecision.check(not reach.is_connected(a, b),
+                                     f"{a.name} and {b.name} are connected"),
+        lambda: shapes_compatible_for_multi_output_fusion(a, b, config),
+        lambda: legal_to_fuse(a, b, config),
+    )
+
+
+def _operand_reachable_from_producer(producer: Instruction, consumer: Instruction,
+                                     reach: ReachabilityMap) -> bool:
+    for operand in consumer.operands:
+        if operand not in reach and operand.opcode is Opcode.GET_TUPLE_ELEMENT:
+            operand = operand.operand(0)
+        if operand is not producer and reach.is_reachable(producer, operand):
+            return True
+    return False
+
+
+def _budget(producer: Instruction, consumer: Instruction, config: FusionConfig
+            ) -> FusionDecision:
+    d = fusion_fits_in_budget(producer, consumer, config, False)
+    if d:
+        return d
+    return FusionDecision.no(f"{producer.name} {consumer.name} would be too large of a fusion: "
+                             f"{d.reason}", d.rule, **d.figures)
+
+
+def producer_consumer_legal(producer: Instruction, consumer: Instruction,
+                            reach: ReachabilityMap, config: FusionConfig) -> FusionDecision:
+    """The legality half of GetProducerConsumerMultiOutputFusionCandidates, per consumer."""
+    return all_(
+        lambda: FusionDecision.check(
+            is_fusible_as_multi_output_fusion_root(consumer, config),
+            "consumer not eligible as multi-output fusion root."),
+        lambda: FusionDecision.check(
+            not creates_heavy_computation(producer, consumer, config),
+            "the fusion would create a heavy computation"),
+        lambda: shapes_compatible_for_multi_output_fusion(producer, consumer, config),
+        lambda: FusionDecision.check(
+            not _operand_reachable_from_producer(producer, consumer, reach),
+            f"{producer.name} {consumer.name} would introduce a cycle when fused"),
+        lambda: _budget(producer, consumer, config),
+        lambda: producer_consumer_merged_too_large(producer, consumer, config),
+    )
+
+
+# ----- profitability -------------------------------------------------------------------------
+
+
+def producer_consumer_profitable(producer: Instruction, consumer: Instruction,
+                                 config: FusionConfig) -> FusionDecision:
+    if not config.mof_use_cost_model:
+        return FusionDecision.ok()
+    return fusion_is_faster(producer, [consumer], config, multi_output=True)
+
+
+def producer_consumer_candidates(producer: Instruction, reach: ReachabilityMap,
+                                 config: FusionConfig, record: Recorder) -> list[Instruction]:
+    """GetProducerConsumerMultiOutputFusionCandidates."""
+    ok = is_producer_multi_output_fusible(producer, config)
+    if not ok:
+        return []
+    if producer.user_count == 1 and not is_multi_output_fusion(producer.users[0]):
+        return []  # the fusion merger already considered (and refused) this merge
+    out: list[Instruction] = []
+    for consumer in producer.users:
+        if consumer.opcode is Opcode.GET_TUPLE_ELEMENT or consumer.opcode is Opcode.TUPLE:
+            continue  # never kernels; not worth a trace line
+        decision = producer_consumer_legal(producer, consumer, reach, config).and_(
+            lambda c=consumer: producer_consumer_profitable(producer, c, config))
+        if decision:
+            out.append(consumer)
+        else:
+            record(producer, consumer, decision, False)
+    return out
+
+
+def select_preferred(candidates: list[Instruction]) -> Instruction | None:
+    """SelectPreferredFusionCandidate: highest priority, first maximum wins."""
+    best: Instruction | None = None
+    for c in candidates:
+        if best is None or fusion_priority(c) > fusion_priority(best):
+            best = c
+    return best
+
+
+# ----- the transformation --------------------------------------------------------------------
+
+
+def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionConfig,
+                  record: Recorder) -> bool:
+    """FuseSiblings(parent): merge users of `parent` pairwise into multi-output fusions."""
+    if not is_profitable_operand(parent, config):
+        return False
+    siblings = sorted(parent.users, key=fusion_priority, reverse=True)  # stable
+    changed = False
+    i = 0
+    while i < len(siblings):
+        a = siblings[i]
+        if not is_fusion(a) or not is_sibling_candidate(a, config):
+            i += 1
+            continue
+        j = i + 1
+        while j < len(siblings):
+            b = siblings[j]
+            decision = siblings_legal(a, b, reach, config)
+            if not decision:
+                if b.opcode not in (Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT):
+                    record(b, a, decision, False)
+                j += 1
+                continue
+            record(b, a, decision.with_figures(kind="sibling", shared=parent.name), True)
+            was_input = is_fusion(b) and b.fusion_kind == "kInput"
+            merge_fusions_multi_output(a, b)
+            if was_input:
+                set_kind(a, "kInput")
+            del siblings[j]
+            changed = True
+            reach.rebuild()
+        i += 1
+    return changed
+
+
+def fuse_producer_into_consumer(producer: Instruction, consumer: Instruction,
+                                config: FusionConfig) -> Instruction:
+    """Make `producer` an extra output of `consumer` (wrapping the consumer if needed)."""
+    if not is_fusion(consumer):
+        consumer = create_fusion(consumer, choose_fusion_kind(producer, consumer, config))
+    if is_fusion(producer) and producer.fusion_kind == "kInput" \
+            and is_input_fusible_reduction(producer, config):
+        set_kind(consumer, "kInput")
+    merge_fusions_multi_output(consumer, producer)
+    return consumer
+
+
+def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder) -> bool:
+    """DoMultiOutputFusion for one computation."""
+    reach = ReachabilityMap(comp)
+    changed = False
+    for producer in reversed(comp.post_order()):
+        if producer.parent is not comp:
+            continue  # merged away earlier in this walk
+        if producer.opcode is Opcode.CONSTANT:
+            continue
+        if is_fusion(producer) and producer.fusion_kind == "kCustom":
+            continue
+        if fuse_siblings(producer, reach, config, record):
+            changed = True
+        if producer.parent is not comp:
+            continue
+        candidates = producer_consumer_candidates(producer, reach, config, record)
+        consumer = select_preferred(candidates)
+        if consumer is None:
+            continue
+        record(producer, consumer, FusionDecision.ok(kind="producer-consumer"), True)
+        fuse_producer_into_consumer(producer, consumer, config)
+        changed = True
+        reach.rebuild()
+    return changed
+
+
+@register(PASS_NAME)
+@dataclass(frozen=True)
+class MultiOutputFusion(FusionOptions):  # type: ignore[misc,valid-type]
+    """GpuMultiOutputFusion: sibling then producer-consumer multi-output fusion."""
+
+    name: ClassVar[str] = PASS_NAME
+
+    def run(self, module: Module) -> bool:
+        config: FusionConfig = self.config()
+        trace = trace_of(module)
+        changed = False
+        for comp in module.non_fusion_computations():
+            def record(producer: Instruction, consumer: Instruction, d: FusionDecision,
+                       fused: bool, _c: Computation = comp) -> None:
+                trace.record(PASS_NAME, consumer.name, producer.name, d, _c.name, fused)
+
+            changed |= run_on_computation(comp, config, record)
+        return changed
