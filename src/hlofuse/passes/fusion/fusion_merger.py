@@ -1,0 +1,248 @@
+"""`fusion-merger`: merge a loop fusion into *all* of its users, or into none (XLA's
+FusionMerger, the E2 2022 "bytes transferred" version; spec section 4.3).
+
+    p ──▶ F ──▶ A            F's result is written once and read by A and B.
+            └─▶ B            Merged: A and B each recompute F from p, F disappears:
+
+    p ──▶ A{F}               bytes: current = read(F) + write(F) * (users + 1)
+     └──▶ B{F}                      merged  = read(F) * users      ratio = merged / current
+
+Conditions, in order (first failure is the reason recorded in the trace, with the figures):
+
+ 1. F has users                                   "fusion has no users"
+ 2. F is a single-output loop fusion              "not a loop fusion"
+ 3. every user: not a bitcast                     "not fusing bitcast ops"
+    and is_producer_consumer_fusible(F, user)
+ 4. a reduction user and F transposes >= 50% of its data   "would read mostly uncoalesced"
+    (setting transposes_most_data)
+ 5. merged/current bytes ratio <= 1.10            (merger_bytes_ratio)
+ 6. no GPU-expensive fused op, unless F has one user or (ratio < 0.3 and current > 1024 B),
+    and no user reuses F's elements               "fusion contains an expensive instruction"
+ 7. per user: the fused emitter stays efficient (code duplication) and the fusion fits the
+    budget (operands+outputs, shared memory, unnested reductions)
+
+merger_version="2023" replaces 5-6 by XLA's IR-size guard (ProducerConsumerMergedTooLarge,
+simplified: emitted-instruction counts and basic-block splits); the cost model itself is not
+implemented.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hlofuse.ir.fusion import (
+    create_fusion,
+    fuse_instruction,
+    fused_instructions,
+    is_fusion,
+    is_multi_output_fusion,
+)
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import INVALIDATES_CACHE, Opcode
+from hlofuse.ir.shape import TupleShape, leaves
+from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.fusion.gpu_fusible import (
+    choose_fusion_kind,
+    fusion_fits_in_budget,
+    is_input_fusible_reduction,
+    is_physically_transposing,
+    is_producer_consumer_fusible,
+)
+from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
+from hlofuse.passes.fusion.instruction_fusion import fusible_computations
+from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.predicates import is_expensive, reuses_operand_elements
+from hlofuse.passes.fusion.trace import trace_of
+from hlofuse.passes.registry import register
+
+# ----- bytes -------------------------------------------------------------------------------
+
+
+def _nbytes(shape: object) -> int:
+    return sum(s.nbytes for s in leaves(shape))  # type: ignore[arg-type]
+
+
+def bytes_read_by_parameter(param: Instruction) -> int:
+    """CalculateBytesReadByFusionParameter: a value only sliced counts the slices' bytes."""
+    values = ([u for u in param.users if u.opcode is Opcode.GET_TUPLE_ELEMENT]
+              if isinstance(param.shape, TupleShape) else [param])
+    total = 0
+    for v in values:
+        if v.users and all(u.opcode in (Opcode.SLICE, Opcode.DYNAMIC_SLICE) for u in v.users):
+            total += sum(_nbytes(u.shape) for u in v.users)
+        else:
+            total += _nbytes(v.shape)
+    return total
+
+
+def bytes_read(fusion: Instruction) -> int:
+    return sum(bytes_read_by_parameter(p) for p in fusion.fused_computation.parameters)
+
+
+def bytes_written(fusion: Instruction) -> int:
+    root = fusion.fused_computation.root
+    if root.opcode is Opcode.TUPLE:
+        return sum(_nbytes(o.shape) for o in root.operands)
+    return _nbytes(root.shape)
+
+
+def current_bytes_transferred(fusion: Instruction) -> int:
+    return bytes_read(fusion) + bytes_written(fusion) * (fusion.user_count + 1)
+
+
+def merged_bytes_transferred(fusion: Instruction) -> int:
+    return bytes_read(fusion) * fusion.user_count
+
+
+def transposes_most_data(fusion: Instruction, threshold: float) -> bool:
+    """TransposesMostData: physically transposing fused ops cover >= threshold of the output."""
+    total = max(1, sum(s.size for s in leaves(fusion.shape)))
+    score = 0.0
+    for instr in fused_instructions(fusion):
+        if is_physically_transposing(instr):
+            score += sum(s.size for s in leaves(instr.shape)) / total
+            if score >= threshold:
+                return True
+    return False
+
+
+def fused_ir_emitter_inefficient(consumer: Instruction, producer: Instruction,
+                                 config: FusionConfig) -> bool:
+    """FusedIrEmitter::IsFusedIrEmitterInefficient(consumer, producer)."""
+    if not is_fusion(consumer):
+        return False
+    eval_consumer = FusionNodeIndexingEvaluation(consumer)
+    if not is_fusion(producer):
+        return not eval_consumer.code_duplication_too_high(producer, config)
+    emitted = eval_consumer.emitted_instructions(producer)
+    eval_producer = FusionNodeIndexingEvaluation(producer, emitted)
+    return eval_producer.max_code_duplication_too_high(config)
+
+
+def _ir_size(fusion: Instruction) -> tuple[int, int]:
+    """(emitted instruction count, basic-block splits) of a fusion's elemental emission."""
+    ev = FusionNodeIndexingEvaluation(fusion)
+    size = 0
+    splits = 0
+    for instr in fused_instructions(fusion):
+        n = max(1, ev.index_usage_count.get(id(instr), 1))
+        size += n
+        if instr.opcode in INVALIDATES_CACHE:
+            splits += n
+    return size, splits
+
+
+def producer_consumer_merged_too_large(producer: Instruction, consumer: Instruction,
+                                       config: FusionConfig) -> FusionDecision:
+    """A simplified GpuHloCostAnalysis::ProducerConsumerMergedTooLarge (merger 2023)."""
+    p_size, p_splits = _ir_size(producer) if is_fusion(producer) else (1, 0)
+    c_size, c_splits = _ir_size(consumer) if is_fusion(consumer) else (1, 0)
+    replication = 1
+    if is_fusion(consumer):
+        replication = max(1, FusionNodeIndexingEvaluation(consumer).emitted_instructions(
+            producer))
+    splits = replication * p_splits + c_splits
+    if splits > config.max_basic_block_splits:
+        return FusionDecision.no(f"if merged with {consumer.name} will generate huge IR",
+                                 "max_basic_block_splits", splits=splits)
+    size = (p_size * replication + c_size) * 2 ** splits
+    if size > config.max_ir_size:
+        return FusionDecision.no(f"if merged with {consumer.name} will generate huge IR",
+                                 "max_ir_size", ir_size=size)
+    return FusionDecision.ok()
+
+
+# ----- the decision ------------------------------------------------------------------------
+
+
+def should_merge(fusion: Instruction, config: FusionConfig) -> FusionDecision:
+    """May `fusion` be merged into all of its users? (legality, then profitability)"""
+    if not fusion.users:
+        return FusionDecision.no("fusion has no users")
+    if fusion.fusion_kind != "kLoop" or is_multi_output_fusion(fusion):
+        return FusionDecision.no("not a loop fusion")
+    has_reduction_user = False
+    for user in fusion.users:
+        if user.opcode is Opcode.BITCAST:
+            return FusionDecision.no("not fusing bitcast ops")
+        decision = is_producer_consumer_fusible(fusion, user, config)
+        if not decision:
+            return decision
+        has_reduction_user |= is_input_fusible_reduction(user, config)
+    if has_reduction_user and transposes_most_data(fusion, config.transposes_most_data):
+        return FusionDecision.no("would read mostly uncoalesced", "transposes_most_data")
+
+    if config.merger_version == "2022":
+        current = current_bytes_transferred(fusion)
+        merged = merged_bytes_transferred(fusion)
+        ratio = merged / max(1.0, current)
+        figures = {"current_bytes": current, "merged_bytes": merged, "ratio": round(ratio, 4)}
+        if ratio > config.merger_bytes_ratio:
+            return FusionDecision.no(
+                f"merged-to-current-bytes-ratio of {ratio:.2f} is not favorable",
+                "merger_bytes_ratio", **figures)
+        reuse = any(reuses_operand_elements(u, i) for u in fusion.users
+                    for i, o in enumerate(u.operands) if o is fusion)
+        allow_expensive = (fusion.user_count == 1 or (
+            ratio < config.merger_expensive_escape_ratio
+            and current > config.merger_expensive_escape_bytes)) and not reuse
+        if not allow_expensive and any(is_expensive(i, config)
+                                       for i in fused_instructions(fusion)):
+            return FusionDecision.no("fusion contains an expensive instruction",
+                                     "merger_expensive_escape_ratio", **figures)
+    else:
+        figures = {}
+
+    for user in fusion.users:
+        if fused_ir_emitter_inefficient(user, fusion, config):
+            return FusionDecision.no(
+                f"merging into {user.name} would make the fused emitter inefficient",
+                "max_code_duplication", **figures)
+        decision = fusion_fits_in_budget(user, fusion, config, True)
+        if not decision:
+            return decision.with_figures(**figures)
+        if config.merger_version == "2023":
+            decision = producer_consumer_merged_too_large(fusion, user, config)
+            if not decision:
+                return decision
+    return FusionDecision.ok(**figures)
+
+
+def fuse_into_all_users(fusion: Instruction, config: FusionConfig) -> list[Instruction]:
+    """FuseIntoAllUsers: wrap non-fusion users, merge `fusion` into each; it then dies."""
+    merged: list[Instruction] = []
+    for user in list(fusion.users):
+        target = user
+        if not is_fusion(user):
+            target = create_fusion(user, choose_fusion_kind(fusion, user, config))
+        fuse_instruction(target, fusion)
+        merged.append(target)
+    return merged
+
+
+@register("fusion-merger")
+@dataclass(frozen=True)
+class FusionMerger(FusionOptions):  # type: ignore[misc, valid-type]
+    """XLA's GPU FusionMerger; options are the FusionConfig settings."""
+
+    name: ClassVar[str] = "fusion-merger"
+
+    def run(self, module: Module) -> bool:
+        config: FusionConfig = self.config()
+        trace = trace_of(module)
+        changed = False
+        for comp in fusible_computations(module):
+            for instr in comp.post_order():
+                if instr.parent is not comp or not is_fusion(instr):
+                    continue
+                decision = should_merge(instr, config)
+                users = ",".join(u.name for u in instr.users) or "-"
+                trace.record(self.name, users, instr.name, decision, comp.name)
+                if decision:
+                    fuse_into_all_users(instr, config)
+                    changed = True
+        return changed
+
