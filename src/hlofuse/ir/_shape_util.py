@@ -41,6 +41,14 @@ def expect_array(shape: Shape, what: str) -> ArrayShape:
     return shape
 
 
+def expect_arrays(shapes: Sequence[Shape], what: str) -> list[ArrayShape]:
+    """Every shape an array; the error names `what` and the operand's position."""
+    for i, s in enumerate(shapes):
+        if not isinstance(s, ArrayShape):
+            fail(f"{what} {i} must be an array, found {fmt(s)}")
+    return list(shapes)  # type: ignore[arg-type]
+
+
 def expect_scalar(shape: Shape, what: str) -> ArrayShape:
     arr = expect_array(shape, what)
     if arr.dims:

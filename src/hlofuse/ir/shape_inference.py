@@ -40,6 +40,7 @@ from hlofuse.ir._shape_util import (
     callee,
     check_dim_list,
     expect_array,
+    expect_arrays,
     expect_integral_scalar,
     expect_scalar,
     fail,
@@ -171,7 +172,9 @@ def _declared_array(op: Opcode, declared: Shape | None) -> ArrayShape:
 def _unary(op: Opcode, s: Shape, attrs: Mapping[str, Any], declared: Shape | None) -> Shape:
     if op is Op.COPY:
         return strip_layout(s)
-    a = expect_array(s, f"operand of {op}")
+    if not isinstance(s, ArrayShape):
+        fail(f"operand of {op} must be an array, found {fmt(s)}")
+    a = s
     dt = a.dtype
     if op is Op.CONVERT:
         out = _declared_array(op, declared)
@@ -206,8 +209,9 @@ def _bitcast_convert(a: ArrayShape, out: ArrayShape) -> ArrayShape:
 
 
 def _binary(op: Opcode, s0: Shape, s1: Shape, attrs: Mapping[str, Any]) -> Shape:
-    a = expect_array(s0, f"lhs of {op}")
-    b = expect_array(s1, f"rhs of {op}")
+    if not isinstance(s0, ArrayShape) or not isinstance(s1, ArrayShape):
+        fail(f"{op} operands must be arrays, found {fmt(s0)} and {fmt(s1)}")
+    a, b = s0, s1
     if a.dims != b.dims:
         fail(f"{op} operands must have the same dimensions: {fmt(a)} vs {fmt(b)}")
     if a.dtype != b.dtype:
@@ -472,7 +476,7 @@ def _dynamic_update_slice(ss: Sequence[Shape], attrs: Mapping[str, Any], called:
 
 def _concatenate(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
                  declared: Any) -> Shape:
-    arrays = [expect_array(s, f"concatenate operand {i}") for i, s in enumerate(ss)]
+    arrays = expect_arrays(ss, "concatenate operand")
     first = arrays[0]
     dims = attr_ints(attrs, "dimensions", "concatenate")
     if len(dims) != 1:

@@ -24,6 +24,7 @@ from hlofuse.ir._shape_util import (
     callee,
     check_dim_list,
     expect_array,
+    expect_arrays,
     expect_scalar,
     fail,
     fmt,
@@ -90,7 +91,7 @@ def _inputs_and_inits(op: str, ss: Sequence[Shape]) -> tuple[list[ArrayShape],
         fail(f"{op} expects inputs then as many init values (an even operand count), "
              f"found {len(ss)} operands")
     k = len(ss) // 2
-    inputs = [expect_array(s, f"{op} input {i}") for i, s in enumerate(ss[:k])]
+    inputs = expect_arrays(ss[:k], f"{op} input")
     inits = [expect_scalar(s, f"{op} init value {i}") for i, s in enumerate(ss[k:])]
     for a in inputs[1:]:
         if a.dims != inputs[0].dims:
@@ -343,9 +344,9 @@ def scatter(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
         fail(f"scatter expects N operands, indices and N updates (an odd count), found "
              f"{len(ss)}")
     k = (len(ss) - 1) // 2
-    operands = [expect_array(s, f"scatter operand {i}") for i, s in enumerate(ss[:k])]
+    operands = expect_arrays(ss[:k], "scatter operand")
     indices = expect_array(ss[k], "scatter indices")
-    updates = [expect_array(s, f"scatter update {i}") for i, s in enumerate(ss[k + 1:])]
+    updates = expect_arrays(ss[k + 1:], "scatter update")
     op0, up0 = operands[0], updates[0]
     for o, u in zip(operands, updates, strict=True):
         if o.dims != op0.dims or u.dims != up0.dims:
@@ -401,7 +402,7 @@ def scatter(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
 
 def sort(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
          declared: Any) -> Shape:
-    arrays = [expect_array(s, f"sort operand {i}") for i, s in enumerate(ss)]
+    arrays = expect_arrays(ss, "sort operand")
     for a in arrays[1:]:
         if a.dims != arrays[0].dims:
             fail(f"sort operands must have the same dimensions: {fmt(arrays[0])} vs {fmt(a)}")
@@ -423,7 +424,7 @@ def sort(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
 
 def map_(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
          declared: Any) -> Shape:
-    arrays = [expect_array(s, f"map operand {i}") for i, s in enumerate(ss)]
+    arrays = expect_arrays(ss, "map operand")
     first = arrays[0]
     for a in arrays[1:]:
         if a.dims != first.dims:
@@ -476,6 +477,5 @@ def triangular_solve(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Cal
 
 def all_reduce(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
                declared: Any) -> Shape:
-    for i, s in enumerate(ss):
-        expect_array(s, f"all-reduce operand {i}")
+    expect_arrays(ss, "all-reduce operand")
     return tuple_or_single([strip_layout(s) for s in ss])
