@@ -105,10 +105,9 @@ def format_computation(comp: Computation, *, long: bool = False, entry: bool | N
     return "\n".join(lines)
 
 
-def format_instruction(instr: Instruction, *, long: bool = False, root: bool | None = None) -> str:
-    """One instruction line, without indentation: `[ROOT ]name = shape opcode(...), attrs`."""
-    if root is None:
-        root = instr.is_root
+def format_instruction(instr: Instruction, *, long: bool = False, root: bool = False) -> str:
+    """One instruction line, without indentation: `name = shape opcode(...), attrs` (XLA's
+    `HloInstruction::ToString`); `root=True` adds the `ROOT ` marker a computation prints."""
     pct = "%" if long else ""
     out = f"{'ROOT ' if root else ''}{pct}{instr.name} = {format_shape(instr.shape)} "
     out += instr.opcode.value + "("

@@ -1,0 +1,382 @@
+"""The HLO text format: round trips (fixtures, XLA conformance cases, real JAX dumps), what the
+parser builds (names, shapes, links, literals, debug info, source locations), the printer's forms,
+structural equality, and parse speed.
+
+Fixtures in tests/hlo/: `jax_*.hlo` were produced by a small JAX program (mlp, fori_loop, a mix
+of sort/cond/rng/reduce_window/gather/conv) with `lower(...).as_text(dialect="hlo",
+debug_info=True)` (short form with debug tables) and `lower(...).compile().as_text()` (XLA's
+optimized long form with fusions); `xla_*.hlo` are written in the style of XLA's own tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hlofuse.ir.equality import module_diff, modules_equal
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, TupleShape
+from hlofuse.text import format_computation, format_instruction, parse, parse_file, print_module
+
+HERE = Path(__file__).parent
+FIXTURES = sorted((HERE / "hlo").glob("*.hlo"))
+PROBE = HERE.parent / "scratch" / "probe.hlo"
+CONFORMANCE = Path("/work/shared/conformance/xla_fusion_cases.jsonl")
+
+
+def assert_round_trip(text: str, **kwargs: bool) -> None:
+    """Both printed forms re-parse to an equal module and print identically again."""
+    module = parse(text, **kwargs)
+    for long in (False, True):
+        printed = print_module(module, long=long)
+        again = parse(printed, **kwargs)
+        diff = module_diff(module, again)
+        assert diff is None, f"long={long}: {diff}\n{printed}"
+        assert print_module(again, long=long) == printed
+
+
+# ----- round trips ---------------------------------------------------------------------------
+
+
+def test_fixtures_present() -> None:
+    names = {p.name for p in FIXTURES}
+    assert len([n for n in names if n.startswith(("jax_", "xla_"))]) >= 8
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_fixture_round_trip(path: Path) -> None:
+    assert_round_trip(path.read_text())
+
+
+def test_probe_round_trip() -> None:
+    if not PROBE.exists():
+        pytest.skip(f"{PROBE} is missing")
+    assert_round_trip(PROBE.read_text())
+
+
+def _conformance_cases() -> list[tuple[str, str]]:
+    if not CONFORMANCE.exists():
+        return []
+    cases = []
+    for line in CONFORMANCE.read_text().splitlines():
+        if line.strip():
+            case = json.loads(line)
+            cases.append((case["id"], case["hlo"]))
+    return cases
+
+
+CASES = _conformance_cases()
+
+
+@pytest.mark.skipif(not CASES, reason=f"conformance cases not found at {CONFORMANCE}")
+@pytest.mark.parametrize(("case_id", "hlo"), CASES, ids=[c[0] for c in CASES])
+def test_conformance_round_trip(case_id: str, hlo: str) -> None:
+    # One XLA test (FuseOnlySmallConstant) writes an elided constant `{...}`.
+    assert_round_trip(hlo, allow_elided_constants=True)
+
+
+def test_conformance_count() -> None:
+    if not CASES:
+        pytest.skip(f"conformance cases not found at {CONFORMANCE}")
+    assert len(CASES) == 136
+
+
+def test_live_jax_round_trip() -> None:
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def f(x, y):  # type: ignore[no-untyped-def]
+        z = jnp.exp(x) * y + jnp.sin(x).sum()
+        return jax.lax.fori_loop(0, 3, lambda i, c: c * 2 + i, z)
+
+    args = (jnp.ones((4, 8)), jnp.ones((4, 8)))
+    short = jax.jit(f, keep_unused=True).lower(*args).as_text(dialect="hlo", debug_info=True)
+    compiled = jax.jit(f).lower(*args).compile().as_text()
+    assert_round_trip(short)
+    assert_round_trip(compiled)
+    module = parse(short)
+    locs = [module.source_location(i) for i in module.all_instructions()]
+    assert any(loc is not None and loc.file.endswith("test_text.py")
+               and loc.function.endswith("f")
+               for loc in locs), locs
+
+
+# ----- what the parser builds ---------------------------------------------------------------
+
+
+def test_short_form_basics() -> None:
+    m = parse("""
+HloModule test, is_scheduled=true
+
+ENTRY main {
+  p0 = f32[4]{0} parameter(0)
+  p1 = f32[4] parameter(1)
+  ROOT add = f32[4] add(p0, p1)
+}
+""")
+    assert m.name == "test"
+    assert m.header_attrs == {"is_scheduled": "true"}
+    add = m.entry.root
+    assert add.opcode is Opcode.ADD and add.name == "add"
+    assert [o.name for o in add.operands] == ["p0", "p1"]
+    assert m.entry.parameter(0).users == [add]
+    assert m.entry.parameter(0).shape == ArrayShape(add.shape.dtype, (4,), (0,))  # type: ignore[union-attr]
+    assert add.shape.layout is None  # type: ignore[union-attr]
+
+
+def test_forward_references_and_missing_root() -> None:
+    m = parse("""
+HloModule fwd
+ENTRY main {
+  b = f32[] negate(a)
+  a = f32[] parameter(0)
+  c = f32[] call(b), to_apply=later
+}
+later {
+  x = f32[] parameter(0)
+  ROOT y = f32[] exponential(x)
+}
+""")
+    entry = m.entry
+    assert entry.root.name == "c"  # no ROOT: the last instruction
+    assert entry.instructions[0].operand(0) is entry.instructions[1]
+    assert entry.root.attrs["to_apply"] is m.computation("later")
+
+
+def test_names_are_uniquified_across_computations() -> None:
+    m = parse((HERE / "hlo" / "xla_control_flow.hlo").read_text())
+    names = [i.name for i in m.all_instructions()]
+    assert len(names) == len(set(names))
+    assert [c.parameters[0].name for c in m.computations] == ["p", "p.1", "p.2", "p.3", "p.4"]
+    # An instruction may share a computation's name (separate namespaces, as in XLA).
+    m2 = parse("HloModule m\nadd {\n  a = f32[] parameter(0)\n  ROOT add = f32[] negate(a)\n}\n")
+    assert m2.entry.root.name == "add"
+
+
+def test_shapeless_instructions_are_inferred() -> None:
+    m = parse_file(HERE / "hlo" / "xla_control_flow.hlo")
+    init = m.entry.instructions[2]
+    assert isinstance(init.shape, TupleShape)
+    assert str(init.shape) == "(s32[], f32[4])"
+    assert str(m.entry.instructions[4].shape) == "f32[4]"
+
+
+def test_fusion_links_and_entry() -> None:
+    m = parse_file(HERE / "hlo" / "xla_reduce_fusion.hlo")
+    assert m.entry.name == "entry"
+    f1 = m.entry.instruction if False else m.instruction("f1")
+    assert f1.fused_computation is m.computation("f1_computation")
+    assert m.computation("f1_computation").fusion_instruction is f1
+    assert m.computation("f2_computation").root.attrs["to_apply"] is m.computation(
+        "add_computation")
+    assert m.computation("add_computation").fusion_instruction is None
+
+
+def test_long_form_details() -> None:
+    m = parse_file(HERE / "hlo" / "xla_long_form.hlo")
+    assert m.header_attrs["entry_computation_layout"].startswith("{(f32[8,128]{1,0}")
+    param = m.computation("fused_computation").parameter(0)
+    assert isinstance(param.shape, ArrayShape)
+    assert param.shape.layout == (1, 0) and param.shape.layout_extra == ":T(8,128)"
+    copy1 = m.instruction("copy.1")
+    assert [p.name for p in copy1.control_predecessors] == ["copy.0"]
+    assert copy1 in m.instruction("copy.0").users
+    fusion = m.instruction("fusion")
+    assert fusion.attrs["kind"] == "kLoop"
+    assert fusion.attrs["backend_config"] == '{"outer_dimension_partitions":[],"flag":true}'
+    cc = m.instruction("custom-call")
+    assert cc.attrs["custom_call_target"] == "my_target"
+    assert cc.attrs["backend_config"] == '"opaque \\"quoted\\" text"'
+    assert m.instruction("p0").attrs["sharding"] == "{replicated}"
+    add = m.instruction("add.0")
+    assert add.metadata.fields == (("op_type", "Add"), ("op_name", "model/add"),
+                                   ("source_file", "/home/user/model.py"), ("source_line", 12))
+
+
+def test_attribute_values() -> None:
+    m = parse_file(HERE / "hlo" / "xla_attributes.hlo")
+    rw2 = m.instruction("rw2")
+    assert [(d.size, d.pad_lo, d.pad_hi) for d in rw2.attrs["window"]] == [(3, 1, 1), (3, 1, 1)]
+    assert m.instruction("rw").attrs["window"][0].stride == 2
+    assert m.instruction("padded").attrs["padding"] == ((1, 1, 1), (0, 2, 1))
+    assert m.instruction("sl").attrs["slice"] == ((0, 4, 2), (1, 4, 1))
+    assert m.instruction("ds").attrs["dynamic_slice_sizes"] == (2, 2)
+    assert m.instruction("conv").attrs["dim_labels"] == "b01f_01io->b01f"
+    assert m.instruction("srt").attrs["is_stable"] is True
+    assert m.instruction("rng").attrs["distribution"] == "rng_uniform"
+    sas = m.instruction("sas")
+    assert sas.attrs["select"] is m.computation("ge")
+    assert sas.called_computations() == [m.computation("ge"), m.computation("add")]
+
+
+def test_literals() -> None:
+    m = parse_file(HERE / "hlo" / "xla_constants.hlo")
+    lit = {i.name: i.literal for i in m.entry.instructions}
+    f = lit["f"]
+    assert isinstance(f, np.ndarray) and f.dtype == np.float32
+    assert math.copysign(1.0, float(f[1])) == -1.0  # -0 kept
+    assert np.isinf(f[5]) and f[5] > 0 and np.isneginf(f[6]) and np.isnan(f[7])
+    h = lit["h"]
+    assert h.dtype == np.float16 and np.isnan(h[1]) and np.signbit(h[1])  # type: ignore[union-attr]
+    assert lit["b"].dtype == np.dtype(ml_dtypes.bfloat16)  # type: ignore[union-attr]
+    assert lit["b"].shape == (2, 2)  # type: ignore[union-attr]
+    assert lit["u"].dtype == np.uint64 and int(lit["u"]) == 2**64 - 1  # type: ignore[union-attr, arg-type]
+    assert lit["s"].tolist() == [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]  # type: ignore[union-attr]
+    assert lit["e"].shape == (0,)  # type: ignore[union-attr]
+    tl = lit["tl"]
+    assert isinstance(tl, tuple) and int(tl[0]) == 7 and tl[1].tolist() == [1.0, 2.0]  # type: ignore[union-attr]
+    assert lit["t"].tolist() == [True, False]  # type: ignore[union-attr]
+
+
+def test_debug_tables_and_stack_frame_locations() -> None:
+    m = parse_file(HERE / "hlo" / "jax_mlp_short.hlo")
+    debug = m.debug_info
+    assert debug.file_names[1].endswith("model.py")
+    assert debug.function_names and debug.file_locations and debug.stack_frames
+    tanh = m.instruction("tanh.1")
+    loc = m.source_location(tanh)
+    assert loc is not None
+    assert loc.file.endswith("model.py") and loc.line == 8 and loc.function == "mlp"
+    assert str(loc).endswith("model.py:8 (mlp)")
+
+
+def test_old_style_source_locations() -> None:
+    m = parse_file(HERE / "hlo" / "xla_long_form.hlo")
+    loc = m.source_location(m.instruction("tanh.0"))
+    assert loc is not None and (loc.file, loc.line) == ("/home/user/model.py", 13)
+    assert m.source_location(m.instruction("copy.2")) is None
+
+
+def test_compiled_dump_locations() -> None:
+    m = parse_file(HERE / "hlo" / "jax_misc_long.hlo")
+    located = [m.source_location(i) for i in m.all_instructions()]
+    assert any(loc is not None and loc.file.endswith("model.py") for loc in located)
+    assert m.entry.name.startswith("main")
+    assert sum(1 for c in m.computations if c.is_fusion_computation) >= 5
+
+
+def test_bare_computation() -> None:
+    m = parse_file(HERE / "hlo" / "xla_bare_computation.hlo")
+    assert m.name == "e" and m.entry.name == "e"
+    assert m.entry.root.name == "t"
+    assert str(m.entry.root.shape) == "(s8[1], s8[])"
+
+
+def test_unnamed_entry_and_percent_names() -> None:
+    m = parse("HloModule m\nENTRY {\n  %p = f32[2]{0} parameter(0)\n"
+              "  ROOT %n = f32[2]{0} negate(f32[2]{0} %p)\n}\n")
+    assert m.entry.root.operand(0).name == "p"
+
+
+def test_comments_are_skipped() -> None:
+    m = parse("HloModule m // trailing\n/* block */ ENTRY e {\n  // a line comment\n"
+              "  p = (f32[], /*index=1*/f32[]) parameter(0)\n"
+              "  ROOT g = f32[] get-tuple-element(p), /* here */ index=1\n}\n")
+    assert m.entry.root.attrs["index"] == 1
+
+
+# ----- printer ----------------------------------------------------------------------------
+
+
+def test_printer_forms() -> None:
+    m = parse_file(HERE / "hlo" / "xla_long_form.hlo")
+    add = m.instruction("add.0")
+    assert format_instruction(add) == (
+        'add.0 = f32[8,128]{1,0:T(8,128)} add(param_0, param_1), metadata={op_type="Add" '
+        'op_name="model/add" source_file="/home/user/model.py" source_line=12}')
+    assert format_instruction(add, long=True).startswith(
+        "%add.0 = f32[8,128]{1,0:T(8,128)} add(f32[8,128]{1,0:T(8,128)} %param_0, ")
+    text = format_computation(m.computation("fused_computation"), long=True)
+    assert text.startswith(
+        "%fused_computation (param_0: f32[8,128], param_1: f32[8,128]) -> f32[8,128] {\n")
+    assert "  ROOT %tanh.0 = " in text
+    assert format_computation(m.entry).startswith("ENTRY main {\n")
+    printed = print_module(m)
+    assert printed.startswith("HloModule long_form, is_scheduled=true, entry_computation_layout=")
+    assert "control-predecessors={copy.0}" in printed
+
+
+def test_printer_attribute_order_is_canonical() -> None:
+    m = parse("HloModule m\nc {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+              "  ROOT s = f32[] add(a, b)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n"
+              "  z = f32[] constant(0)\n  ROOT r = f32[] reduce(p, z), metadata={op_name=\"r\"}, "
+              "to_apply=c, dimensions={0}\n}\n")
+    assert format_instruction(m.entry.root) == (
+        'r = f32[] reduce(p, z), dimensions={0}, to_apply=c, metadata={op_name="r"}')
+
+
+def test_debug_tables_print_like_jax() -> None:
+    text = (HERE / "hlo" / "jax_mlp_short.hlo").read_text()
+    printed = print_module(parse(text))
+    start = text.index("FileNames")
+    tables = text[start:text.index("\n\n", text.index("StackFrames"))]
+    assert tables in printed
+
+
+# ----- equality ---------------------------------------------------------------------------
+
+
+def test_module_diff_finds_differences() -> None:
+    text = (HERE / "hlo" / "xla_constants.hlo").read_text()
+    a, b = parse(text), parse(text)
+    assert modules_equal(a, b)
+    lit = b.instruction("f").literal
+    assert isinstance(lit, np.ndarray)
+    lit[7] = np.float32(-np.nan)  # a different nan: bitwise comparison sees it
+    assert module_diff(a, b) == "computation main: instruction f: literal differs"
+    c = parse(text.replace("s8[3] constant", "s8[3]{0} constant"))
+    assert "shape s8[3] != s8[3]{0}" in (module_diff(a, c) or "")
+    d = parse(text.replace("HloModule constants", "HloModule other"))
+    assert module_diff(a, d) == "module name 'constants' != 'other'"
+
+
+def test_module_diff_attrs_and_computations() -> None:
+    text = (HERE / "hlo" / "xla_attributes.hlo").read_text()
+    a = parse(text)
+    b = parse(text.replace("window={size=2x2 stride=2x2}, to_apply=add",
+                           "window={size=2x2 stride=2x2}, to_apply=add", 1))
+    assert modules_equal(a, b)
+    c = parse(text.replace("dimensions={1}, to_apply=add", "dimensions={1}, to_apply=add"))
+    assert modules_equal(a, c)
+    m = b.instruction("red")
+    m.attrs["to_apply"] = b.computation("ge")
+    assert "attribute to_apply: add != ge" in (module_diff(a, b) or "")
+
+
+# ----- speed ------------------------------------------------------------------------------
+
+
+def _big_module(n: int) -> str:
+    lines = ["HloModule big", "", "ENTRY %main {",
+             "  %p0 = f32[128,256]{1,0} parameter(0)", "  %p1 = f32[128,256]{1,0} parameter(1)"]
+    names = ["p0", "p1"]
+    ops = ("add", "multiply", "subtract", "maximum")
+    for i in range(n - 3):
+        a, b = names[-1], names[max(0, len(names) - 7)]
+        op = ops[i % 4]
+        lines.append(
+            f"  %{op}.{i} = f32[128,256]{{1,0}} {op}(f32[128,256]{{1,0}} %{a}, "
+            f"f32[128,256]{{1,0}} %{b}), metadata={{op_type=\"{op}\" "
+            f"op_name=\"jit(f)/{op}\" source_file=\"/x/model.py\" source_line={i}}}")
+        names.append(f"{op}.{i}")
+    lines.append(f"  ROOT %out = f32[128,256]{{1,0}} negate(f32[128,256]{{1,0}} %{names[-1]})")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def test_parse_speed_5000_instructions() -> None:
+    text = _big_module(5000)
+    best = math.inf
+    for _ in range(3):
+        start = time.process_time()
+        m = parse(text, verify=False)
+        best = min(best, time.process_time() - start)
+    assert len(m.entry.instructions) == 5000
+    # Measured ~0.25 s CPU on the 2-core dev machine; the bound leaves room for slow CI.
+    assert best < 1.5, f"parsing 5000 instructions took {best:.2f} s CPU"
