@@ -55,8 +55,9 @@ class FusionConfig:
     row_reduction_divisor_rule: bool = True
     # IsExpensiveToRepeat: kMaxInputsPerOutput.
     max_inputs_per_output: int = 10
-    # Tiled transpose (Transpose021): both tiled dims >= this, and enough elements.
+    # Tiled transpose (Transpose021): both tiled dims >= 16, or both >= 8 with enough elements.
     min_dimension_to_transpose_tiled: int = 16
+    min_dimension_to_transpose_tiled2: int = 8
     min_total_dimensions_to_transpose_tiled: int = 64 * 128
 
     # --- fusion merger (fusion_merger.cc) ------------------------------------------------------
@@ -74,6 +75,11 @@ class FusionConfig:
     horizontal_max_instructions: int = 30
     horizontal_max_batch: int = 32
     horizontal_max_cuda_param_bytes: int = 4000
+    # E2 ran horizontal loop fusion on the entry computation only; True = every non-fusion
+    # computation (E3), e.g. while bodies.
+    horizontal_all_computations: bool = False
+    # E2 HasOnlyRowMajorLayout: refuse candidates with a non-row-major array (E3 dropped it).
+    horizontal_require_row_major: bool = True
 
     # --- multi-output fusion (multi_output_fusion.cc) ------------------------------------------
     # IsProfitableOperand: True = every effective-scalar shared operand is unprofitable (what

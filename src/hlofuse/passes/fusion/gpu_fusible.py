@@ -145,9 +145,10 @@ def _physical_permutation(instr: Instruction) -> list[int] | None:
 
 
 def tiled_transpose_dims(instr: Instruction, config: FusionConfig = DEFAULT
-                         ) -> tuple[int, int, int] | None:
-    """GetDescriptionForTiledTransposeEmitter (simplified): the [batch, A, B] extents of a
-    physical 0-2-1 transpose big enough for the shared-memory tiled emitter, else None."""
+                         ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """GetDescriptionForTiledTransposeEmitter (simplified): for a physical 0-2-1 (or 2-1-0)
+    transpose big enough for the shared-memory tiled emitter, (normalised permutation,
+    normalised extents); else None."""
     seq = _physical_permutation(instr)
     if not seq:
         return None
@@ -166,14 +167,17 @@ def tiled_transpose_dims(instr: Instruction, config: FusionConfig = DEFAULT
     norm = [sorted(order).index(v) for v in order]
     sizes = [math.prod(extents_out[k] for k in g) for g in groups]
     if norm == [1, 0]:
-        batch, a, b = 1, sizes[0], sizes[1]
-    elif norm == [0, 2, 1]:
-        batch, a, b = sizes
+        norm, sizes = [0, 2, 1], [1, *sizes]
+    if norm == [0, 2, 1]:
+        a, b = sizes[1], sizes[2]
+    elif norm == [2, 1, 0]:
+        a, b = sizes[0], sizes[2]
     else:
         return None
-    m = config.min_dimension_to_transpose_tiled
-    if a >= m and b >= m and a * b >= config.min_total_dimensions_to_transpose_tiled:
-        return batch, a, b
+    m, m2 = config.min_dimension_to_transpose_tiled, config.min_dimension_to_transpose_tiled2
+    if (a >= m and b >= m) or (a >= m2 and b >= m2
+                               and a * b >= config.min_total_dimensions_to_transpose_tiled):
+        return tuple(norm), tuple(sizes)
     return None
 
 
@@ -219,9 +223,17 @@ def find_non_trivial_hero(instr: Instruction) -> Instruction:
 
 
 def fusion_roots(fusion: Instruction) -> list[Instruction]:
-    """GetFusionRoots: the root, or the root tuple's operands."""
+    """GetFusionRoots: the root, or the root tuple's operands; a get-tuple-element of a
+    tuple-shaped non-tuple op (variadic reduce, custom-call) stands for that op."""
     root = fusion.fused_computation.root
-    return list(root.operands) if root.opcode is Opcode.TUPLE else [root]
+    roots = list(root.operands) if root.opcode is Opcode.TUPLE else [root]
+    out = []
+    for r in roots:
+        if r.opcode is Opcode.GET_TUPLE_ELEMENT and r.operand(0).opcode is not Opcode.TUPLE \
+                and r.operand(0).opcode is not Opcode.PARAMETER:
+            r = r.operand(0)
+        out.append(r)
+    return out
 
 
 def is_real_reduction_hero(root: Instruction, hero: Instruction,
@@ -274,6 +286,11 @@ def is_universally_loop_fusible(instr: Instruction, config: FusionConfig = DEFAU
         return True
     if op is Opcode.COPY:
         return tiled_transpose_dims(instr, config) is None
+    if op is Opcode.BITCAST:
+        src, out = instr.operand(0).shape, instr.shape
+        # A bitcast that changes the element bit width is not fusible (newer XLA).
+        return not (isinstance(src, ArrayShape) and isinstance(out, ArrayShape)
+                    and src.dtype.bits != out.dtype.bits)
     if op is Opcode.FUSION:
         return instr.fusion_kind == "kLoop"
     return op in _UNIVERSAL
@@ -506,7 +523,31 @@ def fusion_heroes_are_compatible(h1: Instruction, h2: Instruction,
         return FusionDecision.no("tiled transposes with different shapes")
     elif (t1 and r2) or (r1 and t2):
         return FusionDecision.no("MOF-fusion of a transpose and a reduction")
+    if t1 or t2:
+        # A tiled transpose must stay tiled: when one fusion reads the other, the path from
+        # the parameter bound to the transposing fusion must be single-user intermediates.
+        f1 = h1.parent.fusion_instruction if h1.parent is not None else None
+        f2 = h2.parent.fusion_instruction if h2.parent is not None else None
+        if f1 is not None and f2 is not None:
+            for hero_t, fa, fb in ((t1, f1, f2), (t2, f2, f1)):
+                if hero_t and any(o is fa for o in fb.operands):
+                    param = fb.fused_computation.parameter(
+                        next(i for i, o in enumerate(fb.operands) if o is fa))
+                    if not _intermediate_path_to_root(param):
+                        return FusionDecision.no("tiled transpose would become untiled")
     return FusionDecision.ok()
+
+
+def _intermediate_path_to_root(param: Instruction) -> bool:
+    if param.user_count != 1:
+        return False
+    cur = param.users[0]
+    while cur.user_count > 0:
+        if not (is_reduce_intermediate(cur) or (cur.is_elementwise and cur.operand_count == 1
+                                                 and cur.user_count <= 1)):
+            return False
+        cur = cur.users[0]
+    return True
 
 
 def shapes_compatible_for_multi_output_fusion(a: Instruction, b: Instruction,
@@ -535,7 +576,7 @@ def shapes_compatible_for_multi_output_fusion(a: Instruction, b: Instruction,
 
 def is_consumer_the_only_non_root_user(instr: Instruction, consumer: Instruction) -> bool:
     def ok(user: Instruction) -> bool:
-        if user.opcode is Opcode.GET_TUPLE_ELEMENT:
+        if user.opcode in (Opcode.GET_TUPLE_ELEMENT, Opcode.BITCAST):
             return all(ok(u) for u in user.users) and (user.users or user.is_root)
         return user is consumer or user.is_root
 
