@@ -94,7 +94,7 @@ def lower_to_hlo(p: Program, *, debug_info: bool = True) -> str:
     )
 
 
-_INSTR_START = re.compile(r"^\s*(?:ROOT\s+)?[\w.\-]+\s*=\s*", re.M)
+_INSTR_START = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*", re.M)
 _OPCODE = re.compile(r"([a-z][a-z0-9\-]*)\(")
 
 
@@ -283,12 +283,12 @@ def elementwise_unary_rounding(a: Array) -> tuple:
     )
 
 
-# XLA's CPU transcendental approximations are within a few ulp of numpy's: 5e-6.
+# XLA's CPU transcendental approximations are within a few ulp of numpy's (measured <= 4e-7
+# relative on these ranges): 2e-6.
 @_register(
     "transcendental_f32",
     lambda: (_uniform(4, 0.01, 4.0, 64), _uniform(5, -1.2, 1.2, 64)),
-    rtol=5e-6,
-    atol=2e-6,
+    rtol=2e-6,
 )
 def transcendental_f32(pos: Array, x: Array) -> tuple:
     return (
@@ -685,15 +685,16 @@ def bitcast_convert_types(a: Array, i: Array) -> tuple:
     )
 
 
-# bf16 has an 8-bit mantissa: one rounding difference is 2^-8 relative; 1e-2.
+# bf16 has an 8-bit mantissa: one rounding is 2^-8 relative, and the sum and matmul may round
+# per op or once (XLA keeps f32 between fused ops): 2e-2.
 @_register(
     "bf16_elementwise_and_sum",
     lambda: (
         _normal(30, 8, 16).astype(jnp.bfloat16),
         _normal(31, 8, 16).astype(jnp.bfloat16),
     ),
-    rtol=1e-2,
-    atol=1e-2,
+    rtol=2e-2,
+    atol=2e-2,
 )
 def bf16_elementwise_and_sum(a: Array, b: Array) -> tuple:
     c = a * b + a

@@ -151,3 +151,20 @@ def test_cartpole_numpy_matches_jax() -> None:
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-4, atol=1e-4)
     assert programs.by_name("cartpole_separate").tags >= {"scan", "cartpole"}
+
+
+def test_builtin_examples_are_listed_and_relocatable() -> None:
+    from hlofuse import examples
+
+    names = examples.names()
+    for variant in ("baseline", "precomputed", "separate", "unrolled"):
+        assert f"cartpole_{variant}" in names
+    for name in names:
+        text = examples.text(name)
+        assert text.startswith("HloModule ")
+        assert examples.path(name).read_text(encoding="utf-8") == text
+        table = text.split("FileNames\n", 1)[1].split("\n\n", 1)[0] if "FileNames" in text else ""
+        for line in table.splitlines():  # no absolute, machine-specific source paths
+            assert not re.search(r'"(/|[A-Za-z]:\\)', line), line
+    with pytest.raises(KeyError, match="cartpole_baseline"):
+        examples.text("no_such_example")
