@@ -234,6 +234,19 @@ def test_literals() -> None:
     assert lit["t"].tolist() == [True, False]  # type: ignore[union-attr]
 
 
+def test_nan_payloads_round_trip() -> None:
+    text = ("HloModule m\nENTRY e {\n  a = f32[3] constant({nan(0x1), -nan(0x400000), -nan})\n"
+            "  ROOT b = bf16[1,2] constant({ {nan(0x41), 2} })\n}\n")
+    m = parse(text)
+    a = m.instruction("a").literal
+    assert isinstance(a, np.ndarray)
+    assert a.view(np.uint32).tolist() == [0x7F800001, 0xFFC00000, 0xFFC00000]
+    printed = print_module(m)
+    assert "constant({nan(0x1), -nan, -nan})" in printed
+    assert "constant({ {nan(0x41), 2} })" in printed
+    assert_round_trip(text)
+
+
 def test_debug_tables_and_stack_frame_locations() -> None:
     m = parse_file(HERE / "hlo" / "jax_mlp_short.hlo")
     debug = m.debug_info

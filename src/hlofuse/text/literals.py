@@ -23,8 +23,12 @@ from hlofuse.ir.literal import Literal
 from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape, format_shape
 from hlofuse.text.lexer import Lexer
 
-_LIT_TOKEN = re.compile(r"[{}(),]|[^\s{}(),/]+|/\*.*?\*/|/", re.S)
+_LIT_TOKEN = re.compile(r"-?nan\(0x[0-9a-fA-F]+\)|[{}(),]|[^\s{}(),/]+|/\*.*?\*/|/", re.S)
 _FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|-?(?:inf|nan)")
+_NAN_PAYLOAD = re.compile(r"(-?)nan\(0x([0-9a-fA-F]+)\)")
+# Exponent bits and mantissa width of each float type, for nan payloads `nan(0x...)`.
+_FLOAT_BITS = {"f16": (0x7C00, 10), "bf16": (0x7F80, 7), "f32": (0x7F800000, 23),
+               "f64": (0x7FF0000000000000, 52)}
 _INT = re.compile(r"[-+]?\d+")
 _ELIDED = re.compile(r"\{\s*\.\.\.\s*\}")
 
@@ -155,11 +159,32 @@ def _to_array(lexer: Lexer, flat: list[str], offsets: list[int], shape: ArraySha
             values.append(v)
     else:
         values = []
-        for tok, off in zip(flat, offsets):
+        payloads: list[tuple[int, bool, int, int]] = []
+        for k, (tok, off) in enumerate(zip(flat, offsets)):
             if not _FLOAT.fullmatch(tok):
-                raise lexer.error(f"expected a floating-point literal of type {dt}, got '{tok}'",
-                                  off)
+                m = _NAN_PAYLOAD.fullmatch(tok)
+                if m is None:
+                    raise lexer.error(
+                        f"expected a floating-point literal of type {dt}, got '{tok}'", off)
+                payloads.append((k, m.group(1) == "-", int(m.group(2), 16), off))
+                values.append(float("nan"))
+                continue
             values.append(float(tok))
     with np.errstate(over="ignore"):
         arr = np.array(values, dtype=dt.np)
+    if not dt.is_pred and not dt.is_integral and payloads:
+        _set_nan_payloads(lexer, arr, dt, payloads)
     return arr.reshape(shape.dims)
+
+
+def _set_nan_payloads(lexer: Lexer, arr: np.ndarray, dt: DType,
+                      payloads: list[tuple[int, bool, int, int]]) -> None:
+    """Write `nan(0x...)` elements bit by bit: sign, all-ones exponent, the payload."""
+    exponent, mantissa_bits = _FLOAT_BITS[dt.name]
+    bits = arr.view(np.dtype(f"u{arr.itemsize}"))
+    for k, negative, payload, off in payloads:
+        if payload == 0 or payload >> mantissa_bits:
+            raise lexer.error(f"nan payload 0x{payload:x} does not fit the {mantissa_bits}-bit "
+                              f"mantissa of {dt} (and must not be 0)", off)
+        sign = 1 << (dt.bits - 1) if negative else 0
+        bits[k] = sign | exponent | payload

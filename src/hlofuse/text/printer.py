@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
+import numpy as np
+
 from hlofuse.ir.attributes import (
     ATTRIBUTES,
     AttrKind,
@@ -29,10 +32,10 @@ from hlofuse.ir.attributes import (
 )
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction, Metadata
-from hlofuse.ir.literal import format_literal
+from hlofuse.ir.literal import Literal, format_literal
 from hlofuse.ir.module import DebugInfo, Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import format_shape
+from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, format_shape
 from hlofuse.text.lexer import encode_string
 
 _ORDER = {name: i for i, name in enumerate(ATTRIBUTES)}
@@ -114,7 +117,7 @@ def format_instruction(instr: Instruction, *, long: bool = False, root: bool = F
     if instr.opcode is Opcode.PARAMETER:
         out += str(instr.parameter_number)
     elif instr.opcode is Opcode.CONSTANT and instr.literal is not None:
-        out += format_literal(instr.literal, instr.shape)
+        out += format_constant(instr.literal, instr.shape)
     elif long:
         out += ", ".join(f"{format_shape(o.shape)} %{o.name}" for o in instr.operands)
     else:
@@ -130,6 +133,57 @@ def format_instruction(instr: Instruction, *, long: bool = False, root: bool = F
         out += ", control-predecessors={" + ", ".join(
             pct + p.name for p in instr.control_predecessors) + "}"
     return out
+
+
+def format_constant(value: Literal, shape: Shape) -> str:
+    """`ir.literal.format_literal`, except that a nan with a non-default payload prints as
+    `nan(0x...)` (XLA's spelling) so that it reads back bit for bit."""
+    if isinstance(value, np.ndarray) and isinstance(shape, ArrayShape) and _has_odd_nan(value):
+        return _format_with_payloads(value, shape)
+    if isinstance(value, tuple) and isinstance(shape, TupleShape):
+        return "(" + ", ".join(format_constant(v, s)
+                               for v, s in zip(value, shape.elements, strict=True)) + ")"
+    return format_literal(value, shape)
+
+
+def _has_odd_nan(value: np.ndarray) -> bool:
+    if value.dtype.kind != "f" and value.dtype != np.dtype(ml_dtypes.bfloat16):
+        return False
+    with np.errstate(invalid="ignore"):
+        nans = np.isnan(value.astype(np.float64))
+    if not nans.any():
+        return False
+    bits = value.view(np.dtype(f"u{value.itemsize}"))[nans]
+    mantissa = _MANTISSA_BITS[value.itemsize if value.dtype.kind == "f" else 0]
+    payload = bits & ((1 << mantissa) - 1)
+    return bool((payload != (1 << (mantissa - 1))).any())
+
+
+_MANTISSA_BITS = {2: 10, 4: 23, 8: 52, 0: 7}  # by itemsize; 0 stands for bf16
+
+
+def _format_with_payloads(value: np.ndarray, shape: ArrayShape) -> str:
+    mantissa = _MANTISSA_BITS[value.itemsize if value.dtype.kind == "f" else 0]
+    bits = value.view(np.dtype(f"u{value.itemsize}"))
+
+    def scalar(index: tuple[int, ...]) -> str:
+        v = value[index]
+        if np.isnan(float(v)):
+            b = int(bits[index])
+            payload = b & ((1 << mantissa) - 1)
+            sign = "-" if b >> (value.itemsize * 8 - 1) else ""
+            if payload != 1 << (mantissa - 1):
+                return f"{sign}nan(0x{payload:x})"
+        return format_literal(np.asarray(v, dtype=value.dtype).reshape(()),
+                              ArrayShape(shape.dtype, ()))
+
+    def nested(prefix: tuple[int, ...]) -> str:
+        dim = len(prefix)
+        if dim == value.ndim - 1:
+            return "{" + ", ".join(scalar((*prefix, i)) for i in range(value.shape[dim])) + "}"
+        return "{ " + ", ".join(nested((*prefix, i)) for i in range(value.shape[dim])) + " }"
+
+    return scalar(()) if value.ndim == 0 else nested(())
 
 
 def format_attr_value(key: str, value: Any, *, long: bool = False) -> str:
