@@ -1,0 +1,14 @@
+"""Import every fusion pass module that exists, so each registers its pass name."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+PASS_MODULES = ("instruction_fusion", "fusion_merger", "multi_output", "horizontal",
+                "priority_fusion", "loop_fusion")
+_PACKAGE = "hlofuse.passes.fusion"
+
+for _name in PASS_MODULES:
+    if importlib.util.find_spec(f"{_PACKAGE}.{_name}") is not None:
+        importlib.import_module(f"{_PACKAGE}.{_name}")
