@@ -110,4 +110,4 @@ def _convolution(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.
                 result[:, zs] += np.einsum("nc...,oc->no...", part, tap[zs], optimize=True)
     final = finish_contraction(result, out)
     inverse = np.argsort(op)
-    return np.ascontiguousarray(np.transpose(final, inverse)).reshape(array_shape(instr).dims)
+    return np.asarray(np.transpose(final, inverse), order="C").reshape(array_shape(instr).dims)

@@ -117,8 +117,11 @@ class Interpreter:
             self._orders[key] = order
         return order
 
-    def call(self, comp: Computation, args: Sequence[Literal]) -> Literal:
-        """Evaluate `comp` with `args` bound to its parameters; the value of its root."""
+    def call(self, comp: Computation, args: Sequence[Literal], *, check: bool = True) -> Literal:
+        """Evaluate `comp` with `args` bound to its parameters; the value of its root.
+
+        With `check`, every array result is checked against its instruction's shape (off when
+        a scalar computation runs vectorised on whole arrays)."""
         params = comp.parameters
         if len(params) != len(args):
             raise InterpreterError(
@@ -136,7 +139,7 @@ class Interpreter:
                 raise unsupported(instr, reason)
             operands = [env[o] for o in instr.operands]
             try:
-                env[instr] = fn(self, instr, operands)
+                value = fn(self, instr, operands)
             except HloError:
                 raise
             except Exception as exc:  # a bug or an unexpected input: name the instruction
@@ -144,6 +147,9 @@ class Interpreter:
                     f"interpreting {instr.opcode.value} ({where(instr)}) failed: "
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
+            if check and isinstance(value, np.ndarray):
+                _check_result(instr, value)
+            env[instr] = value
         return env[comp.root]
 
     # ----- scalar computations applied to arrays ------------------------------------------
@@ -178,7 +184,9 @@ class Interpreter:
         arrays = np.broadcast_arrays(*[np.asarray(a) for a in args])
         shape = arrays[0].shape if arrays else ()
         if self.is_vectorizable(comp):
-            outs = as_list(self.call(comp, [np.ascontiguousarray(a) for a in arrays]))
+            outs = as_list(
+                self.call(comp, [np.asarray(a, order="C") for a in arrays], check=False)
+            )
             return [np.broadcast_to(np.asarray(o), shape).copy() for o in outs]
         # Per-element fallback.
         root_shape = comp.root.shape
@@ -189,6 +197,19 @@ class Interpreter:
             for r, v in zip(results, vals, strict=True):
                 r[idx] = v
         return results
+
+
+def _check_result(instr: Instruction, value: np.ndarray) -> None:
+    shape = instr.shape
+    if not isinstance(shape, ArrayShape):
+        return
+    if value.shape != shape.dims or value.dtype != shape.dtype.np:
+        got = f"{value.dtype}{list(value.shape)}"
+        raise InterpreterError(
+            f"interpreting {instr.opcode.value} ({where(instr)}) produced {got}, "
+            f"expected {shape}: the module's shapes are inconsistent, or this is an "
+            "interpreter bug"
+        )
 
 
 # ----- structural ops ---------------------------------------------------------------------

@@ -217,7 +217,7 @@ def _convert(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndar
 @handles(Opcode.BITCAST_CONVERT)
 def _bitcast_convert(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
     out = _result_dtype(instr)
-    x = np.ascontiguousarray(ops[0])
+    x = np.asarray(ops[0], order="C")
     src_bits = x.dtype.itemsize * 8
     if out.is_pred or x.dtype == np.bool_:
         raise unsupported(instr, "bitcast-convert to or from pred is not defined")
@@ -245,7 +245,7 @@ def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> n
     src_exp, src_man = _FLOAT_LAYOUT[nbits]
     u = np.dtype(f"u{nbits // 8}")
     one = u.type(1)
-    xi = np.ascontiguousarray(x).view(u).copy()
+    xi = np.asarray(x, order="C").view(u).copy()
     sign_mask = u.type(1 << (nbits - 1))
     exp_mask = u.type(((1 << src_exp) - 1) << src_man)
     is_nan = (xi & ~sign_mask) > exp_mask
@@ -332,17 +332,17 @@ def _shift(op: Opcode, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
     bits = dt.bits
     u = np.dtype(f"u{bits // 8}")
     s = np.dtype(f"i{bits // 8}")
-    amount = np.ascontiguousarray(b).view(u)  # the shift amount is read as unsigned
+    amount = np.asarray(b, order="C").view(u)  # the shift amount is read as unsigned
     oob = amount >= bits
     amt = np.where(oob, 0, amount).astype(u)
     if op is Opcode.SHIFT_LEFT:
-        r = np.where(oob, 0, np.ascontiguousarray(a).view(u) << amt).astype(u)
+        r = np.where(oob, 0, np.asarray(a, order="C").view(u) << amt).astype(u)
     elif op is Opcode.SHIFT_RIGHT_LOGICAL:
-        r = np.where(oob, 0, np.ascontiguousarray(a).view(u) >> amt).astype(u)
+        r = np.where(oob, 0, np.asarray(a, order="C").view(u) >> amt).astype(u)
     else:
-        sa = np.ascontiguousarray(a).view(s)
+        sa = np.asarray(a, order="C").view(s)
         r = np.where(oob, sa >> (bits - 1), sa >> amt.astype(s)).astype(s)
-    return np.ascontiguousarray(r).view(dt.np)
+    return np.asarray(r, order="C").view(dt.np)
 
 
 _FLOAT_BINARY: dict[Opcode, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
@@ -437,7 +437,7 @@ def _binary(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarr
 
 def total_order_key(x: np.ndarray) -> np.ndarray:
     """Signed integers that order floats totally: -nan < -inf < ... < -0 < +0 < ... < nan."""
-    x = np.ascontiguousarray(x)
+    x = np.asarray(x, order="C")
     it = np.dtype(f"i{x.dtype.itemsize}")
     i = x.view(it)
     return np.where(i < 0, i ^ np.array(np.iinfo(it).max, it), i)
@@ -461,10 +461,10 @@ def compare(a: np.ndarray, b: np.ndarray, direction: str, kind: str | None) -> n
     elif dt.is_float and dt.name in _NARROW_FLOATS:
         a, b = a.astype(np.float32), b.astype(np.float32)
     elif dt.is_integral and kind == "UNSIGNED" and dt.is_signed:
-        a, b = _unsigned(np.ascontiguousarray(a)), _unsigned(np.ascontiguousarray(b))
+        a, b = _unsigned(np.asarray(a, order="C")), _unsigned(np.asarray(b, order="C"))
     elif dt.is_integral and kind == "SIGNED" and not dt.is_signed:
         s = np.dtype(f"i{a.dtype.itemsize}")
-        a, b = np.ascontiguousarray(a).view(s), np.ascontiguousarray(b).view(s)
+        a, b = np.asarray(a, order="C").view(s), np.asarray(b, order="C").view(s)
     return np.asarray(_DIRECTIONS[direction](a, b))
 
 

@@ -106,7 +106,7 @@ def _gather(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarr
         else:
             perm.append(next_batch)
             next_batch += 1
-    return np.ascontiguousarray(np.transpose(win, perm)).astype(out_np(instr), copy=False)
+    return np.asarray(np.transpose(win, perm), order="C").astype(out_np(instr), copy=False)
 
 
 def combine_at(

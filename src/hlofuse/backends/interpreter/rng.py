@@ -87,7 +87,7 @@ def _threefry32(key: int, counter: int, dims: tuple[int, ...]) -> tuple[np.ndarr
     full[split] = half[split] * 2
     joined = joined.reshape(full)
     joined = joined[tuple(slice(0, d) for d in dims)]
-    return np.ascontiguousarray(joined), counter + math.prod(half)
+    return np.asarray(joined, order="C"), counter + math.prod(half)
 
 
 def threefry_bits(state: np.ndarray, dims: tuple[int, ...], bits: int) -> tuple[np.ndarray, ...]:
@@ -150,7 +150,7 @@ def philox_bits(state: np.ndarray, dims: tuple[int, ...], bits: int) -> tuple[np
         new_state = np.array([key, new_lo, new_hi, *state[3:]], dtype=U64)
     else:
         new_state = np.array([key, new_lo], dtype=U64)
-    return new_state, np.ascontiguousarray(value)
+    return new_state, np.asarray(value, order="C")
 
 
 _ALGORITHMS = {

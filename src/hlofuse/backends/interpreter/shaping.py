@@ -67,7 +67,7 @@ def _bitcast(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndar
             f"bitcast from {src} to {out} reinterprets a physical layout; the interpreter "
             "models only logical (row-major) order, so non-default layouts are not supported",
         )
-    x = np.ascontiguousarray(ops[0])
+    x = np.asarray(ops[0], order="C")
     if out.size != x.size or out.dtype.bits != src.dtype.bits:
         raise unsupported(instr, f"bitcast from {src} to {out} changes the byte size")
     if out.dtype != src.dtype:
@@ -77,7 +77,7 @@ def _bitcast(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndar
 
 @handles(Opcode.TRANSPOSE)
 def _transpose(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    return np.ascontiguousarray(np.transpose(ops[0], instr.dimensions))
+    return np.asarray(np.transpose(ops[0], instr.dimensions), order="C")
 
 
 @handles(Opcode.SLICE)
@@ -86,7 +86,7 @@ def _slice(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarra
     if ranges is None:
         raise unsupported(instr, "slice needs a slice={...} attribute")
     index = tuple(slice(int(s), int(e), int(st)) for s, e, st in ranges)
-    return np.ascontiguousarray(np.asarray(ops[0])[index])
+    return np.asarray(np.asarray(ops[0])[index], order="C")
 
 
 def _start_indices(instr: Instruction, ops: Sequence[Any], rank: int) -> list[int]:
@@ -112,7 +112,7 @@ def _dynamic_slice(interp: Interpreter, instr: Instruction, ops: list[Any]) -> n
     sizes = [int(s) for s in sizes]
     starts = clamp_starts(_start_indices(instr, ops[1:], x.ndim), x.shape, sizes)
     index = tuple(slice(s, s + z) for s, z in zip(starts, sizes, strict=True))
-    return np.ascontiguousarray(x[index])
+    return np.asarray(x[index], order="C")
 
 
 @handles(Opcode.DYNAMIC_UPDATE_SLICE)
@@ -168,7 +168,7 @@ def _pad(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
 
 @handles(Opcode.REVERSE)
 def _reverse(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    return np.ascontiguousarray(np.flip(ops[0], axis=tuple(instr.dimensions)))
+    return np.flip(ops[0], axis=tuple(instr.dimensions)).copy()
 
 
 @handles(Opcode.IOTA)

@@ -139,7 +139,7 @@ def _sort(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
     arrays = [np.moveaxis(np.asarray(o), dim, -1) for o in ops]
     shape = arrays[0].shape
     n = shape[-1] if shape else 1
-    rows = [np.ascontiguousarray(a).reshape(-1, n) for a in arrays]
+    rows = [np.asarray(a, order="C").reshape(-1, n) for a in arrays]
     if n <= 1 or rows[0].shape[0] == 0:
         sorted_rows = rows
     else:
@@ -152,5 +152,5 @@ def _sort(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
         else:
             sorted_rows = _per_row(interp, comp, rows)
     results = [np.moveaxis(x.reshape(shape), -1, dim) for x in sorted_rows]
-    results = [np.ascontiguousarray(x) for x in results]
+    results = [np.asarray(x, order="C") for x in results]
     return tuple(results) if isinstance(instr.shape, TupleShape) else results[0]
