@@ -23,9 +23,10 @@ elementwise ops (scalars included), except select's pred and clamp's min/max may
 element-type rules per op (float-only math, integral bit ops, pred/integral logic, matching
 operand types, no mixed precision); required attributes present and in range (dimension lists
 in range and unique, compare direction/type, fusion kind, rng distribution/algorithm, slice
-bounds, gte index, permutations); called computations present with the right signatures
-(while, conditional, call, fusion here; reducers, comparators and map functions in
-`shape_inference_nd`).
+bounds, gte index, permutations). Reductions, windows, dot/convolution, gather/scatter,
+sort/map and control flow (with their called-computation signatures) live in
+`shape_inference_nd`; this module holds the dispatch table, elementwise, structural and
+data-movement rules.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ from hlofuse.ir.dtypes import PRED, U32, DType
 from hlofuse.ir.opcodes import (
     COMPARISON_DIRECTIONS,
     COMPARISON_TYPES,
-    FUSION_KINDS,
     OPCODES,
     RNG_ALGORITHMS,
     Category,
@@ -529,109 +529,6 @@ def _reverse(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
     return ArrayShape(a.dtype, a.dims)
 
 
-# ----- control flow -----------------------------------------------------------------------
-
-
-def _while(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[Computation],
-           declared: Any) -> Shape:
-    init = ss[0]
-    cond = callee(attrs, "condition", called, 0, Op.WHILE)
-    body = callee(attrs, "body", called, 1, Op.WHILE)
-    for comp, what in ((cond, "condition"), (body, "body")):
-        params, _ = signature(comp)
-        if len(params) != 1:
-            fail(f"while {what} {comp.name} must take 1 parameter, takes {len(params)}")
-        if not same_shape(params[0], init):
-            fail(f"while {what} {comp.name} parameter must have the loop shape: "
-                 f"{fmt(params[0])} vs {fmt(init)}")
-    cond_root = cond.root.shape
-    if not (isinstance(cond_root, ArrayShape) and cond_root.dtype == PRED and not cond_root.dims):
-        fail(f"while condition {cond.name} must return pred[], returns {fmt(cond_root)}")
-    body_root = body.root.shape
-    if not same_shape(body_root, init):
-        fail(f"while body {body.name} must return the loop shape {fmt(init)}, "
-             f"returns {fmt(body_root)}")
-    return strip_layout(init)
-
-
-def _conditional(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[Computation],
-                 declared: Any) -> Shape:
-    selector = expect_scalar(ss[0], "conditional selector")
-    branches = attrs.get("branch_computations")
-    if branches is None and attrs.get("true_computation") is not None:
-        branches = (attrs["true_computation"], attrs.get("false_computation"))
-    if branches is None:
-        branches = tuple(called)
-    if not branches or any(b is None or not hasattr(b, "instructions") for b in branches):
-        fail("conditional requires branch_computations (or true_computation and "
-             "false_computation)")
-    if selector.dtype == PRED:
-        if len(branches) != 2:
-            fail(f"conditional with a pred selector needs 2 branches, found {len(branches)}")
-    elif selector.dtype.name != "s32":
-        fail(f"conditional selector must be pred[] or s32[], found {fmt(selector)}")
-    if len(ss) - 1 != len(branches):
-        fail(f"conditional has {len(branches)} branches but {len(ss) - 1} branch operands")
-    result: Shape | None = None
-    for i, comp in enumerate(branches):
-        params, root = signature(comp)
-        if len(params) != 1:
-            fail(f"conditional branch {comp.name} must take 1 parameter, takes {len(params)}")
-        if not same_shape(params[0], ss[i + 1]):
-            fail(f"conditional branch {comp.name} parameter {fmt(params[0])} does not match "
-                 f"operand {i + 1} {fmt(ss[i + 1])}")
-        if result is None:
-            result = root
-        elif not same_shape(root, result):
-            fail(f"conditional branches must return the same shape: {fmt(result)} vs "
-                 f"{fmt(root)} ({comp.name})")
-    assert result is not None
-    return strip_layout(result)
-
-
-def _check_params(op: Opcode, comp: Computation, ss: Sequence[Shape]) -> Shape:
-    params, root = signature(comp)
-    if len(params) != len(ss):
-        fail(f"{op} passes {len(ss)} operands to {comp.name}, which takes {len(params)} "
-             f"parameters")
-    for i, (p, s) in enumerate(zip(params, ss, strict=True)):
-        if not same_shape(p, s):
-            fail(f"{op} operand {i} {fmt(s)} does not match parameter {i} {fmt(p)} of "
-                 f"{comp.name}")
-    return strip_layout(root)
-
-
-def _call(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[Computation],
-          declared: Any) -> Shape:
-    return _check_params(Op.CALL, callee(attrs, "to_apply", called, 0, Op.CALL), ss)
-
-
-def _fusion(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[Computation],
-            declared: Any) -> Shape:
-    kind = attrs.get("kind", "kLoop")
-    if kind not in FUSION_KINDS:
-        fail(f"fusion kind must be one of {', '.join(FUSION_KINDS)}, found {kind!r}")
-    return _check_params(Op.FUSION, callee(attrs, "calls", called, 0, Op.FUSION), ss)
-
-
-def _infeed(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
-            declared: Any) -> Shape:
-    if not isinstance(ss[0], TokenShape):
-        fail(f"infeed operand must be a token, found {fmt(ss[0])}")
-    out = _need_declared(Op.INFEED, declared)
-    if not (isinstance(out, TupleShape) and len(out.elements) == 2
-            and isinstance(out.elements[1], TokenShape)):
-        fail(f"infeed result must be a (data, token[]) tuple, found {fmt(out)}")
-    return strip_layout(out)
-
-
-def _outfeed(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
-             declared: Any) -> Shape:
-    if not isinstance(ss[1], TokenShape):
-        fail(f"outfeed operand 1 must be a token, found {fmt(ss[1])}")
-    return TokenShape()
-
-
 _RULES: dict[Opcode, _Rule] = {
     Op.SELECT: _select,
     Op.CLAMP: _clamp,
@@ -667,12 +564,12 @@ _RULES: dict[Opcode, _Rule] = {
     Op.CONCATENATE: _concatenate,
     Op.PAD: _pad,
     Op.REVERSE: _reverse,
-    Op.WHILE: _while,
-    Op.CONDITIONAL: _conditional,
-    Op.CALL: _call,
-    Op.FUSION: _fusion,
-    Op.INFEED: _infeed,
-    Op.OUTFEED: _outfeed,
+    Op.WHILE: nd.while_,
+    Op.CONDITIONAL: nd.conditional,
+    Op.CALL: nd.call,
+    Op.FUSION: nd.fusion,
+    Op.INFEED: nd.infeed,
+    Op.OUTFEED: nd.outfeed,
     Op.REDUCE: nd.reduce,
     Op.REDUCE_WINDOW: nd.reduce_window,
     Op.SELECT_AND_SCATTER: nd.select_and_scatter,

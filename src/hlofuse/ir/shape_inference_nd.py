@@ -1,5 +1,6 @@
-"""Shape inference for the indexing-heavy HLO ops: reduce, reduce-window, select-and-scatter,
-dot, convolution, gather, scatter, sort, map, cholesky, triangular-solve and all-reduce.
+"""Shape inference for the indexing-heavy and control-flow HLO ops: reduce, reduce-window,
+select-and-scatter, dot, convolution, gather, scatter, sort, map, cholesky, triangular-solve,
+all-reduce, while, conditional, call, fusion, infeed and outfeed.
 
 Follows XLA's `ShapeInference` (window arithmetic, gather/scatter dimension numbers, dot
 dimension numbers, convolution `dim_labels`) and its `VerifyReducerShape`. Conditions enforced:
@@ -8,7 +9,11 @@ and element types for variadic ops; reducers take 2N scalar parameters (accumula
 inputs) and return N scalars matching the init values; sort comparators take 2N scalars and
 return pred[]; map functions take one scalar per operand; window sizes, strides and dilations
 positive; dot/convolution contracted and batch sizes equal; a preferred result element type
-(taken from the declared shape) is not narrower than an integral input. The `_shape_util`
+(taken from the declared shape) is not narrower than an integral input; while condition/body
+take one parameter of the loop shape and return pred[] / the loop shape; conditional selectors
+are pred[] (2 branches) or s32[] (N branches) and each branch takes its operand and returns the
+common result; call and fusion operands match the callee's parameters; fusion kinds are
+known. The `_shape_util`
 helpers raise `HloVerifyError` with what was expected and what was found.
 """
 
@@ -38,7 +43,8 @@ from hlofuse.ir._shape_util import (
 )
 from hlofuse.ir.attributes import WindowDim
 from hlofuse.ir.dtypes import PRED, DType
-from hlofuse.ir.shape import ArrayShape, Shape, TupleShape
+from hlofuse.ir.opcodes import FUSION_KINDS
+from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
 
 if TYPE_CHECKING:
     from hlofuse.ir.computation import Computation
@@ -479,3 +485,108 @@ def all_reduce(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
                declared: Any) -> Shape:
     expect_arrays(ss, "all-reduce operand")
     return tuple_or_single([strip_layout(s) for s in ss])
+
+
+# ----- control flow -----------------------------------------------------------------------
+
+
+def while_(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[Computation],
+           declared: Any) -> Shape:
+    init = ss[0]
+    cond = callee(attrs, "condition", called, 0, "while")
+    body = callee(attrs, "body", called, 1, "while")
+    for comp, what in ((cond, "condition"), (body, "body")):
+        params, _ = signature(comp)
+        if len(params) != 1:
+            fail(f"while {what} {comp.name} must take 1 parameter, takes {len(params)}")
+        if not same_shape(params[0], init):
+            fail(f"while {what} {comp.name} parameter must have the loop shape: "
+                 f"{fmt(params[0])} vs {fmt(init)}")
+    cond_root = cond.root.shape
+    if not (isinstance(cond_root, ArrayShape) and cond_root.dtype == PRED and not cond_root.dims):
+        fail(f"while condition {cond.name} must return pred[], returns {fmt(cond_root)}")
+    body_root = body.root.shape
+    if not same_shape(body_root, init):
+        fail(f"while body {body.name} must return the loop shape {fmt(init)}, "
+             f"returns {fmt(body_root)}")
+    return strip_layout(init)
+
+
+def conditional(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[Computation],
+                 declared: Any) -> Shape:
+    selector = expect_scalar(ss[0], "conditional selector")
+    branches = attrs.get("branch_computations")
+    if branches is None and attrs.get("true_computation") is not None:
+        branches = (attrs["true_computation"], attrs.get("false_computation"))
+    if branches is None:
+        branches = tuple(called)
+    if not branches or any(b is None or not hasattr(b, "instructions") for b in branches):
+        fail("conditional requires branch_computations (or true_computation and "
+             "false_computation)")
+    if selector.dtype == PRED:
+        if len(branches) != 2:
+            fail(f"conditional with a pred selector needs 2 branches, found {len(branches)}")
+    elif selector.dtype.name != "s32":
+        fail(f"conditional selector must be pred[] or s32[], found {fmt(selector)}")
+    if len(ss) - 1 != len(branches):
+        fail(f"conditional has {len(branches)} branches but {len(ss) - 1} branch operands")
+    result: Shape | None = None
+    for i, comp in enumerate(branches):
+        params, root = signature(comp)
+        if len(params) != 1:
+            fail(f"conditional branch {comp.name} must take 1 parameter, takes {len(params)}")
+        if not same_shape(params[0], ss[i + 1]):
+            fail(f"conditional branch {comp.name} parameter {fmt(params[0])} does not match "
+                 f"operand {i + 1} {fmt(ss[i + 1])}")
+        if result is None:
+            result = root
+        elif not same_shape(root, result):
+            fail(f"conditional branches must return the same shape: {fmt(result)} vs "
+                 f"{fmt(root)} ({comp.name})")
+    assert result is not None
+    return strip_layout(result)
+
+
+def _check_params(op: str, comp: Computation, ss: Sequence[Shape]) -> Shape:
+    params, root = signature(comp)
+    if len(params) != len(ss):
+        fail(f"{op} passes {len(ss)} operands to {comp.name}, which takes {len(params)} "
+             f"parameters")
+    for i, (p, s) in enumerate(zip(params, ss, strict=True)):
+        if not same_shape(p, s):
+            fail(f"{op} operand {i} {fmt(s)} does not match parameter {i} {fmt(p)} of "
+                 f"{comp.name}")
+    return strip_layout(root)
+
+
+def call(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[Computation],
+          declared: Any) -> Shape:
+    return _check_params("call", callee(attrs, "to_apply", called, 0, "call"), ss)
+
+
+def fusion(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[Computation],
+            declared: Any) -> Shape:
+    kind = attrs.get("kind", "kLoop")
+    if kind not in FUSION_KINDS:
+        fail(f"fusion kind must be one of {', '.join(FUSION_KINDS)}, found {kind!r}")
+    return _check_params("fusion", callee(attrs, "calls", called, 0, "fusion"), ss)
+
+
+def infeed(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
+            declared: Any) -> Shape:
+    if not isinstance(ss[0], TokenShape):
+        fail(f"infeed operand must be a token, found {fmt(ss[0])}")
+    if declared is None:
+        fail("infeed needs its result shape written; it cannot be inferred from the operands")
+    out = declared
+    if not (isinstance(out, TupleShape) and len(out.elements) == 2
+            and isinstance(out.elements[1], TokenShape)):
+        fail(f"infeed result must be a (data, token[]) tuple, found {fmt(out)}")
+    return strip_layout(out)
+
+
+def outfeed(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
+             declared: Any) -> Shape:
+    if not isinstance(ss[1], TokenShape):
+        fail(f"outfeed operand 1 must be a token, found {fmt(ss[1])}")
+    return TokenShape()
