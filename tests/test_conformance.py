@@ -9,6 +9,7 @@ do not match are listed in DEVIATIONS with the reason (also in docs/fusion.md).
 from __future__ import annotations
 
 import pytest
+
 from conformance import evaluate, load_cases
 
 PASSES = ("instruction_fusion", "fusion_merger", "fusible_predicate")

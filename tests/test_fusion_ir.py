@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from fusion_helpers import random_args
 
+from fusion_helpers import random_args
 from hlofuse.backends import interpreter
 from hlofuse.ir import fusion as F
 from hlofuse.ir.opcodes import Opcode
