@@ -33,6 +33,8 @@ CASES: list[tuple[str, str, int, int, str]] = [
      6, 18, "expected a dimension size (a non-negative integer), got ']'"),
     ("layout-not-permutation", GOOD_HEAD + "  ROOT a = f32[2,2]{0,0} add(p0, p1)\n}\n",
      6, 20, "layout {0,0} is not a permutation"),
+    ("layout-empty-entry", GOOD_HEAD + "  ROOT a = f32[2,2]{1,} add(p0, p1)\n}\n",
+     6, 20, "expected dimension numbers in the layout {1,}"),
     ("layout-wrong-rank", GOOD_HEAD + "  ROOT a = f32[2,2]{0} add(p0, p1)\n}\n",
      6, 20, "is not a permutation of the 2 dimension(s)"),
     ("unclosed-computation", GOOD_HEAD + "  ROOT a = f32[4] add(p0, p1)\n",

@@ -88,7 +88,11 @@ class AttrParser(BaseParser):
         dims = tuple(int(d) for d in parts)
         layout: tuple[int, ...] | None = None
         if m.group(3) is not None:
-            layout = tuple(int(d) for d in m.group(3).split(",")) if m.group(3) else ()
+            lparts = m.group(3).split(",") if m.group(3) else []
+            if "" in lparts:
+                raise self.error(f"expected dimension numbers in the layout {{{m.group(3)}}}",
+                                 m.start(3) - 1)
+            layout = tuple(int(d) for d in lparts)
             if sorted(layout) != list(range(len(dims))):
                 raise self.error(
                     f"layout {{{m.group(3)}}} is not a permutation of the {len(dims)} "
