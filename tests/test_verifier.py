@@ -550,3 +550,24 @@ def test_verify_is_fast() -> None:
         verify(module)
         best = min(best, time.perf_counter() - start)
     assert best < 0.5, f"verifying 5000 instructions took {best:.3f} s"
+
+
+def test_recursion_through_two_computations() -> None:
+    module = _module("""
+f {
+  a = f32[] parameter(0)
+  ROOT n = f32[] negate(a)
+}
+g {
+  b = f32[] parameter(0)
+  ROOT c = f32[] call(b), to_apply=f
+}
+ENTRY e {
+  x = f32[] parameter(0)
+  ROOT y = f32[] call(x), to_apply=g
+}""")
+    verify(module)
+    f = module.computation("f")
+    f.root.attrs["to_apply"] = module.computation("g")
+    f.root.opcode = Opcode.CALL
+    _expect(module, {"n", "c"}, "recursion is not allowed")

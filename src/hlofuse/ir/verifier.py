@@ -19,9 +19,10 @@ Instructions (also available alone as `verify_instruction`): declared shapes are
 which also checks operand counts, operand types, attributes and called-computation signatures
 (see `shape_inference`; with `allow_mixed_precision`, the default as in XLA's test harness,
 floating-point element types may differ in precision); called computations exist in this
-module, are not the caller's own computation, and a fused computation is called only by the
-fusion whose `fusion_instruction` back-link points at it; constants carry a literal whose
-numpy shape and dtype match; parameters have a parameter number.
+module, are not the caller's own computation (the call graph has no cycles at all), and a
+fused computation is called only by the fusion whose `fusion_instruction` back-link points at
+it; constants carry a literal whose numpy shape and dtype match; parameters have a parameter
+number.
 
 The checks are linear in the module size: a 5000-instruction module verifies in a few tens of
 milliseconds.
@@ -73,6 +74,37 @@ def verify(module: Module, *, allow_mixed_precision: bool = True) -> None:
                                  f"{module.name}", computation=comp.name)
         verify_computation(comp, instr_names=instr_names, comp_ids=comp_ids,
                            allow_mixed_precision=allow_mixed_precision)
+    _verify_no_recursion(module)
+
+
+def _verify_no_recursion(module: Module) -> None:
+    """The call graph must be acyclic: HLO has no recursion."""
+    callees: dict[int, list[tuple[Instruction, Computation]]] = {}
+    for comp in module.computations:
+        edges = callees[id(comp)] = []
+        for instr in comp.instructions:
+            if instr.attrs:
+                edges.extend((instr, c) for c in instr.called_computations())
+    state: dict[int, int] = {}  # 1 = on the DFS stack, 2 = done
+    for start in module.computations:
+        if id(start) in state:
+            continue
+        state[id(start)] = 1
+        stack = [(start, iter(callees[id(start)]))]
+        while stack:
+            comp, pending = stack[-1]
+            for instr, callee in pending:
+                s = state.get(id(callee))
+                if s == 1:
+                    raise _err(f"calls {callee.name}, which (indirectly) calls {comp.name}: "
+                               f"recursion is not allowed", instr, comp)
+                if s is None:
+                    state[id(callee)] = 1
+                    stack.append((callee, iter(callees.get(id(callee), ()))))
+                    break
+            else:
+                state[id(comp)] = 2
+                stack.pop()
 
 
 def verify_computation(comp: Computation, *, instr_names: dict[str, Computation] | None = None,
