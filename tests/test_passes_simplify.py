@@ -441,3 +441,26 @@ def test_pass_keeps_interpreter_outputs(text: str, spec: str, data: st.DataObjec
 def test_property_cases_parse() -> None:
     for text, _ in PROPERTY_CASES:
         parse(text, verify=True)
+
+
+def test_inliner_moves_side_effects_exactly_once() -> None:
+    text = """
+HloModule m
+
+fx {
+  a = f32[4] parameter(0)
+  tok = token[] after-all()
+  o = token[] outfeed(a, tok)
+  ROOT n = f32[4] negate(a)
+}
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  c = f32[4] call(p), to_apply=fx
+  unused = f32[4] call(p), to_apply=fx
+  ROOT r = f32[4] add(c, c)
+}
+"""
+    _, after, _ = optimize(text, "call-inliner,dce")
+    ops = all_opcodes(after)
+    assert ops["call"] == 0 and ops["outfeed"] == 2 and ops["negate"] == 1

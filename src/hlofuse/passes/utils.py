@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from hlofuse.ir.attributes import COMPUTATION_ATTRS
 from hlofuse.ir.clone import clone_instruction
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
@@ -24,16 +25,25 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, Shape
 
+_CALL_ATTRS = frozenset(COMPUTATION_ATTRS)
+
+
+def called(instr: Instruction) -> list[Computation]:
+    """`instr.called_computations()`, with a fast exit for the many that call nothing."""
+    if instr.attrs.keys() & _CALL_ATTRS:
+        return instr.called_computations()
+    return []
+
 
 def has_side_effect(instr: Instruction, _cache: dict[int, bool] | None = None) -> bool:
     """Side effect of `instr` itself or of any computation it calls (recursively)."""
     if instr.has_side_effect:
         return True
-    called = instr.called_computations()
-    if not called:
+    called_comps = called(instr)
+    if not called_comps:
         return False
     cache = _cache if _cache is not None else {}
-    for comp in called:
+    for comp in called_comps:
         key = id(comp)
         if key not in cache:
             cache[key] = False  # recursion guard
@@ -82,6 +92,75 @@ def replace(comp: Computation, old: Instruction, new: Instruction) -> None:
     remove_dead(comp, old)
 
 
+def sweep(comp: Computation, candidates: Iterable[Instruction], *, force: bool = False) -> int:
+    """Delete the unused, removable `candidates` and then whatever only they used, in one
+    batch (one pass over the instruction list instead of one per deletion). With `force` the
+    candidates go even if they have side effects (a call or while whose body was just inlined
+    in its place). Returns how many instructions were deleted."""
+    dead: set[int] = set()
+    order: list[Instruction] = []
+    stack = list(candidates)
+    forced = {id(c) for c in stack} if force else set()
+    root = comp.root
+    while stack:
+        cur = stack.pop()
+        if id(cur) in dead or cur.parent is not comp or cur is root:
+            continue
+        if id(cur) not in forced and not is_removable(cur):
+            continue
+        if any(id(u) not in dead for u in cur.users):
+            continue
+        dead.add(id(cur))
+        order.append(cur)
+        stack.extend(cur.operands)
+    if not order:
+        return 0
+    module = comp.parent
+    for instr in order:
+        for op in dict.fromkeys(instr.operands):
+            op.users = [u for u in op.users if u is not instr]
+        for pred in instr.control_predecessors:
+            pred.users = [u for u in pred.users if u is not instr]
+        instr.detach_operands()
+        instr.control_predecessors = []
+        instr.parent = None
+        if module is not None:
+            module.release_name(instr.name)
+    comp.instructions = [i for i in comp.instructions if id(i) not in dead]
+    return len(order)
+
+
+class Rewriter:
+    """Batched edits of one computation: `replace(old, new)` appends `new` (when detached) and
+    moves `old`'s uses to it; `finish()` deletes what became dead in one sweep and, if anything
+    was added, restores definition-before-use order with one post-order walk (new instructions
+    land just before their first user)."""
+
+    def __init__(self, comp: Computation) -> None:
+        self.comp = comp
+        self.replaced: list[Instruction] = []
+        self.added = False
+
+    def replace(self, old: Instruction, new: Instruction) -> None:
+        if new.parent is None:
+            if not new.metadata and old.metadata:
+                new.metadata = old.metadata
+            self.comp.add(new)
+            self.added = True
+        old.replace_all_uses_with(new)
+        self.replaced.append(old)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.replaced)
+
+    def finish(self) -> bool:
+        sweep(self.comp, self.replaced)
+        if self.added:
+            self.comp.instructions = self.comp.post_order()
+        return self.changed
+
+
 def add_before(comp: Computation, new: Instruction, anchor: Instruction,
                like: Instruction | None = None) -> Instruction:
     """Insert a detached `new` before `anchor`, taking `like`'s metadata."""
@@ -102,18 +181,24 @@ def clone_body_into(
     Instructions the root does not reach are cloned too (they may have side effects); dead
     clones are left for DCE.
     """
+    start = len(dest.instructions)
     for instr in src.post_order():
         if instr in mapping:
             continue
         if instr.opcode is Opcode.PARAMETER:
             raise ValueError(f"parameter {instr.name} of {src.name} is not mapped")
         clone = clone_instruction(instr, [mapping[o] for o in instr.operands])
-        dest.add(clone, before=before)
+        dest.add(clone)  # appended; moved before `before` below (one list splice, not n)
         clone.control_predecessors = [mapping[p] for p in instr.control_predecessors]
         for p in clone.control_predecessors:
             if clone not in p.users:
                 p.users.append(clone)
         mapping[instr] = clone
+    if before is not None:
+        clones = dest.instructions[start:]
+        del dest.instructions[start:]
+        at = dest.instructions.index(before)
+        dest.instructions[at:at] = clones
     return mapping[src.root]
 
 
@@ -132,7 +217,7 @@ def callers(module: Module, reachable_only: bool = False) -> dict[int, list[Inst
     comps = reachable_computations(module) if reachable_only else module.computations
     for comp in comps:
         for instr in comp.instructions:
-            for callee in instr.called_computations():
+            for callee in called(instr):
                 out.setdefault(id(callee), []).append(instr)
     return out
 
@@ -154,7 +239,7 @@ def reachable_computations(module: Module) -> list[Computation]:
             seen.add(id(cur))
             stack.append((cur, True))
             for instr in cur.instructions:
-                for callee in instr.called_computations():
+                for callee in called(instr):
                     if id(callee) not in seen:
                         stack.append((callee, False))
 

@@ -32,10 +32,10 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
 from hlofuse.passes.registry import register
 from hlofuse.passes.utils import (
+    Rewriter,
     is_uniform,
     layouts_match,
     reachable_computations,
-    replace,
     scalar_int,
     uniform_value,
 )
@@ -303,20 +303,17 @@ _BY_OPCODE = _by_opcode(RULES)
 
 
 def simplify_computation(comp: Computation, fired: dict[str, int] | None = None) -> bool:
-    changed = False
+    edit = Rewriter(comp)
     for instr in comp.post_order():
-        if instr.parent is not comp:
-            continue
         for rule in _BY_OPCODE.get(instr.opcode, ()):
             new = rule.fn(instr)
             if new is None or new is instr or not layouts_match(new.shape, instr.shape):
                 continue
-            replace(comp, instr, new)
+            edit.replace(instr, new)
             if fired is not None:
                 fired[rule.name] = fired.get(rule.name, 0) + 1
-            changed = True
             break
-    return changed
+    return edit.finish()
 
 
 @register("algebraic-simplifier")

@@ -33,7 +33,7 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Category, Opcode
 from hlofuse.ir.shape import ArrayShape
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import has_side_effect, reachable_computations, replace
+from hlofuse.passes.utils import Rewriter, has_side_effect, reachable_computations
 
 NEVER_FOLD = frozenset(
     {
@@ -102,19 +102,17 @@ def evaluate(instr: Instruction) -> np.ndarray | None:
 
 def fold_computation(comp: Computation, max_elements: int, max_expand_elements: int,
                      cache: dict[int, bool]) -> bool:
-    changed = False
+    edit = Rewriter(comp)
     for instr in comp.post_order():
-        if instr.parent is not comp or not foldable(instr, max_elements, max_expand_elements,
-                                                    cache):
+        if not foldable(instr, max_elements, max_expand_elements, cache):
             continue
         value = evaluate(instr)
         if value is None:
             continue
         const = Instruction.create(Opcode.CONSTANT, instr.shape, name="constant",
                                    literal=value, metadata=instr.metadata)
-        replace(comp, instr, const)
-        changed = True
-    return changed
+        edit.replace(instr, const)
+    return edit.finish()
 
 
 @register("constant-folding")

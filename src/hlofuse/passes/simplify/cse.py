@@ -28,7 +28,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import delete, has_side_effect, reachable_computations
+from hlofuse.passes.utils import Rewriter, has_side_effect, reachable_computations
 
 
 def _freeze(value: Any) -> Any:
@@ -68,7 +68,7 @@ def expression_key(instr: Instruction) -> tuple[Any, ...]:
 
 def cse_computation(comp: Computation, cache: dict[int, bool]) -> bool:
     seen: dict[tuple[Any, ...], Instruction] = {}
-    changed = False
+    edit = Rewriter(comp)
     for instr in comp.post_order():
         if (
             instr.opcode is Opcode.PARAMETER
@@ -83,10 +83,8 @@ def cse_computation(comp: Computation, cache: dict[int, bool]) -> bool:
         if keep is None:
             seen[key] = instr
             continue
-        instr.replace_all_uses_with(keep)
-        delete(comp, instr)
-        changed = True
-    return changed
+        edit.replace(instr, keep)
+    return edit.finish()
 
 
 @register("cse")

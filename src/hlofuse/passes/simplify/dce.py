@@ -22,10 +22,10 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.registry import register
 from hlofuse.passes.utils import (
-    delete,
     has_side_effect,
     reachable_computations,
     remove_unreachable_computations,
+    sweep,
 )
 
 
@@ -46,10 +46,8 @@ def dce_computation(comp: Computation, cache: dict[int, bool] | None = None) -> 
         stack.extend(cur.control_predecessors)
     if len(live) == len(comp.instructions):
         return False
-    dead = [i for i in comp.post_order() if id(i) not in live]
-    for instr in reversed(dead):  # users before operands
-        delete(comp, instr)
-    return bool(dead)
+    # post order on a stack: users are popped (and deleted) before their operands
+    return sweep(comp, [i for i in comp.post_order() if id(i) not in live]) > 0
 
 
 @register("dce")

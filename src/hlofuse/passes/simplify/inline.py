@@ -25,16 +25,20 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import callers, clone_body_into, delete
+from hlofuse.passes.utils import callers, clone_body_into, sweep
 
 
-def inline_call(comp: Computation, call: Instruction) -> Instruction:
-    """Inline one `call` instruction of `comp`; returns the clone of the callee's root."""
+def inline_call(comp: Computation, call: Instruction, *, sort: bool = True) -> Instruction:
+    """Inline one `call` instruction of `comp`; returns the clone of the callee's root.
+
+    The clones are appended and the call is left without users; with `sort` the call is
+    deleted and definition-before-use order restored at once, otherwise the caller batches that
+    (see `CallInliner.run`)."""
     callee: Computation = call.attrs["to_apply"]
     mapping: dict[Instruction, Instruction] = {
         callee.parameter(i): op for i, op in enumerate(call.operands)
     }
-    new_root = clone_body_into(comp, callee, mapping, before=call)
+    new_root = clone_body_into(comp, callee, mapping, before=None)
     call.replace_all_uses_with(new_root)
     for succ in list(call.users):  # control successors of the call wait for the body now
         if call in succ.control_predecessors:
@@ -43,7 +47,9 @@ def inline_call(comp: Computation, call: Instruction) -> Instruction:
             if succ not in new_root.users:
                 new_root.users.append(succ)
             call.users.remove(succ)
-    delete(comp, call)
+    if sort:
+        sweep(comp, [call], force=True)
+        comp.instructions = comp.post_order()
     return new_root
 
 
@@ -59,10 +65,13 @@ class CallInliner:
         for comp in module.computations_post_order():
             if comp.is_fusion_computation:
                 continue
-            for instr in list(comp.instructions):
-                if instr.opcode is Opcode.CALL and instr.parent is comp:
-                    callees.append(instr.attrs["to_apply"])
-                    inline_call(comp, instr)
+            calls = [i for i in comp.instructions if i.opcode is Opcode.CALL]
+            for call in calls:
+                callees.append(call.attrs["to_apply"])
+                inline_call(comp, call, sort=False)
+            if calls:
+                sweep(comp, calls, force=True)
+                comp.instructions = comp.post_order()
         if not callees:
             return False
         still_called = callers(module)

@@ -30,7 +30,7 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import layouts_match, reachable_computations, remove_dead
+from hlofuse.passes.utils import Rewriter, layouts_match, reachable_computations
 
 
 def _always(instr: Instruction) -> bool:
@@ -100,17 +100,12 @@ def noop_operand(instr: Instruction) -> Instruction | None:
 
 
 def remove_noops(comp: Computation) -> bool:
-    changed = False
+    edit = Rewriter(comp)
     for instr in comp.post_order():
-        if instr.parent is not comp:
-            continue
         src = noop_operand(instr)
-        if src is None:
-            continue
-        instr.replace_all_uses_with(src)
-        remove_dead(comp, instr)
-        changed = True
-    return changed
+        if src is not None:
+            edit.replace(instr, src)
+    return edit.finish()
 
 
 @register("noop-removal")

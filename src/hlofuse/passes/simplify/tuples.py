@@ -26,7 +26,7 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import TupleShape
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import layouts_match, reachable_computations, remove_dead
+from hlofuse.passes.utils import Rewriter, layouts_match, reachable_computations
 
 
 def _forwarded(instr: Instruction) -> Instruction | None:
@@ -56,17 +56,12 @@ def _forwarded(instr: Instruction) -> Instruction | None:
 
 
 def simplify_tuples(comp: Computation) -> bool:
-    changed = False
+    edit = Rewriter(comp)
     for instr in comp.post_order():
-        if instr.parent is not comp:
-            continue
         new = _forwarded(instr)
-        if new is None:
-            continue
-        instr.replace_all_uses_with(new)
-        remove_dead(comp, instr)
-        changed = True
-    return changed
+        if new is not None:
+            edit.replace(instr, new)
+    return edit.finish()
 
 
 @register("tuple-simplifier")

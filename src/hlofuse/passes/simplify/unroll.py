@@ -31,7 +31,7 @@ from hlofuse.passes.utils import (
     clone_body_into,
     has_side_effect,
     reachable_computations,
-    remove_dead,
+    sweep,
 )
 
 
@@ -62,7 +62,7 @@ def unroll(module: Module, comp: Computation, w: Instruction, k: int) -> bool:
     if n <= k:
         state = peel(comp, w, n)
         w.replace_all_uses_with(state)
-        remove_dead(comp, w)
+        sweep(comp, [w], force=True)  # its side effects, if any, now happen in the copies
         return True
     state = peel(comp, w, n % k)
     if state is not w.operand(0):

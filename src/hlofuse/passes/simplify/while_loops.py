@@ -53,6 +53,7 @@ from hlofuse.passes.utils import (
     reachable_computations,
     remove_dead,
     scalar_int,
+    sweep,
 )
 
 _FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
@@ -140,20 +141,38 @@ def induction_variable(w: Instruction) -> InductionVariable | None:
         init = _init_int(w, k)
         if init is None:
             continue
-        update = body.root.operand(k)
-        step: int | None = None
-        if update.opcode is Opcode.ADD:
-            x, y = update.operands
-            if gte_index(x, p) == k:
-                step = scalar_int(y)
-            elif gte_index(y, p) == k:
-                step = scalar_int(x)
-        elif update.opcode is Opcode.SUBTRACT and gte_index(update.operand(0), p) == k:
-            s = scalar_int(update.operand(1))
-            step = -s if s is not None else None
+        step = _step(body.root.operand(k), p, k)
         if step is None:
             continue
         return InductionVariable(k, init, step, d, bound, iv.shape.dtype.np)
+    return None
+
+
+def _step(update: Instruction, p: Instruction, k: int) -> int | None:
+    """The constant the update `gte(p, k) (+|-) c1 (+|-) c2 ...` adds per iteration (a chain,
+    as unrolling produces, must move in one direction so no intermediate value overshoots)."""
+    parts: list[int] = []
+    cur = update
+    for _ in range(256):
+        if gte_index(cur, p) == k:
+            total = sum(parts)
+            if total == 0 or not (all(x > 0 for x in parts) or all(x < 0 for x in parts)):
+                return None
+            return total
+        if cur.opcode is Opcode.ADD:
+            x, y = cur.operands
+            c, cur = (scalar_int(y), x) if scalar_int(y) is not None else (scalar_int(x), y)
+            if c is None:
+                return None
+            parts.append(c)
+        elif cur.opcode is Opcode.SUBTRACT:
+            c = scalar_int(cur.operand(1))
+            if c is None:
+                return None
+            parts.append(-c)
+            cur = cur.operand(0)
+        else:
+            return None
     return None
 
 
@@ -202,8 +221,10 @@ def trip_count(w: Instruction) -> int | None:
 
 
 def _replace_while(comp: Computation, w: Instruction, value: Instruction) -> None:
+    """`value` takes the place of `w`, which goes even if its body has side effects (they ran
+    in the inlined copy, or never run at all)."""
     w.replace_all_uses_with(value)
-    remove_dead(comp, w)
+    sweep(comp, [w], force=True)
 
 
 def inline_body_once(comp: Computation, w: Instruction) -> Instruction:
