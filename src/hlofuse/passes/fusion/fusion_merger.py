@@ -116,7 +116,7 @@ def fused_ir_emitter_inefficient(consumer: Instruction, producer: Instruction,
         return False
     eval_consumer = FusionNodeIndexingEvaluation(consumer)
     if not is_fusion(producer):
-        return not eval_consumer.code_duplication_too_high(producer, config)
+        return not eval_consumer.check_code_duplication(producer, config)
     emitted = eval_consumer.emitted_instructions(producer)
     eval_producer = FusionNodeIndexingEvaluation(producer, emitted)
     return eval_producer.max_code_duplication_too_high(config)

@@ -7,7 +7,7 @@ reused (same shape, or a transpose), otherwise the user itself becomes a new ind
     ROOT add(slice.a(x), slice.b(x))     x is indexed by slice.a and slice.b: emitted twice
     a tree of k such levels              the producer at the bottom is emitted 2**k times
 
-Conditions enforced by `code_duplication_too_high(producer)`:
+Conditions enforced by `check_code_duplication(producer)` (negative when too high):
 
 * a broadcast producer is never "too high" (materialising it is worse);
 * emitted copies > `max_code_duplication` (15) -> too high;
@@ -82,8 +82,8 @@ class FusionNodeIndexingEvaluation:
                 count += 1
         return count
 
-    def code_duplication_too_high(self, producer: Instruction,
-                                  config: FusionConfig | None = None) -> FusionDecision:
+    def check_code_duplication(self, producer: Instruction,
+                               config: FusionConfig | None = None) -> FusionDecision:
         config = config or FusionConfig()
         if producer.opcode is Opcode.BROADCAST:
             return FusionDecision.ok()

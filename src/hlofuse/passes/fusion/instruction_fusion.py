@@ -133,7 +133,7 @@ def gpu_should_fuse(consumer: Instruction, i: int, config: FusionConfig) -> Fusi
     decision = fusion_fits_in_budget(consumer, producer, config, True)
     if not decision or not is_fusion(consumer):
         return decision
-    return FusionNodeIndexingEvaluation(consumer).code_duplication_too_high(producer, config)
+    return FusionNodeIndexingEvaluation(consumer).check_code_duplication(producer, config)
 
 
 def should_fuse(consumer: Instruction, i: int, config: FusionConfig) -> FusionDecision:
