@@ -107,6 +107,44 @@ def test_live_jax_round_trip() -> None:
                for loc in locs), locs
 
 
+def _xla_hlo_parser():  # type: ignore[no-untyped-def]
+    """XLA's own HLO text parser, as jaxlib exposes it (a private API: skip if it moved)."""
+    try:
+        from jax._src.lib import xla_client
+    except Exception:
+        return None
+    return getattr(getattr(xla_client, "hlo", None), "hlo_module_from_text", None)
+
+
+# XLA's parser rejects a typed operand of send-done (`send-done(f32[4,3]{1,0} %send)`).
+_XLA_REJECTS_LONG = {"instruction_fusion_test.cc::AvoidDuplicationIfNotAllFusibleRecursively#2"}
+
+
+def test_xla_accepts_printed_text_and_we_accept_xlas() -> None:
+    """Cross-check with XLA's parser: whatever XLA reads, XLA also reads our printing of (both
+    forms), and we read XLA's printing of it, with the same instructions."""
+    xla_parse = _xla_hlo_parser()
+    if xla_parse is None:
+        pytest.skip("jaxlib's hlo_module_from_text is not available")
+    texts = [(p.name, p.read_text()) for p in FIXTURES] + CASES
+    checked = 0
+    for name, text in texts:
+        try:
+            xla_module = xla_parse(text)
+        except Exception:
+            continue  # e.g. computations used before their definition, which XLA rejects
+        ours = parse(text, allow_elided_constants=True)
+        for long in (False, True):
+            if long and name in _XLA_REJECTS_LONG:
+                continue
+            xla_parse(print_module(ours, long=long))
+        theirs = parse(xla_module.to_string(), allow_elided_constants=True)
+        count = sorted(len(c.instructions) for c in ours.computations)
+        assert sorted(len(c.instructions) for c in theirs.computations) == count, name
+        checked += 1
+    assert checked >= 100
+
+
 # ----- what the parser builds ---------------------------------------------------------------
 
 

@@ -3,11 +3,14 @@ offending token, and a substring of the message (xDSL's tests/test_parser_error.
 
 from __future__ import annotations
 
+import contextlib
+import random
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from hlofuse.errors import HloParseError, HloVerifyError
+from hlofuse.errors import HloError, HloParseError, HloVerifyError
 from hlofuse.text import parse, parse_file
 
 GOOD_HEAD = """\
@@ -175,3 +178,25 @@ def test_snippet_caret_points_at_column() -> None:
     lines = str(info.value).splitlines()
     assert lines[1] == "    ROOT n = f32[4] negat(p)"
     assert lines[2].index("^") == lines[1].index("negat")
+
+
+def test_mutated_fixtures_raise_only_hlo_errors() -> None:
+    """Seeded fuzzing: random edits of the fixtures either parse or raise an HloError, never
+    another exception (a bare traceback)."""
+    rng = random.Random(20261122)
+    texts = [p.read_text() for p in sorted((Path(__file__).parent / "hlo").glob("*.hlo"))]
+    texts = [t for t in texts if len(t) < 20000]
+    alphabet = list('{}()[],=:%"/*-x.0123456789af \n_')
+    for _ in range(300):
+        text = rng.choice(texts)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(text))
+            r = rng.random()
+            if r < 0.4:
+                text = text[:i] + text[i + 1:]
+            elif r < 0.8:
+                text = text[:i] + rng.choice(alphabet) + text[i:]
+            else:
+                text = text[:i] + text[i + rng.randint(1, 20):]
+        with contextlib.suppress(HloError):
+            parse(text)

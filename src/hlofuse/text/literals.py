@@ -40,8 +40,8 @@ def parse_literal(lexer: Lexer, shape: Shape, opcode_text: str = "constant", *,
     text, start = lexer.raw_value(stop_at_space=False)
     m = _ELIDED.search(text)
     if m is not None:
-        if allow_elided and text.strip() == "{...}" and isinstance(shape, ArrayShape):
-            return np.zeros(shape.dims, dtype=shape.dtype.np)
+        if allow_elided and text.strip() == "{...}" and not isinstance(shape, TokenShape):
+            return _zeros(shape)
         raise lexer.error(
             "the dump elided this constant's value ('{...}'); re-dump it with large "
             "constants printed (XLA flag --xla_dump_large_constants), or parse with "
@@ -56,6 +56,13 @@ def parse_literal(lexer: Lexer, shape: Shape, opcode_text: str = "constant", *,
         tok, off = tokens[reader.i]
         raise lexer.error(f"unexpected '{tok}' after the literal of {opcode_text}", off)
     return value
+
+
+def _zeros(shape: Shape) -> Literal:
+    if isinstance(shape, TupleShape):
+        return tuple(_zeros(e) for e in shape.elements)
+    assert isinstance(shape, ArrayShape)
+    return np.zeros(shape.dims, dtype=shape.dtype.np)
 
 
 class _LiteralReader:
