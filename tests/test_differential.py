@@ -6,19 +6,19 @@ debug_info=True)`, parsed with `hlofuse.text.parse`, run by the interpreter, and
 leaf with jax.jit's outputs: exactly for integer and bool results, with the program's
 `rtol`/`atol` for floats (nan positions must agree).
 
-Why float results may differ from XLA's CPU backend (the reason a program loosens its tolerance):
+Why float results may differ from XLA's CPU backend (why a program loosens its tolerance);
+the interpreter computes every float op in f64 and rounds once to the result type:
 
-| op(s)                                   | interpreter                      | XLA CPU                       | typical gap         |
-|-----------------------------------------|----------------------------------|-------------------------------|---------------------|
-| add, sub, mul, div, sqrt, convert       | numpy, correctly rounded         | correctly rounded             | exact               |
-| exp, log, tanh, sin, cos, tan, expm1,   | numpy (libm-quality, <= 1 ulp)   | polynomial approximations     | a few ulp (~5e-7    |
-| log1p, atan2, power, cbrt, rsqrt        |                                  |                               | relative)           |
-| logistic                                | stable 1/(1+e^-x) in the input   | expanded (tanh or exp form)   | a few ulp           |
-| erf                                     | math.erf in f64, rounded         | rational approximation        | ~1e-7 absolute      |
-| reduce (sum/prod), reduce-window        | numpy pairwise (f32; f16/bf16    | sequential / vectorised       | ~n * ulp relative   |
-|                                         | accumulate in f32)               | accumulation in the type      |                     |
-| dot, convolution                        | f64 accumulation, rounded once   | f32 (Eigen) accumulation      | ~k * ulp relative   |
-| f16 / bf16 chains of ops                | each op rounded to the type      | may keep f32 between fused ops| 1 ulp of the type   |
+| op(s)                                  | XLA CPU                            | typical gap        |
+|----------------------------------------|------------------------------------|--------------------|
+| add, sub, mul, div, sqrt, convert     | correctly rounded                  | exact              |
+| exp, log, tanh, sin, cos, tan, expm1,  | polynomial approximations in f32   | a few ulp          |
+| log1p, atan2, power, cbrt, rsqrt       |                                    | (~2e-7..5e-7 rel.) |
+| logistic                               | expanded to exp/tanh form          | a few ulp          |
+| erf                                    | rational approximation             | ~1e-7 absolute     |
+| reduce (sum, product), reduce-window   | accumulates in the element type    | ~n ulp relative    |
+| dot, convolution                       | f32 (Eigen) blocked accumulation   | ~k ulp relative    |
+| chains of f16 / bf16 ops               | may keep f32 between fused ops     | 1 ulp of the type  |
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-from programs import PROGRAMS, Program, lower_to_hlo  # noqa: E402
-
 from hlofuse.backends import interpreter  # noqa: E402
 from hlofuse.text import parse  # noqa: E402
+from programs import PROGRAMS, Program, lower_to_hlo  # noqa: E402
 
 
 def _jax_outputs(p: Program, args: tuple) -> list[np.ndarray]:

@@ -1,7 +1,8 @@
 """Elementwise ops with XLA's semantics (not numpy's where they differ).
 
-* f16 and bf16 arithmetic is computed in f32 and rounded back (round-to-nearest-even), as
-  XLA's CPU backend does.
+* float ops are computed in f64 and rounded once to the result type (round-to-nearest-even):
+  correctly rounded for + - * / sqrt; f16 and bf16 results match XLA's CPU backend, which
+  computes them in f32 and rounds back.
 * Integer add/subtract/multiply/negate/abs wrap around; `x / 0` is -1 (signed) or all ones
   (unsigned); `INT_MIN / -1` is `INT_MIN`; `x % 0` is `x`; `INT_MIN % -1` is 0; division
   truncates toward zero; float remainder is C `fmod`.
@@ -43,10 +44,14 @@ def _result_dtype(instr: Instruction) -> DType:
 
 
 def float_op(fn: Callable[..., Any], out: DType, *xs: np.ndarray) -> np.ndarray:
-    """Apply a float function; f16/bf16 operands are computed in f32 and rounded back."""
-    if out.name in _NARROW_FLOATS or any(dtype_of(x).name in _NARROW_FLOATS for x in xs):
-        xs = tuple(np.asarray(x).astype(np.float32) for x in xs)
-    return np.asarray(fn(*xs)).astype(out.np, copy=False)
+    """Apply a float function in f64 and round the result to `out` once.
+
+    For +, -, *, /, sqrt and fmod this is exactly the correctly rounded result of the narrower
+    type (f64 has more than twice the precision of f32, f16 and bf16); for transcendental
+    functions it is the (nearly always correctly rounded) reference value. f16/bf16 results
+    are therefore what XLA's CPU backend gets by computing in f32 and rounding back."""
+    wide = tuple(np.asarray(x).astype(np.float64) for x in xs)
+    return np.asarray(fn(*wide)).astype(out.np)
 
 
 # ----- unary ------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ reduce and reduce-window apply their `to_apply` computation. The common scalar r
 add/multiply/maximum/minimum/and/or/xor of the two parameters) run as a numpy `ufunc.reduce`;
 any other reducer that is elementwise (argmax-style variadic reducers, for example) is applied
 vectorised in a pairwise tree over the reduced elements (XLA leaves the order unspecified, and
-requires an associative reducer). f16/bf16 sums accumulate in f32 and round once at the end,
-so float results may differ from XLA's in the last bits (within test tolerances).
+requires an associative reducer). Float sums accumulate in f64 and round once at the end,
+so float results may differ from XLA's (which accumulates in the type) in the last bits.
 
 dot follows dot_general: result dimensions are batch, lhs free, rhs free. Floats are
 contracted in f64 and rounded to the result type; integers in 64 bits, then wrapped to the
@@ -78,8 +78,8 @@ def simple_reducer(comp: Computation) -> np.ufunc | None:
 
 
 def _accumulator(dtype: np.dtype) -> np.dtype:
-    """Accumulate f16/bf16 in f32."""
-    return np.dtype(np.float32) if from_numpy(dtype).name in ("f16", "bf16") else dtype
+    """Accumulate floats in f64 (rounded once at the end); integers in their own type."""
+    return np.dtype(np.float64) if from_numpy(dtype).is_float else dtype
 
 
 def _ufunc_reduce(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray, axes: tuple[int, ...]):
