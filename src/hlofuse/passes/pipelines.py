@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hlofuse.ir.module import Module
 from hlofuse.passes.base import Context, Fixpoint, Pass, Pipeline, PipelineReport
+from hlofuse.passes.fusion import pipelines as fusion_pipelines
 from hlofuse.passes.registry import parse_pass_spec
 from hlofuse.passes.simplify.algebraic import AlgebraicSimplifier
 from hlofuse.passes.simplify.constant_fold import ConstantFolding
@@ -48,6 +49,9 @@ def simplify(max_iterations: int = 25) -> Fixpoint:
 
 PIPELINES: dict[str, Callable[[], Pass]] = {
     "simplify": simplify,
+    "none": fusion_pipelines.none,
+    "xla": fusion_pipelines.xla,
+    "xla-relaxed": fusion_pipelines.xla_relaxed,
 }
 
 

@@ -1,0 +1,78 @@
+"""The fusion pipelines, as plain functions returning a `Pipeline` (registered in
+`hlofuse.passes.pipelines.PIPELINES` as "none", "xla" and "xla-relaxed").
+
+    none         simplify                                  every op its own kernel ("eager")
+    xla          simplify
+                 fusion fixpoint:      instruction-fusion{may_duplicate=false}
+                                       instruction-fusion{may_duplicate=true}
+                                       fusion-merger, multi-output-fusion, cse, dce
+                 horizontal fixpoint:  horizontal-loop-fusion, horizontal-input-fusion, cse, dce
+    xla-relaxed  xla with the study's relaxations: allow_multi_user_concatenate,
+                 relax_code_duplication
+
+This is XLA's GPU pass order of era E2 (spec section 9, `FusionPipeline` and
+`HorizontalFusionPipeline` in gpu_compiler.cc / fusion_pipeline.cc), each fixpoint limited to 25
+iterations like `HloPassFix`. Every fusion pass takes the same `FusionConfig` settings, so
+`xla(max_operands_and_outputs=96)` changes the rule in all of them at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hlofuse.passes.base import Fixpoint, Pipeline
+from hlofuse.passes.fusion.fusion_merger import FusionMerger
+from hlofuse.passes.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
+from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
+from hlofuse.passes.fusion.multi_output import MultiOutputFusion
+from hlofuse.passes.simplify.cse import Cse
+from hlofuse.passes.simplify.dce import Dce
+
+# The study's relaxations (paper.md, CartPole step 2): one switch each.
+RELAXATIONS: dict[str, Any] = {"allow_multi_user_concatenate": True,
+                               "relax_code_duplication": True}
+
+
+def _simplify() -> Fixpoint:
+    from hlofuse.passes.pipelines import simplify  # late: that module imports this one
+
+    return simplify()
+
+
+def fusion_fixpoint(**settings: Any) -> Fixpoint:
+    """XLA's HloPassFix "fusion" (vertical, merger, multi-output, cleanup)."""
+    vertical = {k: v for k, v in settings.items() if k != "may_duplicate"}
+    return Fixpoint(Pipeline("fusion", [
+        InstructionFusion(**{**vertical, "may_duplicate": False}),
+        InstructionFusion(**{**vertical, "may_duplicate": True}),
+        FusionMerger(**settings),
+        MultiOutputFusion(**settings),
+        Cse(),
+        Dce(),
+    ]))
+
+
+def horizontal_fixpoint(**settings: Any) -> Fixpoint:
+    """XLA's HloPassFix "horizontal fusion"."""
+    return Fixpoint(Pipeline("horizontal-fusion", [
+        HorizontalLoopFusion(**settings),
+        HorizontalInputFusion(**settings),
+        Cse(),
+        Dce(),
+    ]))
+
+
+def none() -> Pipeline:
+    """No fusion: simplification only, so every non-trivial op is its own kernel."""
+    return Pipeline("none", [_simplify()])
+
+
+def xla(name: str = "xla", **settings: Any) -> Pipeline:
+    """The paper-era XLA GPU fusion pipeline; `settings` are FusionConfig overrides."""
+    return Pipeline(name, [_simplify(), fusion_fixpoint(**settings),
+                           horizontal_fixpoint(**settings)])
+
+
+def xla_relaxed(**settings: Any) -> Pipeline:
+    """`xla` with the study's relaxations switched on."""
+    return xla("xla-relaxed", **{**RELAXATIONS, **settings})
