@@ -148,6 +148,20 @@ def _remove_parameter(fusion: Instruction, param: Instruction) -> None:
             p.parameter_number -= 1
 
 
+def _rename_parameters(fusion: Instruction) -> None:
+    """Keep parameter names in step with their numbers (`param_2` is parameter(2))."""
+    fused = fusion.fused_computation
+    module = fused.parent
+    if module is None:
+        return
+    for p in fused.parameters:
+        base = f"param_{p.parameter_number}"
+        if p.name == base or p.name.startswith(base + "."):
+            continue
+        module.release_name(p.name)
+        p.name = module.unique_name(base)
+
+
 def remove_unused_parameters(fusion: Instruction) -> None:
     for p in list(reversed(fusion.fused_computation.parameters)):
         if not p.users and p is not fusion.fused_computation.root:
@@ -213,6 +227,7 @@ def _tidy(fusion: Instruction) -> None:
                 and instr.opcode is not Opcode.PARAMETER):
             fused.remove_dead(instr)
     remove_unused_parameters(fusion)
+    _rename_parameters(fusion)
     fused.instructions = fused.post_order()
 
 
