@@ -748,3 +748,30 @@ def test_supported_opcodes() -> None:
     }
     assert must <= SUPPORTED
     assert Opcode.RNG not in SUPPORTED and Opcode.CUSTOM_CALL not in SUPPORTED
+
+
+# ----- rng-bit-generator vs jax.lax.rng_bit_generator -------------------------------------
+
+RNG_CASES = [((3, 5), "uint32"), ((7,), "uint32"), ((), "uint32"), ((4, 3), "uint16"),
+             ((5,), "uint8"), ((2, 3), "uint64"), ((), "uint64")]
+
+
+@pytest.mark.parametrize("algorithm", ["RNG_THREE_FRY", "RNG_PHILOX", "RNG_DEFAULT"])
+@pytest.mark.parametrize("shape,dtype", RNG_CASES)
+def test_rng_bit_generator_matches_jax(algorithm: str, shape: tuple, dtype: str) -> None:
+    jax = pytest.importorskip("jax")
+    from jax import lax
+
+    alg = getattr(lax.RandomAlgorithm, algorithm)
+    keys = [np.array([1, 2], np.uint64), np.array([0xDEADBEEF12345678, 2**64 - 2], np.uint64)]
+    with jax.enable_x64(True):
+        for key in keys:
+            def f(k):
+                return lax.rng_bit_generator(k, shape, dtype=np.dtype(dtype), algorithm=alg)
+
+            text = jax.jit(f).lower(key).as_text(dialect="hlo")
+            assert "rng-bit-generator(" in text
+            got = interpreter.run(parse(text), key)
+            want = [np.asarray(v) for v in jax.jit(f)(key)]
+            for g, w in zip(got, want, strict=True):
+                assert same_bits(g, w), (key, g, w)
