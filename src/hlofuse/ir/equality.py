@@ -127,7 +127,7 @@ def _literal_equal(a: Literal | None, b: Literal | None) -> bool:
 def _attr_equal(key: str, a: Any, b: Any) -> bool:
     kind = ATTRIBUTES.get(key)
     if kind is AttrKind.COMPUTATION:
-        return _comp_name(a) == _comp_name(b)
+        return bool(_comp_name(a) == _comp_name(b))
     if kind is AttrKind.COMPUTATIONS:
         return [_comp_name(c) for c in a] == [_comp_name(c) for c in b]
     if kind is AttrKind.INTS or kind is AttrKind.SLICE or kind is AttrKind.PADDING:

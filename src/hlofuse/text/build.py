@@ -12,7 +12,7 @@ Steps, after the whole text is parsed (so uses may come before definitions):
 3. Computations named by attributes (`to_apply=`, `calls=`, `branch_computations={...}`, ...);
    `calls=` of a fusion sets the fused computation's `fusion_instruction`.
 4. Shapes the short form leaves out (`t = tuple(a, b)`), by `ir.shape_inference.infer_shape`,
-   callees first.
+   operands and called computations' roots first.
 5. Roots (the ROOT instruction, else the last one) and the entry (the ENTRY computation, else
    the last one). A module without `HloModule` takes the entry computation's name.
 
@@ -28,7 +28,7 @@ from hlofuse.ir.attributes import ATTRIBUTES, AttrKind
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode, is_elementwise
+from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, format_shape
 from hlofuse.text.attrs import CompRef
 
@@ -190,33 +190,14 @@ def _infer(parser: HloParser, p: PendingInstr) -> Shape:
     instr = p.instr
     shapes = [op.shape for op in instr.operands]
     called = instr.called_computations()
-    try:
-        from hlofuse.ir.shape_inference import infer_shape
-    except ImportError:
-        infer_shape = _fallback_infer
+    from hlofuse.ir.shape_inference import infer_shape  # lazily: it imports much of ir
+
     try:
         shape = infer_shape(instr.opcode, shapes, instr.attrs, called)
     except HloVerifyError as exc:
         raise parser.error(f"cannot infer the shape of '{instr.name}' (write it): "
                            f"{exc.message}", p.opcode_offset) from None
     return shape
-
-
-def _fallback_infer(opcode: Opcode, shapes: list[Shape], attrs: dict[str, Any],
-                    called: list[Computation]) -> Shape:
-    """tuple, get-tuple-element and same-shape elementwise ops (used while
-    `ir.shape_inference` is unavailable)."""
-    if opcode is Opcode.TUPLE:
-        return TupleShape(tuple(shapes))
-    if opcode is Opcode.GET_TUPLE_ELEMENT and shapes and isinstance(shapes[0], TupleShape):
-        index = attrs.get("index", -1)
-        if 0 <= index < len(shapes[0].elements):
-            return shapes[0].elements[index]
-    if is_elementwise(opcode) and shapes and opcode is not Opcode.COMPARE:
-        first = shapes[-1] if opcode is Opcode.SELECT else shapes[0]
-        if isinstance(first, ArrayShape):
-            return first
-    raise HloVerifyError(f"no shape inference for {opcode} here")
 
 
 def _check_operand_shapes(parser: HloParser, pc: PendingComp) -> None:

@@ -142,6 +142,8 @@ class HloParser(AttrParser):
             while lexer.peek().kind == "num":
                 id_tok = lexer.peek()
                 key = self.parse_int(f"an id in table {table}")
+                target: dict[int, Any]
+                value: Any
                 if table in ("FileNames", "FunctionNames"):
                     value = self.parse_string(f"a quoted name in table {table}")
                     target = debug.file_names if table == "FileNames" else debug.function_names

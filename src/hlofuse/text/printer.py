@@ -205,11 +205,11 @@ def format_attr_value(key: str, value: Any, *, long: bool = False) -> str:
     if kind is AttrKind.WINDOW:
         return format_window(value)
     if kind is AttrKind.COMPUTATION:
-        return pct + value.name
+        return f"{pct}{value.name}"
     if kind is AttrKind.COMPUTATIONS:
         if key == "calls" and len(value) == 1:
-            return pct + value[0].name
-        return "{" + ", ".join(pct + c.name for c in value) + "}"
+            return f"{pct}{value[0].name}"
+        return "{" + ", ".join(f"{pct}{c.name}" for c in value) + "}"
     return str(value)  # RAW (and anything not in the schema): verbatim
 
 
