@@ -112,6 +112,25 @@ def big_programs() -> list[tuple[str, str]]:
     out.append(("big_cartpole_baseline_2048x100",
                 jax.jit(fn).lower(*args).as_text(dialect="hlo", debug_info=True)))
 
+    def cartpole_rng_unrolled(state: jax.Array, key_data: jax.Array) -> tuple:
+        """The study's baseline step (threefry RNG in the loop) with scan(unroll=8)."""
+
+        def body(carry: tuple, _: None) -> tuple:
+            state, key = carry
+            key, k_action, k_reset = jax.random.split(key, 3)
+            action = jax.random.bernoulli(k_action, 0.5, state.shape[1:]).astype(jnp.int32)
+            reset = jax.random.uniform(k_reset, state.shape, jnp.float32, -0.05, 0.05)
+            state, reward, _ = cartpole._stacked_step(state, action, reset)
+            return (state, key), reward.sum()
+
+        key = jax.random.wrap_key_data(key_data)
+        return jax.lax.scan(body, (state, key), None, length=96, unroll=8)
+
+    state = np.zeros((4, 2048), np.float32)
+    out.append(("big_cartpole_rng_scan_unroll8",
+                jax.jit(cartpole_rng_unrolled).lower(state, np.zeros(2, np.uint32))
+                .as_text(dialect="hlo", debug_info=True)))
+
     def mlp(params: list, x: jax.Array, y: jax.Array) -> jax.Array:
         def loss(ps: list) -> jax.Array:
             h = x
@@ -124,9 +143,9 @@ def big_programs() -> list[tuple[str, str]]:
 
     rng = np.random.default_rng(0)
     params = [(rng.standard_normal((32, 32)).astype(np.float32),
-               rng.standard_normal(32).astype(np.float32)) for _ in range(64)]
+               rng.standard_normal(32).astype(np.float32)) for _ in range(128)]
     x = rng.standard_normal((8, 32)).astype(np.float32)
-    out.append(("big_mlp_64_layers_train_step",
+    out.append(("big_mlp_128_layers_train_step",
                 jax.jit(mlp).lower(params, x, x).as_text(dialect="hlo", debug_info=True)))
 
     def rollout(keys: jax.Array) -> jax.Array:

@@ -22,7 +22,7 @@ from hlofuse.ir.clone import clone_instruction
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import OPCODES, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape
 
 _CALL_ATTRS = frozenset(COMPUTATION_ATTRS)
@@ -30,14 +30,46 @@ _CALL_ATTRS = frozenset(COMPUTATION_ATTRS)
 
 def called(instr: Instruction) -> list[Computation]:
     """`instr.called_computations()`, with a fast exit for the many that call nothing."""
-    if instr.attrs.keys() & _CALL_ATTRS:
-        return instr.called_computations()
-    return []
+    attrs = instr.attrs
+    if not attrs or _CALL_ATTRS.isdisjoint(attrs):
+        return []
+    out: list[Computation] = []
+    for key in COMPUTATION_ATTRS:
+        value = attrs.get(key)
+        if value is None:
+            continue
+        if isinstance(value, (tuple, list)):
+            out.extend(value)
+        else:
+            out.append(value)
+    return out
+
+
+def ordered(comp: Computation) -> list[Instruction]:
+    """The instructions, definitions before uses: the instruction list itself when it already
+    is in that order (what the parser and every pass here produce), else the post order."""
+    seen: set[int] = set()
+    for instr in comp.instructions:
+        for o in instr._operands:  # the list itself: this loop runs for every pass
+            if id(o) not in seen:
+                return comp.post_order()
+        for o in instr.control_predecessors:
+            if id(o) not in seen:
+                return comp.post_order()
+        seen.add(id(instr))
+    return list(comp.instructions)
+
+
+# ids of the opcodes the table marks side-effecting (an int set: Enum hashing is slow and this
+# check runs for every instruction in several passes)
+_SIDE_EFFECT_OPS = frozenset(id(op) for op, info in OPCODES.items() if info.side_effect)
 
 
 def has_side_effect(instr: Instruction, _cache: dict[int, bool] | None = None) -> bool:
     """Side effect of `instr` itself or of any computation it calls (recursively)."""
-    if instr.has_side_effect:
+    if id(instr.opcode) in _SIDE_EFFECT_OPS:
+        return True
+    if instr.opcode is Opcode.CUSTOM_CALL and instr.has_side_effect:
         return True
     called_comps = called(instr)
     if not called_comps:
@@ -113,6 +145,7 @@ def sweep(comp: Computation, candidates: Iterable[Instruction], *, force: bool =
         dead.add(id(cur))
         order.append(cur)
         stack.extend(cur.operands)
+        stack.extend(cur.control_predecessors)
     if not order:
         return 0
     module = comp.parent
@@ -131,22 +164,24 @@ def sweep(comp: Computation, candidates: Iterable[Instruction], *, force: bool =
 
 
 class Rewriter:
-    """Batched edits of one computation: `replace(old, new)` appends `new` (when detached) and
-    moves `old`'s uses to it; `finish()` deletes what became dead in one sweep and, if anything
-    was added, restores definition-before-use order with one post-order walk (new instructions
-    land just before their first user)."""
+    """Batched edits of one computation: `replace(old, new)` adds `new` (when detached) and
+    moves `old`'s uses to it; `finish()` puts each new instruction just before the one it
+    replaced (its operands come from `old`'s operands or earlier, so definition-before-use
+    order holds) and deletes what became dead, each in one pass over the instruction list."""
 
     def __init__(self, comp: Computation) -> None:
         self.comp = comp
         self.replaced: list[Instruction] = []
-        self.added = False
+        self.added: dict[int, list[Instruction]] = {}
+        self.n_added = 0
 
     def replace(self, old: Instruction, new: Instruction) -> None:
         if new.parent is None:
             if not new.metadata and old.metadata:
                 new.metadata = old.metadata
-            self.comp.add(new)
-            self.added = True
+            self.comp.add(new)  # appended (and named); moved in finish()
+            self.added.setdefault(id(old), []).append(new)
+            self.n_added += 1
         old.replace_all_uses_with(new)
         self.replaced.append(old)
 
@@ -155,9 +190,16 @@ class Rewriter:
         return bool(self.replaced)
 
     def finish(self) -> bool:
+        if self.n_added:
+            instrs = self.comp.instructions[: len(self.comp.instructions) - self.n_added]
+            out: list[Instruction] = []
+            for instr in instrs:
+                new = self.added.get(id(instr))
+                if new is not None:
+                    out.extend(new)
+                out.append(instr)
+            self.comp.instructions = out
         sweep(self.comp, self.replaced)
-        if self.added:
-            self.comp.instructions = self.comp.post_order()
         return self.changed
 
 
@@ -210,11 +252,12 @@ def clone_computation_into_module(module: Module, comp: Computation, name: str) 
     return module.add_computation(new)
 
 
-def callers(module: Module, reachable_only: bool = False) -> dict[int, list[Instruction]]:
-    """id(computation) -> instructions that call it (in any computation, or only in those the
-    entry reaches)."""
+def callers(module: Module, computations: Iterable[Computation] | None = None
+            ) -> dict[int, list[Instruction]]:
+    """id(computation) -> instructions that call it (in any computation of the module, or in
+    the given ones)."""
     out: dict[int, list[Instruction]] = {}
-    comps = reachable_computations(module) if reachable_only else module.computations
+    comps = module.computations if computations is None else computations
     for comp in comps:
         for instr in comp.instructions:
             for callee in called(instr):

@@ -35,7 +35,7 @@ from hlofuse.passes.utils import (
     Rewriter,
     is_uniform,
     layouts_match,
-    reachable_computations,
+    ordered,
     scalar_int,
     uniform_value,
 )
@@ -304,7 +304,7 @@ _BY_OPCODE = _by_opcode(RULES)
 
 def simplify_computation(comp: Computation, fired: dict[str, int] | None = None) -> bool:
     edit = Rewriter(comp)
-    for instr in comp.post_order():
+    for instr in ordered(comp):
         for rule in _BY_OPCODE.get(instr.opcode, ()):
             new = rule.fn(instr)
             if new is None or new is instr or not layouts_match(new.shape, instr.shape):
@@ -329,7 +329,7 @@ class AlgebraicSimplifier:
         changed_any = False
         for _ in range(max(1, self.max_iterations)):
             changed = False
-            for comp in reachable_computations(module):
+            for comp in list(module.computations):  # unreachable ones too: DCE drops them
                 changed |= simplify_computation(comp)
             changed_any |= changed
             if not changed:

@@ -33,7 +33,7 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Category, Opcode
 from hlofuse.ir.shape import ArrayShape
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import Rewriter, has_side_effect, reachable_computations
+from hlofuse.passes.utils import Rewriter, has_side_effect, ordered
 
 NEVER_FOLD = frozenset(
     {
@@ -103,7 +103,7 @@ def evaluate(instr: Instruction) -> np.ndarray | None:
 def fold_computation(comp: Computation, max_elements: int, max_expand_elements: int,
                      cache: dict[int, bool]) -> bool:
     edit = Rewriter(comp)
-    for instr in comp.post_order():
+    for instr in ordered(comp):
         if not foldable(instr, max_elements, max_expand_elements, cache):
             continue
         value = evaluate(instr)
@@ -128,7 +128,7 @@ class ConstantFolding:
     def run(self, module: Module) -> bool:
         cache: dict[int, bool] = {}
         changed = False
-        for comp in reachable_computations(module):
+        for comp in list(module.computations):  # unreachable ones too: DCE drops them
             changed |= fold_computation(comp, self.max_elements, self.max_expand_elements,
                                         cache)
         return changed

@@ -28,7 +28,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import Rewriter, has_side_effect, reachable_computations
+from hlofuse.passes.utils import Rewriter, has_side_effect, ordered
 
 
 def _freeze(value: Any) -> Any:
@@ -69,7 +69,7 @@ def expression_key(instr: Instruction) -> tuple[Any, ...]:
 def cse_computation(comp: Computation, cache: dict[int, bool]) -> bool:
     seen: dict[tuple[Any, ...], Instruction] = {}
     edit = Rewriter(comp)
-    for instr in comp.post_order():
+    for instr in ordered(comp):
         if (
             instr.opcode is Opcode.PARAMETER
             or instr.control_predecessors
@@ -97,6 +97,6 @@ class Cse:
     def run(self, module: Module) -> bool:
         cache: dict[int, bool] = {}
         changed = False
-        for comp in reachable_computations(module):
+        for comp in list(module.computations):  # unreachable ones too: DCE drops them
             changed |= cse_computation(comp, cache)
         return changed

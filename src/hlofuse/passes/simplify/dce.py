@@ -23,6 +23,7 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.registry import register
 from hlofuse.passes.utils import (
     has_side_effect,
+    ordered,
     reachable_computations,
     remove_unreachable_computations,
     sweep,
@@ -47,7 +48,7 @@ def dce_computation(comp: Computation, cache: dict[int, bool] | None = None) -> 
     if len(live) == len(comp.instructions):
         return False
     # post order on a stack: users are popped (and deleted) before their operands
-    return sweep(comp, [i for i in comp.post_order() if id(i) not in live]) > 0
+    return sweep(comp, [i for i in ordered(comp) if id(i) not in live]) > 0
 
 
 @register("dce")

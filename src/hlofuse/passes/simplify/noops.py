@@ -30,7 +30,7 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import Rewriter, layouts_match, reachable_computations
+from hlofuse.passes.utils import Rewriter, layouts_match, ordered
 
 
 def _always(instr: Instruction) -> bool:
@@ -101,7 +101,7 @@ def noop_operand(instr: Instruction) -> Instruction | None:
 
 def remove_noops(comp: Computation) -> bool:
     edit = Rewriter(comp)
-    for instr in comp.post_order():
+    for instr in ordered(comp):
         src = noop_operand(instr)
         if src is not None:
             edit.replace(instr, src)
@@ -117,6 +117,6 @@ class NoopRemoval:
 
     def run(self, module: Module) -> bool:
         changed = False
-        for comp in reachable_computations(module):
+        for comp in list(module.computations):  # unreachable ones too: DCE drops them
             changed |= remove_noops(comp)
         return changed

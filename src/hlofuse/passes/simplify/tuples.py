@@ -26,7 +26,7 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import TupleShape
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import Rewriter, layouts_match, reachable_computations
+from hlofuse.passes.utils import Rewriter, layouts_match, ordered
 
 
 def _forwarded(instr: Instruction) -> Instruction | None:
@@ -57,7 +57,7 @@ def _forwarded(instr: Instruction) -> Instruction | None:
 
 def simplify_tuples(comp: Computation) -> bool:
     edit = Rewriter(comp)
-    for instr in comp.post_order():
+    for instr in ordered(comp):
         new = _forwarded(instr)
         if new is not None:
             edit.replace(instr, new)
@@ -73,6 +73,6 @@ class TupleSimplifier:
 
     def run(self, module: Module) -> bool:
         changed = False
-        for comp in reachable_computations(module):
+        for comp in list(module.computations):  # unreachable ones too: DCE drops them
             changed |= simplify_tuples(comp)
         return changed

@@ -442,9 +442,10 @@ class WhileLoopSimplifier:
 
     def run(self, module: Module) -> bool:
         changed = False
-        counts = callers(module, reachable_only=True)
+        comps = reachable_computations(module)
+        counts = callers(module, comps)
         cache: dict[int, bool] = {}
-        for comp in reachable_computations(module):
+        for comp in comps:
             for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
                 if w.parent is not comp:
                     continue
@@ -457,7 +458,7 @@ class WhileLoopSimplifier:
                     continue
                 if n == 1 and pure_cond:
                     inline_body_once(comp, w)
-                    counts = callers(module, reachable_only=True)
+                    counts = callers(module, reachable_computations(module))
                     changed = True
                     continue
                 if self.sink_constants:
