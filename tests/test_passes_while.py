@@ -239,3 +239,12 @@ def test_side_effecting_loops_run_their_effects_the_right_number_of_times() -> N
     _, after, _ = optimize(fx.replace("i0 = s32[] constant(0)", "i0 = s32[] constant(7)"),
                            "while-loop-unroller{factor=4},dce")
     assert all_opcodes(after)["while"] == 0 and all_opcodes(after)["outfeed"] == 3
+
+
+def test_constant_false_condition_means_zero_trips() -> None:
+    text = loop().replace("  ROOT lt = pred[] compare(i, n), direction=LT",
+                          "  ROOT f = pred[] constant(false)")
+    assert trip_count(_while(text)) == 0
+    before, after, _ = optimize(text, "simplify")
+    assert "while" not in all_opcodes(after)
+    check_outputs(before, after, random_args(before))

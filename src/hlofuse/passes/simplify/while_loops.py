@@ -203,7 +203,12 @@ def _count(init: int, step: int, direction: str, bound: int) -> int | None:
 
 
 def trip_count(w: Instruction) -> int | None:
-    """How many times the body of while `w` runs, when the JAX loop pattern makes it known."""
+    """How many times the body of while `w` runs, when the JAX loop pattern makes it known
+    (or 0 when the condition is the constant false)."""
+    if w.opcode is Opcode.WHILE:
+        cond_root = condition_of(w).root
+        if cond_root.opcode is Opcode.CONSTANT and isinstance(cond_root.literal, np.ndarray):
+            return 0 if not bool(cond_root.literal.reshape(-1)[0]) else None
     iv = induction_variable(w)
     if iv is None:
         return None
