@@ -203,6 +203,8 @@ def producer_consumer_candidates(producer: Instruction, reach: ReachabilityMap,
     """GetProducerConsumerMultiOutputFusionCandidates."""
     ok = is_producer_multi_output_fusible(producer, config)
     if not ok:
+        for consumer in _kernel_users(producer) if len(_kernel_users(producer)) > 1 else []:
+            record(producer, consumer, ok, False)
         return []
     if producer.user_count == 1 and not is_multi_output_fusion(producer.users[0]):
         return []  # the fusion merger already considered (and refused) this merge
@@ -217,6 +219,17 @@ def producer_consumer_candidates(producer: Instruction, reach: ReachabilityMap,
         else:
             record(producer, consumer, decision, False)
     return out
+
+
+def _kernel_users(instr: Instruction) -> list[Instruction]:
+    """Users that could host the producer: not get-tuple-element / tuple plumbing."""
+    users: list[Instruction] = []
+    for u in instr.users:
+        if u.opcode is Opcode.GET_TUPLE_ELEMENT:
+            users.extend(v for v in u.users if v.opcode is not Opcode.TUPLE and v not in users)
+        elif u.opcode is not Opcode.TUPLE and u not in users:
+            users.append(u)
+    return users
 
 
 def select_preferred(candidates: list[Instruction]) -> Instruction | None:
