@@ -171,3 +171,15 @@ ENTRY e {
                             FusionMerger(merger_version="2023")])
     m, _ = run_and_check(text, pipe)
     assert count_kernels(m).entry == 2
+
+
+def test_merger_2023_version_matches_xla_merger_cases() -> None:
+    from conformance import check_expect, load_cases, parse_case
+
+    cases = load_cases("fusion_merger")
+    if not cases:
+        return
+    for cid, case in cases.items():
+        m = parse_case(case)
+        changed = FusionMerger(merger_version="2023", max_operands_and_outputs=96).run(m)
+        assert not check_expect(case, m, changed), cid

@@ -21,9 +21,9 @@ Conditions, in order (first failure is the reason recorded in the trace, with th
  7. per user: the fused emitter stays efficient (code duplication) and the fusion fits the
     budget (operands+outputs, shared memory, unnested reductions)
 
-merger_version="2023" replaces 5-6 by XLA's IR-size guard (ProducerConsumerMergedTooLarge,
-simplified: emitted-instruction counts and basic-block splits); the cost model itself is not
-implemented.
+merger_version="2023" (spec 4.4) keeps 1-4, then per user the budget, XLA's IR-size guard
+(ProducerConsumerMergedTooLarge) and the first GpuPerformanceModel ("will execute slower if
+fused"; perf_model.py) instead of 5-7.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from hlofuse.ir.fusion import (
 )
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import INVALIDATES_CACHE, Opcode
+from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
@@ -54,6 +54,7 @@ from hlofuse.passes.fusion.gpu_fusible import (
 from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
 from hlofuse.passes.fusion.instruction_fusion import fusible_computations
 from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.perf_model import fusion_is_faster, producer_consumer_merged_too_large
 from hlofuse.passes.fusion.predicates import is_expensive, reuses_operand_elements
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.registry import register
@@ -122,39 +123,6 @@ def fused_ir_emitter_inefficient(consumer: Instruction, producer: Instruction,
     return eval_producer.max_code_duplication_too_high(config)
 
 
-def _ir_size(fusion: Instruction) -> tuple[int, int]:
-    """(emitted instruction count, basic-block splits) of a fusion's elemental emission."""
-    ev = FusionNodeIndexingEvaluation(fusion)
-    size = 0
-    splits = 0
-    for instr in fused_instructions(fusion):
-        n = max(1, ev.index_usage_count.get(id(instr), 1))
-        size += n
-        if instr.opcode in INVALIDATES_CACHE:
-            splits += n
-    return size, splits
-
-
-def producer_consumer_merged_too_large(producer: Instruction, consumer: Instruction,
-                                       config: FusionConfig) -> FusionDecision:
-    """A simplified GpuHloCostAnalysis::ProducerConsumerMergedTooLarge (merger 2023)."""
-    p_size, p_splits = _ir_size(producer) if is_fusion(producer) else (1, 0)
-    c_size, c_splits = _ir_size(consumer) if is_fusion(consumer) else (1, 0)
-    replication = 1
-    if is_fusion(consumer):
-        replication = max(1, FusionNodeIndexingEvaluation(consumer).emitted_instructions(
-            producer))
-    splits = replication * p_splits + c_splits
-    if splits > config.max_basic_block_splits:
-        return FusionDecision.no(f"if merged with {consumer.name} will generate huge IR",
-                                 "max_basic_block_splits", splits=splits)
-    size = (p_size * replication + c_size) * 2 ** splits
-    if size > config.max_ir_size:
-        return FusionDecision.no(f"if merged with {consumer.name} will generate huge IR",
-                                 "max_ir_size", ir_size=size)
-    return FusionDecision.ok()
-
-
 # ----- the decision ------------------------------------------------------------------------
 
 
@@ -175,27 +143,24 @@ def should_merge(fusion: Instruction, config: FusionConfig) -> FusionDecision:
     if has_reduction_user and transposes_most_data(fusion, config.transposes_most_data):
         return FusionDecision.no("would read mostly uncoalesced", "transposes_most_data")
 
-    if config.merger_version == "2022":
-        current = current_bytes_transferred(fusion)
-        merged = merged_bytes_transferred(fusion)
-        ratio = merged / max(1.0, current)
-        figures = {"current_bytes": current, "merged_bytes": merged, "ratio": round(ratio, 4)}
-        if ratio > config.merger_bytes_ratio:
-            return FusionDecision.no(
-                f"merged-to-current-bytes-ratio of {ratio:.2f} is not favorable",
-                "merger_bytes_ratio", **figures)
-        reuse = any(reuses_operand_elements(u, i) for u in fusion.users
-                    for i, o in enumerate(u.operands) if o is fusion)
-        allow_expensive = (fusion.user_count == 1 or (
-            ratio < config.merger_expensive_escape_ratio
-            and current > config.merger_expensive_escape_bytes)) and not reuse
-        if not allow_expensive and any(is_expensive(i, config)
-                                       for i in fused_instructions(fusion)):
-            return FusionDecision.no("fusion contains an expensive instruction",
-                                     "merger_expensive_escape_ratio", **figures)
-    else:
-        figures = {}
-
+    if config.merger_version == "2023":
+        return _should_merge_2023(fusion, config)
+    current = current_bytes_transferred(fusion)
+    merged = merged_bytes_transferred(fusion)
+    ratio = merged / max(1.0, current)
+    figures = {"current_bytes": current, "merged_bytes": merged, "ratio": round(ratio, 4)}
+    if ratio > config.merger_bytes_ratio:
+        return FusionDecision.no(
+            f"merged-to-current-bytes-ratio of {ratio:.2f} is not favorable",
+            "merger_bytes_ratio", **figures)
+    reuse = any(reuses_operand_elements(u, i) for u in fusion.users
+                for i, o in enumerate(u.operands) if o is fusion)
+    allow_expensive = (fusion.user_count == 1 or (
+        ratio < config.merger_expensive_escape_ratio
+        and current > config.merger_expensive_escape_bytes)) and not reuse
+    if not allow_expensive and any(is_expensive(i, config) for i in fused_instructions(fusion)):
+        return FusionDecision.no("fusion contains an expensive instruction",
+                                 "merger_expensive_escape_ratio", **figures)
     for user in fusion.users:
         if fused_ir_emitter_inefficient(user, fusion, config):
             return FusionDecision.no(
@@ -204,11 +169,23 @@ def should_merge(fusion: Instruction, config: FusionConfig) -> FusionDecision:
         decision = fusion_fits_in_budget(user, fusion, config, True)
         if not decision:
             return decision.with_figures(**figures)
-        if config.merger_version == "2023":
-            decision = producer_consumer_merged_too_large(fusion, user, config)
-            if not decision:
-                return decision
     return FusionDecision.ok(**figures)
+
+
+def _should_merge_2023(fusion: Instruction, config: FusionConfig) -> FusionDecision:
+    """Spec 4.4 steps 5-7: budget, IR-size guard, then the first GpuPerformanceModel."""
+    for user in fusion.users:
+        decision = fusion_fits_in_budget(user, fusion, config, True)
+        if not decision:
+            return decision
+    for user in fusion.users:
+        decision = producer_consumer_merged_too_large(fusion, user, config)
+        if not decision:
+            return decision
+    decision = fusion_is_faster(fusion, list(fusion.users), config)
+    if not decision:
+        return FusionDecision.no(decision.reason or "", "merger_version", **decision.figures)
+    return decision
 
 
 def fuse_into_all_users(fusion: Instruction, config: FusionConfig) -> list[Instruction]:
