@@ -217,3 +217,13 @@ def test_named_pipelines_and_specs_with_pipelines() -> None:
     assert [q.name for q in mixed.passes] == ["simplify", "while-loop-unroller", "dce"]
     with pytest.raises(PassError):
         run_pipeline(parse(TEXT), "simplify,bogus")
+
+
+def test_nested_pipeline_verify_flag_and_invalid_input() -> None:
+    with pytest.raises(PassError, match="breaker"):
+        Pipeline("outer", [Cse(), Pipeline("inner", [Breaker()], verify=True)]).execute(
+            parse(TEXT))
+    broken = parse(TEXT)
+    Breaker().run(broken)
+    with pytest.raises(PassError, match="the input"):
+        Pipeline("p", [Nothing()], verify=True).execute(broken)

@@ -227,10 +227,15 @@ class Pipeline:
 
     def _execute(self, module: Module, run: _Run, prefix: str) -> bool:
         path = f"{prefix}/{self.name}" if prefix else self.name
-        changed = False
-        for p in self.passes:
-            changed |= _run_one(p, module, run, path)
-        return changed
+        outer_verify = run.context.verify
+        run.context.verify = outer_verify or self.verify
+        try:
+            changed = False
+            for p in self.passes:
+                changed |= _run_one(p, module, run, path)
+            return changed
+        finally:
+            run.context.verify = outer_verify
 
 
 @dataclass(frozen=True)
@@ -289,11 +294,13 @@ def _execute_top(
     dump_dir: Path | str | None,
 ) -> PipelineReport:
     ctx = context if context is not None else Context()
-    if verify and not ctx.verify:
-        ctx = Context(verify=True, dump_dir=ctx.dump_dir, observers=ctx.observers)
+    # a private copy: nested pipelines toggle `verify` on it while they run
+    ctx = Context(verify=ctx.verify or verify, dump_dir=ctx.dump_dir, observers=ctx.observers)
     directory = dump_dir if dump_dir is not None else ctx.dump_dir
     report = PipelineReport(name)
     run = _Run(ctx, report, Path(directory) if directory is not None else None)
+    if ctx.verify_enabled:
+        verify_after(module, "(none: the input)")
     if run.dump_dir is not None:
         run.dump_dir.mkdir(parents=True, exist_ok=True)
         run.dump(module, "before")

@@ -10,6 +10,7 @@ items may also name pipelines.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -96,5 +97,5 @@ def run_pipeline(
     pipeline = build(name_or_spec)
     ctx = context if context is not None else Context()
     if verify:
-        ctx.verify = True
+        ctx = dataclasses.replace(ctx, verify=True)
     return pipeline.execute(module, ctx, dump_dir=dump_dir)
