@@ -1,0 +1,54 @@
+"""Kernel accounting (passes/fusion/kernels.py) and the fusion trace helpers."""
+
+from __future__ import annotations
+
+from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.fusion.kernels import count_kernels
+from hlofuse.passes.fusion.trace import FusionTrace, TraceEvent
+from hlofuse.text import parse
+
+TEXT = """
+HloModule m
+then {
+  x = f32[8] parameter(0)
+  a = f32[8] exponential(x)
+  ROOT n = f32[8] negate(a)
+}
+else {
+  x = f32[8] parameter(0)
+  ROOT c = f32[8] copy(x)
+}
+callee {
+  x = f32[8] parameter(0)
+  ROOT s = f32[8] sqrt(x)
+}
+ENTRY e {
+  p = f32[8] parameter(0)
+  b = pred[] parameter(1)
+  k = f32[8] call(p), to_apply=callee
+  bc = f32[2,4] bitcast(k)
+  r = f32[8] bitcast(bc)
+  ROOT out = f32[8] conditional(b, r, p), true_computation=then, false_computation=else
+}
+"""
+
+
+def test_calls_inline_conditionals_per_branch_and_free_ops() -> None:
+    report = count_kernels(parse(TEXT))
+    assert report.entry == 1  # sqrt in the callee; bitcasts, parameters, call: no kernels
+    assert report.branches == {"out": [2, 1]}
+    assert "conditional out: 2, 1 kernel(s) per branch" in report.summary()
+    assert report.total_static == 4
+
+
+def test_trace_records_and_filters() -> None:
+    trace = FusionTrace()
+    trace.record("p", "c", "a", FusionDecision.ok(), "e", fused=True)
+    trace.record("p", "c", "b", FusionDecision.no("why", "max_code_duplication", emitted=20))
+    assert [e.producer for e in trace.fused()] == ["a"]
+    (refused,) = trace.refused()
+    assert refused.figures == {"emitted": 20}
+    assert "[setting: max_code_duplication]" in str(refused)
+    assert [e.producer for e in trace.about("c")] == ["a", "b"]
+    line = refused.to_json()
+    assert TraceEvent.from_json(line) == refused
