@@ -29,6 +29,7 @@ from __future__ import annotations
 from hlofuse.ir.clone import clone_instruction
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import Shape, TupleShape
 
@@ -108,9 +109,9 @@ def create_fusion(instr: Instruction, kind: str = "kLoop", name: str = "fusion")
     return fusion
 
 
-def _place_computation(module: object, fused: Computation, caller: Computation) -> None:
+def _place_computation(module: Module, fused: Computation, caller: Computation) -> None:
     """Keep fused computations before their caller in the module's list (printing order)."""
-    comps: list[Computation] = module.computations  # type: ignore[attr-defined]
+    comps = module.computations
     comps.remove(fused)
     comps.insert(comps.index(caller), fused)
 
@@ -317,7 +318,8 @@ def _add_output(fusion: Instruction, value: Instruction) -> int:
     root = fused.root
     assert root.opcode is Opcode.TUPLE
     root.append_operand(value)
-    root.shape = TupleShape((*root.shape.elements, value.shape))  # type: ignore[union-attr]
+    assert isinstance(root.shape, TupleShape)
+    root.shape = TupleShape((*root.shape.elements, value.shape))
     fusion.shape = root.shape
     return root.operand_count - 1
 

@@ -41,7 +41,7 @@ from hlofuse.ir.fusion import (
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import TupleShape, leaves
+from hlofuse.ir.shape import Shape, TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
@@ -62,8 +62,8 @@ from hlofuse.passes.registry import register
 # ----- bytes -------------------------------------------------------------------------------
 
 
-def _nbytes(shape: object) -> int:
-    return sum(s.nbytes for s in leaves(shape))  # type: ignore[arg-type]
+def _nbytes(shape: Shape) -> int:
+    return sum(s.nbytes for s in leaves(shape))
 
 
 def bytes_read_by_parameter(param: Instruction) -> int:

@@ -25,11 +25,12 @@ Conditions enforced (spec section 1.8 - 1.10, section 0 for the reduction classi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from hlofuse.ir.fusion import is_fusion, is_multi_output_fusion
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, subshape_count
+from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, leaves, subshape_count
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.predicates import in_place_operands, is_fusible, should_fuse_in_place_op
@@ -316,11 +317,10 @@ def choose_fusion_kind(producer: Instruction, consumer: Instruction,
     return "kInput" if is_input_fusible(consumer, config) else "kLoop"
 
 
-def _all_satisfy(instr: Instruction, pred: object) -> bool:
-    test = pred
+def _all_satisfy(instr: Instruction, test: Callable[[Instruction], bool]) -> bool:
     if not is_fusion(instr):
-        return bool(test(instr))  # type: ignore[operator]
-    return all(i.opcode is Opcode.PARAMETER or test(i)  # type: ignore[operator]
+        return test(instr)
+    return all(i.opcode is Opcode.PARAMETER or test(i)
                for i in instr.fused_computation.instructions)
 
 
@@ -364,8 +364,7 @@ def is_expensive_to_repeat(instr: Instruction, config: FusionConfig = DEFAULT) -
     limit = config.max_inputs_per_output
     if instr.opcode is Opcode.REDUCE and not is_reduction_from_or_to_contiguous_dims(
             instr, config):
-        out = instr.shape
-        out_elems = out.elements[0].size if isinstance(out, TupleShape) else out.size  # type: ignore[union-attr]
+        out_elems = leaves(instr.shape)[0].size if leaves(instr.shape) else 0
         src = instr.operand(0).shape
         if isinstance(src, ArrayShape) and out_elems and src.size // out_elems > limit:
             return True

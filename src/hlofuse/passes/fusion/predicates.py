@@ -23,6 +23,7 @@ Conditions enforced here, each a `FusionDecision` where a reason is meaningful:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import IntEnum
 
 import numpy as np
@@ -30,7 +31,7 @@ import numpy as np
 from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
+from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 
@@ -205,8 +206,8 @@ def effectively_at_most_unary(instr: Instruction) -> bool:
     return count <= 1
 
 
-def total_elements(shape: object) -> int:
-    return sum(s.size for s in leaves(shape))  # type: ignore[arg-type]
+def total_elements(shape: Shape) -> int:
+    return sum(s.size for s in leaves(shape))
 
 
 def duplication_does_not_grow_traffic(instr: Instruction) -> bool:
@@ -242,14 +243,13 @@ def in_place_operands(instr: Instruction) -> list[int]:
     return []
 
 
-def _extract(instr: Instruction, pred: object) -> Instruction | None:
+def _extract(instr: Instruction, test: Callable[[Instruction], bool]) -> Instruction | None:
     """The instruction itself if it matches, else the unique fused instruction that does."""
-    test = pred  # a callable
-    if test(instr):  # type: ignore[operator]
+    if test(instr):
         return instr
     if not is_fusion(instr):
         return None
-    found = [i for i in instr.fused_computation.instructions if test(i)]  # type: ignore[operator]
+    found = [i for i in instr.fused_computation.instructions if test(i)]
     return found[0] if len(found) == 1 else None
 
 
