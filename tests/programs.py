@@ -85,8 +85,10 @@ def by_name(name: str) -> Program:
 # ---------------------------------------------------------------------------------------------
 
 
+@functools.cache
 def lower_to_hlo(p: Program, *, debug_info: bool = True) -> str:
-    """The program's HLO text, exactly as the frontend is expected to receive it."""
+    """The program's HLO text, exactly as the frontend is expected to receive it (cached: several
+    test files lower the same programs)."""
     return (
         jax.jit(p.fn, keep_unused=True)
         .lower(*p.make_args())
