@@ -99,47 +99,77 @@ _SCALAR_SAFE = {
 }
 
 
+class _Step:
+    """One instruction of a computation's evaluation plan."""
+
+    __slots__ = ("dims", "dtype", "fn", "instr", "operands", "slot")
+
+    def __init__(self, instr: Instruction, slot: int, operands: list[int]) -> None:
+        self.instr = instr
+        self.slot = slot
+        self.operands = operands
+        self.fn = HANDLERS.get(instr.opcode)
+        shape = instr.shape
+        self.dims = shape.dims if isinstance(shape, ArrayShape) else None
+        self.dtype = shape.dtype.np if isinstance(shape, ArrayShape) else None
+
+
+class _Plan:
+    """A computation in evaluation order: parameter slots, steps, and the root's slot."""
+
+    def __init__(self, comp: Computation) -> None:
+        order = comp.post_order()
+        slots = {id(instr): i for i, instr in enumerate(order)}
+        self.size = len(order)
+        self.params: list[tuple[int, int]] = []
+        self.steps: list[_Step] = []
+        for i, instr in enumerate(order):
+            if instr.opcode is Opcode.PARAMETER:
+                self.params.append((i, instr.parameter_number or 0))
+            else:
+                self.steps.append(_Step(instr, i, [slots[id(o)] for o in instr.operands]))
+        self.root = slots[id(comp.root)]
+        self.param_count = len(self.params)
+
+
 class Interpreter:
-    """Evaluates computations. One instance caches per-computation facts (post order,
+    """Evaluates computations. One instance caches per-computation facts (evaluation plans,
     vectorisability); it holds no values between calls."""
 
     def __init__(self) -> None:
-        self._orders: dict[int, list[Instruction]] = {}
+        self._plans: dict[int, _Plan] = {}
         self._vectorizable: dict[int, bool] = {}
 
     # ----- computations -------------------------------------------------------------------
 
-    def order(self, comp: Computation) -> list[Instruction]:
-        key = id(comp)
-        order = self._orders.get(key)
-        if order is None:
-            order = comp.post_order()
-            self._orders[key] = order
-        return order
+    def plan(self, comp: Computation) -> _Plan:
+        plan = self._plans.get(id(comp))
+        if plan is None:
+            plan = self._plans[id(comp)] = _Plan(comp)
+        return plan
 
     def call(self, comp: Computation, args: Sequence[Literal], *, check: bool = True) -> Literal:
         """Evaluate `comp` with `args` bound to its parameters; the value of its root.
 
         With `check`, every array result is checked against its instruction's shape (off when
         a scalar computation runs vectorised on whole arrays)."""
-        params = comp.parameters
-        if len(params) != len(args):
+        plan = self.plan(comp)
+        if plan.param_count != len(args):
             raise InterpreterError(
-                f"computation {comp.name} takes {len(params)} parameters, "
+                f"computation {comp.name} takes {plan.param_count} parameters, "
                 f"called with {len(args)}"
             )
-        env: dict[Instruction, Any] = {}
-        for instr in self.order(comp):
-            if instr.opcode is Opcode.PARAMETER:
-                env[instr] = args[instr.parameter_number or 0]
-                continue
-            fn = HANDLERS.get(instr.opcode)
+        env: list[Any] = [None] * plan.size
+        for slot, number in plan.params:
+            env[slot] = args[number]
+        for step in plan.steps:
+            fn = step.fn
+            instr = step.instr
             if fn is None:
                 reason = NO_RULE.get(instr.opcode, "the interpreter has no rule for this opcode")
                 raise unsupported(instr, reason)
-            operands = [env[o] for o in instr.operands]
             try:
-                value = fn(self, instr, operands)
+                value = fn(self, instr, [env[i] for i in step.operands])
             except HloError:
                 raise
             except Exception as exc:  # a bug or an unexpected input: name the instruction
@@ -147,10 +177,16 @@ class Interpreter:
                     f"interpreting {instr.opcode.value} ({where(instr)}) failed: "
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
-            if check and isinstance(value, np.ndarray):
+            if isinstance(value, np.generic):  # numpy ops on 0-d arrays return scalars
+                value = np.asarray(value)
+            if check and step.dims is not None and (
+                not isinstance(value, np.ndarray)
+                or value.shape != step.dims
+                or value.dtype != step.dtype
+            ):
                 _check_result(instr, value)
-            env[instr] = value
-        return env[comp.root]
+            env[step.slot] = value
+        return env[plan.root]
 
     # ----- scalar computations applied to arrays ------------------------------------------
 
@@ -199,10 +235,15 @@ class Interpreter:
         return results
 
 
-def _check_result(instr: Instruction, value: np.ndarray) -> None:
+def _check_result(instr: Instruction, value: Any) -> None:
     shape = instr.shape
     if not isinstance(shape, ArrayShape):
         return
+    if not isinstance(value, np.ndarray):
+        raise InterpreterError(
+            f"interpreting {instr.opcode.value} ({where(instr)}) produced a "
+            f"{type(value).__name__}, expected an array {shape}"
+        )
     if value.shape != shape.dims or value.dtype != shape.dtype.np:
         got = f"{value.dtype}{list(value.shape)}"
         raise InterpreterError(
@@ -221,8 +262,8 @@ def _constant(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Litera
     if value is None:
         raise unsupported(instr, "constant has no literal value")
     if isinstance(instr.shape, ArrayShape):
-        arr = np.asarray(value, dtype=instr.shape.dtype.np)
-        return arr.reshape(instr.shape.dims)
+        arr = np.asarray(value, dtype=instr.shape.dtype.np).reshape(instr.shape.dims)
+        return arr
     return value
 
 

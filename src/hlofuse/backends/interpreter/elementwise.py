@@ -396,8 +396,10 @@ def binary(op: Opcode, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
         if fn is None:
             raise ValueError(f"{op.value} is not defined for pred")
         return np.asarray(fn(a, b))
-    if op in _INT_WRAPPING:
-        return np.asarray(_INT_WRAPPING[op](np.asarray(a, dt.np), np.asarray(b, dt.np)), dt.np)
+    wrapping = _INT_WRAPPING.get(op)
+    if wrapping is not None:
+        r = wrapping(a, b)
+        return r if r.dtype == dt.np else np.asarray(r, dt.np)
     if op is Opcode.DIVIDE:
         return _int_div(a, b, dt)
     if op is Opcode.REMAINDER:

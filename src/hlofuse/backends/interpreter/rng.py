@@ -180,4 +180,4 @@ def _rng_bit_generator(interp: Interpreter, instr: Instruction, ops: list[Any]) 
         raise unsupported(instr, f"cannot generate bits of type {out.dtype}")
     with np.errstate(over="ignore"):
         new_state, bits = gen(state, out.dims, out.dtype.bits)
-    return new_state, bits.view(out.dtype.np)
+    return new_state, np.asarray(bits).view(out.dtype.np)

@@ -35,6 +35,8 @@ from hlofuse.ir.shape import ArrayShape
 def _broadcast(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
     shape = array_shape(instr)
     x = np.asarray(ops[0])
+    if x.ndim == 0:
+        return np.full(shape.dims, x, dtype=shape.dtype.np)
     dims = list(instr.dimensions)
     if len(dims) != x.ndim:
         raise unsupported(
