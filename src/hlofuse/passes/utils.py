@@ -134,11 +134,13 @@ def sweep(comp: Computation, candidates: Iterable[Instruction], *, force: bool =
     stack = list(candidates)
     forced = {id(c) for c in stack} if force else set()
     root = comp.root
+    cache: dict[int, bool] = {}
     while stack:
         cur = stack.pop()
         if id(cur) in dead or cur.parent is not comp or cur is root:
             continue
-        if id(cur) not in forced and not is_removable(cur):
+        if id(cur) not in forced and (cur.opcode is Opcode.PARAMETER
+                                      or has_side_effect(cur, cache)):
             continue
         if any(id(u) not in dead for u in cur.users):
             continue
@@ -224,7 +226,7 @@ def clone_body_into(
     clones are left for DCE.
     """
     start = len(dest.instructions)
-    for instr in src.post_order():
+    for instr in ordered(src):
         if instr in mapping:
             continue
         if instr.opcode is Opcode.PARAMETER:

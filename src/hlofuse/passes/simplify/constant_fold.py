@@ -62,6 +62,9 @@ def _size(instr: Instruction) -> int | None:
 
 def foldable(instr: Instruction, max_elements: int, max_expand_elements: int,
              cache: dict[int, bool]) -> bool:
+    for o in instr.operands:  # the cheap test first: most instructions fail it
+        if o.opcode is not Opcode.CONSTANT:
+            return False
     op = instr.opcode
     if op in NEVER_FOLD or instr.category in (Category.CONTROL, Category.OPAQUE):
         return False
@@ -73,8 +76,6 @@ def foldable(instr: Instruction, max_elements: int, max_expand_elements: int,
     if op in EXPANDING and size > max_expand_elements:
         return False
     for o in instr.operands:
-        if o.opcode is not Opcode.CONSTANT:
-            return False
         osize = _size(o)
         if osize is None or osize > max_elements:
             return False

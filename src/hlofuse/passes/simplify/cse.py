@@ -67,17 +67,27 @@ def expression_key(instr: Instruction) -> tuple[Any, ...]:
 
 
 def cse_computation(comp: Computation, cache: dict[int, bool]) -> bool:
+    # Two levels: a cheap key (opcode, shape, operands) first; the full key (attributes,
+    # literal) is computed only for instructions that share a cheap key with an earlier one.
+    first: dict[tuple[Any, ...], Instruction | None] = {}  # None: already fully keyed
     seen: dict[tuple[Any, ...], Instruction] = {}
     edit = Rewriter(comp)
     for instr in ordered(comp):
         if (
             instr.opcode is Opcode.PARAMETER
             or instr.control_predecessors
-            or instr.parent is not comp
             or has_side_effect(instr, cache)
             or any(instr in u.control_predecessors for u in instr.users)
         ):
             continue
+        cheap = (instr.opcode, instr.shape, tuple(id(o) for o in instr.operands))
+        if cheap not in first:
+            first[cheap] = instr
+            continue
+        earlier = first[cheap]
+        if earlier is not None:
+            seen.setdefault(expression_key(earlier), earlier)
+            first[cheap] = None
         key = expression_key(instr)
         keep = seen.get(key)
         if keep is None:

@@ -66,12 +66,22 @@ class CallInliner:
             if comp.is_fusion_computation:
                 continue
             calls = [i for i in comp.instructions if i.opcode is Opcode.CALL]
+            if not calls:
+                continue
+            base = len(comp.instructions)
+            bodies: dict[int, list[Instruction]] = {}
             for call in calls:
                 callees.append(call.attrs["to_apply"])
+                start = len(comp.instructions)
                 inline_call(comp, call, sort=False)
-            if calls:
-                sweep(comp, calls, force=True)
-                comp.instructions = comp.post_order()
+                bodies[id(call)] = comp.instructions[start:]
+            # each inlined body goes where its call was (its operands are defined before it)
+            order: list[Instruction] = []
+            for instr in comp.instructions[:base]:
+                order.extend(bodies.get(id(instr), ()))
+                order.append(instr)
+            comp.instructions = order
+            sweep(comp, calls, force=True)
         if not callees:
             return False
         still_called = callers(module)

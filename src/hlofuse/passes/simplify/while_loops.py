@@ -50,6 +50,7 @@ from hlofuse.passes.utils import (
     clone_computation_into_module,
     delete,
     has_side_effect,
+    ordered,
     reachable_computations,
     remove_dead,
     scalar_int,
@@ -324,7 +325,7 @@ def _dependency_masks(comp: Computation) -> dict[Instruction, int]:
     param = comp.parameter(0)
     masks: dict[Instruction, int] = {}
     every = -1
-    for instr in comp.post_order():
+    for instr in ordered(comp):
         if instr is param:
             masks[instr] = every
             continue
@@ -354,7 +355,8 @@ def _read_indices(param: Instruction) -> set[int] | None:
 
 
 def remove_dead_elements(module: Module, comp: Computation, w: Instruction,
-                         counts: dict[int, list[Instruction]]) -> bool:
+                         counts: dict[int, list[Instruction]],
+                         cache: dict[int, bool] | None = None) -> bool:
     """Step 4: drop tuple elements nothing live reads."""
     if not isinstance(w.shape, TupleShape) or w.is_root:
         return False
@@ -367,7 +369,7 @@ def remove_dead_elements(module: Module, comp: Computation, w: Instruction,
     if cond_reads is None or outside is None or _read_indices(body.parameter(0)) is None:
         return False
     masks = _dependency_masks(body)
-    cache: dict[int, bool] = {}
+    cache = cache if cache is not None else {}
     live_mask = 0
     for instr in body.instructions:
         if has_side_effect(instr, cache):
@@ -469,5 +471,5 @@ class WhileLoopSimplifier:
                 if self.sink_constants:
                     changed |= sink_invariants(module, comp, w, counts)
                 if self.remove_dead:
-                    changed |= remove_dead_elements(module, comp, w, counts)
+                    changed |= remove_dead_elements(module, comp, w, counts, cache)
         return changed
