@@ -202,7 +202,7 @@ def fuse_into_all_users(fusion: Instruction, config: FusionConfig) -> list[Instr
 
 @register("fusion-merger")
 @dataclass(frozen=True)
-class FusionMerger(FusionOptions):  # type: ignore[misc, valid-type]
+class FusionMerger(FusionOptions):  # type: ignore[misc]
     """XLA's GPU FusionMerger; options are the FusionConfig settings."""
 
     name: ClassVar[str] = "fusion-merger"

@@ -369,7 +369,7 @@ def is_expensive_to_repeat(instr: Instruction, config: FusionConfig = DEFAULT) -
         if isinstance(src, ArrayShape) and out_elems and src.size // out_elems > limit:
             return True
     if instr.opcode is Opcode.REDUCE_WINDOW:
-        return math.prod(d.size for d in instr.attrs.get("window", ())) > limit
+        return bool(math.prod(d.size for d in instr.attrs.get("window", ())) > limit)
     return False
 
 
@@ -576,7 +576,7 @@ def shapes_compatible_for_multi_output_fusion(a: Instruction, b: Instruction,
 def is_consumer_the_only_non_root_user(instr: Instruction, consumer: Instruction) -> bool:
     def ok(user: Instruction) -> bool:
         if user.opcode in (Opcode.GET_TUPLE_ELEMENT, Opcode.BITCAST):
-            return all(ok(u) for u in user.users) and (user.users or user.is_root)
+            return all(ok(u) for u in user.users) and (bool(user.users) or user.is_root)
         return user is consumer or user.is_root
 
     return all(ok(u) for u in instr.users)

@@ -262,7 +262,7 @@ class _ComputationRun:
 
 @register("instruction-fusion")
 @dataclass(frozen=True)
-class InstructionFusion(FusionOptions):  # type: ignore[misc, valid-type]
+class InstructionFusion(FusionOptions):  # type: ignore[misc]
     """XLA's (Gpu)InstructionFusion; options are the FusionConfig settings."""
 
     name: ClassVar[str] = "instruction-fusion"
