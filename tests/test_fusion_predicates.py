@@ -193,3 +193,28 @@ ENTRY e {
     assert ev.check_code_duplication(mod.instruction("n"))  # 8 <= 15: fine
     d = ev.check_code_duplication(mod.instruction("n"), FusionConfig(max_code_duplication=7))
     assert not d and d.rule == "max_code_duplication" and d.figures["emitted"] == 8
+
+
+def test_reachability_map_and_update_after_fusion() -> None:
+    from hlofuse.ir.fusion import create_fusion, fuse_instruction
+    from hlofuse.passes.fusion.graph import ReachabilityMap
+
+    mod = parse("""
+HloModule m
+ENTRY e {
+  p = f32[4] parameter(0)
+  a = f32[4] negate(p)
+  b = f32[4] exponential(a)
+  c = f32[4] abs(p)
+  ROOT d = f32[4] add(b, c)
+}
+""")
+    i = mod.instruction
+    reach = ReachabilityMap(mod.entry)
+    assert reach.is_reachable(i("a"), i("d")) and not reach.is_reachable(i("c"), i("b"))
+    assert reach.is_connected(i("d"), i("p")) and not reach.is_connected(i("a"), i("c"))
+    fusion = create_fusion(i("b"))
+    fuse_instruction(fusion, i("a"))
+    reach.update_fusion(fusion)
+    assert reach.is_reachable(i("p"), fusion) and reach.is_reachable(fusion, i("d"))
+    assert not reach.is_reachable(i("c"), fusion)
