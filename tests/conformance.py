@@ -343,6 +343,151 @@ def summary(passes: tuple[str, ...] = ("instruction_fusion", "fusion_merger",
     return "\n".join(lines)
 
 
+# ----- multi-output and horizontal fusion (added for tests/test_conformance_mof.py) ----------
+
+
+@runner("multi_output_fusion")
+def _run_multi_output_fusion(module: Module, opts: dict[str, Any]) -> bool:
+    from hlofuse.passes.fusion.multi_output import MultiOutputFusion
+
+    return MultiOutputFusion(**opts).run(module)
+
+
+@runner("horizontal_loop_fusion")
+def _run_horizontal_loop_fusion(module: Module, opts: dict[str, Any]) -> bool:
+    from hlofuse.passes.fusion.horizontal import HorizontalLoopFusion
+
+    return HorizontalLoopFusion(**opts).run(module)
+
+
+@runner("horizontal_input_fusion")
+def _run_horizontal_input_fusion(module: Module, opts: dict[str, Any]) -> bool:
+    from hlofuse.passes.fusion.horizontal import HorizontalInputFusion
+
+    return HorizontalInputFusion(**opts).run(module)
+
+
+def run_case_with_pipeline(case: dict[str, Any]) -> tuple[Module, bool]:
+    """Like `run_case`, but honours a `config.pipeline` of the form `HloPassFix[pass, hlo_dce]`
+    (the pass, then DCE, repeated until nothing changes)."""
+    pipeline = str((case.get("config") or {}).get("pipeline", ""))
+    if not pipeline.startswith("HloPassFix"):
+        return run_case(case)
+    from hlofuse.passes.simplify.dce import Dce
+
+    module = parse_case(case)
+    run = RUNNERS[case["pass"]]
+    changed_any = False
+    for _ in range(25):
+        changed = run(module, pass_options(case))
+        if "hlo_dce" in pipeline:
+            changed |= Dce().run(module)
+        changed_any |= changed
+        if not changed:
+            break
+    return module, changed_any
+
+
+# XLA's matcher names (op::Exp) that differ from HLO opcode text.
+MATCHER_OPCODE_NAMES = {"exp": "exponential", "log": "log", "sin": "sine", "cos": "cosine"}
+EXTENDED_KEYS = ("fused_computation_sequence", "entry_fusion_signature", "dce_after_changes")
+
+
+def normalize_matcher_names(text: str) -> str:
+    """`tuple(multiply, exp)` -> `tuple(multiply, exponential)`."""
+    return re.sub(r"[A-Za-z_][\w.\-]*",
+                  lambda m: MATCHER_OPCODE_NAMES.get(m.group(0), m.group(0)), text)
+
+
+def _sequence_opcodes(items: list[str]) -> list[tuple[str, bool]]:
+    """(opcode, is_root) per FileCheck-style item: the first word that is an HLO opcode."""
+    valid = {op.value for op in Opcode}
+    out: list[tuple[str, bool]] = []
+    for item in items:
+        words = [w.split(".")[0] for w in re.findall(r"[a-z][a-z0-9\-.]*", item)]
+        op = next((MATCHER_OPCODE_NAMES.get(w, w) for w in words
+                   if MATCHER_OPCODE_NAMES.get(w, w) in valid), None)
+        if op is not None:
+            out.append((op, item.lstrip().startswith("ROOT")))
+    return out
+
+
+def check_extended_keys(case: dict[str, Any], module: Module, changed: bool) -> list[str]:
+    """The keys `check_expect` does not know: a loose FileCheck sequence over the multi-output
+    fusion's computation, the entry fusion's signature, and whether DCE still finds dead code."""
+    from hlofuse.ir.shape import format_shape
+
+    problems: list[str] = []
+    expect = case.get("expect") or {}
+    fusions = [i for i in module.entry.instructions if i.opcode is Opcode.FUSION]
+    target = _mof_target(module, {}) or (fusions[0] if len(fusions) == 1 else None)
+    if "fused_computation_sequence" in expect:
+        want = _sequence_opcodes(expect["fused_computation_sequence"])
+        if target is None:
+            problems.append("fused_computation_sequence: no fusion found")
+        else:
+            comp = target.fused_computation
+            got = [i.opcode.value for i in comp.instructions]
+            pos = 0
+            for op, is_root in want:
+                if is_root:
+                    ok = comp.root.opcode.value == op
+                else:
+                    while pos < len(got) and got[pos] != op:
+                        pos += 1
+                    ok = pos < len(got)
+                    pos += 1
+                if not ok:
+                    problems.append(f"fused_computation_sequence: {op} not found in order "
+                                    f"in {got}")
+                    break
+    if "entry_fusion_signature" in expect:
+        m = re.match(r"(.*) fusion\((.*)\), kind=(\w+)", expect["entry_fusion_signature"])
+        assert m is not None, expect["entry_fusion_signature"]
+        shape, args, kind = m.group(1).strip(), m.group(2), m.group(3)
+        n_args = len([a for a in args.split(",") if a.strip()])
+        def bare(text: str) -> str:  # layouts are not part of the comparison
+            return re.sub(r"\{[^}]*\}", "", text).replace(" ", "")
+
+        found = [f for f in fusions if bare(format_shape(f.shape)) == bare(shape)
+                 and f.fusion_kind == kind and f.operand_count == n_args]
+        if not found:
+            got = [f"{format_shape(f.shape)} {f.fusion_kind} {f.operand_count}" for f in fusions]
+            problems.append(f"entry_fusion_signature: expected {expect['entry_fusion_signature']}"
+                            f", got {got}")
+    if "fused_root_pattern" in expect and module.entry.root.opcode is not Opcode.FUSION:
+        # The XLA test reads the fusion behind the entry root's get-tuple-element.
+        froot = target.fused_computation.root if target is not None else None
+        if froot is None or not match(normalize_matcher_names(expect["fused_root_pattern"]),
+                                      froot):
+            got_root = describe(froot) if froot is not None else None
+            problems.append(f"fused_root_pattern: expected {expect['fused_root_pattern']!r}, "
+                            f"got {got_root!r}")
+    if "dce_after_changes" in expect:
+        from hlofuse.passes.simplify.dce import Dce
+
+        got_dce = Dce().run(module)
+        if got_dce != expect["dce_after_changes"]:
+            problems.append(f"dce_after_changes: expected {expect['dce_after_changes']}, got "
+                            f"{got_dce}")
+    return problems
+
+
+def evaluate_extended(case: dict[str, Any]) -> list[str]:
+    """`evaluate` for the multi-output and horizontal passes: the case's pipeline, matcher
+    names normalised, and the extended expect keys."""
+    try:
+        module, changed = run_case_with_pipeline(case)
+        root_is_fusion = module.entry.root.opcode is Opcode.FUSION
+        expect = {k: (normalize_matcher_names(v) if isinstance(v, str) else v)
+                  for k, v in (case.get("expect") or {}).items() if k not in EXTENDED_KEYS
+                  and (root_is_fusion or k != "fused_root_pattern")}
+        problems = check_expect({**case, "expect": expect}, module, changed)
+        return problems + check_extended_keys(case, module, changed)
+    except Exception as exc:  # report, do not crash the summary
+        return [f"{type(exc).__name__}: {exc}"]
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).parent))
     print(summary(tuple(sys.argv[1:]) or ("instruction_fusion", "fusion_merger",
