@@ -233,8 +233,7 @@ class _ComputationRun:
                 if not is_fusible(operand):
                     continue
                 if operand in self.do_not_duplicate:
-                    decision = FusionDecision.no("operand can not be duplicated",
-                                                 "may_duplicate")
+                    decision = FusionDecision.no("operand can not be duplicated")
                 else:
                     decision = should_fuse(instr, i, self.config)
                 if not decision:
