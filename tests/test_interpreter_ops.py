@@ -423,3 +423,45 @@ ENTRY e {
     for r in range(3):
         order = sorted(range(7), key=lambda j, r=r: (k[r, j], -v[r, j], j))
         assert sk[r].tolist() == k[r, order].tolist() and sv[r].tolist() == v[r, order].tolist()
+
+
+# ----- linear algebra ---------------------------------------------------------------------
+
+
+def test_cholesky_reads_one_triangle() -> None:
+    rng = np.random.default_rng(5)
+    m = rng.standard_normal((2, 4, 4))
+    spd = (m @ np.swapaxes(m, -1, -2) + 4 * np.eye(4)).astype(np.float32)
+    junk = spd.copy()
+    junk[:, 0, 3] = 99.0  # upper triangle must be ignored when lower=true
+    lo = unary("cholesky", "f32[2,4,4]", "f32[2,4,4]", junk, "lower=true")
+    np.testing.assert_allclose(lo @ np.swapaxes(lo, -1, -2), spd, rtol=1e-5, atol=1e-5)
+    assert np.all(np.triu(lo, 1) == 0)
+    up = unary("cholesky", "f32[2,4,4]", "f32[2,4,4]", spd, "lower=false")
+    np.testing.assert_allclose(np.swapaxes(up, -1, -2) @ up, spd, rtol=1e-5, atol=1e-5)
+
+
+def test_triangular_solve_sides_and_transposes() -> None:
+    rng = np.random.default_rng(6)
+    a = (rng.standard_normal((3, 3)) + 3 * np.eye(3)).astype(np.float32)
+    b = rng.standard_normal((3, 2)).astype(np.float32)
+    text = """
+ENTRY e {
+  a = f32[3,3] parameter(0)
+  b = f32[3,2] parameter(1)
+  ROOT x = f32[3,2] triangular-solve(a, b), left_side=true, lower=true, transpose_a=TRANSPOSE
+}
+"""
+    x = run(text, a, b)[0]
+    np.testing.assert_allclose(np.tril(a).T @ x, b, rtol=1e-4, atol=1e-5)
+    right = """
+ENTRY e {
+  a = f32[3,3] parameter(0)
+  b = f32[2,3] parameter(1)
+  ROOT x = f32[2,3] triangular-solve(a, b), left_side=false, lower=false, unit_diagonal=true,
+      transpose_a=NO_TRANSPOSE
+}
+"""
+    x = run(right, a, b.T.copy())[0]
+    u = np.triu(a, 1) + np.eye(3, dtype=np.float32)
+    np.testing.assert_allclose(x @ u, b.T, rtol=1e-4, atol=1e-5)

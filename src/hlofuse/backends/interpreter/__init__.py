@@ -11,7 +11,7 @@ the interpreter cannot run raises `InterpreterError` naming the opcode and the i
 in `IDENTITY_CUSTOM_CALLS`).
 
 Dispatch is one handler per opcode (`core.HANDLERS`); op groups live in elementwise,
-shaping, reductions, convolution, indexing, sorting and rng.
+shaping, reductions, convolution, indexing, sorting, rng and linalg.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from hlofuse.backends.interpreter import (  # noqa: F401  (register the handlers
     convolution,
     elementwise,
     indexing,
+    linalg,
     reductions,
     rng,
     shaping,
