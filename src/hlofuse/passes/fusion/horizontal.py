@@ -298,8 +298,10 @@ def build_horizontal_fusion(fusions: list[Instruction]) -> Instruction:
                                                 attrs={"index": index}))
             index += 1
             if out.array_shape.rank != 1:
-                gte = caller.add(Instruction.create(Opcode.BITCAST, out.shape, [gte],
-                                                    name="bitcast"))
+                # A bitcast is free, but reinterprets the physical order: only for row-major
+                # outputs; a non-row-major one (E3 allows them) needs a logical reshape.
+                op = Opcode.BITCAST if _row_major(out.shape) else Opcode.RESHAPE
+                gte = caller.add(Instruction.create(op, out.shape, [gte], name=op.value))
             values.append(gte)
         value = values[0] if len(values) == 1 else caller.add(Instruction.create(
             Opcode.TUPLE, f.shape, values, name="tuple"))
