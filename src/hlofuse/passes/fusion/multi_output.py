@@ -203,7 +203,8 @@ def producer_consumer_candidates(producer: Instruction, reach: ReachabilityMap,
     """GetProducerConsumerMultiOutputFusionCandidates."""
     ok = is_producer_multi_output_fusible(producer, config)
     if not ok:
-        for consumer in _kernel_users(producer) if len(_kernel_users(producer)) > 1 else []:
+        users = _kernel_users(producer) if producer.is_kernel else []
+        for consumer in users if len(users) > 1 else []:
             record(producer, consumer, ok, False)
         return []
     if producer.user_count == 1 and not is_multi_output_fusion(producer.users[0]):
