@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 
 from hlofuse import examples
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.instruction import Instruction, Metadata
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.base import Context, PassEvent
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.fusion_merger import should_merge
 from hlofuse.passes.fusion.graph import ReachabilityMap
@@ -50,11 +51,82 @@ _HIDDEN = {Opcode.PARAMETER, Opcode.CONSTANT, Opcode.BROADCAST, Opcode.TUPLE,
            Opcode.GET_TUPLE_ELEMENT}
 
 
+ORIGIN = "hlofuse_origin"  # metadata key: the instruction's name before fusion
+
+
 @dataclass
 class Edge:
     producer: Instruction
     consumer: Instruction
     reasons: dict[str, str] = field(default_factory=dict)
+    history: list[str] = field(default_factory=list)
+
+
+def tag_origins(module: Module) -> None:
+    """Stamp every instruction's metadata with its own name; clones made by fusion keep it."""
+    for comp in module.computations:
+        for instr in comp.instructions:
+            instr.metadata = Metadata((*instr.metadata.fields, (ORIGIN, instr.name)))
+
+
+def origins(instr: Instruction) -> set[str]:
+    out = {str(instr.metadata.get(ORIGIN) or instr.name)}
+    if instr.opcode is Opcode.FUSION:
+        out |= {str(i.metadata.get(ORIGIN)) for i in instr.fused_computation.instructions
+                if i.metadata.get(ORIGIN) is not None and i.opcode is not Opcode.PARAMETER}
+    return out
+
+
+class NameHistory:
+    """Pass observer: after every pass, which original instructions each name stood for, so
+    trace events about intermediate fusions (`fusion.2` that later became part of
+    `fusion.8`) can be mapped to the final kernels."""
+
+    def __init__(self) -> None:
+        self.snapshots: list[tuple[int, dict[str, set[str]]]] = []
+
+    def __call__(self, event: PassEvent) -> None:
+        module = event.module
+        names: dict[str, set[str]] = {}
+        for comp in module.computations:
+            if comp.is_fusion_computation:
+                continue
+            for instr in comp.instructions:
+                names[instr.name] = origins(instr)
+        self.snapshots.append((len(trace_of(module)), names))
+
+    def resolve(self, index: int, name: str) -> set[str]:
+        out: set[str] = set()
+        for k, (length, names) in enumerate(self.snapshots):
+            nxt = self.snapshots[k + 1][0] if k + 1 < len(self.snapshots) else None
+            # the snapshot just before the event and the one just after it
+            if (length <= index and (nxt is None or nxt > index)) or (
+                    length > index and (k == 0 or self.snapshots[k - 1][0] <= index)):
+                out |= names.get(name, set())
+        return out or {name}
+
+
+def edge_history(module: Module, comp: Computation, edge: Edge, names: NameHistory
+                 ) -> list[str]:
+    """Refusals recorded while the pipeline ran whose producer is (part of) the producer
+    kernel and whose consumer is (part of) the consumer kernel."""
+    only_producer = origins(edge.producer) - origins(edge.consumer)
+    consumer_side = origins(edge.consumer)
+    out: list[str] = []
+    for index, e in enumerate(trace_of(module)):
+        if e.verdict != "refused" or e.computation != comp.name:
+            continue
+        if not names.resolve(index, e.producer) & only_producer:
+            continue
+        consumers: set[str] = set()
+        for c in e.consumer.split(","):
+            consumers |= names.resolve(index, c)
+        if not consumers & consumer_side:
+            continue
+        line = f"{e.pass_name}: {e.reason}" + (f" [setting: {e.rule}]" if e.rule else "")
+        if line not in out:
+            out.append(line)
+    return out
 
 
 @dataclass
@@ -164,7 +236,9 @@ def edge_reasons(module: Module, comp: Computation, edge: Edge, operand: Instruc
 
 def analyse(variant: str, pipeline: str) -> LoopReport:
     module = parse(examples.text(f"cartpole_{variant}"))
-    run_pipeline(module, pipeline)
+    tag_origins(module)
+    names = NameHistory()
+    run_pipeline(module, pipeline, context=Context(observers=[names]))
     config = FusionConfig(**(RELAXATIONS if pipeline == "xla-relaxed" else {}))
     loop = next(i for i in module.entry.instructions if i.opcode is Opcode.WHILE)
     body: Computation = loop.attrs["body"]
@@ -185,6 +259,8 @@ def analyse(variant: str, pipeline: str) -> LoopReport:
             seen.add(id(pk))
             edge = Edge(pk, k)
             edge.reasons = edge_reasons(module, body, edge, operand, config)
+            if "all strategies" not in edge.reasons:
+                edge.history = edge_history(module, body, edge, names)
             edges.append(edge)
     state = []
     root = body.root
@@ -211,6 +287,9 @@ def render(report: LoopReport) -> str:
         lines.append(f"  {e.producer.name} -> {e.consumer.name}")
         for strategy, reason in e.reasons.items():
             lines.append(f"      {strategy:<20} {reason}")
+        if e.history:
+            lines.append("      refusals recorded while the pipeline ran, in order:")
+            lines.extend(f"        - {h}" for h in e.history)
     lines.append("loop state written each iteration (a boundary by construction):")
     lines.extend(f"  {s}" for s in report.loop_state)
     return "\n".join(lines)
