@@ -309,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         print(render(analyse(v, args.pipeline)))
         print()
     pipelines = [p for p in args.compare.split(",") if p]
+    if not pipelines:
+        return 0
     print("## kernels per time-loop iteration (body kernels in parentheses)")
     print(f"{'variant':<12}" + "".join(f"{p:>16}" for p in pipelines))
     for v in VARIANTS:
