@@ -158,3 +158,29 @@ def test_set_kind_validates() -> None:
         pass
     else:
         raise AssertionError("kBogus accepted")
+
+
+def test_fuse_multi_output_producer_read_through_gtes() -> None:
+    text = """
+HloModule m
+fp {
+  x = f32[8] parameter(0)
+  n = f32[8] negate(x)
+  e = f32[8] exponential(x)
+  ROOT t = (f32[8], f32[8]) tuple(n, e)
+}
+ENTRY e {
+  p0 = f32[8] parameter(0)
+  prod = (f32[8], f32[8]) fusion(p0), kind=kLoop, calls=fp
+  g0 = f32[8] get-tuple-element(prod), index=0
+  g1 = f32[8] get-tuple-element(prod), index=1
+  c = f32[8] add(g0, g1)
+  ROOT out = (f32[8], f32[8]) tuple(c, g1)
+}
+"""
+    m = parse(text)
+    consumer = F.create_fusion(m.instruction("c"))
+    F.fuse_into_multi_output(consumer, m.instruction("prod"))
+    assert [o.name for o in consumer.operands] == ["p0"]
+    assert all(i.name != "prod" for i in m.entry.instructions)
+    _check(text, m)

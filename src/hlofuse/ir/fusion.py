@@ -381,6 +381,20 @@ def fuse_into_multi_output(fusion: Instruction, producer: Instruction) -> Instru
     if param is not None:
         param.replace_all_uses_with(value)
         _remove_parameter(fusion, param)
+    # A tuple-shaped producer may be read through get-tuple-elements: bind those reads too.
+    for gte in [o for o in fusion.operands if o.opcode is Opcode.GET_TUPLE_ELEMENT
+                and o.operand(0) is producer]:
+        p = fused_parameter_for(fusion, gte)
+        assert p is not None
+        k = int(gte.attrs["index"])
+        if value.opcode is Opcode.TUPLE:
+            elem = value.operand(k)
+        else:
+            elem = Instruction.create(Opcode.GET_TUPLE_ELEMENT, gte.shape, [value],
+                                      name="get-tuple-element", attrs={"index": k})
+            fusion.fused_computation.add(elem)
+        p.replace_all_uses_with(elem)
+        _remove_parameter(fusion, p)
     _export(fusion, producer, value)
     _tidy(fusion)
     if producer.users:
