@@ -73,6 +73,7 @@ ATTRIBUTES: dict[str, AttrKind] = {
     "indices_are_sorted": K.BOOL,
     "unique_indices": K.BOOL,
     "is_stable": K.BOOL,
+    "k": K.INT,
     "largest": K.BOOL,
     "algorithm": K.ENUM,
     "distribution": K.ENUM,

@@ -115,6 +115,7 @@ class Opcode(Enum):
     SCATTER = "scatter"
     SELECT_AND_SCATTER = "select-and-scatter"
     SORT = "sort"
+    TOPK = "topk"
     MAP = "map"
     # control
     CALL = "call"
@@ -248,6 +249,7 @@ _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
     (Opcode.SCATTER,                  None, D,   True),
     (Opcode.SELECT_AND_SCATTER,       3,    D,   True),
     (Opcode.SORT,                     None, D,   True),
+    (Opcode.TOPK,                     1,    D,   True),
     (Opcode.MAP,                      None, D,   True),
     (Opcode.CALL,                     None, CT,  True),
     (Opcode.CONDITIONAL,              None, CT,  True),

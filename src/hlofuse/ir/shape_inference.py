@@ -578,6 +578,7 @@ _RULES: dict[Opcode, _Rule] = {
     Op.GATHER: nd.gather,
     Op.SCATTER: nd.scatter,
     Op.SORT: nd.sort,
+    Op.TOPK: nd.topk,
     Op.MAP: nd.map_,
     Op.CHOLESKY: nd.cholesky,
     Op.TRIANGULAR_SOLVE: nd.triangular_solve,

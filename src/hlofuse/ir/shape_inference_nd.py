@@ -42,7 +42,7 @@ from hlofuse.ir._shape_util import (
     tuple_or_single,
 )
 from hlofuse.ir.attributes import WindowDim
-from hlofuse.ir.dtypes import PRED, DType
+from hlofuse.ir.dtypes import PRED, S32, DType
 from hlofuse.ir.opcodes import FUSION_KINDS
 from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
 
@@ -426,6 +426,21 @@ def sort(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
     if not same_shape(root, ArrayShape(PRED, ())):
         fail(f"sort comparator {comp.name} must return pred[], returns {fmt(root)}")
     return tuple_or_single([ArrayShape(a.dtype, a.dims) for a in arrays])
+
+
+def topk(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
+         declared: Any) -> Shape:
+    """XLA's TopK: the k largest (or smallest) along the last dimension, values and s32 indices."""
+    (operand,) = expect_arrays(ss, "topk operand")
+    k = attrs.get("k")
+    if not isinstance(k, int):
+        fail("topk needs an integer attribute k")
+    if operand.rank == 0:
+        fail("topk needs an operand of rank >= 1, got a scalar")
+    if not 0 <= k <= operand.dims[-1]:
+        fail(f"topk k={k} must be in [0, {operand.dims[-1]}] for {fmt(operand)}")
+    dims = (*operand.dims[:-1], k)
+    return tuple_or_single([ArrayShape(operand.dtype, dims), ArrayShape(S32, dims)])
 
 
 def map_(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
