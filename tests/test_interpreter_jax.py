@@ -187,6 +187,14 @@ def test_sorts() -> None:
     check(f, x, k, m, rtol=0, atol=0)
 
 
+def test_top_k_total_order() -> None:
+    x = np.array([[1, np.nan, -0.0, 0.0, 3, 3, -np.inf, np.inf, -np.nan, 2]], np.float32)
+    i = np.array([[5, 1, 5, -3, 7, 7, 0]], np.int32)
+    text = check(lambda x, i: (lax.top_k(x, 10), lax.top_k(-x, 4), lax.top_k(i, 3)), x, i,
+                 rtol=0, atol=0)
+    assert "topk(" in text
+
+
 # ----- rng-bit-generator keys -------------------------------------------------------------
 
 

@@ -10,6 +10,10 @@ The result is always the *stable* order (valid whether or not `is_stable` is set
   network's result exactly the stable sort;
 * a comparator that cannot be vectorised falls back to a per-row merge sort
   (`functools.cmp_to_key`) that evaluates it pair by pair.
+
+topk returns the k largest (largest=true) or smallest elements along the last dimension and
+their s32 indices, ordered like XLA's sort in total order (-0 < +0, nan largest), equal values
+by increasing index.
 """
 
 from __future__ import annotations
@@ -154,3 +158,18 @@ def _sort(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
     results = [np.moveaxis(x.reshape(shape), -1, dim) for x in sorted_rows]
     results = [np.asarray(x, order="C") for x in results]
     return tuple(results) if isinstance(instr.shape, TupleShape) else results[0]
+
+
+@handles(Opcode.TOPK)
+def _topk(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
+    x = np.asarray(ops[0])
+    k = instr.attrs.get("k")
+    if not isinstance(k, int) or x.ndim == 0:
+        raise unsupported(instr, "topk needs an integer k= and an operand of rank >= 1")
+    dt = dtype_of(x)
+    key = total_order_key(x) if dt.is_float else x
+    if instr.attrs.get("largest", True):
+        key = ~key  # order-reversing for integers (and the total-order keys)
+    order = np.argsort(key, axis=-1, kind="stable")[..., :k]
+    values = np.take_along_axis(x, order, axis=-1)
+    return values, order.astype(np.int32)
