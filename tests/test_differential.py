@@ -19,6 +19,9 @@ the interpreter computes every float op in f64 and rounds once to the result typ
 | reduce (sum, product), reduce-window   | accumulates in the element type    | ~n ulp relative    |
 | dot, convolution                       | f32 (Eigen) blocked accumulation   | ~k ulp relative    |
 | chains of f16 / bf16 ops               | may keep f32 between fused ops     | 1 ulp of the type  |
+| any op on subnormal inputs or results  | flushes subnormals to zero         | not comparable:    |
+|                                        | (DAZ/FTZ); the interpreter keeps   | programs avoid     |
+|                                        | IEEE subnormals                    | subnormals         |
 """
 
 from __future__ import annotations

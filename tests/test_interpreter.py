@@ -323,3 +323,13 @@ def test_rng_bit_generator_matches_jax(algorithm: str, shape: tuple, dtype: str)
             want = [np.asarray(v) for v in jax.jit(f)(key)]
             for g, w in zip(got, want, strict=True):
                 assert same_bits(g, w), (key, g, w)
+
+
+def test_subnormals_follow_ieee_not_xla_cpu_flushing() -> None:
+    # Documented deviation: XLA's CPU runtime flushes subnormals (DAZ/FTZ); the interpreter
+    # is IEEE 754, like numpy and the C backend.
+    tiny = f32(1e-40)
+    assert unary("sign", "f32[1]", "f32[1]", tiny).tolist() == [1.0]
+    assert unary("convert", "f32[1]", "pred[1]", tiny).tolist() == [True]
+    half = binary("multiply", "f32[1]", "f32[1]", tiny, f32(0.5))
+    assert half[0] == np.float32(5e-41)

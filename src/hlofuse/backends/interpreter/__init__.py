@@ -10,8 +10,15 @@ the interpreter cannot run raises `InterpreterError` naming the opcode and the i
 `SUPPORTED` is the set of opcodes it interprets (custom-call only for the identity targets
 in `IDENTITY_CUSTOM_CALLS`).
 
-Dispatch is one handler per opcode (`core.HANDLERS`); op groups live in elementwise,
-shaping, reductions, convolution, indexing, sorting, rng and linalg.
+Dispatch is one handler per opcode (`core.HANDLERS`, each `(Interpreter, instr, operand
+values) -> value`); op groups live in elementwise, shaping, reductions, convolution, indexing,
+sorting, rng and linalg. Parameters are bound by the evaluation loop itself.
+
+Numerics: every float op is computed in f64 and rounded once to its result type, so + - * /
+sqrt are correctly rounded and transcendentals are (nearly always) correctly rounded too;
+XLA's CPU backend uses polynomial approximations (a few ulp away) and accumulates sums and
+dots in the element type. Known deviation: XLA's CPU runtime flushes f32/f64 subnormals to
+zero (inputs and results, DAZ/FTZ); the interpreter keeps IEEE 754 subnormals.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape, format_shape
 
-SUPPORTED: frozenset[Opcode] = frozenset(HANDLERS) - {Opcode.CUSTOM_CALL}
+SUPPORTED: frozenset[Opcode] = (frozenset(HANDLERS) | {Opcode.PARAMETER}) - {Opcode.CUSTOM_CALL}
 
 __all__ = [
     "IDENTITY_CUSTOM_CALLS",

@@ -44,9 +44,16 @@ NO_RULE: dict[Opcode, str] = {
     Opcode.ALL_REDUCE: "collectives need more than one device",
     Opcode.ALL_GATHER: "collectives need more than one device",
     Opcode.FFT: "complex element types are not supported",
-    Opcode.REAL: "complex element types are not supported",
-    Opcode.IMAG: "complex element types are not supported",
 }
+for _name, _why in (
+    ("SEND", "send/recv need a host transfer channel"),
+    ("SEND_DONE", "send/recv need a host transfer channel"),
+    ("RECV", "send/recv need a host transfer channel"),
+    ("RECV_DONE", "send/recv need a host transfer channel"),
+    ("SCAN", "the scan op's semantics are not implemented (JAX lowers lax.scan to while)"),
+):
+    if hasattr(Opcode, _name):
+        NO_RULE[Opcode[_name]] = _why
 
 
 def handles(*opcodes: Opcode) -> Callable[[Handler], Handler]:
