@@ -3,7 +3,9 @@
 `HANDLERS` maps each supported `Opcode` to one handler `(interp, instr, operand_values) ->
 value`. The op-group modules (elementwise, shaping, reductions, ...) register their handlers here
 with `@handles(...)`; this module registers the structural and control-flow ops itself
-(parameter, constant, tuple, get-tuple-element, call, fusion, while, conditional, ...).
+(constant, tuple, get-tuple-element, call, fusion, while, conditional, map, custom-call, ...).
+Parameters are bound by the evaluation loop. Each computation is compiled once per
+`Interpreter` into a plan (instructions in post order, operands as slot numbers).
 
 Values are literals: numpy arrays of the HLO element type (`DType.np`) and Python tuples for
 tuple shapes. A token is the empty tuple `()`.
@@ -44,16 +46,12 @@ NO_RULE: dict[Opcode, str] = {
     Opcode.ALL_REDUCE: "collectives need more than one device",
     Opcode.ALL_GATHER: "collectives need more than one device",
     Opcode.FFT: "complex element types are not supported",
+    Opcode.SEND: "send/recv need a host transfer channel",
+    Opcode.SEND_DONE: "send/recv need a host transfer channel",
+    Opcode.RECV: "send/recv need a host transfer channel",
+    Opcode.RECV_DONE: "send/recv need a host transfer channel",
+    Opcode.SCAN: "the scan op is not implemented (JAX lowers lax.scan to a while loop)",
 }
-for _name, _why in (
-    ("SEND", "send/recv need a host transfer channel"),
-    ("SEND_DONE", "send/recv need a host transfer channel"),
-    ("RECV", "send/recv need a host transfer channel"),
-    ("RECV_DONE", "send/recv need a host transfer channel"),
-    ("SCAN", "the scan op's semantics are not implemented (JAX lowers lax.scan to while)"),
-):
-    if hasattr(Opcode, _name):
-        NO_RULE[Opcode[_name]] = _why
 
 
 def handles(*opcodes: Opcode) -> Callable[[Handler], Handler]:
