@@ -333,3 +333,41 @@ def test_subnormals_follow_ieee_not_xla_cpu_flushing() -> None:
     assert unary("convert", "f32[1]", "pred[1]", tiny).tolist() == [True]
     half = binary("multiply", "f32[1]", "f32[1]", tiny, f32(0.5))
     assert half[0] == np.float32(5e-41)
+
+
+def test_evaluate_returns_nested_tuples_and_run_flattens() -> None:
+    module = parse("""HloModule t
+
+ENTRY main {
+  a = f32[2] parameter(0)
+  n = f32[2] negate(a)
+  inner = (f32[2], f32[2]) tuple(a, n)
+  ROOT t = ((f32[2], f32[2]), f32[2]) tuple(inner, n)
+}
+""")
+    x = f32(1, 2)
+    value = interpreter.evaluate(module, [x])
+    assert isinstance(value, tuple) and isinstance(value[0], tuple)
+    assert [v.tolist() for v in interpreter.run(module, x)] == [[1, 2], [-1, -2], [-1, -2]]
+    root = interpreter.evaluate_computation(module.entry, [x])
+    assert root[1].tolist() == [-1, -2]
+
+
+def test_bad_attributes_name_the_instruction() -> None:
+    module = parse("""HloModule t
+
+ENTRY e {
+  x = f32[1,4,2] parameter(0)
+  k = f32[3,2,2] parameter(1)
+  ROOT c = f32[1,2,2] convolution(x, k), window={size=3}, dim_labels=b0f_0io->b0f
+}
+""")
+    module.entry.root.attrs["dim_labels"] = "bxf_0io->b0f"  # what the verifier would reject
+    args = (np.zeros((1, 4, 2), np.float32), np.zeros((3, 2, 2), np.float32))
+    msg = r"cannot interpret convolution \(instruction c in e\): malformed dim_labels"
+    with pytest.raises(InterpreterError, match=msg):
+        interpreter.run(module, *args)
+    module.entry.root.attrs["dim_labels"] = "b0f_0io->b0f"
+    module.entry.root.attrs["feature_group_count"] = 3  # 2 features cannot split in 3
+    with pytest.raises(InterpreterError, match=r"\(instruction c in e\): feature_group_count=3"):
+        interpreter.run(module, *args)

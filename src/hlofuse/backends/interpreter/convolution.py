@@ -87,6 +87,12 @@ def _convolution(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.
         size = lhs.shape[2 + d]
         out_sp.append((size - span) // w.stride + 1 if size >= span else 0)
     groups = max(fgc, bgc)
+    if c % fgc or c // fgc != rhs.shape[1] or o % groups or n % bgc:
+        raise unsupported(
+            instr,
+            f"feature_group_count={fgc}, batch_group_count={bgc} do not fit input features "
+            f"{c}, kernel input features {rhs.shape[1]}, output features {o}, batch {n}",
+        )
     og = o // groups
     cg = c // fgc
     nb = n // bgc

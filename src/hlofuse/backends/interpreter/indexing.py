@@ -124,9 +124,9 @@ def combine_at(
     ufunc = simple_reducer(comp) if len(targets) == 1 else None
     if ufunc is not None:
         work = flats[0]
-        if work.dtype.itemsize == 2 and work.dtype.kind not in "iub":  # f16 / bf16
-            wide = work.astype(np.float32)
-            ufunc.at(wide, flat_index, values[0].astype(np.float32))
+        if work.dtype.kind not in "iub":  # floats: combine in f64, round once
+            wide = work.astype(np.float64)
+            ufunc.at(wide, flat_index, values[0].astype(np.float64))
             work[...] = wide.astype(work.dtype)
         else:
             ufunc.at(work, flat_index, values[0].astype(work.dtype, copy=False))
