@@ -56,6 +56,8 @@ def _reshape(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndar
 
 
 def _default_layout(shape: ArrayShape) -> bool:
+    if shape.layout_extra:  # tiling, memory spaces, ...
+        return False
     return shape.layout is None or shape.layout == tuple(range(shape.rank - 1, -1, -1))
 
 
