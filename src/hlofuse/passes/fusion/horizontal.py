@@ -54,7 +54,7 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
-from hlofuse.passes.fusion.decision import FusionDecision, all_
+from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
     fusion_fits_in_budget,
     is_consumer_the_only_non_root_user,
@@ -169,22 +169,37 @@ def loop_fusion_candidates(consumer: Instruction, config: FusionConfig,
             found.append(pred)
     kept: list[Instruction] = []
     for instr in found:
-        decision = all_(
-            lambda i=instr: FusionDecision.check(
-                is_consumer_the_only_non_root_user(i, consumer),
-                f"{consumer.name} is not the only non-root user of {i.name}"),
-            lambda i=instr: is_profitable_candidate(i, config),
-            lambda i=instr: FusionDecision.check(
-                not _shares_parameter(i, found),
-                f"{i.name} shares a parameter with another candidate"),
-        )
+        # XLA's order: cycle, profitability (size, instructions, layout), shared parameter.
+        decision = no_cycle(instr, consumer)
+        if decision:
+            decision = is_profitable_candidate(instr, config)
+        if decision:
+            decision = no_shared_parameter(instr, found)
         if decision:
             kept.append(instr)
         elif len(found) > 1:
             record(instr.name, consumer.name, decision, False)
-    kept.sort(key=lambda i: (output_type(i), len(outputs_of(i)), instr_count(i),
-                             sum(s.size for s in leaves(outputs_of(i)[0].shape))))
+    kept.sort(key=candidate_priority)
     return kept
+
+
+def no_cycle(instr: Instruction, consumer: Instruction) -> FusionDecision:
+    """Legality: the consumer is the only non-root user, so fusing cannot create a cycle."""
+    return FusionDecision.check(is_consumer_the_only_non_root_user(instr, consumer),
+                                f"{consumer.name} is not the only non-root user of {instr.name}")
+
+
+def no_shared_parameter(instr: Instruction, found: list[Instruction]) -> FusionDecision:
+    """Legality: the concatenated output could not alias a parameter another candidate reads."""
+    return FusionDecision.check(not _shares_parameter(instr, found),
+                                f"{instr.name} shares a parameter with another candidate")
+
+
+def candidate_priority(instr: Instruction) -> tuple[str, int, int, int]:
+    """The sort key that makes fusible candidates adjacent: (output type, output count,
+    instruction count, output elements)."""
+    return (output_type(instr), len(outputs_of(instr)), instr_count(instr),
+            sum(s.size for s in leaves(outputs_of(instr)[0].shape)))
 
 
 def next_spans(candidates: list[Instruction], config: FusionConfig) -> list[list[Instruction]]:
@@ -366,6 +381,12 @@ def input_fusion_candidates(consumer: Instruction, config: FusionConfig) -> list
     return found
 
 
+def input_fusion_legal(anchor: Instruction, fused: Instruction, config: FusionConfig
+                       ) -> FusionDecision:
+    d = shapes_compatible_for_multi_output_fusion(anchor, fused, config)
+    return d if not d else fusion_fits_in_budget(anchor, fused, config, False)
+
+
 def horizontal_input_fusion(comp: Computation, config: FusionConfig,
                             record: Recorder) -> bool:
     changed = False
@@ -381,8 +402,7 @@ def horizontal_input_fusion(comp: Computation, config: FusionConfig,
                 changed = True
         anchor = candidates[0]
         for fused in candidates[1:]:
-            decision = shapes_compatible_for_multi_output_fusion(anchor, fused, config).and_(
-                lambda a=anchor, f=fused: fusion_fits_in_budget(a, f, config, False))
+            decision = input_fusion_legal(anchor, fused, config)
             record(fused.name, anchor.name, decision.with_figures(kind="horizontal-input"),
                    bool(decision))
             if decision:

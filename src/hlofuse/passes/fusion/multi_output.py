@@ -213,8 +213,9 @@ def producer_consumer_candidates(producer: Instruction, reach: ReachabilityMap,
     for consumer in producer.users:
         if consumer.opcode is Opcode.GET_TUPLE_ELEMENT or consumer.opcode is Opcode.TUPLE:
             continue  # never kernels; not worth a trace line
-        decision = producer_consumer_legal(producer, consumer, reach, config).and_(
-            lambda c=consumer: producer_consumer_profitable(producer, c, config))
+        decision = producer_consumer_legal(producer, consumer, reach, config)
+        if decision:
+            decision = producer_consumer_profitable(producer, consumer, config)
         if decision:
             out.append(consumer)
         else:
