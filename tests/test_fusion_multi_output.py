@@ -325,3 +325,26 @@ ENTRY e {{
     assert not d and "huge IR" in (d.reason or "")
     MultiOutputFusion().run(module)
     assert any("huge IR" in r for r in _reasons(module))
+
+
+def test_consumer_read_as_a_whole_tuple_is_not_grown() -> None:
+    text = f"""HloModule whole
+{ADD}
+fused_reduce {{
+  p = f32[32,32,32] parameter(0)
+  c = f32[] constant(0)
+  r1 = f32[32,32] reduce(p, c), dimensions={{2}}, to_apply=add
+  m = f32[32,32,32] multiply(p, p)
+  r2 = f32[32,32] reduce(m, c), dimensions={{2}}, to_apply=add
+  ROOT t = (f32[32,32], f32[32,32]) tuple(r1, r2)
+}}
+ENTRY e {{
+  p0 = f32[32,32,32] parameter(0)
+  x = f32[32,32,32] exponential(p0)
+  f = (f32[32,32], f32[32,32]) fusion(x), kind=kInput, calls=fused_reduce
+  ROOT root = ((f32[32,32], f32[32,32]), f32[32,32,32]) tuple(f, x)
+}}
+"""
+    after, changed = run_and_check(text, MultiOutputFusion())
+    assert not changed
+    assert any("read whole" in r for r in _reasons(after))

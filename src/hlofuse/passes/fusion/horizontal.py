@@ -32,7 +32,8 @@ Conditions enforced by `horizontal-loop-fusion` (GpuHorizontalLoopFusion, E2):
   of kernel parameters (8 bytes per operand/output); spans of one are skipped.
 
 Conditions enforced by `horizontal-input-fusion` (GpuHorizontalInputFusion): candidates are
-input-fusible reductions whose only non-root user is the consumer, sorted by the hero's input
+input-fusible reductions whose only non-root user is the consumer (and that nobody reads as a
+whole tuple, whose shape would change), sorted by the hero's input
 shape then instruction count; a chain merges j into the current anchor when the loop shapes are
 compatible and the fusion fits the budget, otherwise j becomes the anchor.
 """
@@ -62,6 +63,7 @@ from hlofuse.passes.fusion.gpu_fusible import (
     real_hero_for_multi_output_fusion,
     shapes_compatible_for_multi_output_fusion,
 )
+from hlofuse.passes.fusion.multi_output import read_whole
 from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.registry import register
@@ -375,7 +377,7 @@ def input_fusion_candidates(consumer: Instruction, config: FusionConfig) -> list
     for operand in consumer.operands:
         pred = latest_non_gte_ancestor(operand)
         if pred not in found and is_input_fusible_reduction(pred, config) \
-                and is_consumer_the_only_non_root_user(pred, consumer):
+                and is_consumer_the_only_non_root_user(pred, consumer) and not read_whole(pred):
             found.append(pred)
     found.sort(key=lambda i: (_input_shape_key(i, config), instr_count(i)))
     return found

@@ -32,7 +32,8 @@ Producer-consumer fusion (`producer_consumer_candidates`):
 
 * legality  the producer is MOF-fusible (not a MOF, no in-place op, loop fusible, not
             physically transposing); a single non-MOF user was the fusion merger's business;
-            the consumer is fusible as a MOF root, no heavy computation, loop shapes compatible;
+            the consumer is fusible as a MOF root and not read as a whole tuple (its shape
+            grows), no heavy computation, loop shapes compatible;
             no other operand of the consumer is reachable from the producer ("would introduce
             a cycle when fused"); budget; IR size (`producer_consumer_merged_too_large`);
 * profitability  the performance model (perf_model.py): fused time <= unfused time
@@ -122,10 +123,16 @@ def is_sibling_candidate(instr: Instruction, config: FusionConfig) -> FusionDeci
         return FusionDecision.no(f"{instr.name} is not fusible as a multi-output fusion root")
     if is_nestable_variadic_reduction(instr, config):
         return FusionDecision.no("merging with variadic reductions is not supported yet")
-    if is_multi_output_fusion(instr) and any(
-            u.opcode is not Opcode.GET_TUPLE_ELEMENT for u in instr.users):
+    if read_whole(instr):
         return FusionDecision.no(f"{instr.name} is a multi-output fusion read whole")
     return FusionDecision.ok()
+
+
+def read_whole(instr: Instruction) -> bool:
+    """A tuple-shaped instruction some user reads as a whole tuple: adding an output would
+    change the shape that user sees (XLA requires get-tuple-element users)."""
+    return isinstance(instr.shape, TupleShape) and any(
+        u.opcode is not Opcode.GET_TUPLE_ELEMENT for u in instr.users)
 
 
 def _root_is_dus(instr: Instruction) -> bool:
@@ -176,6 +183,8 @@ def producer_consumer_legal(producer: Instruction, consumer: Instruction,
         lambda: FusionDecision.check(
             is_fusible_as_multi_output_fusion_root(consumer, config),
             "consumer not eligible as multi-output fusion root."),
+        lambda: FusionDecision.check(
+            not read_whole(consumer), f"{consumer.name} is a multi-output fusion read whole"),
         lambda: FusionDecision.check(
             not creates_heavy_computation(producer, consumer, config),
             "the fusion would create a heavy computation"),
