@@ -73,3 +73,51 @@ def test_cartpole_baseline_body() -> None:
     assert sorted(n for w, n in report.loops.items() if w != loop) == [4, 4, 4]
     assert count_kernels(_optimised("cartpole_baseline", "none")).loops[
         _time_loop(_optimised("cartpole_baseline", "none"))] > 100
+
+
+def _independent_module(seed: int) -> str:
+    """Independent small computations of different shapes and kinds feeding one tuple: food for
+    horizontal loop fusion (elementwise chains) and horizontal input fusion (reductions)."""
+    import random
+
+    rng = random.Random(seed)
+    lines: list[str] = []
+    outs: list[tuple[str, str]] = []
+    for k in range(rng.randint(3, 9)):
+        n = rng.choice([4, 7, 16, 33])
+        shape = rng.choice([f"f32[{n}]", f"f32[{n},3]"])
+        lines.append(f"  p{k} = {shape} parameter({k})")
+        v = f"p{k}"
+        for j in range(rng.randint(1, 3)):
+            op = rng.choice(["negate", "abs", "exponential", "tanh"])
+            lines.append(f"  e{k}_{j} = {shape} {op}({v})")
+            v = f"e{k}_{j}"
+        if rng.random() < 0.3:
+            dims = "{0}" if shape.count(",") == 0 else "{0,1}"
+            lines.append(f"  r{k} = f32[] reduce({v}, z), dimensions={dims}, to_apply=add")
+            outs.append((f"r{k}", "f32[]"))
+        else:
+            outs.append((v, shape))
+    shapes = ", ".join(s for _, s in outs)
+    names = ", ".join(v for v, _ in outs)
+    return ("HloModule ind\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+            "  ROOT c = f32[] add(a, b)\n}\nENTRY e {\n  z = f32[] constant(0)\n"
+            + "\n".join(lines) + f"\n  ROOT t = ({shapes}) tuple({names})\n}}\n")
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_modules_through_the_xla_pipelines(seed: int) -> None:
+    from test_fusion_random import random_module
+
+    for text in (random_module(seed), _independent_module(seed)):
+        original = parse(text)
+        args = random_args(original, seed)
+        want = interpreter.run(original, *args)
+        kernels = count_kernels(original).entry
+        for pipeline in ("xla", "xla-relaxed"):
+            module = parse(text)
+            run_pipeline(module, pipeline, verify=True)
+            got = interpreter.run(module, *args)
+            for w, g in zip(want, got, strict=True):
+                np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+            assert count_kernels(module).entry <= kernels
