@@ -36,6 +36,8 @@ def test_bitcast_is_reshape_with_default_layouts_only() -> None:
     assert unary("bitcast", "s32[6]{0}", "s32[2,3]{1,0}", x).tolist() == [[0, 1, 2], [3, 4, 5]]
     with pytest.raises(InterpreterError, match=r"bitcast.*instruction r in e.*layout"):
         unary("bitcast", "s32[6]{0}", "s32[2,3]{0,1}", x)
+    b = np.array([[1, 0], [0, 1], [255, 255]], np.uint8)
+    assert unary("bitcast", "u8[3,2]", "u16[3]", b).tolist() == [1, 256, 65535]
 
 
 def test_dynamic_slice_and_update_clamp_start_indices() -> None:
@@ -465,3 +467,40 @@ ENTRY e {
     x = run(right, a, b.T.copy())[0]
     u = np.triu(a, 1) + np.eye(3, dtype=np.float32)
     np.testing.assert_allclose(x @ u, b.T, rtol=1e-4, atol=1e-5)
+
+
+def test_variadic_reducer_calling_a_fusion_runs_vectorised() -> None:
+    text = """
+f {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ge = pred[] compare(a, b), direction=GE
+  v = f32[] select(ge, a, b)
+  eq = pred[] compare(a, b), direction=EQ
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  m = s32[] minimum(i, j)
+  k = s32[] select(ge, i, j)
+  r = s32[] select(eq, m, k)
+  ROOT t = (f32[], s32[]) tuple(v, r)
+}
+
+minmax {
+  a = f32[] parameter(0)
+  i = s32[] parameter(1)
+  b = f32[] parameter(2)
+  j = s32[] parameter(3)
+  ROOT t = (f32[], s32[]) fusion(a, b, i, j), kind=kLoop, calls=f
+}
+
+ENTRY e {
+  x = f32[300,7] parameter(0)
+  io = s32[300,7] iota(), iota_dimension=1
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  ROOT r = (f32[300], s32[300]) reduce(x, io, ninf, zero), dimensions={1}, to_apply=minmax
+}
+"""
+    x = np.random.default_rng(7).integers(0, 4, (300, 7)).astype(np.float32)
+    v, i = run(text, x)
+    assert np.array_equal(v, x.max(axis=1)) and np.array_equal(i, x.argmax(axis=1))

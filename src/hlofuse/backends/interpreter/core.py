@@ -144,6 +144,7 @@ class Interpreter:
     def __init__(self) -> None:
         self._plans: dict[int, _Plan] = {}
         self._vectorizable: dict[int, bool] = {}
+        self._vectorised_depth = 0  # > 0 while a scalar computation runs on whole arrays
 
     # ----- computations -------------------------------------------------------------------
 
@@ -156,9 +157,10 @@ class Interpreter:
     def call(self, comp: Computation, args: Sequence[Literal], *, check: bool = True) -> Literal:
         """Evaluate `comp` with `args` bound to its parameters; the value of its root.
 
-        With `check`, every array result is checked against its instruction's shape (off when
-        a scalar computation runs vectorised on whole arrays)."""
+        With `check`, every array result is checked against its instruction's shape (always
+        off while a scalar computation runs vectorised on whole arrays)."""
         plan = self.plan(comp)
+        check = check and not self._vectorised_depth
         if plan.param_count != len(args):
             raise InterpreterError(
                 f"computation {comp.name} takes {plan.param_count} parameters, "
@@ -209,7 +211,7 @@ class Interpreter:
             return isinstance(instr.shape, ArrayShape) and instr.shape.rank == 0
         if instr.opcode in _SCALAR_SAFE:
             return True
-        if instr.opcode in (Opcode.CALL,):
+        if instr.opcode in (Opcode.CALL, Opcode.FUSION):
             return all(self.is_vectorizable(c) for c in instr.called_computations())
         if instr.opcode is Opcode.BROADCAST:  # scalar -> scalar broadcast is an identity
             shape = instr.shape
@@ -225,9 +227,11 @@ class Interpreter:
         arrays = np.broadcast_arrays(*[np.asarray(a) for a in args])
         shape = arrays[0].shape if arrays else ()
         if self.is_vectorizable(comp):
-            outs = as_list(
-                self.call(comp, [np.asarray(a, order="C") for a in arrays], check=False)
-            )
+            self._vectorised_depth += 1
+            try:
+                outs = as_list(self.call(comp, [np.asarray(a, order="C") for a in arrays]))
+            finally:
+                self._vectorised_depth -= 1
             return [np.broadcast_to(np.asarray(o), shape).copy() for o in outs]
         # Per-element fallback.
         root_shape = comp.root.shape

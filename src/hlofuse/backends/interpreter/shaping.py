@@ -8,8 +8,9 @@ XLA semantics worth knowing:
 * dynamic-slice and dynamic-update-slice clamp each start index into [0, dim - size], so the
   slice always fits;
 * pad takes (low, high, interior) per dimension; negative low/high crop;
-* bitcast is a reshape in row-major order when both layouts are the default (descending)
-  ones; physical layouts are not modelled, so other layouts are rejected.
+* bitcast is a reshape in row-major order (reinterpreting the bytes when the element type
+  changes) when both layouts are the default (descending) ones; physical layouts are not
+  modelled, so other layouts are rejected.
 """
 
 from __future__ import annotations
@@ -72,10 +73,12 @@ def _bitcast(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndar
             "models only logical (row-major) order, so non-default layouts are not supported",
         )
     x = np.asarray(ops[0], order="C")
-    if out.size != x.size or out.dtype.bits != src.dtype.bits:
+    if out.size * out.dtype.itemsize != x.size * x.dtype.itemsize or (
+        out.dtype.is_pred != src.dtype.is_pred
+    ):
         raise unsupported(instr, f"bitcast from {src} to {out} changes the byte size")
-    if out.dtype != src.dtype:
-        x = x.view(out.dtype.np)
+    if out.dtype != src.dtype:  # reinterpret the row-major bytes as the new element type
+        x = x.reshape(-1).view(np.uint8).view(out.dtype.np)
     return x.reshape(out.dims).copy()
 
 
