@@ -117,10 +117,17 @@ def check_args(module: Module, args: Sequence[Literal]) -> list[Literal]:
     return out
 
 
+def _writable(value: Literal) -> Literal:
+    """Copy read-only leaves (views of constants in the module) so callers own the result."""
+    if isinstance(value, tuple):
+        return tuple(_writable(v) for v in value)
+    return value if value.flags.writeable else value.copy()
+
+
 def evaluate_computation(comp: Computation, args: Sequence[Literal]) -> Literal:
     """The value of `comp`'s root with `args` bound to its parameters (not checked)."""
     with np.errstate(all="ignore"):
-        return Interpreter().call(comp, list(args))
+        return _writable(Interpreter().call(comp, list(args)))
 
 
 def evaluate(module: Module, args: Sequence[Literal]) -> Literal:

@@ -271,7 +271,8 @@ def _constant(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Litera
     if value is None:
         raise unsupported(instr, "constant has no literal value")
     if isinstance(instr.shape, ArrayShape):
-        arr = np.asarray(value, dtype=instr.shape.dtype.np).reshape(instr.shape.dims)
+        arr = np.asarray(value, dtype=instr.shape.dtype.np).reshape(instr.shape.dims).view()
+        arr.flags.writeable = False  # a view of the module's literal: never written
         return arr
     return value
 
