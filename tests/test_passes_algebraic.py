@@ -51,6 +51,18 @@ def test_add_zero_float_ieee() -> None:
     assert root.operand(1).opcode is Opcode.PARAMETER
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f64"])
+def test_add_zero_float_ieee_other_widths(dtype: str) -> None:
+    _, after = simplify(f"""
+  pz = {dtype}[] constant(0)
+  nz = {dtype}[] constant(-0)
+  a = {dtype}[] add(p, pz)
+  b = {dtype}[] add(nz, p)
+  ROOT t = ({dtype}[], {dtype}[]) tuple(a, b)""", f"  p = {dtype}[] parameter(0)")
+    root = after.entry.root
+    assert [o.opcode for o in root.operands] == [Opcode.ADD, Opcode.PARAMETER]
+
+
 def test_sub_zero() -> None:
     _, after = simplify("""
   pz = f32[] constant(0)

@@ -345,8 +345,8 @@ def is_uniform(instr: Instruction, value: float | bool, *, negative_zero: bool |
             return False
     except (TypeError, ValueError):
         return False
-    if value == 0 and negative_zero is not None and np.issubdtype(np.asarray(v).dtype,
-                                                                  np.floating):
+    if value == 0 and negative_zero is not None:  # callers ask only for float types
+        # (bf16 is not an np.floating subtype, so do not test the dtype: test the sign)
         return bool(np.signbit(np.asarray(v).astype(np.float64))) is negative_zero
     return True
 
