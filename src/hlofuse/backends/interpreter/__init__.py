@@ -40,6 +40,7 @@ from hlofuse.backends.interpreter import (  # noqa: F401  (register the handlers
 from hlofuse.backends.interpreter.core import HANDLERS, IDENTITY_CUSTOM_CALLS, Interpreter
 from hlofuse.errors import InputError
 from hlofuse.ir.computation import Computation
+from hlofuse.ir.dtypes import from_numpy
 from hlofuse.ir.literal import Literal, flatten
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
@@ -60,8 +61,6 @@ __all__ = [
 def _describe(value: object) -> str:
     if isinstance(value, np.ndarray):
         try:
-            from hlofuse.ir.dtypes import from_numpy
-
             dt = from_numpy(value.dtype).name
         except ValueError:
             dt = f"numpy {value.dtype}"
@@ -89,10 +88,11 @@ def _check_value(value: object, shape: Shape) -> bool:
 
 
 def _normalise(value: object) -> object:
+    """numpy scalars become 0-d arrays (nothing else is converted)."""
     if isinstance(value, np.generic):
         return np.asarray(value)
-    if isinstance(value, tuple | list) and not isinstance(value, np.ndarray):
-        return tuple(_normalise(v) for v in value) if isinstance(value, tuple) else value
+    if isinstance(value, tuple):
+        return tuple(_normalise(v) for v in value)
     return value
 
 
