@@ -129,6 +129,18 @@ def test_reduce_precision() -> None:
     check(f, x, rtol=0, atol=0)
 
 
+def test_reduce_precision_of_narrow_types() -> None:
+    import ml_dtypes
+
+    x = normal(15, 64) * 300
+
+    def f(h, b):
+        return (lax.reduce_precision(h, exponent_bits=4, mantissa_bits=3),
+                lax.reduce_precision(b, exponent_bits=5, mantissa_bits=2))
+
+    check(f, x.astype(np.float16), x.astype(ml_dtypes.bfloat16), rtol=0, atol=0)
+
+
 def test_bf16_and_f16_arithmetic() -> None:
     import ml_dtypes
 

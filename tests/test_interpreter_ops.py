@@ -504,3 +504,17 @@ ENTRY e {
     x = np.random.default_rng(7).integers(0, 4, (300, 7)).astype(np.float32)
     v, i = run(text, x)
     assert np.array_equal(v, x.max(axis=1)) and np.array_equal(i, x.argmax(axis=1))
+
+
+def test_gather_index_vector_dim_first() -> None:
+    text = """
+ENTRY e {
+  x = f32[4,5] parameter(0)
+  i = s32[2,3] parameter(1)
+  ROOT g = f32[3] gather(x, i), offset_dims={}, collapsed_slice_dims={0,1},
+      start_index_map={1,0}, index_vector_dim=0, slice_sizes={1,1}
+}
+"""
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    idx = np.array([[4, 0, 2], [3, 1, 0]], np.int32)  # column j = (col, row) of element j
+    assert run(text, x, idx)[0].tolist() == [x[3, 4], x[1, 0], x[0, 2]]
