@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+
+# Debug checking: every pipeline run by a test verifies the module after each pass.
+os.environ.setdefault("HLOFUSE_VERIFY", "1")

@@ -64,7 +64,7 @@ class Metadata:
         return bool(self.fields)
 
 
-@dataclass
+@dataclass(eq=False)
 class Instruction:
     """An HLO instruction. Identity semantics: two instructions are equal only if they are one."""
 
@@ -79,11 +79,6 @@ class Instruction:
     _operands: list[Instruction] = field(default_factory=list, repr=False)
     users: list[Instruction] = field(default_factory=list, repr=False)
     control_predecessors: list[Instruction] = field(default_factory=list, repr=False)
-
-    __hash__ = object.__hash__
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
 
     @classmethod
     def create(
