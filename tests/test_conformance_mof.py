@@ -5,7 +5,7 @@ Each case is parsed, run through the named pass (with DCE to a fixpoint where th
 `HloPassFix[..., hlo_dce]`) and checked against its `expect` block with tests/conformance.py
 (`evaluate_extended`: XLA matcher names such as `exp` mapped to opcodes, plus the FileCheck-like
 keys). Cases we deliberately do not match are in DEVIATIONS with the reason (also in
-docs/fusion-mof-horizontal.md); the pass rate is printed and must stay at least 90%.
+docs/fusion.md); the pass rate is printed and must stay at least 90%.
 """
 
 from __future__ import annotations

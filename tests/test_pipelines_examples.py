@@ -1,6 +1,6 @@
 """The fusion pipelines on the shipped example modules (no jax needed): same interpreter outputs
 under `none`, `xla` and `xla-relaxed`, never more kernels under `xla`, and the CartPole kernel
-counts per time-loop iteration that docs/fusion-cartpole.md explains."""
+counts per time-loop iteration that docs/fusion.md explains."""
 
 from __future__ import annotations
 
