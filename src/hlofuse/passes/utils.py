@@ -13,7 +13,7 @@ Conditions every helper keeps:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -203,6 +203,23 @@ class Rewriter:
             self.comp.instructions = out
         sweep(self.comp, self.replaced)
         return self.changed
+
+
+def forward_replacements(
+    module: Module, replacement: Callable[[Instruction], Instruction | None]
+) -> bool:
+    """Make every use of an instruction a use of `replacement(instr)` where that names a value
+    (in every computation, unreachable ones too: DCE drops them). Returns whether anything
+    changed."""
+    changed = False
+    for comp in list(module.computations):
+        edit = Rewriter(comp)
+        for instr in ordered(comp):
+            new = replacement(instr)
+            if new is not None:
+                edit.replace(instr, new)
+        changed |= edit.finish()
+    return changed
 
 
 def add_before(comp: Computation, new: Instruction, anchor: Instruction,

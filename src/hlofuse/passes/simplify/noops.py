@@ -24,13 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import Rewriter, layouts_match, ordered
+from hlofuse.passes.utils import forward_replacements, layouts_match
 
 
 def _always(instr: Instruction) -> bool:
@@ -99,15 +98,6 @@ def noop_operand(instr: Instruction) -> Instruction | None:
     return src if check(instr) else None
 
 
-def remove_noops(comp: Computation) -> bool:
-    edit = Rewriter(comp)
-    for instr in ordered(comp):
-        src = noop_operand(instr)
-        if src is not None:
-            edit.replace(instr, src)
-    return edit.finish()
-
-
 @register("noop-removal")
 @dataclass(frozen=True)
 class NoopRemoval:
@@ -116,7 +106,4 @@ class NoopRemoval:
     name: ClassVar[str] = "noop-removal"
 
     def run(self, module: Module) -> bool:
-        changed = False
-        for comp in list(module.computations):  # unreachable ones too: DCE drops them
-            changed |= remove_noops(comp)
-        return changed
+        return forward_replacements(module, noop_operand)

@@ -20,13 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import TupleShape
 from hlofuse.passes.registry import register
-from hlofuse.passes.utils import Rewriter, layouts_match, ordered
+from hlofuse.passes.utils import forward_replacements, layouts_match
 
 
 def _forwarded(instr: Instruction) -> Instruction | None:
@@ -55,15 +54,6 @@ def _forwarded(instr: Instruction) -> Instruction | None:
     return None
 
 
-def simplify_tuples(comp: Computation) -> bool:
-    edit = Rewriter(comp)
-    for instr in ordered(comp):
-        new = _forwarded(instr)
-        if new is not None:
-            edit.replace(instr, new)
-    return edit.finish()
-
-
 @register("tuple-simplifier")
 @dataclass(frozen=True)
 class TupleSimplifier:
@@ -72,7 +62,4 @@ class TupleSimplifier:
     name: ClassVar[str] = "tuple-simplifier"
 
     def run(self, module: Module) -> bool:
-        changed = False
-        for comp in list(module.computations):  # unreachable ones too: DCE drops them
-            changed |= simplify_tuples(comp)
-        return changed
+        return forward_replacements(module, _forwarded)
