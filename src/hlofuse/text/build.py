@@ -85,37 +85,32 @@ def _link(parser: HloParser, pc: PendingComp, comp: Computation,
           comps: dict[str, Computation]) -> None:
     by_name = pc.by_name
     users: dict[int, set[int]] = {}
+
+    def link(instr: Instruction, refs: list[Any], message: str) -> list[Instruction]:
+        """The instructions `refs` name; `instr` becomes a user of each, once."""
+        out: list[Instruction] = []
+        for ref in refs:
+            target = by_name.get(ref.name)
+            if target is None:
+                raise parser.error(message.format(name=ref.name, comp=pc.name), ref.offset)
+            op = target.instr
+            out.append(op)
+            seen = users.setdefault(id(op), set())
+            if id(instr) not in seen:
+                seen.add(id(instr))
+                op.users.append(instr)
+        return out
     for p in pc.instrs:
         instr = p.instr
         instr.parent = comp
         comp.instructions.append(instr)
         if p.operands:
-            ops = instr._operands  # the parser builds use-def edges in bulk
-            for ref in p.operands:
-                target = by_name.get(ref.name)
-                if target is None:
-                    raise parser.error(f"use of undefined instruction '{ref.name}' in "
-                                       f"computation {pc.name}", ref.offset)
-                op = target.instr
-                ops.append(op)
-                seen = users.setdefault(id(op), set())
-                if id(instr) not in seen:
-                    seen.add(id(instr))
-                    op.users.append(instr)
+            # the parser builds use-def edges in bulk
+            instr._operands.extend(link(instr, p.operands, "use of undefined instruction "
+                                        "'{name}' in computation {comp}"))
         if p.control:
-            preds = []
-            for ref in p.control:
-                target = by_name.get(ref.name)
-                if target is None:
-                    raise parser.error(f"control predecessor '{ref.name}' is not an instruction "
-                                       f"of computation {pc.name}", ref.offset)
-                pred = target.instr
-                preds.append(pred)
-                seen = users.setdefault(id(pred), set())
-                if id(instr) not in seen:
-                    seen.add(id(instr))
-                    pred.users.append(instr)
-            instr.control_predecessors = preds
+            instr.control_predecessors = link(instr, p.control, "control predecessor '{name}' "
+                                              "is not an instruction of computation {comp}")
         if instr.attrs:
             _resolve_computations(parser, instr, comps, p)
     root = pc.root if pc.root is not None else pc.instrs[-1]
