@@ -26,7 +26,7 @@ from hlofuse.text import format_computation, format_instruction, parse, parse_fi
 
 HERE = Path(__file__).parent
 FIXTURES = sorted((HERE / "hlo").glob("*.hlo"))
-PROBE = HERE.parent / "scratch" / "probe.hlo"
+PROBE = HERE / "hlo" / "jax_probe_short.hlo"
 CONFORMANCE = Path("/work/shared/conformance/xla_fusion_cases.jsonl")
 
 

@@ -22,7 +22,7 @@ from hlofuse.text import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFORMANCE = ROOT.parent / "shared" / "conformance" / "xla_fusion_cases.jsonl"
-PROBE = ROOT / "scratch" / "probe.hlo"
+PROBE = ROOT / "tests" / "hlo" / "jax_probe_short.hlo"
 
 ADD = """
 add {
@@ -524,7 +524,7 @@ def test_every_conformance_case_verifies() -> None:
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.skipif(not PROBE.exists(), reason="scratch/probe.hlo not present")
+@pytest.mark.skipif(not PROBE.exists(), reason="tests/hlo/jax_probe_short.hlo not present")
 def test_jax_probe_verifies() -> None:
     verify(parse(PROBE.read_text(), verify=False))
 
