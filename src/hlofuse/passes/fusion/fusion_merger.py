@@ -41,7 +41,7 @@ from hlofuse.ir.fusion import (
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import Shape, TupleShape, leaves
+from hlofuse.ir.shape import TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
@@ -62,9 +62,6 @@ from hlofuse.passes.registry import register
 # ----- bytes -------------------------------------------------------------------------------
 
 
-def _nbytes(shape: Shape) -> int:
-    return sum(s.nbytes for s in leaves(shape))
-
 
 def bytes_read_by_parameter(param: Instruction) -> int:
     """CalculateBytesReadByFusionParameter: a value only sliced counts the slices' bytes."""
@@ -73,9 +70,9 @@ def bytes_read_by_parameter(param: Instruction) -> int:
     total = 0
     for v in values:
         if v.users and all(u.opcode in (Opcode.SLICE, Opcode.DYNAMIC_SLICE) for u in v.users):
-            total += sum(_nbytes(u.shape) for u in v.users)
+            total += sum(u.shape.nbytes for u in v.users)
         else:
-            total += _nbytes(v.shape)
+            total += v.shape.nbytes
     return total
 
 
@@ -86,8 +83,8 @@ def bytes_read(fusion: Instruction) -> int:
 def bytes_written(fusion: Instruction) -> int:
     root = fusion.fused_computation.root
     if root.opcode is Opcode.TUPLE:
-        return sum(_nbytes(o.shape) for o in root.operands)
-    return _nbytes(root.shape)
+        return sum(o.shape.nbytes for o in root.operands)
+    return root.shape.nbytes
 
 
 def current_bytes_transferred(fusion: Instruction) -> int:

@@ -56,9 +56,6 @@ def _elements(shape: Shape) -> int:
     return sum(s.size for s in leaves(shape))
 
 
-def _bytes(shape: Shape) -> int:
-    return sum(s.nbytes for s in leaves(shape))
-
 
 def operand_utilization(instr: Instruction, i: int) -> float:
     """Elements of operand `i` read (repeats counted) per element of the operand."""
@@ -134,15 +131,15 @@ def cost_of(instr: Instruction) -> Cost:
                     for i in comp.instructions if i.opcode is not Opcode.PARAMETER)
         operands = []
         for k, o in enumerate(instr.operands):
-            net = float(_bytes(o.shape))
+            net = float(o.shape.nbytes)
             operands.append((net, net * util.get(id(comp.parameter(k)), 0.0)))
     else:
         flops = _instr_flops(instr)
         operands = []
         for k, o in enumerate(instr.operands):
-            net = float(_bytes(o.shape))
+            net = float(o.shape.nbytes)
             operands.append((net, net * operand_utilization(instr, k)))
-    return Cost(flops, _elements(instr.shape), _bytes(instr.shape), tuple(operands))
+    return Cost(flops, _elements(instr.shape), instr.shape.nbytes, tuple(operands))
 
 
 def consumer_utilization(producer: Instruction, consumer: Instruction) -> float:
