@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import INVALIDATES_CACHE, Opcode
-from hlofuse.ir.shape import ArrayShape, Shape, leaves
+from hlofuse.ir.shape import ArrayShape
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
+from hlofuse.passes.fusion.predicates import total_elements
 
 # GpuHloCostAnalysis::HandleElementwiseOp: flops per element that differ from the default 3.
 _FLOPS: dict[tuple[Opcode, str], int] = {
@@ -52,16 +53,12 @@ _FLOPS: dict[tuple[Opcode, str], int] = {
 _DEFAULT_FLOPS = 3
 
 
-def _elements(shape: Shape) -> int:
-    return sum(s.size for s in leaves(shape))
-
-
 
 def operand_utilization(instr: Instruction, i: int) -> float:
     """Elements of operand `i` read (repeats counted) per element of the operand."""
     operand = instr.operand(i)
-    n_in = max(_elements(operand.shape), 1)
-    n_out = _elements(instr.shape)
+    n_in = max(total_elements(operand.shape), 1)
+    n_out = total_elements(instr.shape)
     op = instr.opcode
     if op in (Opcode.BROADCAST, Opcode.SLICE, Opcode.DYNAMIC_SLICE, Opcode.GATHER):
         return n_out / n_in if i == 0 else 1.0
@@ -71,7 +68,7 @@ def operand_utilization(instr: Instruction, i: int) -> float:
         window = math.prod(d.size for d in instr.attrs.get("window", ()))
         return n_out * window / n_in if i < instr.operand_count // 2 else float(n_out)
     if op is Opcode.PAD and i == 1:
-        return float(max(n_out - _elements(instr.operand(0).shape), 0))
+        return float(max(n_out - total_elements(instr.operand(0).shape), 0))
     if op is Opcode.DOT:
         shape = operand.shape
         dims = instr.attrs.get("lhs_contracting_dims" if i == 0 else "rhs_contracting_dims", ())
@@ -107,9 +104,10 @@ def _instr_flops(instr: Instruction) -> float:
               Opcode.BITCAST, Opcode.RESHAPE):
         return 0.0
     if op in (Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.DOT):
-        return _DEFAULT_FLOPS * _elements(instr.operand(0).shape) * operand_utilization(instr, 0)
+        n_in = total_elements(instr.operand(0).shape)
+        return _DEFAULT_FLOPS * n_in * operand_utilization(instr, 0)
     if instr.is_elementwise:
-        return float(_flops_per_element(instr) * _elements(instr.shape))
+        return float(_flops_per_element(instr) * total_elements(instr.shape))
     return 0.0
 
 
@@ -139,7 +137,7 @@ def cost_of(instr: Instruction) -> Cost:
         for k, o in enumerate(instr.operands):
             net = float(o.shape.nbytes)
             operands.append((net, net * operand_utilization(instr, k)))
-    return Cost(flops, _elements(instr.shape), instr.shape.nbytes, tuple(operands))
+    return Cost(flops, total_elements(instr.shape), instr.shape.nbytes, tuple(operands))
 
 
 def consumer_utilization(producer: Instruction, consumer: Instruction) -> float:
