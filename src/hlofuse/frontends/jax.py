@@ -95,9 +95,12 @@ class JittedFunction:
 
     def lower(self, *args: Any, **kwargs: Any) -> Module:
         """The hlofuse module for this call signature (after the pipeline, if one is set)."""
-        return self._compiled(args, kwargs).module
+        return self._compiled(args, kwargs)[0].module
 
-    def _compiled(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
+    def _compiled(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[_Compiled, list[np.ndarray]]:
+        """The compiled entry for this signature, and the call's flattened input arrays."""
         dynamic, static = self._split(args)
         leaves, treedef = jax.tree_util.tree_flatten((dynamic, kwargs))
         arrays = [_leaf_to_numpy(leaf) for leaf in leaves]
@@ -110,7 +113,7 @@ class JittedFunction:
         if compiled is None:
             compiled = self._compile(args, kwargs)
             self._cache[key] = compiled
-        return compiled
+        return compiled, arrays
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
         static = self.static_argnums
@@ -124,10 +127,8 @@ class JittedFunction:
         return _Compiled(module, out_tree, run)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        compiled = self._compiled(args, kwargs)
-        dynamic, _ = self._split(args)
-        leaves = jax.tree_util.tree_leaves((dynamic, kwargs))
-        outputs = compiled.run(*[_leaf_to_numpy(leaf) for leaf in leaves])
+        compiled, arrays = self._compiled(args, kwargs)
+        outputs = compiled.run(*arrays)
         if compiled.out_tree.num_leaves != len(outputs):
             raise HloError(
                 f"{getattr(self.fn, '__name__', 'fn')}: the module returned {len(outputs)} "
