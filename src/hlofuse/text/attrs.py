@@ -25,7 +25,7 @@ from hlofuse.ir.attributes import AttrKind, WindowDim
 from hlofuse.ir.dtypes import DTYPES
 from hlofuse.ir.instruction import Metadata
 from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
-from hlofuse.text.lexer import BaseParser, decode_string
+from hlofuse.text.lexer import BaseParser, Token, decode_string
 
 _PADDING = re.compile(r"-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*")
 _WINDOW = re.compile(r"\{([^{}]*)\}")
@@ -203,16 +203,20 @@ class AttrParser(BaseParser):
         tok = self.parse_optional_name()
         if tok is not None:
             return (CompRef(tok.text, tok.start),)
-        self.parse_punct("{", f"or a computation name to start {what}")
-        refs: list[CompRef] = []
+        names = self.parse_braced_names(what, "a computation", "or a computation name to start")
+        return tuple(CompRef(t.text, t.start) for t in names)
+
+    def parse_braced_names(self, what: str, item: str, opener: str = "to open") -> list[Token]:
+        """`{a, b, c}` (possibly empty): the name tokens, for `what` (an attribute)."""
+        self.parse_punct("{", f"{opener} {what}")
+        names: list[Token] = []
         if self.parse_optional_punct("}") is None:
             while True:
-                tok = self.parse_name(f"a computation name in {what}")
-                refs.append(CompRef(tok.text, tok.start))
+                names.append(self.parse_name(f"{item} name in {what}"))
                 if self.parse_optional_punct(",") is None:
                     break
             self.parse_punct("}", f"to close {what}")
-        return tuple(refs)
+        return names
 
     def _parse_slice(self, what: str) -> tuple[tuple[int, int, int], ...]:
         self.parse_punct("{", f"to open {what}")

@@ -344,16 +344,7 @@ class HloParser(AttrParser):
         return attrs, metadata, control
 
     def _parse_name_list(self, what: str) -> list[Ref]:
-        self.parse_punct("{", f"to open {what}")
-        refs: list[Ref] = []
-        if self.parse_optional_punct("}") is None:
-            while True:
-                tok = self.parse_name(f"an instruction name in {what}")
-                refs.append(Ref(tok.text, tok.start))
-                if self.parse_optional_punct(",") is None:
-                    break
-            self.parse_punct("}", f"to close {what}")
-        return refs
+        return [Ref(t.text, t.start) for t in self.parse_braced_names(what, "an instruction")]
 
 
 def parse(text: str, *, source_name: str = "<text>", verify: bool = True,
