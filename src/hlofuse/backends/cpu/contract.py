@@ -1,0 +1,60 @@
+"""The data the CPU backend's pieces hand each other.
+
+    lower (one HLO kernel) ──Kernel──▶ driver (entry computation) ──Program──▶ build, executable
+
+A `Kernel` is one C function computing one kernel (a fusion, or an unfused op that does work).
+Its C signature is fixed so the driver can call any kernel without knowing what it does:
+
+    static void NAME(const T0 *in0, ..., const Tn *inN, U0 *out0, ..., Um *outM)
+
+inputs first (the operands' array leaves, tuple operands flattened depth-first), then outputs (the
+result's array leaves); `T`/`U` are the storage types of `cexpr.ctype`. Rank-0 arrays are pointers
+to one element. Buffers never alias, except an output and the input that `inplace` pairs it with:
+the kernel must be correct both when they are the same buffer and when they are not.
+
+A `Program` is one complete C file: every kernel, then the native driver
+
+    int hf_entry(void *const *args, void *const *results);   /* 0 on success */
+
+which runs the entry computation, while loops, conditionals and calls included, with no Python
+between kernels. `args` are the entry parameters' array leaves, `results` the root's array leaves,
+both caller-allocated, C-contiguous, row-major. Compiled with `-DHF_PROFILE`, the file also defines
+`uint64_t hf_prof_ns[]` and `uint64_t hf_prof_calls[]`, indexed like `Program.kernels`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hlofuse.ir.shape import ArrayShape
+
+ENTRY_SYMBOL = "hf_entry"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel's C code and its calling convention."""
+
+    name: str  # the C function's name, unique within a Program
+    source: str  # C text defining `name` (and any static helpers/constants it needs)
+    inputs: tuple[ArrayShape, ...]  # one per operand leaf, in operand order
+    outputs: tuple[ArrayShape, ...]  # one per result leaf
+    instruction: str  # the HLO instruction it computes (for profiles and explain)
+    kind: str  # "loop", "input", "output", or the opcode of an unfused op ("dot", "sort", ...)
+    inplace: dict[int, int] = field(default_factory=dict)  # output index -> input index
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes read and written once per call (a lower bound on the memory traffic)."""
+        return sum(s.nbytes for s in self.inputs) + sum(s.nbytes for s in self.outputs)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A whole module as one C file with the native driver `hf_entry`."""
+
+    source: str
+    inputs: tuple[ArrayShape, ...]  # entry parameter leaves, in order
+    outputs: tuple[ArrayShape, ...]  # entry root leaves, in order
+    kernels: tuple[Kernel, ...]  # indexed like hf_prof_ns / hf_prof_calls
+    entry_symbol: str = ENTRY_SYMBOL
