@@ -2,7 +2,10 @@
 
     import hlofuse
     m = hlofuse.parse(text)                       # HLO text -> Module
-    exe = hlofuse.compile(m, pipeline="simplify")  # -> Executable; exe(*arrays)
+    exe = hlofuse.compile(m)                       # pipeline "xla", backend "cpu" (generated C)
+    outs = exe(*arrays)                            # tuple of numpy arrays
+    print(exe.profile(*arrays))                    # per-kernel times (cpu backend)
+    exe = hlofuse.compile(m, pipeline="simplify", backend="interpreter")  # the numpy reference
     f = hlofuse.jit(fn)                            # like jax.jit (needs the jax extra)
     m = hlofuse.from_jax(fn, *args)                # lower a JAX function (needs jax)
 """

@@ -1,4 +1,7 @@
-"""The `hlofuse` command line: parse | opt | run | demo.
+"""The `hlofuse` command line: parse | opt | run | emit | demo.
+
+    hlofuse run FILE [--backend cpu|interpreter] [--pipeline xla] [--profile]
+    hlofuse emit FILE [--pipeline xla] [-o out.c]      the C the cpu backend generates
 
 Every error a user can cause (bad HLO, missing files, bad inputs, unknown passes) is printed as
 one clear message on stderr with a non-zero exit status, never as a traceback.
@@ -129,12 +132,28 @@ def cmd_opt(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from hlofuse.api import compile
+def _backend(args: argparse.Namespace) -> str:
+    if args.backend is not None:
+        return str(args.backend)
+    from hlofuse.backends import cpu
 
+    return "cpu" if cpu.available() else "interpreter"
+
+
+def _pipeline(name: str) -> str | None:
+    return None if name == "" else name
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from hlofuse.api import check_backend, compile
+
+    backend = _backend(args)
+    check_backend(backend)
+    if args.profile and backend != "cpu":
+        raise CliError(f"--profile needs the cpu backend (this run uses {backend!r})")
     module = _read_module(args.file)
     inputs = _load_inputs(module, args.inputs, args.random_inputs)
-    exe = compile(module, pipeline=args.pipeline, backend=args.backend)
+    exe = compile(module, pipeline=_pipeline(args.pipeline), backend=backend)
     t0 = time.perf_counter()
     outputs = exe(*inputs)
     elapsed = time.perf_counter() - t0
@@ -143,7 +162,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     for i, o in enumerate(outputs):
         preview = np.array2string(np.asarray(o).reshape(-1)[:6], precision=5, separator=", ")
         print(f"out_{i}: {o.dtype}{list(o.shape)} {preview}{' ...' if o.size > 6 else ''}")
-    print(f"# ran on {args.backend} in {elapsed * 1e3:.1f} ms", file=sys.stderr)
+    print(f"# ran on {backend} in {elapsed * 1e3:.1f} ms", file=sys.stderr)
+    if args.profile:
+        print(str(exe.profile(*inputs)))
+    return 0
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    from hlofuse.backends import cpu
+    from hlofuse.passes.pipelines import run_pipeline
+
+    module = _read_module(args.file)
+    pipeline = _pipeline(args.pipeline)
+    if pipeline is not None:
+        run_pipeline(module, pipeline)
+    source = cpu.generate(module).source
+    if args.output:
+        Path(args.output).write_text(source)
+        print(f"# wrote {len(source.splitlines())} lines of C to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(source)
     return 0
 
 
@@ -184,9 +222,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-inputs", type=int, metavar="SEED",
                    help="run on deterministic random inputs instead of --inputs")
     p.add_argument("--output", help="write outputs out_0, out_1, ... to this .npz")
-    p.add_argument("--backend", default="interpreter", help="backend (default interpreter)")
-    p.add_argument("--pipeline", default=None, help="pipeline to run before executing")
+    p.add_argument("--backend", default=None,
+                   help="cpu or interpreter (default cpu when a C compiler exists)")
+    p.add_argument("--pipeline", default="xla",
+                   help="pipeline to run before executing (default xla; '' for none)")
+    p.add_argument("--profile", action="store_true",
+                   help="print per-kernel times (cpu backend)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("emit", help="print the C file the cpu backend generates for a module")
+    p.add_argument("file")
+    p.add_argument("--pipeline", default="xla",
+                   help="pipeline to run before generating (default xla; '' for none)")
+    p.add_argument("-o", "--output", help="write the C to this file instead of stdout")
+    p.set_defaults(func=cmd_emit)
 
     p = sub.add_parser("demo", help="the built-in CartPole case study, end to end")
     p.add_argument("--quick", action="store_true", help="a smaller run")

@@ -3,7 +3,13 @@ imports jax.
 
     from_jax(fn, *args)      lower with jax.jit(fn, keep_unused=True) and parse the HLO text
     jit(fn)                  a decorator like jax.jit: pytree inputs/outputs, static arguments;
-                             each new signature is lowered once, then run by hlofuse
+                             each new signature is lowered once, optimised (pipeline "xla" by
+                             default) and compiled, then run by hlofuse
+
+Backend choice for `jit`: backend=None (the default) means "cpu" when a C compiler exists and
+"interpreter" otherwise; if the cpu backend refuses an op of the module (a CompileError from the
+lowering), the call falls back to the interpreter with a warning naming the op. An explicit
+backend="cpu" never falls back: the error is raised.
 
 Lowering uses `lowered.as_text(dialect="hlo", debug_info=True)`, so every instruction keeps its
 stack frame and `Module.source_location` can point back at the user's Python line.
@@ -12,13 +18,14 @@ stack frame and `Module.source_location` can point back at the user's Python lin
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from hlofuse.errors import HloError, InputError
+from hlofuse.errors import CompileError, HloError, InputError
 from hlofuse.ir.module import Module
 from hlofuse.text import parse
 
@@ -66,8 +73,53 @@ def _leaf_to_numpy(leaf: Any) -> np.ndarray:
 @dataclass
 class _Compiled:
     module: Module
-    out_tree: Any
     run: Callable[..., list[np.ndarray]]
+    backend: str
+    out_tree: Any
+
+
+def default_backend() -> str:
+    """"cpu" when a C compiler exists, else "interpreter"."""
+    from hlofuse.backends import cpu
+
+    return "cpu" if cpu.available() else "interpreter"
+
+
+def _build(
+    module: Module, pipeline: str | None, backend: str | None, name: str
+) -> tuple[Module, Callable[..., list[np.ndarray]], str]:
+    """Optimise and bind `module`; with backend None, pick one and fall back to the interpreter
+    (with a warning) when the cpu backend does not support an op of the module."""
+    from hlofuse.api import build_runner, check_backend
+
+    if backend is not None:
+        check_backend(backend)
+        module, run = build_runner(module, pipeline=pipeline, backend=backend)
+        return module, run, backend
+    backend = default_backend()
+    if backend == "interpreter":
+        module, run = build_runner(module, pipeline=pipeline, backend=backend)
+        return module, run, backend
+    from hlofuse.backends.cpu import build
+
+    if pipeline is not None:
+        from hlofuse.passes.pipelines import run_pipeline
+
+        run_pipeline(module, pipeline)
+    try:
+        module, run = build_runner(module, pipeline=None, backend="cpu")
+        return module, run, "cpu"
+    except (build.CCompileError, build.CompilerNotFoundError):
+        raise
+    except CompileError as exc:
+        warnings.warn(
+            f"hlofuse.jit({name}): the cpu backend cannot compile this function ({exc}); "
+            "running it on the interpreter instead",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+    module, run = build_runner(module, pipeline=None, backend="interpreter")
+    return module, run, "interpreter"
 
 
 @dataclass
@@ -76,8 +128,8 @@ class JittedFunction:
 
     fn: Callable[..., Any]
     static_argnums: tuple[int, ...] = ()
-    pipeline: str | None = None
-    backend: str = "interpreter"
+    pipeline: str | None = "xla"
+    backend: str | None = None
     _cache: dict[Any, _Compiled] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +148,10 @@ class JittedFunction:
     def lower(self, *args: Any, **kwargs: Any) -> Module:
         """The hlofuse module for this call signature (after the pipeline, if one is set)."""
         return self._compiled(args, kwargs)[0].module
+
+    def backend_for(self, *args: Any, **kwargs: Any) -> str:
+        """The backend this call signature runs on ("cpu" or "interpreter")."""
+        return self._compiled(args, kwargs)[0].backend
 
     def _compiled(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -121,10 +177,8 @@ class JittedFunction:
         jitted = jax.jit(self.fn, static_argnums=static)
         out_shape = jax.eval_shape(jitted, *args, **kwargs)
         out_tree = jax.tree_util.tree_structure(out_shape)
-        from hlofuse.api import build_runner
-
-        module, run = build_runner(module, pipeline=self.pipeline, backend=self.backend)
-        return _Compiled(module, out_tree, run)
+        return _Compiled(*_build(module, self.pipeline, self.backend,
+                                 getattr(self.fn, "__name__", "fn")), out_tree)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         compiled, arrays = self._compiled(args, kwargs)
@@ -141,12 +195,14 @@ def jit(
     fn: Callable[..., Any] | None = None,
     *,
     static_argnums: int | Sequence[int] | None = None,
-    pipeline: str | None = None,
-    backend: str = "interpreter",
+    pipeline: str | None = "xla",
+    backend: str | None = None,
 ) -> Any:
     """Like `jax.jit`, but hlofuse compiles and runs the function.
 
-    Usable as `@jit` or `@jit(static_argnums=1, pipeline="simplify")`.
+    Usable as `@jit` or `@jit(static_argnums=1, pipeline="simplify")`. `pipeline` is a pipeline
+    name or pass spec (None: run the module as lowered); `backend` is "cpu", "interpreter" or
+    None (cpu if a C compiler exists, with an interpreter fallback for unsupported ops).
     """
 
     def wrap(f: Callable[..., Any]) -> JittedFunction:

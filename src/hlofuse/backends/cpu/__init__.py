@@ -1,0 +1,65 @@
+"""The CPU backend: an optimised HLO module becomes one C file, compiled once and run natively.
+
+    from hlofuse.backends import cpu
+    exe = cpu.compile_module(module)   # module already through its pipeline
+    outs = exe(x, y)                   # list of numpy arrays, like interpreter.run
+    print(exe.profile(x, y))           # per-kernel times
+
+The pieces, in the order a module flows through them:
+
+    lower/         one kernel (a kLoop/kInput/kOutput fusion, or an unfused op that does work, seen
+                   as a fusion of one op) -> a C function with a fixed signature (`contract.Kernel`)
+    cexpr.py       scalar semantics: storage/compute C types per dtype, every elementwise opcode
+                   as a C expression with the interpreter's exact semantics, literals
+    mathlib.py     vectorizable polynomial sin/cos/exp/log/tanh/... (libm's scalar calls would
+                   block SIMD), with their documented ulp error
+    driver.py      the whole file (`contract.Program`): prelude, kernels, and the native driver
+                   `hf_entry` for the entry computation, while/conditional/call included, so no
+                   Python runs between kernels
+    buffers.py     the driver's buffer assignment (which values share memory, what is in place)
+    build.py       find the C compiler, compile with fixed flags (never -ffast-math), cache the
+                   .so by content hash (atomic writes, safe across processes), load with ctypes
+    executable.py  `CpuExecutable`: argument checks like the interpreter, the ctypes call, and
+                   `profile()` from the -DHF_PROFILE build
+
+The interpreter is the specification: every result matches it (exact for integers and bools,
+floats within the tolerances documented in tests/test_cpu_programs.py). An op the backend does
+not support raises a CompileError subclass naming the instruction; without a C compiler,
+`available()` is False and compiling raises `build.CompilerNotFoundError`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hlofuse.backends.cpu.contract import Program
+    from hlofuse.backends.cpu.executable import CpuExecutable
+    from hlofuse.ir.module import Module
+
+__all__ = ["available", "compile_module", "generate"]
+
+
+def available() -> bool:
+    """Whether a C compiler exists (the backend can build modules)."""
+    from hlofuse.backends.cpu import build
+
+    try:
+        build.find_compiler()
+    except build.CompilerNotFoundError:
+        return False
+    return True
+
+
+def generate(module: Module) -> Program:
+    """The C program for an (optimised) module, without compiling it."""
+    from hlofuse.backends.cpu import driver
+
+    return driver.generate(module)
+
+
+def compile_module(module: Module) -> CpuExecutable:
+    """Generate, compile (through the cache) and load an already optimised module."""
+    from hlofuse.backends.cpu.executable import CpuExecutable
+
+    return CpuExecutable(module, generate(module))

@@ -1,0 +1,285 @@
+"""A compiled module on the CPU: the loaded shared library and its calling convention.
+
+    exe = CpuExecutable(module, program)   # compiles (through the build cache) and loads
+    outs = exe(x, y)                       # list of numpy arrays: the root's leaves, flattened
+    print(exe.profile(x, y))               # per-kernel times from the -DHF_PROFILE build
+
+Conditions enforced on every call, exactly like the interpreter (`interpreter.check_args`):
+the arguments match the entry parameters in count, shape and element type (no implicit casts;
+numpy scalars are accepted as 0-d arrays; a tuple-shaped parameter is given as a tuple and
+flattened depth-first). Inputs are passed C-contiguous (copied if they are not); outputs are
+fresh arrays the caller owns. A non-zero status from `hf_entry` raises `NativeRuntimeError`.
+
+The per-call path is kept short: the parameters' leaf dtypes and shapes, the ctypes pointer
+array types and the output allocation list are computed once here; a call checks each array
+with a few attribute compares and falls back to `check_args` only to build the error message.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hlofuse.backends.cpu.contract import Program
+from hlofuse.errors import CompileError
+from hlofuse.ir.module import Module
+from hlofuse.ir.shape import ArrayShape, TokenShape, TupleShape, leaves
+
+
+class NativeRuntimeError(CompileError):
+    """The compiled module reported a failure (a non-zero status from `hf_entry`)."""
+
+
+_c_char_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
+def _address(a: np.ndarray) -> int:
+    """The data pointer of a C-contiguous array (`from_buffer` is ~4x faster than `.ctypes.data`
+    but needs a writable, non-empty buffer)."""
+    try:
+        return _addressof(_c_char_from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return int(a.ctypes.data)
+
+
+def _leaf_specs(shape: object) -> list[tuple[np.dtype, tuple[int, ...]]]:
+    return [(s.dtype.np, tuple(s.dims)) for s in leaves(shape)]  # type: ignore[arg-type]
+
+
+def _flatten_value(value: Any, shape: object, out: list[Any]) -> None:
+    """Depth-first array leaves of an argument already checked against `shape`."""
+    if isinstance(shape, TupleShape):
+        for v, s in zip(value, shape.elements, strict=True):
+            _flatten_value(v, s, out)
+    elif isinstance(shape, ArrayShape):
+        out.append(value)
+    # tokens carry no data
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """One kernel's row of a profile."""
+
+    kernel: str
+    instruction: str
+    kind: str
+    calls: int
+    total_ns: int
+    bytes_per_call: int
+
+    @property
+    def ns_per_call(self) -> float:
+        return self.total_ns / self.calls if self.calls else 0.0
+
+    @property
+    def gb_per_s(self) -> float:
+        """Bytes per call over time per call (a lower bound on the achieved bandwidth)."""
+        return self.bytes_per_call / self.ns_per_call if self.calls and self.total_ns else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "instruction": self.instruction,
+            "kind": self.kind,
+            "calls": self.calls,
+            "total_ns": self.total_ns,
+            "ns_per_call": self.ns_per_call,
+            "bytes_per_call": self.bytes_per_call,
+            "gb_per_s": self.gb_per_s,
+        }
+
+
+def _fmt_ns(ns: float) -> str:
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Per-kernel times of one (or `repeat`) run(s) of a module; `str()` is a table sorted by
+    total time, `to_dict()` the same data for JSON."""
+
+    module: str
+    rows: tuple[KernelProfile, ...]
+    wall_ns: int  # the whole call(s), driver and Python overhead included
+    repeat: int = 1
+
+    @property
+    def kernel_ns(self) -> int:
+        return sum(r.total_ns for r in self.rows)
+
+    def sorted_rows(self) -> list[KernelProfile]:
+        return sorted(self.rows, key=lambda r: (-r.total_ns, r.kernel))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "repeat": self.repeat,
+            "wall_ns": self.wall_ns,
+            "kernel_ns": self.kernel_ns,
+            "kernels": [r.to_dict() for r in self.sorted_rows()],
+        }
+
+    def __str__(self) -> str:
+        header = ("kernel", "instruction", "kind", "calls", "total", "per call", "bytes/call",
+                  "GB/s", "%")
+        total = self.kernel_ns or 1
+        body = [
+            (r.kernel, r.instruction, r.kind, str(r.calls), _fmt_ns(r.total_ns),
+             _fmt_ns(r.ns_per_call), _fmt_bytes(r.bytes_per_call), f"{r.gb_per_s:.2f}",
+             f"{100.0 * r.total_ns / total:.1f}")
+            for r in self.sorted_rows()
+        ]
+        widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+        right = {3, 4, 5, 6, 7, 8}
+
+        def line(row: Sequence[str]) -> str:
+            return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                             for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+
+        lines = [
+            f"# profile of {self.module}: {len(self.rows)} kernels, {self.repeat} run(s), "
+            f"wall {_fmt_ns(self.wall_ns)}, in kernels {_fmt_ns(self.kernel_ns)}",
+            line(header),
+            line(["-" * w for w in widths]),
+            *(line(row) for row in body),
+        ]
+        return "\n".join(lines)
+
+
+class CpuExecutable:
+    """A module compiled to native code. Call it with numpy arrays; get a list of arrays."""
+
+    def __init__(self, module: Module, program: Program) -> None:
+        from hlofuse.backends.cpu import build
+
+        self.module = module
+        self.program = program
+        self.name = module.name
+        self._params = list(module.entry.parameters)
+        self._simple = all(isinstance(p.shape, ArrayShape) for p in self._params)
+        self._in_specs = [spec for p in self._params for spec in _leaf_specs(p.shape)]
+        self._out_specs = [(s.dtype.np, tuple(s.dims)) for s in program.outputs]
+        if len(self._in_specs) != len(program.inputs):
+            raise CompileError(
+                f"{self.name}: the generated program takes {len(program.inputs)} input buffers "
+                f"but the entry parameters have {len(self._in_specs)} array leaves"
+            )
+        self._in_type = ctypes.c_void_p * max(1, len(self._in_specs))
+        self._out_type = ctypes.c_void_p * max(1, len(self._out_specs))
+        self._lib = build.load_library(program.source, name=module.name)
+        self._entry = self._bind(self._lib)
+        self._prof_lib: ctypes.CDLL | None = None
+
+    @property
+    def source(self) -> str:
+        """The generated C file."""
+        return self.program.source
+
+    def _bind(self, lib: ctypes.CDLL) -> Any:
+        try:
+            fn = getattr(lib, self.program.entry_symbol)
+        except AttributeError:
+            raise CompileError(
+                f"{self.name}: the compiled library has no symbol {self.program.entry_symbol!r}"
+            ) from None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        return fn
+
+    def _inputs(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """The C-contiguous input leaves, after the same checks as the interpreter."""
+        specs = self._in_specs
+        if self._simple and len(arrays) == len(specs):
+            out = []
+            for a, (dt, dims) in zip(arrays, specs, strict=True):
+                if type(a) is not np.ndarray:
+                    if isinstance(a, np.generic):
+                        a = np.asarray(a)
+                    if type(a) is not np.ndarray:
+                        break
+                if a.dtype != dt or a.shape != dims:
+                    break
+                out.append(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+            else:
+                return out
+        # Slow path: tuples/tokens, or a mismatch (check_args raises the precise InputError).
+        from hlofuse.backends.interpreter import check_args
+
+        checked = check_args(self.module, arrays)
+        flat: list[Any] = []
+        for value, p in zip(checked, self._params, strict=True):
+            if isinstance(p.shape, TokenShape):
+                continue
+            _flatten_value(value, p.shape, flat)
+        return [np.ascontiguousarray(a) for a in flat]
+
+    def _run(self, entry: Any, arrays: Sequence[Any]) -> list[np.ndarray]:
+        ins = self._inputs(arrays)
+        outs = [np.empty(dims, dt) for dt, dims in self._out_specs]
+        status = entry(self._in_type(*[_address(a) for a in ins]),
+                       self._out_type(*[_address(o) for o in outs]))
+        if status != 0:
+            raise NativeRuntimeError(
+                f"{self.name}: the compiled module failed (hf_entry returned status {status})"
+            )
+        return outs
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        return self._run(self._entry, arrays)
+
+    def _profiling_library(self) -> ctypes.CDLL:
+        if self._prof_lib is None:
+            from hlofuse.backends.cpu import build
+
+            self._prof_lib = build.load_library(
+                self.program.source, name=self.name, extra_flags=("-DHF_PROFILE",)
+            )
+        return self._prof_lib
+
+    def profile(self, *arrays: Any, repeat: int = 1) -> Profile:
+        """Run `repeat` times with the profiling build; per-kernel call counts and times."""
+        if repeat < 1:
+            raise ValueError("repeat must be at least 1")
+        lib = self._profiling_library()
+        entry = self._bind(lib)
+        kernels = self.program.kernels
+        n = len(kernels)
+        if n:
+            try:
+                ns = (ctypes.c_uint64 * n).in_dll(lib, "hf_prof_ns")
+                calls = (ctypes.c_uint64 * n).in_dll(lib, "hf_prof_calls")
+            except ValueError:
+                raise CompileError(
+                    f"{self.name}: the -DHF_PROFILE build defines no hf_prof_ns/hf_prof_calls"
+                ) from None
+            for i in range(n):
+                ns[i] = 0
+                calls[i] = 0
+        t0 = time.perf_counter_ns()
+        for _ in range(repeat):
+            self._run(entry, arrays)
+        wall = time.perf_counter_ns() - t0
+        rows = tuple(
+            KernelProfile(k.name, k.instruction, k.kind, int(calls[i]), int(ns[i]), k.nbytes)
+            for i, k in enumerate(kernels)
+        ) if n else ()
+        return Profile(self.name, rows, wall, repeat)
