@@ -1,0 +1,486 @@
+"""Scalar semantics of the CPU backend: each HLO elementwise op on each element type as one C
+expression that gives exactly the interpreter's result (`backends/interpreter/elementwise.py`).
+
+Types: a value has a *storage* type (`ctype`: what arrays hold; pred is uint8_t 0/1, f16/bf16 are
+raw uint16_t bits) and a *compute* type (`compute_type`: the same, except f16/bf16 compute in
+float). `load`/`store` convert between them; `elementwise` takes operands as compute-type C
+expressions and returns a compute-type C expression.
+
+Conditions enforced:
+- Each operand expression is used once in the result (helpers take anything used twice), so nested
+  expressions never grow exponentially.
+- Integer arithmetic never relies on C signed overflow: add/subtract/multiply/negate/abs run in an
+  unsigned type at least as wide as int and are cast back (wrap-around, as XLA).
+- f16/bf16 results are rounded to their type after every op (`hf_round_f16`/`hf_round_bf16`),
+  which equals the interpreter's "compute in f64, round once" for + - * / sqrt (f32 has more than
+  2p+2 bits for both) and is within one ulp of it for transcendentals.
+- Transcendentals call `mathlib.FUNCTIONS[opcode]` (f32 for f32/f16/bf16, f64 for f64); without
+  mathlib they call libm.
+- Anything the CPU backend cannot express raises `UnsupportedOpError`, naming the instruction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hlofuse.backends.cpu import cprelude
+from hlofuse.errors import CompileError
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape
+
+
+class UnsupportedOpError(CompileError):
+    """An elementwise op/type combination the CPU backend does not generate C for."""
+
+
+_CTYPES = {
+    "pred": "uint8_t",
+    "s8": "int8_t",
+    "s16": "int16_t",
+    "s32": "int32_t",
+    "s64": "int64_t",
+    "u8": "uint8_t",
+    "u16": "uint16_t",
+    "u32": "uint32_t",
+    "u64": "uint64_t",
+    "f16": "uint16_t",
+    "bf16": "uint16_t",
+    "f32": "float",
+    "f64": "double",
+}
+_NARROW = ("f16", "bf16")
+
+
+def _name(dtype: DType | str) -> str:
+    return dtype if isinstance(dtype, str) else dtype.name
+
+
+def ctype(dtype: DType) -> str:
+    """The C storage type of `dtype` (arrays, kernel arguments)."""
+    try:
+        return _CTYPES[_name(dtype)]
+    except KeyError:
+        raise UnsupportedOpError(f"element type {dtype} has no C type in the cpu backend") from None
+
+
+def compute_type(dtype: DType) -> str:
+    """The C type values of `dtype` are computed in (float for f16/bf16)."""
+    return "float" if _name(dtype) in _NARROW else ctype(dtype)
+
+
+def load(dtype: DType, expr: str) -> str:
+    """Storage value -> compute value."""
+    n = _name(dtype)
+    if n == "f16":
+        return f"hf_f16_to_f32({expr})"
+    if n == "bf16":
+        return f"hf_bf16_to_f32({expr})"
+    return expr
+
+
+def store(dtype: DType, expr: str) -> str:
+    """Compute value -> storage value (round to nearest even for f16/bf16)."""
+    n = _name(dtype)
+    if n == "f16":
+        return f"hf_f32_to_f16({expr})"
+    if n == "bf16":
+        return f"hf_f32_to_bf16({expr})"
+    return expr
+
+
+def _round(dtype: DType, expr: str) -> str:
+    """Round a float expression to `dtype` (identity for f32/f64)."""
+    n = _name(dtype)
+    if n == "f16":
+        return f"hf_round_f16({expr})"
+    if n == "bf16":
+        return f"hf_round_bf16({expr})"
+    return expr
+
+
+def _fsfx(dtype: DType) -> str:
+    """The helper suffix of a float type's compute type."""
+    return "f64" if _name(dtype) == "f64" else "f32"
+
+
+# ----- literals ------------------------------------------------------------------------------
+
+
+def _float_text(v: float, single: bool) -> str:
+    suffix = "f" if single else ""
+    if math.isnan(v):
+        body = f'__builtin_nan{suffix}("")'
+        return f"(-{body})" if math.copysign(1.0, v) < 0 else body
+    if math.isinf(v):
+        return f"(-__builtin_inf{suffix}())" if v < 0 else f"__builtin_inf{suffix}()"
+    h = float(v).hex()  # e.g. -0x1.8000000000000p+1
+    mant, exp = h.split("p")
+    if "." in mant:
+        mant = mant.rstrip("0").rstrip(".")
+    text = f"{mant}p{exp}{suffix}"
+    return f"({text})" if text.startswith("-") else text
+
+
+def _int_text(v: int, name: str) -> str:
+    bits = int(name[1:])
+    signed = name[0] == "s"
+    if signed and v == -(1 << (bits - 1)) and bits >= 32:
+        suffix = "LL" if bits == 64 else ""
+        return f"(-{(1 << (bits - 1)) - 1}{suffix}-1)"
+    if bits == 64:
+        return f"{v}{'LL' if signed else 'ULL'}"
+    if bits == 32 and not signed:
+        return f"{v}u"
+    return str(v)
+
+
+def literal(value: object, dtype: DType) -> str:
+    """A C constant of `dtype`'s compute type holding `value` exactly."""
+    n = _name(dtype)
+    if n == "pred":
+        return "((uint8_t)1)" if bool(value) else "((uint8_t)0)"
+    if n in ("f16", "bf16", "f32"):
+        v = float(np.asarray(value).astype(np.dtype(dtype.np)).astype(np.float32))
+        return _float_text(v, single=True)
+    if n == "f64":
+        return _float_text(float(value), single=False)  # type: ignore[arg-type]
+    if n in _CTYPES:
+        return f"(({ctype(dtype)}){_int_text(int(value), n)})"  # type: ignore[call-overload]
+    raise UnsupportedOpError(f"no C literal for element type {dtype}")
+
+
+def array_initializer(array: np.ndarray, dtype: DType) -> str:
+    """`{...}` initializer of the storage values of `array` (row-major), compact."""
+    n = _name(dtype)
+    flat = np.ascontiguousarray(np.asarray(array).astype(dtype.np)).reshape(-1)
+    if flat.size == 0:
+        return "{0}"
+    if n in _NARROW:
+        items = [str(v) for v in flat.view(np.uint16).tolist()]
+    elif n == "pred":
+        items = ["1" if v else "0" for v in flat.tolist()]
+    elif n in ("f32", "f64"):
+        single = n == "f32"
+        raw = flat.view(np.uint32 if single else np.uint64)
+        uniq, inverse = np.unique(raw, return_inverse=True)
+        texts = [_short_float(v, single) for v in uniq.view(flat.dtype).tolist()]
+        items = [texts[i] for i in inverse.reshape(-1).tolist()]
+    else:
+        uniq, inverse = np.unique(flat, return_inverse=True)
+        texts = [_int_text(int(v), n) for v in uniq.tolist()]
+        items = [texts[i] for i in inverse.reshape(-1).tolist()]
+    lines = [",".join(items[i : i + 16]) for i in range(0, len(items), 16)]
+    return "{" + ",\n".join(lines) + "}"
+
+
+def _short_float(v: float, single: bool) -> str:
+    """The shortest decimal that reads back as `v` (C compilers round decimal literals
+    correctly), or the hex form for inf/nan."""
+    if not math.isfinite(v):
+        return _float_text(v, single)
+    text = str(np.float32(v)) if single else repr(float(v))
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text + ("f" if single else "")
+
+
+# ----- elementwise ---------------------------------------------------------------------------
+
+
+def _dtype_of(instr: Instruction) -> DType:
+    shape = instr.shape
+    if not isinstance(shape, ArrayShape):
+        raise UnsupportedOpError(
+            f"instruction {instr.name}: {instr.opcode.value} with result shape {shape} is not an "
+            "elementwise array op"
+        )
+    return shape.dtype
+
+
+def _unsupported(instr: Instruction, dt: DType, why: str = "") -> UnsupportedOpError:
+    extra = f" ({why})" if why else ""
+    return UnsupportedOpError(
+        f"instruction {instr.name}: {instr.opcode.value} on {dt} is not supported by the cpu "
+        f"backend{extra}; the interpreter backend runs it"
+    )
+
+
+_MATH_OPS = {
+    Opcode.CBRT: "cbrt",
+    Opcode.COS: "cos",
+    Opcode.ERF: "erf",
+    Opcode.EXP: "exp",
+    Opcode.EXPM1: "expm1",
+    Opcode.LOG: "log",
+    Opcode.LOG1P: "log1p",
+    Opcode.SIN: "sin",
+    Opcode.TAN: "tan",
+    Opcode.TANH: "tanh",
+    Opcode.ATAN2: "atan2",
+    Opcode.POWER: "pow",
+}
+
+_EXACT_UNARY = {  # libm functions that are exact (correctly rounded by definition)
+    Opcode.CEIL: "ceil",
+    Opcode.FLOOR: "floor",
+    Opcode.ROUND_EVEN: "rint",
+    Opcode.SQRT: "sqrt",
+}
+
+
+def _mathlib_functions() -> dict[str, tuple[str, str]]:
+    try:
+        from hlofuse.backends.cpu import mathlib
+    except ImportError:
+        return {}
+    return dict(getattr(mathlib, "FUNCTIONS", {}))
+
+
+def _math_call(op: Opcode, dt: DType, args: list[str]) -> str:
+    f64 = _name(dt) == "f64"
+    funcs = _mathlib_functions()
+    if op.value in funcs:
+        fn = funcs[op.value][1 if f64 else 0]
+    elif op is Opcode.LOGISTIC:
+        return _logistic(dt, args)
+    else:
+        fn = _MATH_OPS[op] + ("" if f64 else "f")
+    return _round(dt, f"{fn}({', '.join(args)})")
+
+
+def _logistic(dt: DType, args: list[str]) -> str:
+    if _name(dt) == "f64":
+        return f"(1.0 / (1.0 + exp(-({args[0]}))))"
+    return _round(dt, f"(1.0f / (1.0f + expf(-({args[0]}))))")
+
+
+def elementwise(instr: Instruction, operands: list[str]) -> str:
+    """A C expression (in `compute_type` of the result) computing `instr` from its operands'
+    compute-type expressions."""
+    op = instr.opcode
+    dt = _dtype_of(instr)
+    ops = [f"({o})" for o in operands]
+    if op is Opcode.COPY:
+        return ops[0]
+    if op is Opcode.SELECT:
+        return f"({ops[0]} ? {ops[1]} : {ops[2]})"
+    if op is Opcode.CONVERT:
+        return _convert(instr, _operand_dtype(instr, 0), dt, ops[0])
+    if op is Opcode.BITCAST_CONVERT:
+        return _bitcast_convert(instr, _operand_dtype(instr, 0), dt, ops[0])
+    if op is Opcode.COMPARE:
+        return _compare(instr, ops)
+    if op is Opcode.IS_FINITE:
+        return f"((uint8_t)(isfinite{ops[0]} != 0))"
+    if op in (Opcode.REAL, Opcode.IMAG):
+        raise _unsupported(instr, dt, "complex numbers are not supported")
+    if dt.is_float:
+        return _float_op(instr, dt, ops)
+    if dt.is_pred:
+        return _pred_op(instr, dt, ops)
+    return _int_op(instr, dt, ops)
+
+
+def _operand_dtype(instr: Instruction, i: int) -> DType:
+    shape = instr.operands[i].shape
+    if not isinstance(shape, ArrayShape):
+        raise UnsupportedOpError(
+            f"instruction {instr.name}: operand {i} has shape {shape}, expected an array"
+        )
+    return shape.dtype
+
+
+def _float_op(instr: Instruction, dt: DType, ops: list[str]) -> str:
+    op = instr.opcode
+    sfx = _fsfx(dt)
+    f64 = sfx == "f64"
+    fs = "" if f64 else "f"
+    binary = {Opcode.ADD: "+", Opcode.SUBTRACT: "-", Opcode.MULTIPLY: "*", Opcode.DIVIDE: "/"}
+    if op in binary:
+        return _round(dt, f"({ops[0]} {binary[op]} {ops[1]})")
+    if op is Opcode.NEGATE:
+        return f"(-{ops[0]})"
+    if op is Opcode.ABS:
+        return f"fabs{fs}{ops[0]}"
+    if op in _EXACT_UNARY:
+        return _round(dt, f"{_EXACT_UNARY[op]}{fs}{ops[0]}")
+    if op is Opcode.ROUND_AFZ:
+        return f"hf_round_afz_{sfx}{ops[0]}"
+    if op is Opcode.SIGN:
+        return f"hf_sign_{sfx}{ops[0]}"
+    if op is Opcode.MAXIMUM:
+        return f"hf_max_{sfx}({ops[0]}, {ops[1]})"
+    if op is Opcode.MINIMUM:
+        return f"hf_min_{sfx}({ops[0]}, {ops[1]})"
+    if op is Opcode.CLAMP:
+        return f"hf_min_{sfx}(hf_max_{sfx}({ops[1]}, {ops[0]}), {ops[2]})"
+    if op is Opcode.REMAINDER:
+        return f"fmod{fs}({ops[0]}, {ops[1]})"
+    if op is Opcode.RSQRT:
+        if f64:
+            return f"(1.0 / sqrt{ops[0]})"
+        return _round(dt, f"((float)(1.0 / sqrt((double){ops[0]})))")
+    if op is Opcode.REDUCE_PRECISION:
+        e, m = instr.attrs.get("exponent_bits"), instr.attrs.get("mantissa_bits")
+        if e is None or m is None or int(e) < 1 or int(m) < 0:  # type: ignore[call-overload]
+            raise _unsupported(instr, dt, "needs exponent_bits >= 1 and mantissa_bits >= 0")
+        e, m = int(e), int(m)  # type: ignore[call-overload]
+        if _name(dt) == "bf16":
+            return f"hf_round_bf16(hf_reduce_precision_f32({ops[0]}, {e}, {m}))"
+        return f"hf_reduce_precision_{_name(dt)}({ops[0]}, {e}, {m})"
+    if op in _MATH_OPS or op is Opcode.LOGISTIC:
+        return _math_call(op, dt, ops)
+    raise _unsupported(instr, dt)
+
+
+_PRED_BINARY = {
+    Opcode.ADD: "|",
+    Opcode.MAXIMUM: "|",
+    Opcode.OR: "|",
+    Opcode.MULTIPLY: "&",
+    Opcode.MINIMUM: "&",
+    Opcode.AND: "&",
+    Opcode.XOR: "^",
+}
+
+
+def _pred_op(instr: Instruction, dt: DType, ops: list[str]) -> str:
+    op = instr.opcode
+    if op in _PRED_BINARY:
+        return f"((uint8_t)({ops[0]} {_PRED_BINARY[op]} {ops[1]}))"
+    if op is Opcode.NOT:
+        return f"((uint8_t)({ops[0]} ^ 1))"
+    if op in (Opcode.ABS, Opcode.SIGN):
+        return ops[0]
+    if op is Opcode.CLAMP:
+        return f"((uint8_t)(({ops[1]} | {ops[0]}) & {ops[2]}))"
+    raise _unsupported(instr, dt)
+
+
+def _int_op(instr: Instruction, dt: DType, ops: list[str]) -> str:
+    op = instr.opcode
+    n = _name(dt)
+    t = ctype(dt)
+    wu = "uint64_t" if dt.bits == 64 else "uint32_t"
+    wrapping = {Opcode.ADD: "+", Opcode.SUBTRACT: "-", Opcode.MULTIPLY: "*"}
+    if op in wrapping:
+        return f"(({t})(({wu}){ops[0]} {wrapping[op]} ({wu}){ops[1]}))"
+    bitwise = {Opcode.AND: "&", Opcode.OR: "|", Opcode.XOR: "^"}
+    if op in bitwise:
+        return f"(({t})({ops[0]} {bitwise[op]} {ops[1]}))"
+    if op is Opcode.NEGATE:
+        return f"(({t})(({wu})0 - ({wu}){ops[0]}))"
+    if op is Opcode.NOT:
+        return f"(({t})~{ops[0]})"
+    helpers = {
+        Opcode.DIVIDE: "div",
+        Opcode.REMAINDER: "rem",
+        Opcode.POWER: "pow",
+        Opcode.SHIFT_LEFT: "shl",
+        Opcode.SHIFT_RIGHT_LOGICAL: "shrl",
+        Opcode.SHIFT_RIGHT_ARITHMETIC: "shra",
+        Opcode.MAXIMUM: "max",
+        Opcode.MINIMUM: "min",
+        Opcode.ABS: "abs",
+        Opcode.SIGN: "sign",
+        Opcode.CLZ: "clz",
+        Opcode.POPCNT: "popcnt",
+    }
+    if op in helpers:
+        return f"hf_{helpers[op]}_{n}({', '.join(ops)})"
+    if op is Opcode.CLAMP:
+        return f"hf_min_{n}(hf_max_{n}({ops[1]}, {ops[0]}), {ops[2]})"
+    raise _unsupported(instr, dt)
+
+
+def _compare(instr: Instruction, ops: list[str]) -> str:
+    direction = str(instr.attrs.get("direction", ""))
+    sym = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}.get(direction)
+    src = _operand_dtype(instr, 0)
+    if sym is None:
+        raise _unsupported(instr, src, f"unknown comparison direction {direction!r}")
+    kind = instr.attrs.get("type")
+    kind = None if kind is None else str(kind)
+    a, b = ops
+    if src.is_float and kind == "TOTALORDER":
+        sfx = _fsfx(src)
+        a, b = f"hf_tokey_{sfx}({a})", f"hf_tokey_{sfx}({b})"
+    elif src.is_integral and kind == "UNSIGNED" and src.is_signed:
+        u = f"uint{src.bits}_t"
+        a, b = f"(({u}){a})", f"(({u}){b})"
+    elif src.is_integral and kind == "SIGNED" and not src.is_signed:
+        s = f"int{src.bits}_t"
+        a, b = f"(({s}){a})", f"(({s}){b})"
+    return f"((uint8_t)({a} {sym} {b}))"
+
+
+def _convert(instr: Instruction, src: DType, dst: DType, x: str) -> str:
+    s, d = _name(src), _name(dst)
+    if s == d:
+        return x
+    if dst.is_pred:
+        return f"((uint8_t)({x} != 0))"
+    if src.is_pred or (src.is_integral and dst.is_integral):
+        if d in _NARROW:
+            return x if src.is_pred else _round(dst, f"((float){x})")
+        return f"(({compute_type(dst)}){x})"
+    if src.is_float and dst.is_integral:
+        return f"hf_cvt_{_fsfx(src)}_{d}({x})"
+    if src.is_integral:  # -> float
+        if d in _NARROW:
+            return _round(dst, f"((float){x})")
+        return f"(({compute_type(dst)}){x})"
+    # float -> float
+    if d == "f64":
+        return f"((double){x})"
+    if d == "f32":
+        return f"((float){x})" if s == "f64" else x
+    if d == "f16" and s == "f64":
+        return f"hf_round_f16_f64({x})"
+    if s == "f64":
+        return _round(dst, f"((float){x})")
+    return _round(dst, x)
+
+
+def _bitcast_convert(instr: Instruction, src: DType, dst: DType, x: str) -> str:
+    if src.bits != dst.bits or src.is_pred or dst.is_pred:
+        raise _unsupported(
+            instr, dst, f"bitcast-convert from {src} is supported only between types of one width"
+        )
+    s, d = _name(src), _name(dst)
+    if s == d:
+        return x
+    bits = f"uint{src.bits}_t"
+    # source value -> raw bits
+    if s in _NARROW:
+        raw = store(src, x)
+    elif s == "f32":
+        raw = f"hf_f32_bits({x})"
+    elif s == "f64":
+        raw = f"hf_f64_bits({x})"
+    else:
+        raw = f"(({bits}){x})"
+    # raw bits -> destination value
+    if d in _NARROW:
+        return load(dst, raw)
+    if d == "f32":
+        return f"hf_f32_from_bits({raw})"
+    if d == "f64":
+        return f"hf_f64_from_bits({raw})"
+    return f"(({ctype(dst)}){raw})"
+
+
+def prelude() -> str:
+    """Includes, the hf_* helpers and mathlib's functions: emitted once at the top of a file."""
+    parts = [cprelude.includes(), cprelude.helpers()]
+    try:
+        from hlofuse.backends.cpu import mathlib
+    except ImportError:
+        parts.append("/* mathlib not available: transcendentals use libm */\n")
+    else:
+        parts.append(mathlib.source())
+    return "".join(parts)
