@@ -200,3 +200,83 @@ def test_demo_quick(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "demo", "--quick")
     assert code == 0
     assert "cartpole_baseline" in out and "identical" in out
+
+
+# -- the cpu backend: run --backend cpu / --profile, emit ----------------------------------------
+
+needs_cc = pytest.mark.skipif(
+    not __import__("hlofuse.backends.cpu", fromlist=["available"]).available(),
+    reason="no C compiler",
+)
+
+
+@needs_cc
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+def test_run_backends_agree(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                            backend: str) -> None:
+    f = tmp_path / "t.hlo"
+    f.write_text(TUPLE_OUT)
+    x = np.array([4, -5, 6], dtype=np.int32)
+    np.savez(tmp_path / "in.npz", in_0=x)
+    code, _, err = run_cli(capsys, "run", str(f), "--backend", backend, "--pipeline", "xla",
+                           "--inputs", str(tmp_path / "in.npz"),
+                           "--output", str(tmp_path / "out.npz"))
+    assert code == 0, err
+    assert f"ran on {backend}" in err
+    out = np.load(tmp_path / "out.npz")
+    np.testing.assert_array_equal(out["out_1"], -x)
+    np.testing.assert_array_equal(out["out_2"], x)
+
+
+@needs_cc
+def test_run_defaults_to_cpu(capsys: pytest.CaptureFixture[str], add_file: Path) -> None:
+    code, out, err = run_cli(capsys, "run", str(add_file), "--random-inputs", "1")
+    assert code == 0, err
+    assert "ran on cpu" in err and "out_0: float32[4]" in out
+
+
+@needs_cc
+def test_run_profile_prints_kernel_table(capsys: pytest.CaptureFixture[str],
+                                         add_file: Path) -> None:
+    code, out, err = run_cli(capsys, "run", str(add_file), "--random-inputs", "1", "--profile")
+    assert code == 0, err
+    assert "# profile of add_module" in out
+    assert "kernel" in out and "GB/s" in out and "add" in out
+
+
+def test_run_profile_needs_cpu(capsys: pytest.CaptureFixture[str], add_file: Path) -> None:
+    code, _, err = run_cli(capsys, "run", str(add_file), "--random-inputs", "1",
+                           "--backend", "interpreter", "--profile")
+    assert_clean_error(code, err, "--profile needs the cpu backend")
+
+
+def test_run_cpu_without_compiler(capsys: pytest.CaptureFixture[str], add_file: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    monkeypatch.setenv("PATH", "")
+    code, _, err = run_cli(capsys, "run", str(add_file), "--random-inputs", "1",
+                           "--backend", "cpu")
+    assert_clean_error(code, err, "no C compiler", "interpreter")
+    # without --backend the CLI picks the interpreter itself
+    code, out, err = run_cli(capsys, "run", str(add_file), "--random-inputs", "1")
+    assert code == 0 and "ran on interpreter" in err and "out_0" in out
+
+
+def test_emit_prints_c(capsys: pytest.CaptureFixture[str], add_file: Path,
+                       tmp_path: Path) -> None:
+    code, out, err = run_cli(capsys, "emit", str(add_file))
+    assert code == 0, err
+    assert "int hf_entry(" in out
+    code, out, err = run_cli(capsys, "emit", str(add_file), "--pipeline", "none",
+                             "-o", str(tmp_path / "m.c"))
+    assert code == 0, err
+    assert out == ""
+    assert "int hf_entry(" in (tmp_path / "m.c").read_text()
+
+
+def test_emit_errors_are_clean(capsys: pytest.CaptureFixture[str], add_file: Path,
+                               tmp_path: Path) -> None:
+    code, _, err = run_cli(capsys, "emit", str(tmp_path / "nope.hlo"))
+    assert_clean_error(code, err, "nope.hlo: no such file")
+    code, _, err = run_cli(capsys, "emit", str(add_file), "--pipeline", "nope")
+    assert_clean_error(code, err, "nope")

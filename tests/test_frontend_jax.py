@@ -93,3 +93,36 @@ def test_typed_prng_keys_are_rejected_clearly() -> None:
     key = jax.random.key(0)
     with pytest.raises(InputError, match="key_data"):
         hlofuse.jit(lambda k: jax.random.uniform(k, (2,)))(key)
+
+
+# -- backend choice ------------------------------------------------------------------------------
+
+
+def test_jit_default_backend_is_cpu_when_a_compiler_exists() -> None:
+    from hlofuse.backends import cpu
+
+    def update(params, grads, lr):
+        new = jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads)
+        return new, sum(jnp.sum(v) for v in jax.tree_util.tree_leaves(new))
+
+    params = {"w": np.ones((3, 2), np.float32), "b": np.zeros(2, np.float32)}
+    grads = {"w": np.full((3, 2), 0.5, np.float32), "b": np.ones(2, np.float32)}
+    f = hlofuse.jit(update)
+    new, total = f(params, grads, np.float32(0.1))
+    want_new, want_total = jax.jit(update)(params, grads, np.float32(0.1))
+    np.testing.assert_allclose(new["w"], want_new["w"], rtol=1e-6)
+    np.testing.assert_allclose(new["b"], want_new["b"], rtol=1e-6)
+    np.testing.assert_allclose(total, want_total, rtol=1e-6)
+    expected = "cpu" if cpu.available() else "interpreter"
+    assert f.backend_for(params, grads, np.float32(0.1)) == expected
+
+
+def test_jit_without_compiler_uses_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    monkeypatch.setenv("PATH", "")
+    f = hlofuse.jit(scaled_sin)
+    x = np.linspace(-1, 1, 5, dtype=np.float32)
+    np.testing.assert_allclose(f(x), np.sin(x) * 2, rtol=1e-6)
+    assert f.backend_for(x) == "interpreter"
+    with pytest.raises(hlofuse.CompileError, match="interpreter"):
+        hlofuse.jit(scaled_sin, backend="cpu")(x)
