@@ -1,0 +1,271 @@
+"""dot (dot_general) as C: a canonical batched GEMM over a cache-blocked, register-tiled kernel.
+
+    dot(lhs, rhs) ──view or copy──▶ A[batch, M, K] x B[batch, K, N] ──hflib_gemm_T──▶ C[batch, M, N]
+
+The result of dot_general is laid out batch dims, lhs free dims, rhs free dims, so C is exactly
+the output buffer (row-major). Each operand is read through three strides (batch, row, column)
+when its batch, free and contracting dimensions each flatten to one stride (dimensions of extent
+1 are ignored); otherwise, or when its element type is not the accumulator type, it is first
+copied (transposed and converted) into a canonical scratch buffer.
+
+The GEMM is BLIS-shaped: B is packed into KC x NR panels, A (per thread) into MR x KC panels, and
+an MR x NR micro-kernel written with GCC/clang vector extensions keeps its accumulators in
+registers (NR = two SIMD vectors). OpenMP splits the M blocks when M*N*K >= PARALLEL_WORK.
+
+Accumulation, against the interpreter (which contracts floats in f64 and integers in 64 bits):
+* f32/f16/bf16 results accumulate in float (FMA where the CPU has it), f64 in double; f16/bf16
+  are rounded once at the end. Floats therefore match within a tolerance, not bit for bit.
+* integer results accumulate in uint32_t (<= 32 bits) or uint64_t with wrap-around, then are
+  truncated to the result type: exactly the interpreter's 64-bit sum wrapped to the result type.
+* pred results are `sum != 0`.
+Mixed float/integer operand kinds raise `LibraryOpError`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
+from hlofuse.backends.cpu.lower.naming import fresh
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.shape import ArrayShape
+
+PARALLEL_WORK = 1_000_000  # M*N*K per batch from which the M blocks run on several threads
+
+# Accumulator: (C type, helper suffix) by result kind.
+_ACC = {"f64": ("double", "f64"), "f32": ("float", "f32"), "u32": ("uint32_t", "u32"),
+        "u64": ("uint64_t", "u64")}
+
+_GEMM_TEMPLATE = r"""
+#ifndef HFLIB_GEMM_{S}
+#define HFLIB_GEMM_{S}
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifndef HFLIB_VBYTES
+#ifdef __AVX512F__
+#define HFLIB_VBYTES 64
+#else
+#define HFLIB_VBYTES 32
+#endif
+#endif
+typedef {T} hflib_vec_{S} __attribute__((vector_size(HFLIB_VBYTES)));
+enum {{ HFLIB_VW_{S} = HFLIB_VBYTES / sizeof({T}),  /* lanes per vector */
+        HFLIB_MR_{S} = 6, HFLIB_NR_{S} = 2 * HFLIB_VW_{S},  /* micro-tile */
+        HFLIB_KC_{S} = 256, HFLIB_MC_{S} = 96, HFLIB_NC_{S} = 2048 }};  /* cache blocks */
+
+/* c[MR x NR] (=|+=) ap[kc x MR]^T * bp[kc x NR], storing only the mr x nr corner. */
+__attribute__((optimize("fp-contract=fast")))
+static inline void hflib_gemm_tile_{S}(int64_t kc, const {T} *restrict ap, const {T} *restrict bp,
+                                       {T} *restrict c, int64_t ldc, int64_t mr, int64_t nr,
+                                       int first) {{
+    enum {{ MR = HFLIB_MR_{S}, NR = HFLIB_NR_{S}, VW = HFLIB_VW_{S} }};
+    hflib_vec_{S} acc[MR][2];
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = (hflib_vec_{S}){{0}};
+    for (int64_t p = 0; p < kc; p++) {{
+        const hflib_vec_{S} b0 = *(const hflib_vec_{S} *)(bp + p * NR);
+        const hflib_vec_{S} b1 = *(const hflib_vec_{S} *)(bp + p * NR + VW);
+        for (int i = 0; i < MR; i++) {{
+            const hflib_vec_{S} a = (hflib_vec_{S}){{0}} + ap[p * MR + i];  /* broadcast */
+            acc[i][0] += a * b0;
+            acc[i][1] += a * b1;
+        }}
+    }}
+    {T} tile[MR][NR];
+    memcpy(tile, acc, sizeof tile);
+    for (int64_t i = 0; i < mr; i++)
+        for (int64_t j = 0; j < nr; j++)
+            c[i * ldc + j] = first ? tile[i][j] : c[i * ldc + j] + tile[i][j];
+}}
+
+/* c[batch][M][N] = a[batch][M][K] * b[batch][K][N], where element (m, k) of batch t of a is
+   a[t*sab + m*sam + k*sak] (likewise b); c is contiguous. */
+static void hflib_gemm_{S}(int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const {T} *a, int64_t sab, int64_t sam, int64_t sak,
+                           const {T} *b, int64_t sbb, int64_t sbk, int64_t sbn, {T} *c) {{
+    enum {{ MR = HFLIB_MR_{S}, NR = HFLIB_NR_{S}, KC = HFLIB_KC_{S}, MC = HFLIB_MC_{S},
+           NC = HFLIB_NC_{S} }};
+    if (M == 0 || N == 0) return;
+    if (K == 0) {{ memset(c, 0, sizeof({T}) * batch * M * N); return; }}
+    const int64_t ncmax = N < NC ? N : NC, kcmax = K < KC ? K : KC;
+    const size_t bbytes = sizeof({T}) * kcmax * ((ncmax + NR - 1) / NR * NR);
+    {T} *bpack = aligned_alloc(64, (bbytes + 63) / 64 * 64);  /* size: a multiple of 64 */
+    const int parallel = (double)M * N * K >= {PARALLEL_WORK};
+    for (int64_t t = 0; t < batch; t++) {{
+        const {T} *at = a + t * sab, *bt = b + t * sbb;
+        {T} *ct = c + t * M * N;
+        for (int64_t jc = 0; jc < N; jc += NC) {{
+            const int64_t nc = N - jc < NC ? N - jc : NC;
+            for (int64_t pc = 0; pc < K; pc += KC) {{
+                const int64_t kc = K - pc < KC ? K - pc : KC;
+                /* pack B[pc:pc+kc, jc:jc+nc] into NR-column panels, zero-padded */
+                for (int64_t jr = 0; jr < nc; jr += NR) {{
+                    const int64_t nr = nc - jr < NR ? nc - jr : NR;
+                    {T} *dst = bpack + jr * kc;
+                    for (int64_t p = 0; p < kc; p++) {{
+                        const {T} *src = bt + (pc + p) * sbk + (jc + jr) * sbn;
+                        for (int64_t j = 0; j < nr; j++) dst[p * NR + j] = src[j * sbn];
+                        for (int64_t j = nr; j < NR; j++) dst[p * NR + j] = 0;
+                    }}
+                }}
+                #pragma omp parallel if (parallel)
+                {{
+                    {T} apack[MC * KC] __attribute__((aligned(64)));
+                    #pragma omp for schedule(static)
+                    for (int64_t ic = 0; ic < M; ic += MC) {{
+                        const int64_t mc = M - ic < MC ? M - ic : MC;
+                        /* pack A[ic:ic+mc, pc:pc+kc] into MR-row panels, zero-padded */
+                        for (int64_t ir = 0; ir < mc; ir += MR) {{
+                            const int64_t mr = mc - ir < MR ? mc - ir : MR;
+                            {T} *dst = apack + ir * kc;
+                            for (int64_t p = 0; p < kc; p++) {{
+                                const {T} *src = at + (ic + ir) * sam + (pc + p) * sak;
+                                for (int64_t i = 0; i < mr; i++) dst[p * MR + i] = src[i * sam];
+                                for (int64_t i = mr; i < MR; i++) dst[p * MR + i] = 0;
+                            }}
+                        }}
+                        for (int64_t jr = 0; jr < nc; jr += NR)
+                            for (int64_t ir = 0; ir < mc; ir += MR)
+                                hflib_gemm_tile_{S}(kc, apack + ir * kc, bpack + jr * kc,
+                                                    ct + (ic + ir) * N + jc + jr, N,
+                                                    mc - ir < MR ? mc - ir : MR,
+                                                    nc - jr < NR ? nc - jr : NR, pc == 0);
+                    }}
+                }}
+            }}
+        }}
+    }}
+    free(bpack);
+}}
+#endif
+"""
+
+
+def gemm_helper(suffix: str) -> str:
+    """C text of `hflib_gemm_<suffix>` (guarded: safe to include more than once per file)."""
+    ctype = next(t for t, s in _ACC.values() if s == suffix)
+    return _GEMM_TEMPLATE.format(T=ctype, S=suffix, PARALLEL_WORK=PARALLEL_WORK)
+
+
+def _accumulator(instr: Instruction, out: DType, operands: list[DType]) -> tuple[str, str]:
+    if out.is_float:
+        if any(not (d.is_float or d.is_integral or d.is_pred) for d in operands):
+            raise LibraryOpError(instr, f"cannot contract {operands} into {out}")
+        return _ACC["f64"] if out.bits == 64 else _ACC["f32"]
+    if any(d.is_float for d in operands):
+        raise LibraryOpError(instr, f"float operands with an integer result ({out}) are not "
+                             "supported")
+    return _ACC["u64"] if out.bits == 64 else _ACC["u32"]
+
+
+def _group_stride(dims: tuple[int, ...], group: list[int]) -> tuple[int, int] | None:
+    """(extent, stride) of the flattened index over `group` (axes, slowest first) of a row-major
+    array of `dims`, or None when they do not flatten to one stride."""
+    axes = [a for a in group if dims[a] != 1]
+    extent = math.prod(dims[a] for a in group)
+    if not axes:
+        return extent, 0
+    if axes != list(range(axes[0], axes[0] + len(axes))):
+        return None
+    return extent, math.prod(dims[axes[-1] + 1 :])
+
+
+def _copy_canonical(
+    name: str, src: str, src_ct: str, dtype: DType, dims: tuple[int, ...],
+    order: list[int], acc_t: str,
+) -> list[str]:
+    """Statements copying `src` (row-major `dims`) into `name` (acc_t), axes in `order`."""
+    strides = [math.prod(dims[a + 1 :]) for a in range(len(dims))]
+    lines = [f"{acc_t} *{name} = malloc(sizeof({acc_t}) * {max(1, math.prod(dims))});",
+             "{", f"    {acc_t} *dst = {name};"]
+    indent = "    "
+    for level, axis in enumerate(order):
+        lines.append(f"{indent}for (int64_t i{level} = 0; i{level} < {dims[axis]}; i{level}++)")
+        indent += "    "
+    offset = " + ".join(f"i{lv} * {strides[a]}" for lv, a in enumerate(order)) or "0"
+    value = cexpr.load(dtype, f"(({src_ct} *){src})[{offset}]")
+    lines.append(f"{indent}*dst++ = ({acc_t})({value});")
+    lines.append("}")
+    return lines
+
+
+def emit_dot(
+    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+) -> tuple[str, str]:
+    """(helper definitions, statements) computing dot `instr` from `ins` into `outs[0]`."""
+    lhs_shape, rhs_shape = (o.shape for o in instr.operands)
+    out_shape = instr.shape
+    if not (isinstance(lhs_shape, ArrayShape) and isinstance(rhs_shape, ArrayShape)
+            and isinstance(out_shape, ArrayShape)):
+        raise LibraryOpError(instr, "dot needs array operands and an array result")
+    attrs = instr.attrs
+    lb = [int(d) for d in attrs.get("lhs_batch_dims", ())]
+    rb = [int(d) for d in attrs.get("rhs_batch_dims", ())]
+    lc = [int(d) for d in attrs.get("lhs_contracting_dims", ())]
+    rc = [int(d) for d in attrs.get("rhs_contracting_dims", ())]
+    if len(lb) != len(rb) or len(lc) != len(rc):
+        raise LibraryOpError(instr, "batch/contracting dimension lists differ in length")
+    ld, rd = lhs_shape.dims, rhs_shape.dims
+    lf = [a for a in range(len(ld)) if a not in lb and a not in lc]
+    rf = [a for a in range(len(rd)) if a not in rb and a not in rc]
+    batch = math.prod(ld[a] for a in lb)
+    m = math.prod(ld[a] for a in lf)
+    k = math.prod(ld[a] for a in lc)
+    n = math.prod(rd[a] for a in rf)
+    if out_shape.size != batch * m * n or math.prod(rd[a] for a in rc) != k:
+        raise LibraryOpError(instr, "operand and result shapes do not agree")
+    acc_t, suffix = _accumulator(instr, out_shape.dtype, [lhs_shape.dtype, rhs_shape.dtype])
+    defs = gemm_helper(suffix)
+
+    body: list[str] = [
+        f"/* {instr.name}: [{batch} x] ({m} x {k}) * ({k} x {n}) in {acc_t} */"
+    ]
+    scratch: list[str] = []
+
+    def operand(src: str, shape: ArrayShape, groups: list[list[int]], role: str) -> tuple[str, ...]:
+        """The operand as (pointer, batch stride, row stride, column stride)."""
+        ct = cexpr.ctype(shape.dtype)
+        strides = [_group_stride(shape.dims, g) for g in groups]
+        same_repr = ct == acc_t or _same_integer(shape.dtype, acc_t)
+        if same_repr and all(s is not None for s in strides):
+            return (f"(const {acc_t} *)({src})", *(str(s[1]) for s in strides))  # type: ignore[index]
+        name = fresh(f"{role}_packed", names)
+        body.extend(_copy_canonical(name, src, ct, shape.dtype, shape.dims,
+                                    [a for g in groups for a in g], acc_t))
+        scratch.append(name)
+        e = [math.prod(shape.dims[a] for a in g) for g in groups]
+        return name, str(e[1] * e[2]), str(e[2]), "1"
+
+    a, sab, sam, sak = operand(ins[0], lhs_shape, [lb, lf, lc], "lhs")
+    b, sbb, sbk, sbn = operand(ins[1], rhs_shape, [rb, rc, rf], "rhs")
+    out_ct = cexpr.ctype(out_shape.dtype)
+    direct = out_ct == acc_t or _same_integer(out_shape.dtype, acc_t)
+    if direct:
+        c = f"({acc_t} *)({outs[0]})"
+    else:
+        c = fresh("acc", names)
+        body.append(f"{acc_t} *{c} = malloc(sizeof({acc_t}) * {max(1, out_shape.size)});")
+        scratch.append(c)
+    body.append(f"hflib_gemm_{suffix}({batch}, {m}, {n}, {k}, {a}, {sab}, {sam}, {sak},")
+    body.append(f"               {b}, {sbb}, {sbk}, {sbn}, {c});")
+    if not direct:
+        dt = out_shape.dtype
+        if dt.is_pred:
+            value = f"{c}[i] != 0"
+        elif dt.is_float:
+            value = cexpr.store(dt, f"{c}[i]")
+        else:
+            value = f"({out_ct}){c}[i]"  # wraps modulo 2^bits
+        body.append(f"for (int64_t i = 0; i < {out_shape.size}; i++) "
+                    f"(({out_ct} *)({outs[0]}))[i] = {value};")
+    body.extend(f"free({s});" for s in scratch)
+    stmts = "{\n" + "\n".join("    " + line for line in body) + "\n}\n"
+    return defs, stmts
+
+
+def _same_integer(dtype: DType, acc_t: str) -> bool:
+    """Is `dtype` an integer type with the representation of the unsigned accumulator?"""
+    bits = {"uint32_t": 32, "uint64_t": 64}.get(acc_t)
+    return bits is not None and dtype.is_integral and not dtype.is_pred and dtype.bits == bits

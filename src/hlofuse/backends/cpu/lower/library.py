@@ -1,0 +1,53 @@
+"""Library ops of the CPU backend: ops that are not index maps or reductions, lowered to C
+helper functions and a call.
+
+    emit(instr, ins, outs, names) -> (definitions, statements)
+
+`ins` / `outs` are C pointer expressions (storage types of `cexpr.ctype`) for the operand leaves
+and result leaves, row-major and contiguous. `definitions` are file-scope C (helper functions;
+shared ones such as the GEMM kernels are wrapped in include guards, so they may appear more than
+once in a file; per-instruction ones are named uniquely through `names`); `statements` compute the
+op and may be placed in any block of a kernel body. Each op matches the interpreter's handler:
+
+    dot                 gemm.py      blocked GEMM, canonical [batch, M, K] x [batch, K, N]
+    convolution         conv.py      direct loop nest, f64 accumulation for floats
+    sort, topk          sort.py      stable merge sort of offsets, then a gather
+    rng-bit-generator   rng.py       Threefry-2x32 / Philox-4x32, bit for bit
+    select-and-scatter  windows.py   sequential select, then scatter in source order
+    cholesky,           linalg.py    plain loops in double
+    triangular-solve
+
+Anything else raises `LibraryOpError` (a CompileError) naming the instruction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hlofuse.backends.cpu.lower import gemm, rng, sort
+from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+
+Emitter = Callable[[Instruction, list[str], list[str], set[str]], tuple[str, str]]
+
+_EMITTERS: dict[Opcode, Emitter] = {
+    Opcode.DOT: gemm.emit_dot,
+    Opcode.SORT: sort.emit_sort,
+    Opcode.TOPK: sort.emit_topk,
+    Opcode.RNG_BIT_GENERATOR: rng.emit_rng_bit_generator,
+}
+
+SUPPORTED: frozenset[Opcode] = frozenset(_EMITTERS)
+
+__all__ = ["SUPPORTED", "LibraryOpError", "emit"]
+
+
+def emit(
+    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+) -> tuple[str, str]:
+    """(C definitions, C statements) computing the library op `instr` from `ins` into `outs`."""
+    emitter = _EMITTERS.get(instr.opcode)
+    if emitter is None:
+        raise LibraryOpError(instr, "not a library op the cpu backend implements")
+    return emitter(instr, ins, outs, names)

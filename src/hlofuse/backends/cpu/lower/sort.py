@@ -1,0 +1,211 @@
+"""sort and topk as C: a stable merge sort of row offsets, then a gather of every operand.
+
+sort: the operands are viewed as [outer, n, inner] around the sorted dimension; each of the
+outer*inner rows (stride `inner`) is sorted by sorting the offsets of its elements with the
+comparator (`scalar.scalar_function` of `to_apply`, called with (lhs_0, rhs_0, lhs_1, rhs_1, ...)),
+then every operand is gathered through the sorted offsets. The sort is always stable (insertion
+sort of runs of 16, then bottom-up merges that take the right element only when it is strictly
+less), whether or not `is_stable` is set: the interpreter's order.
+
+For a comparator that is a strict weak order (every compare of JAX's sort, which uses
+type=TOTALORDER for floats, and integer compares) the stable order is unique, so the result equals
+the interpreter's bit for bit. A comparator that is not one (LT on floats with NaNs) gives an
+order that depends on the algorithm; XLA leaves it unspecified, and it may differ from the
+interpreter's (which runs a bitonic network in that case).
+
+topk: the k largest (or smallest) elements of each row of the last dimension and their s32
+indices, ordered in float total order (-nan < -inf < ... < -0 < +0 < ... < nan), equal values by
+increasing index, by the same stable merge sort on a total-order integer key.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.lower import scalar
+from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
+from hlofuse.backends.cpu.lower.naming import fresh
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.shape import ArrayShape, leaves
+
+PARALLEL_WORK = 100_000  # elements from which rows are sorted on several threads
+
+# The merge sort over int64 offsets `idx[0:n]` (scratch `tmp[0:n]`), with LESS(x, y) a macro
+# comparing the elements at offsets x and y. The result ends in `idx`.
+_MERGE_SORT = r"""
+    /* stable: insertion sort of runs of 16, then bottom-up merges */
+    enum {{ RUN = 16 }};
+    for (int64_t lo = 0; lo < n; lo += RUN) {{
+        const int64_t hi = lo + RUN < n ? lo + RUN : n;
+        for (int64_t i = lo + 1; i < hi; i++) {{
+            const int64_t v = idx[i];
+            int64_t j = i;
+            for (; j > lo && {less_v_prev}; j--) idx[j] = idx[j - 1];
+            idx[j] = v;
+        }}
+    }}
+    for (int64_t width = RUN; width < n; width *= 2) {{
+        for (int64_t lo = 0; lo < n; lo += 2 * width) {{
+            const int64_t mid = lo + width < n ? lo + width : n;
+            const int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+            int64_t i = lo, j = mid, o = lo;
+            while (i < mid && j < hi) tmp[o++] = {less_j_i} ? idx[j++] : idx[i++];
+            while (i < mid) tmp[o++] = idx[i++];
+            while (j < hi) tmp[o++] = idx[j++];
+        }}
+        int64_t *swap = idx; idx = tmp; tmp = swap;
+    }}
+"""
+
+
+def _merge_sort(less: str) -> str:
+    """The merge sort with `less` a C expression template in `{x}`, `{y}` (offsets)."""
+    return _MERGE_SORT.format(
+        less_v_prev=less.format(x="v", y="idx[j - 1]"),
+        less_j_i=less.format(x="idx[j]", y="idx[i]"),
+    )
+
+
+def _row_layout(dims: tuple[int, ...], dim: int) -> tuple[int, int, int]:
+    """(outer, n, inner) of a row-major array of `dims` around dimension `dim`."""
+    return math.prod(dims[:dim]), dims[dim], math.prod(dims[dim + 1 :])
+
+
+def _params(types: list[str], prefix: str, const: bool) -> list[str]:
+    q = "const " if const else ""
+    return [f"{q}{t} *restrict {prefix}{i}" for i, t in enumerate(types)]
+
+
+def _rows_function(
+    name: str, in_types: list[str], out_types: list[str], outer: int, n: int, inner: int,
+    sort_body: str, gather: list[str], comment: str,
+) -> str:
+    """A C function sorting every row: offsets into `idx`, `sort_body`, then `gather` lines."""
+    rows = outer * inner
+    params = _params(in_types, "in", True) + _params(out_types, "out", False)
+    par = f"if ({rows * n} >= {PARALLEL_WORK} && {rows} > 1)"
+    lines = [
+        f"/* {comment} */",
+        f"static void {name}({', '.join(params)}) {{",
+        f"    #pragma omp parallel {par}",
+        "    {",
+        f"    int64_t *idx_buf = malloc(sizeof(int64_t) * {max(1, n)});",
+        f"    int64_t *tmp_buf = malloc(sizeof(int64_t) * {max(1, n)});",
+        "    #pragma omp for schedule(static)",
+        f"    for (int64_t row = 0; row < {rows}; row++) {{",
+        f"        const int64_t n = {n};",
+        f"        const int64_t base = row / {inner} * {n * inner} + row % {inner};",
+        "        int64_t *idx = idx_buf, *tmp = tmp_buf;",
+        f"        for (int64_t j = 0; j < n; j++) idx[j] = base + j * {inner};",
+    ]
+    lines += ["    " + line for line in sort_body.strip("\n").split("\n")]
+    lines += ["        " + g for g in gather]
+    lines += ["    }", "    free(idx_buf);", "    free(tmp_buf);", "    }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def emit_sort(
+    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+) -> tuple[str, str]:
+    """(helper definitions, statements) for a sort of `ins` into `outs`."""
+    comp = instr.attrs.get("to_apply")
+    dims_attr = instr.dimensions
+    if comp is None or len(dims_attr) != 1:
+        raise LibraryOpError(instr, "sort needs to_apply= and exactly one dimension")
+    shapes = [o.shape for o in instr.operands]
+    if not all(isinstance(s, ArrayShape) for s in shapes) or len(shapes) != len(outs):
+        raise LibraryOpError(instr, "sort needs array operands, one result per operand")
+    arrays: list[ArrayShape] = shapes  # type: ignore[assignment]
+    dims = arrays[0].dims
+    if any(s.dims != dims for s in arrays):
+        raise LibraryOpError(instr, "sort operands must all have the same dimensions")
+    dim = dims_attr[0]
+    if not 0 <= dim < len(dims):
+        raise LibraryOpError(instr, f"sort dimension {dim} out of range for rank {len(dims)}")
+    outer, n, inner = _row_layout(dims, dim)
+    types = [cexpr.ctype(s.dtype) for s in arrays]
+
+    cmp_name = fresh(f"{instr.name}_compare", names)
+    less_name = fresh(f"{instr.name}_less", names)
+    rows_name = fresh(f"{instr.name}_rows", names)
+    in_params = _params(types, "in", True)
+    result_ct = cexpr.compute_type(scalar.result_shapes(comp)[0].dtype)
+    args = []
+    for i, s in enumerate(arrays):
+        args += [cexpr.load(s.dtype, f"in{i}[x]"), cexpr.load(s.dtype, f"in{i}[y]")]
+    less_fn = "\n".join([
+        f"/* does the element at offset x sort before the one at y? ({comp.name}) */",
+        f"static inline int {less_name}({', '.join(in_params)}, int64_t x, int64_t y) {{",
+        f"    {result_ct} r;",
+        f"    {cmp_name}({', '.join(args)}, &r);",
+        "    return r != 0;",
+        "}",
+    ]) + "\n"
+    in_args = ", ".join(f"in{i}" for i in range(len(types)))
+    less = f"{less_name}({in_args}, {{x}}, {{y}})"
+    gather = [
+        f"for (int64_t j = 0; j < n; j++) out{i}[base + j * {inner}] = in{i}[idx[j]];"
+        for i in range(len(types))
+    ]
+    what = f"{instr.name}: {len(types)} operand(s) along dimension {dim}, {outer * inner} rows " \
+           f"of {n}, stable"
+    rows_fn = _rows_function(rows_name, types, types, outer, n, inner, _merge_sort(less),
+                             gather, what)
+    defs = scalar.scalar_function(comp, cmp_name) + less_fn + rows_fn
+    call_args = [f"(const {t} *)({p})" for t, p in zip(types, ins, strict=True)]
+    call_args += [f"({t} *)({p})" for t, p in zip(types, outs, strict=True)]
+    return defs, f"{rows_name}({', '.join(call_args)});\n"
+
+
+_TOTAL_KEY = r"""
+#ifndef HFLIB_TOTAL_KEY_{B}
+#define HFLIB_TOTAL_KEY_{B}
+/* a signed integer ordering floats of {B} bits totally: -nan < -inf < ... < -0 < +0 < ... < nan */
+static inline int{B}_t hflib_total_key_{B}(const void *p) {{
+    int{B}_t i;
+    memcpy(&i, p, sizeof i);
+    return i < 0 ? (int{B}_t)(i ^ INT{B}_MAX) : i;
+}}
+#endif
+"""
+
+
+def emit_topk(
+    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+) -> tuple[str, str]:
+    """(helper definitions, statements) for topk: values and s32 indices of the k largest
+    (largest=true) or smallest elements of each row of the last dimension."""
+    shape = instr.operand(0).shape
+    k = instr.attrs.get("k")
+    if not isinstance(shape, ArrayShape) or shape.rank == 0 or not isinstance(k, int):
+        raise LibraryOpError(instr, "topk needs an integer k= and an operand of rank >= 1")
+    res = leaves(instr.shape)
+    if len(res) != 2 or len(outs) != 2:
+        raise LibraryOpError(instr, "topk returns a (values, indices) tuple")
+    n = shape.dims[-1]
+    if not 0 <= k <= n:
+        raise LibraryOpError(instr, f"k={k} out of range for rows of {n}")
+    rows = shape.size // n if n else 0
+    ct = cexpr.ctype(shape.dtype)
+    idx_ct = cexpr.ctype(res[1].dtype)  # type: ignore[union-attr]
+    defs = ""
+    if shape.dtype.is_float:
+        defs = _TOTAL_KEY.format(B=shape.dtype.bits)
+        key = f"hflib_total_key_{shape.dtype.bits}(&in0[{{v}}])"
+    else:
+        key = "in0[{v}]"
+    largest = bool(instr.attrs.get("largest", True))
+    op = ">" if largest else "<"
+    less = f"({key.format(v='{x}')} {op} {key.format(v='{y}')})"
+    name = fresh(f"{instr.name}_rows", names)
+    gather = [
+        f"for (int64_t j = 0; j < {k}; j++) {{",
+        f"    out0[row * {k} + j] = in0[idx[j]];",
+        f"    out1[row * {k} + j] = ({idx_ct})(idx[j] - base);",
+        "}",
+    ]
+    what = f"{instr.name}: the {k} {'largest' if largest else 'smallest'} of {rows} rows of {n}"
+    defs += _rows_function(name, [ct], [ct, idx_ct], rows, n, 1, _merge_sort(less), gather, what)
+    stmt = f"{name}((const {ct} *)({ins[0]}), ({ct} *)({outs[0]}), ({idx_ct} *)({outs[1]}));\n"
+    return defs, stmt

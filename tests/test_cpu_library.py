@@ -1,0 +1,324 @@
+"""CPU backend library ops (lower/library.py): each op's C against the interpreter.
+
+Every case is a one-instruction HLO module. All cases are lowered into ONE C file (compiled once
+per test module) with a harness `void run_<case>(void **ins, void **outs)` per case, called with
+ctypes on the case's inputs. Integers, sorts and random bits must match the interpreter exactly;
+float dots and convolutions within a tolerance (they accumulate in a different order/precision).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hlofuse.backends import interpreter
+from hlofuse.backends.cpu import build, cexpr
+from hlofuse.backends.cpu.lower import library, scalar
+from hlofuse.errors import CompileError
+from hlofuse.ir.shape import ArrayShape, leaves
+from hlofuse.text import parse
+
+BF16 = ml_dtypes.bfloat16
+
+
+@dataclass
+class Case:
+    name: str
+    hlo: str
+    inputs: list[np.ndarray]
+    rtol: float = 0.0  # 0: bit-exact
+    atol: float = 0.0
+    module: object = field(default=None, repr=False)
+
+
+def _rand(shape: tuple[int, ...], dtype: object, seed: int, lo: float = -1, hi: float = 1):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(max(info.min, int(lo)), min(info.max, int(hi)) + 1, size=shape,
+                            dtype=dt)
+    return rng.uniform(lo, hi, size=shape).astype(dt)
+
+
+def _dot(name: str, lhs: str, rhs: str, out: str, dims: str, inputs: list[np.ndarray],
+         rtol: float = 2e-5, atol: float = 1e-5) -> Case:
+    hlo = f"""
+ENTRY e {{
+  a = {lhs} parameter(0)
+  b = {rhs} parameter(1)
+  ROOT d = {out} dot(a, b), {dims}
+}}"""
+    return Case(name, hlo, inputs, rtol, atol)
+
+
+DOT_CASES = [
+    _dot("dot_plain", "f32[64,96]", "f32[96,80]", "f32[64,80]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((64, 96), "f4", 1), _rand((96, 80), "f4", 2)]),
+    _dot("dot_transposed", "f32[33,20]", "f32[18,33]", "f32[20,18]",
+         "lhs_contracting_dims={0}, rhs_contracting_dims={1}",
+         [_rand((33, 20), "f4", 3), _rand((18, 33), "f4", 4)]),
+    _dot("dot_batch", "f32[4,17,33]", "f32[4,33,9]", "f32[4,17,9]",
+         "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+         "rhs_contracting_dims={1}",
+         [_rand((4, 17, 33), "f4", 5), _rand((4, 33, 9), "f4", 6)]),
+    # batch dimension in the middle, free dimensions split around the contracting one
+    _dot("dot_scattered_dims", "f32[5,3,7,2]", "f32[7,3,4]", "f32[3,5,2,4]",
+         "lhs_batch_dims={1}, lhs_contracting_dims={2}, rhs_batch_dims={1}, "
+         "rhs_contracting_dims={0}",
+         [_rand((5, 3, 7, 2), "f4", 7), _rand((7, 3, 4), "f4", 8)]),
+    _dot("dot_two_contracting", "f32[6,4,5]", "f32[5,4,3]", "f32[6,3]",
+         "lhs_contracting_dims={1,2}, rhs_contracting_dims={1,0}",
+         [_rand((6, 4, 5), "f4", 9), _rand((5, 4, 3), "f4", 10)]),
+    _dot("dot_vector", "f32[100]", "f32[100]", "f32[]",
+         "lhs_contracting_dims={0}, rhs_contracting_dims={0}",
+         [_rand((100,), "f4", 11), _rand((100,), "f4", 12)]),
+    _dot("dot_matvec", "f32[37,50]", "f32[50]", "f32[37]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((37, 50), "f4", 13), _rand((50,), "f4", 14)]),
+    # several K, M and N blocks, and the OpenMP path (M*N*K >= 1e6)
+    _dot("dot_blocked", "f32[200,300]", "f32[300,150]", "f32[200,150]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((200, 300), "f4", 15), _rand((300, 150), "f4", 16)], rtol=1e-4, atol=1e-4),
+    _dot("dot_empty_k", "f32[3,0]", "f32[0,4]", "f32[3,4]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [np.zeros((3, 0), np.float32), np.zeros((0, 4), np.float32)]),
+    _dot("dot_f64", "f64[19,23]", "f64[23,11]", "f64[19,11]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((19, 23), "f8", 17), _rand((23, 11), "f8", 18)], rtol=1e-12, atol=1e-12),
+    _dot("dot_s32_wraps", "s32[9,40]", "s32[40,7]", "s32[9,7]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((9, 40), "i4", 19, -(2**31), 2**31 - 1),
+          _rand((40, 7), "i4", 20, -(2**31), 2**31 - 1)], rtol=0),
+    _dot("dot_s8_to_s32", "s8[5,12]", "s8[12,6]", "s32[5,6]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((5, 12), "i1", 21, -128, 127), _rand((12, 6), "i1", 22, -128, 127)], rtol=0),
+    _dot("dot_u8_wraps", "u8[4,9]", "u8[9,3]", "u8[4,3]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((4, 9), "u1", 23, 0, 255), _rand((9, 3), "u1", 24, 0, 255)], rtol=0),
+    _dot("dot_f16", "f16[16,40]", "f16[40,24]", "f16[16,24]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((16, 40), "f2", 25), _rand((40, 24), "f2", 26)], rtol=2e-3, atol=2e-3),
+    _dot("dot_bf16", "bf16[16,40]", "bf16[40,24]", "bf16[16,24]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((16, 40), "f4", 27).astype(BF16), _rand((40, 24), "f4", 28).astype(BF16)],
+         rtol=1e-2, atol=1e-2),
+    _dot("dot_bf16_to_f32", "bf16[8,30]", "bf16[30,5]", "f32[8,5]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((8, 30), "f4", 29).astype(BF16), _rand((30, 5), "f4", 30).astype(BF16)]),
+]
+
+
+def _sort(name: str, cmp: str, operands: list[str], dim: int, inputs: list[np.ndarray]) -> Case:
+    params = "\n".join(f"  x{i} = {t} parameter({i})" for i, t in enumerate(operands))
+    args = ", ".join(f"x{i}" for i in range(len(operands)))
+    shape = f"({', '.join(operands)})" if len(operands) > 1 else operands[0]
+    hlo = f"""
+{cmp}
+
+ENTRY e {{
+{params}
+  ROOT s = {shape} sort({args}), dimensions={{{dim}}}, is_stable=true, to_apply=cmp
+}}"""
+    return Case(name, hlo, inputs)
+
+
+def _cmp(params: list[str], root: str) -> str:
+    lines = [f"  p{i} = {t}[] parameter({i})" for i, t in enumerate(params)]
+    return "cmp {\n" + "\n".join(lines) + "\n" + root + "\n}"
+
+
+_F_SPECIAL = np.array([np.nan, -np.nan, 0.0, -0.0, np.inf, -np.inf, 1.0, 1.0, -2.5, 3.0],
+                      np.float32)
+
+
+def _with_specials(x: np.ndarray, seed: int) -> np.ndarray:
+    flat = x.reshape(-1).copy()
+    rng = np.random.default_rng(seed)
+    pos = rng.choice(flat.size, size=min(flat.size, 3 * len(_F_SPECIAL)), replace=False)
+    flat[pos] = np.resize(_F_SPECIAL, len(pos)).astype(x.dtype)
+    return flat.reshape(x.shape)
+
+
+SORT_CASES = [
+    _sort("sort_f32_totalorder", _cmp(["f32", "f32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=LT, type=TOTALORDER"),
+          ["f32[300]"], 0, [_with_specials(_rand((300,), "f4", 40, -3, 3).round(), 41)]),
+    _sort("sort_f32_descending_2d", _cmp(["f32", "f32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=GT, type=TOTALORDER"),
+          ["f32[7,45]"], 1, [_with_specials(_rand((7, 45), "f4", 42, -3, 3).round(), 43)]),
+    # ties in the key; the payload shows the order is stable
+    _sort("sort_stable_dim0", _cmp(["s32", "s32", "s32", "s32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=LT"),
+          ["s32[50,3]", "s32[50,3]"], 0,
+          [_rand((50, 3), "i4", 44, 0, 5), np.arange(150, dtype=np.int32).reshape(50, 3)]),
+    _sort("sort_lexicographic", _cmp(["s32", "s32", "f32", "f32", "u8", "u8"], """\
+  lt0 = pred[] compare(p0, p1), direction=LT
+  eq0 = pred[] compare(p0, p1), direction=EQ
+  gt1 = pred[] compare(p2, p3), direction=GT, type=TOTALORDER
+  second = pred[] and(eq0, gt1)
+  ROOT r = pred[] or(lt0, second)"""),
+          ["s32[4,3,37]", "f32[4,3,37]", "u8[4,3,37]"], 2,
+          [_rand((4, 3, 37), "i4", 45, 0, 4), _rand((4, 3, 37), "f4", 46, 0, 3).round(),
+           _rand((4, 3, 37), "u1", 47, 0, 255)]),
+    _sort("sort_f16_keys", _cmp(["f16", "f16", "s32", "s32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=LT, type=TOTALORDER"),
+          ["f16[2,70]", "s32[2,70]"], 1,
+          [_with_specials(_rand((2, 70), "f2", 48, -4, 4).round(), 49),
+           np.arange(140, dtype=np.int32).reshape(2, 70)]),
+    _sort("sort_single_element_rows", _cmp(["f32", "f32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=LT"),
+          ["f32[5,1]"], 1, [_rand((5, 1), "f4", 50)]),
+]
+
+
+def _topk(name: str, shape: str, out: str, k: int, largest: bool, x: np.ndarray) -> Case:
+    hlo = f"""
+ENTRY e {{
+  x = {shape} parameter(0)
+  ROOT t = ({out}, s32{out[out.index('['):]}) topk(x), k={k}, largest={str(largest).lower()}
+}}"""
+    return Case(name, hlo, [x])
+
+
+TOPK_CASES = [
+    _topk("topk_f32_largest", "f32[6,40]", "f32[6,5]", 5, True,
+          _with_specials(_rand((6, 40), "f4", 60, -3, 3).round(), 61)),
+    _topk("topk_s32_smallest", "s32[3,25]", "s32[3,4]", 4, False, _rand((3, 25), "i4", 62, 0, 6)),
+]
+
+
+def _rng(name: str, algorithm: str, state: np.ndarray, out: str) -> Case:
+    n = len(state)
+    hlo = f"""
+ENTRY e {{
+  s = u64[{n}] parameter(0)
+  ROOT r = (u64[{n}], {out}) rng-bit-generator(s), algorithm={algorithm}
+}}"""
+    return Case(name, hlo, [state])
+
+
+_KEY = np.array([0xDEADBEEF12345678, 2**64 - 3], np.uint64)
+RNG_CASES = [
+    _rng(f"rng_{alg}_{i}", f"rng_{alg}", _KEY if i % 2 else np.array([1, 2], np.uint64), out)
+    for alg in ("three_fry", "philox")
+    for i, out in enumerate(["u32[3,5]", "u32[7]", "u32[]", "u8[5]", "u16[4,3]", "u64[2,3]",
+                             "s32[3,3]", "f32[5,3]", "u64[]", "u32[3,5,7]"])
+] + [
+    _rng("rng_philox_state3", "rng_philox",
+         np.array([7, 2**64 - 2, 5], np.uint64), "u32[9]"),
+    _rng("rng_default", "rng_default", np.array([3, 4], np.uint64), "u64[5]"),
+]
+
+CASES = DOT_CASES + SORT_CASES + TOPK_CASES + RNG_CASES
+
+
+def _harness(i: int, case: Case, names: set[str]) -> tuple[str, str]:
+    module = parse(case.hlo)
+    case.module = module
+    instr = module.entry.root
+    n_in = sum(len(leaves(p.shape)) for p in instr.operands)
+    ins = [f"ins[{j}]" for j in range(n_in)]
+    outs = [f"outs[{j}]" for j in range(len(leaves(instr.shape)))]
+    defs, stmts = library.emit(instr, ins, outs, names)
+    body = "\n".join("    " + line for line in stmts.rstrip("\n").split("\n"))
+    return defs, f"void run_{i}(void **ins, void **outs) {{\n{body}\n}}\n"
+
+
+@pytest.fixture(scope="module")
+def compiled() -> ctypes.CDLL:
+    names: set[str] = set()
+    parts = [cexpr.prelude()]
+    for i, case in enumerate(CASES):
+        defs, fn = _harness(i, case, names)
+        parts += [defs, fn]
+    return build.load_library("\n".join(parts), name="test_cpu_library")
+
+
+def _run(lib: ctypes.CDLL, i: int, case: Case) -> list[np.ndarray]:
+    instr = case.module.entry.root  # type: ignore[attr-defined]
+    ins = [np.ascontiguousarray(x) for x in case.inputs]
+    outs = []
+    for s in leaves(instr.shape):
+        assert isinstance(s, ArrayShape)
+        outs.append(np.full(s.dims, 0x5A, np.uint8).view(s.dtype.np).reshape(s.dims)
+                    if s.dtype.bits == 8 else np.empty(s.dims, s.dtype.np))
+    in_ptrs = (ctypes.c_void_p * max(1, len(ins)))(*[x.ctypes.data for x in ins])
+    out_ptrs = (ctypes.c_void_p * len(outs))(*[x.ctypes.data for x in outs])
+    getattr(lib, f"run_{i}")(in_ptrs, out_ptrs)
+    return outs
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return x.view(np.dtype(f"u{x.dtype.itemsize}")) if x.dtype.kind not in "b" else x
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[c.name for c in CASES])
+def test_matches_interpreter(compiled: ctypes.CDLL, i: int) -> None:
+    case = CASES[i]
+    got = _run(compiled, i, case)
+    want = interpreter.run(case.module, *case.inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if case.rtol == 0 and case.atol == 0:
+            np.testing.assert_array_equal(_bits(g), _bits(w))
+        else:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
+                                       rtol=case.rtol, atol=case.atol)
+
+
+def test_dot_f32_is_not_exact_by_accident(compiled: ctypes.CDLL) -> None:
+    """The large dot really ran the blocked kernel: its result differs from a wrong one."""
+    i = next(j for j, c in enumerate(CASES) if c.name == "dot_blocked")
+    got = _run(compiled, i, CASES[i])[0]
+    a, b = CASES[i].inputs
+    assert np.abs(got - a @ b).max() < 1e-3
+    assert np.abs(got - (a @ b).T.T[::-1]).max() > 1e-2
+
+
+def test_unsupported_op_names_the_instruction() -> None:
+    module = parse("""
+ENTRY e {
+  a = f32[4] parameter(0)
+  ROOT n = f32[4] negate(a)
+}""")
+    with pytest.raises(CompileError, match="n"):
+        library.emit(module.entry.root, ["in0"], ["out0"], set())
+    assert module.entry.root.opcode not in library.SUPPORTED
+
+
+def test_scalar_function_and_expression() -> None:
+    module = parse("""
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(y, x)
+}
+
+argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  gt = pred[] compare(v0, v1), direction=GT
+  v = f32[] select(gt, v0, v1)
+  i = s32[] select(gt, i0, i1)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+
+ENTRY e {
+  a = f32[4] parameter(0)
+  ROOT n = f32[4] negate(a)
+}""")
+    comps = {c.name: c for c in module.computations_post_order()}
+    assert scalar.scalar_expression(comps["add"], ["acc", "v"]) is not None
+    assert scalar.scalar_expression(comps["argmax"], ["a", "b"]) is None
+    text = scalar.scalar_function(comps["argmax"], "argmax_fn")
+    assert "static inline void argmax_fn(float p0, int32_t p1, float p2, int32_t p3, " \
+           "float *r0, int32_t *r1)" in text
