@@ -1,0 +1,443 @@
+"""`hlofuse viz FILE -o out.html`: the computation graph before and after fusion, in one page.
+
+    hlofuse viz cartpole.hlo -o cartpole.html          # before = pipeline none, after = xla
+    hlofuse viz --example cartpole_baseline --pipeline xla-relaxed -o out.html
+
+The page is one self-contained HTML file (the layout library, dagre, and the page's JS and CSS
+are inlined from `viz_assets/`; it works offline from file://). It shows two panes, like Figure 3
+of the study (paper.md): the module before fusion and after it. After fusion, each fusion is a
+kernel, drawn as a cluster of the ops it fused (labelled with its name and kind) or, collapsed,
+as one node; every producer->consumer edge that stayed between two kernels (a *boundary*) is
+drawn in red, with the reasons the fusion trace recorded for it. While bodies, conditional
+branches, calls and large fusions start collapsed and expand on click; clicking a node opens a
+side panel with its ops, their source lines and, when the CPU backend can lower it, its C.
+
+What this module computes (the page's JS only lays out and draws it):
+
+* per computation, the nodes (one per instruction, with opcode, shape, source location, HLO
+  text, fused ops for fusions) and which computations a node can expand into;
+* the boundaries of the fused module: for each consumer that is a kernel or a control op
+  (while/conditional/call), the producers it reads through memory, found by walking back
+  through non-kernel ops (get-tuple-element, tuple, bitcast); each boundary lists the refused
+  trace events of the edges on that path (pass, reason, setting, figures), latest first, or an
+  explanation from the opcodes when the trace has none;
+* the generated C per kernel, when `hlofuse.backends.cpu` is importable and lowers the kernel
+  (best effort: any failure leaves the C out, it never fails the page).
+
+If `hlofuse.tools.explain` offers a boundary computation, that should replace `boundaries()`
+here; this one is deliberately simple (trace events matched by instruction names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, format_shape
+from hlofuse.passes.fusion.kernels import count_kernels, is_kernel
+from hlofuse.passes.fusion.trace import TRACE_KEY, FusionTrace, TraceEvent
+
+_CONTROL = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
+# Non-kernel ops a value passes through on its way from one kernel to another.
+_PASS_THROUGH = frozenset({Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE, Opcode.BITCAST,
+                           Opcode.OPTIMIZATION_BARRIER, Opcode.ADD_DEPENDENCY})
+_MAX_HLO_CHARS = 400
+_MAX_EVENTS_PER_NODE = 12
+ASSETS = ("dagre.min.js", "viz.js", "viz.css", "template.html")
+
+
+# ----- boundaries -----------------------------------------------------------------------------
+
+@dataclass
+class Boundary:
+    """A producer->consumer edge between two kernels: the value goes through memory."""
+
+    producer: str
+    consumer: str
+    computation: str
+    path: list[str]  # producer, pass-through ops..., consumer
+    reasons: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"from": self.producer, "to": self.consumer, "comp": self.computation,
+                "path": self.path, "reasons": self.reasons}
+
+
+def _is_unit(instr: Instruction) -> bool:
+    """A kernel or a control op: something whose inputs and outputs live in memory."""
+    return is_kernel(instr) or instr.opcode in _CONTROL
+
+
+def _event_json(e: TraceEvent) -> dict[str, Any]:
+    return {"pass": e.pass_name, "verdict": e.verdict, "producer": e.producer,
+            "consumer": e.consumer, "reason": e.reason, "rule": e.rule,
+            "figures": {k: _plain(v) for k, v in e.figures.items()}}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _fallback_reason(producer: Instruction, consumer: Instruction) -> str:
+    if producer.opcode in _CONTROL:
+        return (f"the producer is a {producer.opcode.value}: its result is written to memory "
+                "before anything reads it")
+    if consumer.opcode in _CONTROL:
+        return (f"the consumer is a {consumer.opcode.value}: its operands are materialized in "
+                "memory (the loop-carried tuple)" if consumer.opcode is Opcode.WHILE else
+                f"the consumer is a {consumer.opcode.value}: its operands are materialized")
+    return "no fusion decision was recorded for this edge"
+
+
+def boundaries(module: Module, trace: FusionTrace | None = None) -> list[Boundary]:
+    """Every kernel->kernel edge of the non-fusion computations, with the trace's reasons."""
+    if trace is None:
+        found = module.annotations.get(TRACE_KEY)
+        trace = found if isinstance(found, FusionTrace) else FusionTrace()
+    by_pair: dict[tuple[str, str], list[TraceEvent]] = {}
+    merger: dict[str, list[TraceEvent]] = {}
+    for e in trace.events:
+        if e.verdict != "refused":
+            continue
+        by_pair.setdefault((e.producer, e.consumer), []).append(e)
+        if e.consumer in ("*", ""):
+            merger.setdefault(e.producer, []).append(e)
+    out: list[Boundary] = []
+    for comp in module.computations:
+        if comp.is_fusion_computation:
+            continue
+        for consumer in comp.instructions:
+            if not _is_unit(consumer):
+                continue
+            seen: set[tuple[str, ...]] = set()
+            for operand in consumer.operands:
+                for path in _paths_back(operand):
+                    key = tuple(i.name for i in path)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    full = [*path, consumer]
+                    out.append(_boundary(comp, full, by_pair, merger))
+    return out
+
+
+def _paths_back(start: Instruction, limit: int = 64) -> list[list[Instruction]]:
+    """Paths producer, ..., start walking back from `start` through pass-through ops."""
+    paths: list[list[Instruction]] = []
+    stack: list[list[Instruction]] = [[start]]
+    while stack and len(paths) < limit:
+        path = stack.pop()
+        head = path[0]
+        if _is_unit(head):
+            paths.append(path)
+        elif head.opcode in _PASS_THROUGH and len(path) < 16:
+            stack.extend([op, *path] for op in head.operands)
+    return paths
+
+
+def _boundary(comp: Computation, path: list[Instruction],
+              by_pair: dict[tuple[str, str], list[TraceEvent]],
+              merger: dict[str, list[TraceEvent]]) -> Boundary:
+    producer, consumer = path[0], path[-1]
+    pairs = [(producer.name, consumer.name)]
+    pairs += [(a.name, b.name) for a, b in zip(path, path[1:])]
+    events: list[TraceEvent] = []
+    for pair in pairs:
+        events.extend(by_pair.get(pair, ()))
+    events.extend(merger.get(producer.name, ()))
+    reasons: list[dict[str, Any]] = []
+    keys: set[tuple[str, str, str]] = set()
+    for e in reversed(events):  # latest decision first
+        key = (e.pass_name, e.reason, e.rule)
+        if key not in keys:
+            keys.add(key)
+            reasons.append(_event_json(e))
+    if not reasons:
+        reasons.append({"pass": "", "verdict": "", "producer": producer.name,
+                        "consumer": consumer.name, "rule": "", "figures": {},
+                        "reason": _fallback_reason(producer, consumer)})
+    return Boundary(producer.name, consumer.name, comp.name, [i.name for i in path], reasons)
+
+
+# ----- graph data -----------------------------------------------------------------------------
+
+def _short_shape(instr: Instruction) -> str:
+    return format_shape(instr.shape, with_layout=False)
+
+
+def _hlo_text(instr: Instruction) -> str:
+    from hlofuse.text.printer import format_instruction
+
+    shape = instr.shape
+    if instr.opcode is Opcode.CONSTANT and isinstance(shape, ArrayShape) and shape.size > 16:
+        text = f"{instr.name} = {format_shape(shape)} constant({{...{shape.size} elements}})"
+    else:
+        text = format_instruction(instr)
+    return text if len(text) <= _MAX_HLO_CHARS else text[:_MAX_HLO_CHARS] + " ..."
+
+
+def _source(module: Module, instr: Instruction) -> str:
+    loc = module.source_location(instr)
+    return str(loc) if loc is not None else ""
+
+
+def _calls(instr: Instruction) -> dict[str, Any]:
+    a = instr.attrs
+    if instr.opcode is Opcode.WHILE:
+        return {"body": a["body"].name, "condition": a["condition"].name}
+    if instr.opcode is Opcode.CONDITIONAL:
+        branches = a.get("branch_computations") or (a["true_computation"],
+                                                     a["false_computation"])
+        return {"branches": [b.name for b in branches]}
+    if instr.opcode is Opcode.CALL:
+        return {"to_apply": a["to_apply"].name}
+    if instr.opcode is Opcode.FUSION:
+        return {"fused": instr.fused_computation.name}
+    return {}
+
+
+def _node(module: Module, instr: Instruction) -> dict[str, Any]:
+    op = instr.opcode
+    if op is Opcode.FUSION:
+        cls = "fusion"
+    elif op in _CONTROL:
+        cls = "control"
+    elif op is Opcode.PARAMETER:
+        cls = "param"
+    elif op is Opcode.CONSTANT:
+        cls = "constant"
+    elif is_kernel(instr):
+        cls = "kernel"
+    else:
+        cls = "plain"
+    node: dict[str, Any] = {
+        "id": instr.name, "op": op.value, "shape": _short_shape(instr), "cls": cls,
+        "in": [o.name for o in instr.operands], "src": _source(module, instr),
+        "hlo": _hlo_text(instr),
+    }
+    if instr.metadata.op_name:
+        node["op_name"] = str(instr.metadata.op_name)
+    if op is Opcode.PARAMETER:
+        node["param"] = instr.parameter_number
+    if op is Opcode.CONSTANT:
+        node["scalar"] = isinstance(instr.shape, ArrayShape) and instr.shape.rank == 0
+    calls = _calls(instr)
+    if calls:
+        node["calls"] = calls
+    if op is Opcode.FUSION:
+        node["kind"] = instr.fusion_kind
+        node["ops"] = [[i.name, i.opcode.value, _short_shape(i), _source(module, i)]
+                       for i in instr.fused_computation.instructions
+                       if i.opcode is not Opcode.PARAMETER]
+    others = [c.name for c in instr.called_computations() if c.name not in _flat(calls)]
+    if others:
+        node["applies"] = others
+    return node
+
+
+def _flat(calls: dict[str, Any]) -> set[str]:
+    out: set[str] = set()
+    for v in calls.values():
+        out.update(v if isinstance(v, list) else [v])
+    return out
+
+
+def _comp_kinds(module: Module) -> dict[str, str]:
+    kinds = {module.entry.name: "entry"}
+    for comp in module.computations:
+        for instr in comp.instructions:
+            for role, names in _calls(instr).items():
+                for name in names if isinstance(names, list) else [names]:
+                    kinds.setdefault(name, role)
+    return kinds
+
+
+def graph_data(module: Module, *, label: str, kernel_sources: dict[str, str] | None = None,
+               with_boundaries: bool = True) -> dict[str, Any]:
+    """The JSON the page draws for one module (one pane)."""
+    kinds = _comp_kinds(module)
+    comps: dict[str, Any] = {}
+    for comp in module.computations:
+        nodes = [_node(module, i) for i in comp.instructions]
+        comps[comp.name] = {"name": comp.name, "kind": kinds.get(comp.name, "applied"),
+                            "root": comp.root.name if comp.has_root else None,
+                            "nodes": nodes}
+    sources = kernel_sources or {}
+    for comp in comps.values():
+        for node in comp["nodes"]:
+            if node["id"] in sources:
+                node["c"] = sources[node["id"]]
+    report = count_kernels(module)
+    data: dict[str, Any] = {
+        "label": label, "entry": module.entry.name, "comps": comps,
+        "kernels": {"entry": report.entry, "loops": report.loops,
+                    "branches": report.branches},
+        "instructions": sum(len(c.instructions) for c in module.computations),
+        "boundaries": [], "events": {},
+    }
+    trace = module.annotations.get(TRACE_KEY)
+    if with_boundaries:
+        data["boundaries"] = [b.to_json() for b in boundaries(
+            module, trace if isinstance(trace, FusionTrace) else None)]
+    if isinstance(trace, FusionTrace):
+        names = {n["id"] for c in comps.values() for n in c["nodes"]}
+        events: dict[str, list[dict[str, Any]]] = {}
+        for e in reversed(trace.events):
+            for name in {e.producer, e.consumer} & names:
+                bucket = events.setdefault(name, [])
+                if len(bucket) < _MAX_EVENTS_PER_NODE:
+                    bucket.append(_event_json(e))
+        data["events"] = events
+    return data
+
+
+# ----- generated C (optional) -----------------------------------------------------------------
+
+def generated_c(module: Module) -> dict[str, str]:
+    """Kernel instruction name -> C source from the CPU backend, or {} when it is unavailable.
+
+    Tries the whole-module driver first, then lowers kernel by kernel; any failure only leaves
+    sources out."""
+    try:
+        from hlofuse.backends.cpu import driver  # type: ignore[attr-defined]
+
+        program = driver.generate(module.clone())
+        return {k.instruction: k.source for k in program.kernels}
+    except Exception:
+        pass
+    sources: dict[str, str] = {}
+    try:
+        from hlofuse.backends.cpu.lower import lower  # type: ignore[attr-defined]
+    except Exception:
+        return sources
+    used: set[str] = set()
+    for comp in module.computations:
+        if comp.is_fusion_computation:
+            continue
+        for instr in comp.instructions:
+            if not is_kernel(instr):
+                continue
+            try:
+                kernel = lower.lower_kernel(instr, used)
+            except Exception:
+                continue
+            sources[instr.name] = kernel.source
+    return sources
+
+
+# ----- the page -------------------------------------------------------------------------------
+
+def _asset(name: str) -> str:
+    return (resources.files("hlofuse.tools") / "viz_assets" / name).read_text(encoding="utf-8")
+
+
+def _script_json(data: Any) -> str:
+    text = json.dumps(data, separators=(",", ":"), default=str)
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def render(module_before: Module, module_after: Module, *, title: str,
+           kernel_sources: dict[str, str] | None = None,
+           labels: tuple[str, str] = ("Before fusion", "After fusion")) -> str:
+    """The HTML page for the two modules (not modified); `kernel_sources` maps a kernel's
+    instruction name in `module_after` to its C."""
+    data = {
+        "title": title,
+        "views": {
+            "before": graph_data(module_before, label=labels[0], with_boundaries=False),
+            "after": graph_data(module_after, label=labels[1], kernel_sources=kernel_sources),
+        },
+    }
+    page = _asset("template.html")
+    replacements = {
+        "/*TITLE*/": html.escape(title),
+        "/*CSS*/": _asset("viz.css"),
+        "/*DAGRE*/": _asset("dagre.min.js").replace("//# sourceMappingURL=dagre.min.js.map", ""),
+        "/*VIZ*/": _asset("viz.js"),
+        "/*DATA*/": _script_json(data),
+    }
+    for key, value in replacements.items():
+        page = page.replace(key, value, 1)
+    return page
+
+
+def viz(module_or_text: Module | str, pipeline: str = "xla", *, title: str | None = None,
+        with_c: bool = True) -> str:
+    """Render `module_or_text` (a Module, not modified, or HLO text) before fusion (pipeline
+    `none`: simplification only) and after `pipeline`."""
+    from hlofuse.passes.pipelines import run_pipeline
+
+    if isinstance(module_or_text, str):
+        from hlofuse.text import parse
+
+        module = parse(module_or_text)
+    else:
+        module = module_or_text
+    before = module.clone()
+    run_pipeline(before, "none")
+    after = module.clone()
+    run_pipeline(after, pipeline)
+    sources = generated_c(after) if with_c else {}
+    return render(before, after, title=title or f"{module.name} ({pipeline})",
+                  kernel_sources=sources,
+                  labels=("Before fusion (pipeline none)", f"After fusion (pipeline {pipeline})"))
+
+
+# ----- command line ---------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", nargs="?", help="HLO text file (or use --example)")
+    parser.add_argument("--example", metavar="NAME",
+                        help="a built-in example module (see hlofuse.examples)")
+    parser.add_argument("-o", "--output", metavar="OUT.html",
+                        help="where to write the page (default: the input's name with .html)")
+    parser.add_argument("--pipeline", default="xla",
+                        help="the fusion pipeline for the 'after' pane (default: xla)")
+    parser.add_argument("--title", help="the page title (default: module and pipeline)")
+    parser.add_argument("--no-c", action="store_true",
+                        help="do not generate C for the kernels (faster)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from hlofuse.errors import HloError
+    from hlofuse.text import parse
+
+    if bool(args.file) == bool(args.example):
+        print("hlofuse viz: give exactly one of FILE or --example NAME", file=sys.stderr)
+        return 2
+    try:
+        if args.example:
+            from hlofuse import examples
+
+            text = examples.text(args.example)
+            source_name, stem = str(examples.path(args.example)), args.example
+        else:
+            path = Path(args.file)
+            if not path.is_file():
+                print(f"hlofuse viz: {args.file}: no such file", file=sys.stderr)
+                return 1
+            text, source_name, stem = path.read_text(), str(path), path.stem
+        module = parse(text, source_name=source_name)
+        page = viz(module, args.pipeline, title=args.title, with_c=not args.no_c)
+    except KeyError as e:
+        print(f"hlofuse viz: {e.args[0]}", file=sys.stderr)
+        return 1
+    except HloError as e:
+        print(f"hlofuse viz: {e}", file=sys.stderr)
+        return 1
+    out = Path(args.output or f"{stem}.html")
+    out.write_text(page, encoding="utf-8")
+    print(f"wrote {out} ({len(page) // 1024} KiB): open it in a browser")
+    return 0
