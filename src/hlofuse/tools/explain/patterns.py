@@ -1,0 +1,86 @@
+"""Structural recognisers shared by `explain` and `lint`.
+
+* `is_rng_loop(w)`: a while loop whose body is threefry2x32 rounds (u32 rotations: shift-left,
+  shift-right-logical and xor, looked up through fusions): JAX's CPU lowering of `jax.random`.
+* `RNG_OPCODES`: the HLO random-number ops (`rng`, `rng-bit-generator`, ...).
+* `all_ops(instr)`: an instruction and, for a fusion, everything fused inside it.
+* `value_location(module, instr)`: the source line of `instr`, else of the nearest operand
+  (inside a fused computation) that has one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape
+
+RNG_OPCODES = frozenset(op for op in Opcode if op.value in (
+    "rng", "rng-bit-generator", "rng-get-and-update-state"))
+CONTROL = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
+_ROTATION = (Opcode.SHIFT_LEFT, Opcode.SHIFT_RIGHT_LOGICAL, Opcode.XOR)
+
+
+def all_ops(instr: Instruction) -> Iterator[Instruction]:
+    yield instr
+    for comp in instr.called_computations() if instr.opcode is Opcode.FUSION else ():
+        for inner in comp.instructions:
+            yield from all_ops(inner)
+
+
+def computation_ops(comp: Computation) -> Iterator[Instruction]:
+    for instr in comp.instructions:
+        yield from all_ops(instr)
+
+
+def is_rng_loop(w: Instruction) -> bool:
+    """A while whose body looks like threefry2x32 rounds (or holds an RNG op)."""
+    if w.opcode is not Opcode.WHILE:
+        return False
+    counts: Counter[Opcode] = Counter()
+    for op in computation_ops(w.attrs["body"]):
+        if op.opcode in RNG_OPCODES or (op.opcode is Opcode.CUSTOM_CALL and "threefry" in str(
+                op.attrs.get("custom_call_target", ""))):
+            return True
+        shape = op.shape
+        if (op.opcode in _ROTATION and isinstance(shape, ArrayShape)
+                and shape.dtype.name == "u32"):
+            counts[op.opcode] += 1
+    return all(counts[o] >= 2 for o in _ROTATION)
+
+
+def is_rng(instr: Instruction) -> bool:
+    """An RNG op, a threefry custom call, or a threefry-shaped while loop."""
+    if instr.opcode in RNG_OPCODES:
+        return True
+    if instr.opcode is Opcode.CUSTOM_CALL:
+        return "threefry" in str(instr.attrs.get("custom_call_target", ""))
+    return is_rng_loop(instr)
+
+
+def location_text(module: Module, instr: Instruction) -> str:
+    loc = module.source_location(instr)
+    return f"{loc.file}:{loc.line}" if loc is not None else ""
+
+
+def value_location(module: Module, instr: Instruction) -> str:
+    """`instr`'s file:line, else the first one found walking its operands breadth-first."""
+    seen: set[int] = set()
+    queue = [instr]
+    while queue:
+        cur = queue.pop(0)
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if cur.opcode is Opcode.FUSION:
+            queue.insert(0, cur.fused_computation.root)
+            continue
+        text = location_text(module, cur)
+        if text:
+            return text
+        queue.extend(cur.operands)
+    return ""
