@@ -1,0 +1,364 @@
+"""Buffer assignment for the native driver: which array values share storage, which kernels
+may write in place, how while loops carry their state, and where every buffer lives in the arena.
+
+Two parts:
+
+* `Analyzer` / `CompAnalysis` (static, per computation): every array leaf value is traced to its
+  *source* `(instruction, leaf)`, the instruction that really produces it; tuple,
+  get-tuple-element, bitcast, reshape, copy, opt-barrier, add-dependency and identity custom
+  calls only rename a source (they alias, never copy). Each source records its last reader (the
+  position of the last instruction that reads it; the root's sources are live out). A kernel's
+  `inplace` pair (output o, input i) is accepted only when input i's source is *owned* (a buffer
+  this program allocated, or a loop-carried leaf the loop made writable: never `args`, results of
+  another owner, or a constant), is read by no later instruction, is not live out, and appears
+  once among the kernel's inputs. While loops get a `LoopPlan`: each carried leaf is
+  pass-through (body root leaf k is parameter leaf k: no buffer, no work), in place (the body
+  updates the leaf's buffer in place: one buffer, no swap), or swapped (two buffers; the body's
+  producer writes the spare directly, then the pointers swap). A dead, owned init buffer becomes
+  one of the two; an init buffer the loop may not write is copied once before the loop when the
+  body updates that leaf in place.
+
+* `Arena` (dynamic, filled while the driver emits C): internal buffers are `Slot`s with a live
+  interval on one linear timeline (nested computations are laid out inline; a slot created
+  before a loop and touched inside it stays live until the loop ends). `assign` packs them
+  greedily, first fit, largest first, at 64-byte aligned offsets of one arena; two slots share
+  bytes only if their intervals are disjoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, leaves
+
+ALIGN = 64
+
+Src = tuple[Instruction, int]  # (defining instruction, leaf index of its result)
+
+# Ops whose result leaves are their operand leaves (renamed, not copied).
+_FORWARD_ALL = frozenset({Opcode.TUPLE, Opcode.OPTIMIZATION_BARRIER})
+_FORWARD_FIRST = frozenset({Opcode.BITCAST, Opcode.RESHAPE, Opcode.COPY, Opcode.ADD_DEPENDENCY})
+IDENTITY_CUSTOM_CALLS = frozenset(
+    {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice"}
+)
+INF = 1 << 60
+
+
+def is_alias(instr: Instruction) -> bool:
+    """Does `instr` only rename its operands' leaves (no buffer, no work)?"""
+    op = instr.opcode
+    if op in _FORWARD_ALL or op in _FORWARD_FIRST:
+        return True
+    if op in (Opcode.GET_TUPLE_ELEMENT, Opcode.AFTER_ALL):
+        return True
+    return (
+        op is Opcode.CUSTOM_CALL
+        and instr.attrs.get("custom_call_target") in IDENTITY_CUSTOM_CALLS
+        and instr.operand_count == 1
+    )
+
+
+def nleaves(instr: Instruction) -> int:
+    return len(leaves(instr.shape))
+
+
+@dataclass
+class LoopPlan:
+    """How one while loop carries its state (see the module docstring)."""
+
+    kinds: list[str]  # per carried leaf: "pass", "inplace" or "swap"
+    reuse_init: list[bool]  # the init buffer is owned and dead: it becomes buffer A
+    copy_init: list[bool]  # the init buffer is copied into buffer A once, before the loop
+    body: CompAnalysis
+    cond: CompAnalysis
+
+
+@dataclass
+class CompAnalysis:
+    comp: Computation
+    writable: frozenset[int]  # flat parameter-leaf indices the caller lets us overwrite
+    srcs: dict[Instruction, list[Src]] = field(default_factory=dict)
+    last_read: dict[Src, int] = field(default_factory=dict)
+    live_out: set[Src] = field(default_factory=set)
+    owned: dict[Src, bool] = field(default_factory=dict)
+    inplace: dict[Instruction, dict[int, int]] = field(default_factory=dict)  # out -> in leaf
+    overwrites: dict[Src, Src] = field(default_factory=dict)  # in-place output -> its input
+    loops: dict[Instruction, LoopPlan] = field(default_factory=dict)
+    branches: dict[Instruction, list[CompAnalysis]] = field(default_factory=dict)
+    calls: dict[Instruction, CompAnalysis] = field(default_factory=dict)
+    param_offset: dict[Instruction, int] = field(default_factory=dict)
+
+    @property
+    def root_srcs(self) -> list[Src]:
+        return self.srcs[self.comp.root]
+
+    def operand_srcs(self, instr: Instruction) -> list[Src]:
+        out: list[Src] = []
+        for op in instr.operands:
+            out.extend(self.srcs[op])
+        return out
+
+    def head(self, src: Src) -> Src:
+        """The start of the in-place chain ending at `src` (the value whose buffer it uses)."""
+        while src in self.overwrites:
+            src = self.overwrites[src]
+        return src
+
+    def inplace_params(self) -> set[int]:
+        """Flat parameter leaves some kernel of this computation overwrites in place."""
+        out: set[int] = set()
+        for s in self.overwrites.values():
+            if s[0].opcode is Opcode.PARAMETER:
+                out.add(self.param_offset[s[0]] + s[1])
+        return out
+
+
+class Analyzer:
+    """Builds (and caches) `CompAnalysis` objects. `inplace_of(instr)` gives a kernel
+    instruction's accepted-if-safe in-place pairs (`Kernel.inplace`)."""
+
+    def __init__(self, inplace_of: Callable[[Instruction], dict[int, int]]) -> None:
+        self._inplace_of = inplace_of
+        self._cache: dict[tuple[int, frozenset[int]], CompAnalysis] = {}
+
+    def analyze(self, comp: Computation, writable: frozenset[int] = frozenset()) -> CompAnalysis:
+        key = (id(comp), writable)
+        if key not in self._cache:
+            self._cache[key] = self._analyze(comp, writable)
+        return self._cache[key]
+
+    # -- pass 1: sources and readers; pass 2: ownership, in-place, loop plans ----------------
+
+    def _analyze(self, comp: Computation, writable: frozenset[int]) -> CompAnalysis:
+        an = CompAnalysis(comp, writable)
+        offset = 0
+        for p in comp.parameters:
+            an.param_offset[p] = offset
+            offset += nleaves(p)
+        order = list(comp.instructions)
+        for pos, instr in enumerate(order):
+            an.srcs[instr] = self._sources(an, instr)
+            if not is_alias(instr):
+                for s in an.operand_srcs(instr):
+                    an.last_read[s] = pos
+        an.live_out = set(an.root_srcs)
+        for pos, instr in enumerate(order):
+            self._plan(an, instr, pos)
+        return an
+
+    def _sources(self, an: CompAnalysis, instr: Instruction) -> list[Src]:
+        op = instr.opcode
+        if op is Opcode.GET_TUPLE_ELEMENT:
+            tup = instr.operand(0)
+            shape = tup.shape
+            index = int(instr.attrs["index"])
+            start = sum(len(leaves(e)) for e in shape.elements[:index])  # type: ignore[union-attr]
+            return an.srcs[tup][start:start + nleaves(instr)]
+        if op in _FORWARD_ALL:
+            return an.operand_srcs(instr)
+        if op is Opcode.AFTER_ALL:
+            return []
+        if is_alias(instr):
+            return list(an.srcs[instr.operand(0)])
+        if op is Opcode.WHILE:
+            body = self.analyze(instr.attrs["body"])
+            param = instr.attrs["body"].parameters[0]
+            init = an.srcs[instr.operand(0)]
+            return [init[k] if s == (param, k) else (instr, k)
+                    for k, s in enumerate(body.root_srcs)]
+        if op is Opcode.CALL:
+            callee = self.analyze(instr.attrs["to_apply"])
+            an.calls[instr] = callee
+            out: list[Src] = []
+            for k, s in enumerate(callee.root_srcs):
+                if s[0].opcode is Opcode.PARAMETER:
+                    operand = instr.operand(s[0].parameter_number or 0)
+                    out.append(an.srcs[operand][s[1]])
+                else:
+                    out.append((instr, k))
+            return out
+        return [(instr, k) for k in range(nleaves(instr))]
+
+    def _plan(self, an: CompAnalysis, instr: Instruction, pos: int) -> None:
+        op = instr.opcode
+        if op is Opcode.PARAMETER:
+            base = an.param_offset[instr]
+            for k in range(nleaves(instr)):
+                an.owned[(instr, k)] = base + k in an.writable
+        elif op in (Opcode.CONSTANT, Opcode.PARTITION_ID, Opcode.REPLICA_ID) or is_alias(instr):
+            for s in an.srcs[instr]:
+                an.owned.setdefault(s, False)
+        elif op is Opcode.CONDITIONAL:
+            branches = instr.attrs.get("branch_computations") or (
+                instr.attrs["true_computation"], instr.attrs["false_computation"])
+            an.branches[instr] = [self.analyze(b) for b in branches]
+            for s in an.srcs[instr]:
+                an.owned[s] = True
+        elif op is Opcode.CALL:
+            callee = an.calls[instr]
+            for k, s in enumerate(an.srcs[instr]):
+                if s[0] is instr:
+                    an.owned[s] = callee.owned[callee.root_srcs[k]]
+        elif op is Opcode.WHILE:
+            self._plan_loop(an, instr, pos)
+        else:  # a kernel
+            for s in an.srcs[instr]:
+                an.owned[s] = True
+            self._plan_inplace(an, instr, pos)
+
+    def _dead_owned(self, an: CompAnalysis, src: Src, pos: int, ins: list[Src]) -> bool:
+        """May the instruction at `pos` (with flat inputs `ins`) destroy `src`'s buffer?"""
+        return (
+            an.owned.get(src, False)
+            and src not in an.live_out
+            and an.last_read.get(src, -1) <= pos
+            and ins.count(src) == 1
+        )
+
+    def _plan_inplace(self, an: CompAnalysis, instr: Instruction, pos: int) -> None:
+        pairs = self._inplace_of(instr)
+        if not pairs:
+            return
+        ins = an.operand_srcs(instr)
+        in_shapes = [s for o in instr.operands for s in leaves(o.shape)]
+        out_shapes = leaves(instr.shape)
+        accepted: dict[int, int] = {}
+        for o, i in sorted(pairs.items()):
+            if i in accepted.values() or not 0 <= i < len(ins) or not 0 <= o < len(out_shapes):
+                continue
+            if in_shapes[i].nbytes != out_shapes[o].nbytes:
+                continue
+            if self._dead_owned(an, ins[i], pos, ins):
+                accepted[o] = i
+                an.overwrites[(instr, o)] = ins[i]
+        if accepted:
+            an.inplace[instr] = accepted
+
+    def _plan_loop(self, an: CompAnalysis, instr: Instruction, pos: int) -> None:
+        body_c: Computation = instr.attrs["body"]
+        param = body_c.parameters[0]
+        n = nleaves(instr)
+        init = an.srcs[instr.operand(0)]
+        full = self.analyze(body_c, frozenset(range(n)))
+        passthrough = [s == (param, k) for k, s in enumerate(full.root_srcs)]
+        targets = full.inplace_params()
+        dead = [not passthrough[k] and self._dead_owned(an, init[k], pos, init) for k in range(n)]
+        writable = frozenset(
+            k for k in range(n) if not passthrough[k] and (dead[k] or k in targets))
+        body = self.analyze(body_c, writable)
+        kinds: list[str] = []
+        for k in range(n):
+            if passthrough[k]:
+                kinds.append("pass")
+            elif body.head(body.root_srcs[k]) == (param, k):
+                kinds.append("inplace")
+            else:
+                kinds.append("swap")
+        an.loops[instr] = LoopPlan(
+            kinds=kinds,
+            reuse_init=dead,
+            copy_init=[k in writable and not dead[k] for k in range(n)],
+            body=body,
+            cond=self.analyze(instr.attrs["condition"]),
+        )
+        for k, s in enumerate(an.srcs[instr]):
+            if s[0] is instr:
+                an.owned[s] = k in writable
+
+
+# ---------------------------------------------------------------------------------------------
+# The arena
+
+
+class Slot:
+    """One internal buffer: `nbytes` at `offset` of the arena, live over [first, last]."""
+
+    __slots__ = ("first", "id", "label", "last", "nbytes", "offset")
+
+    def __init__(self, id: int, nbytes: int, now: int, label: str) -> None:
+        self.id = id
+        self.nbytes = nbytes
+        self.first = now
+        self.last = now
+        self.offset = -1
+        self.label = label
+
+    @property
+    def size(self) -> int:
+        return max(ALIGN, -(-self.nbytes // ALIGN) * ALIGN)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Where an array value is at run time: a C expression of pointer type, and the arena
+    slots it may point to (a loop variable may point to any of several)."""
+
+    expr: str
+    slots: tuple[Slot, ...] = ()
+
+
+@dataclass
+class _Scope:
+    start: int
+    captured: list[Slot] = field(default_factory=list)
+
+
+class Arena:
+    def __init__(self) -> None:
+        self.slots: list[Slot] = []
+        self.now = 0
+        self._scopes: list[_Scope] = []
+
+    def tick(self) -> None:
+        self.now += 1
+
+    def new(self, shape: ArrayShape, label: str) -> Slot:
+        slot = Slot(len(self.slots), shape.nbytes, self.now, label)
+        self.slots.append(slot)
+        return slot
+
+    def touch(self, *refs: Ref) -> None:
+        for ref in refs:
+            for slot in ref.slots:
+                self._touch(slot)
+
+    def _touch(self, slot: Slot) -> None:
+        if self.now > slot.last:
+            slot.last = self.now
+        for scope in self._scopes:
+            if slot.first < scope.start:
+                scope.captured.append(slot)
+
+    def open_loop(self) -> None:
+        self.tick()
+        self._scopes.append(_Scope(self.now))
+
+    def close_loop(self) -> None:
+        self.tick()
+        scope = self._scopes.pop()
+        for slot in dict.fromkeys(scope.captured):
+            self._touch(slot)
+
+    def assign(self) -> int:
+        """Give every slot an offset; returns the arena's size in bytes."""
+        placed: list[Slot] = []
+        total = 0
+        for slot in sorted(self.slots, key=lambda s: (-s.size, s.first, s.id)):
+            busy = sorted(
+                (p.offset, p.offset + p.size)
+                for p in placed
+                if p.first <= slot.last and slot.first <= p.last
+            )
+            offset = 0
+            for lo, hi in busy:
+                if offset + slot.size <= lo:
+                    break
+                offset = max(offset, hi)
+            slot.offset = offset
+            placed.append(slot)
+            total = max(total, offset + slot.size)
+        return total
