@@ -215,7 +215,39 @@ RNG_CASES = [
     _rng("rng_default", "rng_default", np.array([3, 4], np.uint64), "u64[5]"),
 ]
 
-CASES = DOT_CASES + SORT_CASES + TOPK_CASES + RNG_CASES
+def _conv(name: str, lhs: tuple[str, tuple[int, ...]], rhs: tuple[str, tuple[int, ...]],
+          out: str, attrs: str, seed: int, rtol: float = 1e-6, atol: float = 1e-6) -> Case:
+    lt, ld = lhs
+    rt, rd = rhs
+    np_t = {"f32": "f4", "f16": "f2", "s32": "i4"}
+    hlo = f"""
+ENTRY e {{
+  a = {lt}{list(ld)} parameter(0)
+  b = {rt}{list(rd)} parameter(1)
+  ROOT c = {out} convolution(a, b), {attrs}
+}}"""
+    inputs = [_rand(ld, np_t[lt], seed, -3, 3), _rand(rd, np_t[rt], seed + 1, -3, 3)]
+    return Case(name, hlo, inputs, rtol, atol)
+
+
+CONV_CASES = [
+    _conv("conv_nhwc_strided", ("f32", (2, 9, 9, 3)), ("f32", (3, 3, 3, 4)), "f32[2,5,5,4]",
+          "window={size=3x3 stride=2x2 pad=1_1x1_1}, dim_labels=b01f_01io->b01f", 70),
+    _conv("conv_nchw_dilated_reversed", ("f32", (1, 2, 6, 5)), ("f32", (3, 2, 2, 3)),
+          "f32[1,3,11,4]",
+          "window={size=2x3 pad=1_0x2_1 lhs_dilate=2x1 rhs_dilate=1x2 rhs_reversal=1x0}, "
+          "dim_labels=bf01_oi01->bf01", 72),
+    _conv("conv_feature_groups", ("f32", (1, 6, 6, 4)), ("f32", (3, 3, 2, 6)), "f32[1,4,4,6]",
+          "window={size=3x3}, dim_labels=b01f_01io->b01f, feature_group_count=2", 74),
+    _conv("conv_batch_groups", ("f32", (4, 5, 5, 3)), ("f32", (2, 2, 3, 4)), "f32[2,4,4,4]",
+          "window={size=2x2}, dim_labels=b01f_01io->b01f, batch_group_count=2", 76),
+    _conv("conv_1d_s32_negative_pad", ("s32", (2, 10, 3)), ("s32", (3, 3, 2)), "s32[2,9,2]",
+          "window={size=3 pad=-1_2}, dim_labels=b0f_0io->b0f", 78, rtol=0, atol=0),
+    _conv("conv_f16", ("f16", (1, 7, 7, 2)), ("f16", (2, 2, 2, 3)), "f16[1,6,6,3]",
+          "window={size=2x2}, dim_labels=b01f_01io->b01f", 80, rtol=1e-3, atol=1e-2),
+]
+
+CASES = DOT_CASES + CONV_CASES + SORT_CASES + TOPK_CASES + RNG_CASES
 
 
 def _harness(i: int, case: Case, names: set[str]) -> tuple[str, str]:

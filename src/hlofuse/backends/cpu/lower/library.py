@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hlofuse.backends.cpu.lower import gemm, rng, sort
+from hlofuse.backends.cpu.lower import conv, gemm, rng, sort
 from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
@@ -33,6 +33,7 @@ Emitter = Callable[[Instruction, list[str], list[str], set[str]], tuple[str, str
 
 _EMITTERS: dict[Opcode, Emitter] = {
     Opcode.DOT: gemm.emit_dot,
+    Opcode.CONVOLUTION: conv.emit_convolution,
     Opcode.SORT: sort.emit_sort,
     Opcode.TOPK: sort.emit_topk,
     Opcode.RNG_BIT_GENERATOR: rng.emit_rng_bit_generator,
