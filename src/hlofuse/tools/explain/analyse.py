@@ -47,7 +47,13 @@ from hlofuse.tools.explain.origins import (
     strip_origins,
     tag_origins,
 )
-from hlofuse.tools.explain.patterns import CONTROL, all_ops, is_rng_loop, value_location
+from hlofuse.tools.explain.patterns import (
+    CONTROL,
+    all_ops,
+    inherit_call_site_locations,
+    is_rng_loop,
+    value_location,
+)
 
 _HIDDEN = frozenset({Opcode.PARAMETER, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT, Opcode.CONSTANT})
 # ops XLA's GPU emitters never fuse into (library calls) when they stay on their own
@@ -405,6 +411,27 @@ def _walk(an: _Analysis, comp: Computation, title: str, per: str, sections: list
     return section
 
 
+def kernels_per_run(comp: Computation, cond: Computation | None = None) -> int | None:
+    """Kernels one run of `comp` launches (plus `cond`'s), nested loops times their trip
+    count, the largest branch of a conditional, calls inline; None if a trip count is unknown."""
+    n: int | None = len(kernels_of(comp)) + (len(kernels_of(cond)) if cond is not None else 0)
+    for instr in comp.instructions:
+        sub: int | None = 0
+        if instr.opcode is Opcode.WHILE:
+            inner = kernels_per_run(instr.attrs["body"], instr.attrs["condition"])
+            trips = trip_count(instr)
+            sub = None if inner is None or trips is None else inner * trips
+        elif instr.opcode is Opcode.CONDITIONAL:
+            branches = list(instr.attrs.get("branch_computations") or (
+                instr.attrs["true_computation"], instr.attrs["false_computation"]))
+            counts = [kernels_per_run(b) for b in branches]
+            sub = None if None in counts else max((c or 0 for c in counts), default=0)
+        elif instr.opcode is Opcode.CALL:
+            sub = kernels_per_run(instr.attrs["to_apply"])
+        n = None if n is None or sub is None else n + sub
+    return n
+
+
 def _bytes(sections: list[Section]) -> dict[str, int | None]:
     by_title = {s.title: s for s in sections}
     memo: dict[str, int | None] = {}
@@ -435,6 +462,7 @@ def analyse(module: Module, pipeline: str = "xla", *, verify_fixes: bool = False
     from hlofuse.passes.pipelines import run_pipeline
 
     original = module.clone() if verify_fixes else None
+    inherit_call_site_locations(module)
     tag_origins(module)
     history = NameHistory()
     run_pipeline(module, pipeline, context=Context(observers=[history]))

@@ -15,7 +15,8 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.base import Context
 from hlofuse.passes.fusion import pipelines as fusion_pipelines
-from hlofuse.passes.fusion.kernels import count_kernels, is_kernel
+from hlofuse.passes.fusion.kernels import is_kernel
+from hlofuse.tools.explain.analyse import kernels_per_run
 from hlofuse.tools.explain.model import Explanation
 from hlofuse.tools.explain.origins import origins, tag_origins
 
@@ -39,11 +40,14 @@ def _kernel_map(comp: Computation) -> dict[str, set[str]]:
 
 
 def _per_run(module: Module, title: str) -> int | None:
-    report = count_kernels(module)
     if title == "entry":
-        return report.entry
+        return kernels_per_run(module.entry)
     loop = title.removesuffix(" body")
-    return report.loops.get(loop)
+    for comp in module.computations:
+        for instr in comp.instructions:
+            if instr.name == loop and instr.opcode is Opcode.WHILE:
+                return kernels_per_run(instr.attrs["body"], instr.attrs["condition"])
+    return None
 
 
 def verify_setting_fixes(expl: Explanation, original: Module, pipeline: str) -> None:
