@@ -253,9 +253,10 @@ def _math_call(op: Opcode, dt: DType, args: list[str]) -> str:
 
 
 def _logistic(dt: DType, args: list[str]) -> str:
+    """libm fallback: f32 computed in double (accurate); f64 by the form the interpreter uses."""
     if _name(dt) == "f64":
-        return f"(1.0 / (1.0 + exp(-({args[0]}))))"
-    return _round(dt, f"(1.0f / (1.0f + expf(-({args[0]}))))")
+        return f"hf_logistic_libm_f64({args[0]})"
+    return _round(dt, f"((float)(1.0 / (1.0 + exp(-(double){args[0]}))))")
 
 
 def elementwise(instr: Instruction, operands: list[str]) -> str:
@@ -277,7 +278,9 @@ def elementwise(instr: Instruction, operands: list[str]) -> str:
     if op is Opcode.IS_FINITE:
         return f"((uint8_t)(isfinite{ops[0]} != 0))"
     if op in (Opcode.REAL, Opcode.IMAG):
-        raise _unsupported(instr, dt, "complex numbers are not supported")
+        if _operand_dtype(instr, 0).name != dt.name:
+            raise _unsupported(instr, dt, "complex numbers are not supported")
+        return ops[0] if op is Opcode.REAL else literal(0, dt)  # a real number's parts
     if dt.is_float:
         return _float_op(instr, dt, ops)
     if dt.is_pred:

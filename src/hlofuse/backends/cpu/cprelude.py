@@ -4,7 +4,8 @@ that `cexpr` expressions call.
 What the helpers guarantee (each matches `backends/interpreter/elementwise.py` bit for bit):
 - f16/bf16 <-> f32 conversions are branch-free integer code (vectorizable): f16 rounds to nearest
   even with correct subnormals, overflow to inf, NaN payload kept (numpy's rule); bf16 rounds to
-  nearest even, NaN becomes the canonical quiet NaN of its sign (ml_dtypes' rule). f64 -> f16 rounds
+  nearest even, NaN keeps its top payload bits (ml_dtypes would canonicalise an f32 NaN with a
+  payload, but keeping them makes load/store of any bf16 NaN the identity). f64 -> f16 rounds
   once (numpy converts directly); f64 -> bf16 goes through f32 (ml_dtypes does).
 - Integer division, remainder, power, shifts, clz, abs, sign, min/max exist per integer type, done
   in unsigned arithmetic where C signed overflow would be undefined: x/0 = -1 (signed) or all ones,
@@ -75,13 +76,18 @@ static inline float hf_bf16_to_f32(uint16_t h) { return hf_f32_from_bits((uint32
 static inline uint16_t hf_f32_to_bf16(float f) {
   uint32_t x = hf_f32_bits(f);
   uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  uint32_t nan = ((x >> 16) & 0x8000u) | 0x7fc0u;
+  /* NaN: keep the top bits (so bf16 -> f32 -> bf16 is the identity), quiet if they are 0 */
+  uint32_t nan = (x >> 16) | (((x >> 16) & 0x7fu) == 0u ? 0x40u : 0u);
   return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : r);
 }
 static inline float hf_round_f16(float x) { return hf_f16_to_f32(hf_f32_to_f16(x)); }
 static inline float hf_round_bf16(float x) { return hf_bf16_to_f32(hf_f32_to_bf16(x)); }
 static inline float hf_round_f16_f64(double x) { return hf_f16_to_f32(hf_f64_to_f16(x)); }
 
+static inline double hf_logistic_libm_f64(double x) {
+  double e = exp(-fabs(x));
+  return x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
 static inline int32_t hf_tokey_f32(float f) {
   int32_t i = (int32_t)hf_f32_bits(f);
   return i < 0 ? i ^ INT32_MAX : i;
