@@ -247,7 +247,46 @@ CONV_CASES = [
           "window={size=2x2}, dim_labels=b01f_01io->b01f", 80, rtol=1e-3, atol=1e-2),
 ]
 
-CASES = DOT_CASES + CONV_CASES + SORT_CASES + TOPK_CASES + RNG_CASES
+def _select_scatter(name: str, t: str, operand: tuple[int, ...], source: tuple[int, ...],
+                    window: str, direction: str, seed: int, rtol: float = 0.0) -> Case:
+    dims = ",".join(map(str, operand))
+    sdims = ",".join(map(str, source))
+    hlo = f"""
+select {{
+  a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction={direction}
+}}
+
+scatter {{
+  a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  ROOT c = {t}[] add(a, b)
+}}
+
+ENTRY e {{
+  x = {t}[{dims}] parameter(0)
+  s = {t}[{sdims}] parameter(1)
+  z = {t}[] parameter(2)
+  ROOT r = {t}[{dims}] select-and-scatter(x, s, z), window={window}, select=select,
+    scatter=scatter
+}}"""
+    np_t = {"f32": "f4", "s32": "i4"}[t]
+    inputs = [_rand(operand, np_t, seed, -4, 4).round().astype(np_t),  # ties in the windows
+              _rand(source, np_t, seed + 1, -4, 4), np.asarray(1, np_t)]
+    return Case(name, hlo, inputs, rtol, rtol)
+
+
+SELECT_SCATTER_CASES = [
+    _select_scatter("select_scatter_maxpool_grad", "f32", (2, 8, 8, 3), (2, 4, 4, 3),
+                    "{size=1x2x2x1 stride=1x2x2x1}", "GE", 90, rtol=1e-6),
+    _select_scatter("select_scatter_overlapping_padded", "s32", (7, 6), (4, 6),
+                    "{size=3x2 stride=2x1 pad=1_1x0_1}", "GT", 92),
+    _select_scatter("select_scatter_min", "s32", (9,), (5,), "{size=3 stride=2 pad=1_1}",
+                    "LE", 94),
+]
+
+CASES = DOT_CASES + CONV_CASES + SELECT_SCATTER_CASES + SORT_CASES + TOPK_CASES + RNG_CASES
 
 
 def _harness(i: int, case: Case, names: set[str]) -> tuple[str, str]:

@@ -14,9 +14,8 @@ op and may be placed in any block of a kernel body. Each op matches the interpre
     sort, topk          sort.py      stable merge sort of offsets, then a gather
     rng-bit-generator   rng.py       Threefry-2x32 / Philox-4x32, bit for bit
     select-and-scatter  windows.py   sequential select, then scatter in source order
-    cholesky,           linalg.py    plain loops in double
-    triangular-solve
 
+cholesky and triangular-solve are not implemented yet (they raise LibraryOpError).
 Anything else raises `LibraryOpError` (a CompileError) naming the instruction.
 """
 
@@ -24,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hlofuse.backends.cpu.lower import conv, gemm, rng, sort
+from hlofuse.backends.cpu.lower import conv, gemm, rng, sort, windows
 from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
@@ -37,6 +36,7 @@ _EMITTERS: dict[Opcode, Emitter] = {
     Opcode.SORT: sort.emit_sort,
     Opcode.TOPK: sort.emit_topk,
     Opcode.RNG_BIT_GENERATOR: rng.emit_rng_bit_generator,
+    Opcode.SELECT_AND_SCATTER: windows.emit_select_and_scatter,
 }
 
 SUPPORTED: frozenset[Opcode] = frozenset(_EMITTERS)
