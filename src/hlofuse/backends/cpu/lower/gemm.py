@@ -185,7 +185,7 @@ def _copy_canonical(
         lines.append(f"{indent}for (int64_t i{level} = 0; i{level} < {dims[axis]}; i{level}++)")
         indent += "    "
     offset = " + ".join(f"i{lv} * {strides[a]}" for lv, a in enumerate(order)) or "0"
-    value = cexpr.load(dtype, f"(({src_ct} *){src})[{offset}]")
+    value = cexpr.load(dtype, f"((const {src_ct} *)({src}))[{offset}]")
     lines.append(f"{indent}*dst++ = ({acc_t})({value});")
     lines.append("}")
     return lines
