@@ -1,0 +1,134 @@
+"""Loop nests over an output shape, and the plan of a whole kernel.
+
+`loop_nest(em, dims, body)` runs `body(index)` for every element of `dims`: as one flat loop
+`for (i = 0; i < n; ++i)` (the emitter's first try: elementwise chains need no multi-index), or,
+when an index map had to delinearise the flat variable, as a nest with the innermost loop over the
+last dimension (the kernel is then emitted again in that mode). Loops over at least
+`PARALLEL_MIN` elements get `#pragma omp parallel for` on the outermost loop (iterations write
+disjoint outputs); smaller ones never do: fork/join costs microseconds.
+
+`emit_roots` plans a kernel's outputs:
+  * roots computed by `lower.library` (dot, sort, ...) write the outputs directly;
+  * a dynamic-update-slice root whose operand 0 is a kernel input used by nothing else is done in
+    place (`inplace.py`): copy if the buffers differ, then write only the update region;
+  * scatter roots (`scatter.py`);
+  * reduce roots sharing input shape and reduced dimensions share one nest (`reduce.py`), with
+    roots shaped like their input written in it;
+  * every other root is grouped by shape: one loop nest per shape writes all of that shape's
+    outputs (a multi-output loop fusion is one loop; roots of different shapes get one nest each,
+    recomputing shared producers).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.lower import index as ix
+from hlofuse.backends.cpu.lower.emitter import Emitter, dims_of
+from hlofuse.backends.cpu.lower.index import Index
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, leaves
+
+PARALLEL_MIN = 1 << 16
+
+
+def loop_nest(em: Emitter, dims: tuple[int, ...], body: Callable[[Index], None],
+              parallel: bool = True) -> None:
+    size = math.prod(dims)
+    if size == 0:
+        return
+    if size == 1:
+        body(ix.zero(dims))  # every value of a one-element array is hoisted anyway
+        return
+    omp = parallel and size >= PARALLEL_MIN
+    big = [d for d, n in enumerate(dims) if n != 1]
+    if em.flat_loops or len(big) == 1:
+        i = em.fresh("i")
+        em.loop_vars.add(i)
+        if omp:
+            em.line("#pragma omp parallel for")
+            em.uses_omp = True
+        em.open(f"for (int64_t {i} = 0; {i} < {size}; ++{i})")
+        body(ix.of_linear(dims, i))
+        em.close()
+        return
+    multi = ["0"] * len(dims)
+    for j, d in enumerate(big):
+        v = em.fresh(f"i{d}")
+        multi[d] = v
+        if j == 0 and omp:
+            em.line("#pragma omp parallel for")
+            em.uses_omp = True
+        em.open(f"for (int64_t {v} = 0; {v} < {dims[d]}; ++{v})")
+    lin = em.local("i", "int64_t", ix.linearize(tuple(multi), dims))
+    body(Index(dims, tuple(multi), lin))
+    for _ in big:
+        em.close()
+
+
+def store(em: Emitter, ptr: str, instr: Instruction, k: int, lin: str, idx: Index) -> None:
+    """`ptr[lin] = <leaf k of instr at idx>`."""
+    value = em.values(instr, idx)[k]
+    dtype = leaves(instr.shape)[k].dtype
+    em.line(f"{ptr}[{lin}] = {cexpr.store(dtype, value)};")
+
+
+def _comment(instr: Instruction) -> str:
+    name = instr.metadata.op_name if instr.metadata else None
+    return f"  /* {instr.name}{': ' + name if name else ''} */".replace("*/ */", "*/")
+
+
+def emit_roots(em: Emitter, roots: list[tuple[Instruction, list[tuple[int, str]]]],
+               inplace_of: dict[int, str]) -> None:
+    """Emit code computing every root leaf into its output pointer. `roots` lists each root
+    instruction once with its (leaf index, output pointer) pairs; `inplace_of` maps a root
+    dynamic-update-slice/scatter (by id) to the input pointer it may update in place."""
+    from hlofuse.backends.cpu.lower import inplace, materialize, reduce
+
+    reduce_groups: dict[tuple, list[tuple[Instruction, list[tuple[int, str]]]]] = {}
+    loop_groups: dict[tuple[int, ...], list[tuple[Instruction, int, str]]] = {}
+    for r, outs in roots:
+        if r.opcode is Opcode.REDUCE and id(r) not in em.params:
+            n = r.operand_count // 2
+            key = (dims_of(r.operand(0)), tuple(sorted(r.dimensions)), n)
+            reduce_groups.setdefault(key, []).append((r, outs))
+        elif id(r) in inplace_of:
+            (k, ptr), = outs
+            inplace.emit(em, r, ptr, inplace_of[id(r)])
+        elif r.opcode is Opcode.SCATTER and id(r) not in em.params:
+            from hlofuse.backends.cpu.lower import scatter
+
+            scatter.emit(em, r, [p for _k, p in outs], None)
+        elif id(r) not in em.params and materialize.supported(r):
+            ptrs = [p for _k, p in sorted(outs)]
+            if len(ptrs) != len(leaves(r.shape)):  # some leaves unused: compute all anyway
+                ptrs = materialize.buffers(em, r)
+                for k, p in outs:
+                    em.line(f"memcpy({p}, {ptrs[k]}, {max(leaves(r.shape)[k].nbytes, 1)});")
+            else:
+                em.line(f"/* {r.name} */")
+                materialize.call(em, r, [p for _k, p in outs])
+        else:
+            for k, ptr in outs:
+                dims = tuple(leaves(r.shape)[k].dims)
+                loop_groups.setdefault(dims, []).append((r, k, ptr))
+    for key, group in reduce_groups.items():
+        siblings = loop_groups.pop(key[0], []) if key[0] else []
+        em.line(f"/* {', '.join(r.name for r, _ in group)}"
+                + (f" (and {', '.join(s.name for s, _, _ in siblings)})" if siblings else "")
+                + " */")
+        reduce.reduction_nest(em, group, siblings,
+                              lambda ptr, s, k, lin, idx: store(em, ptr, s, k, lin, idx))
+    for dims, group in loop_groups.items():
+        def body(idx: Index, group: list[tuple[Instruction, int, str]] = group) -> None:
+            for r, k, ptr in group:
+                store(em, ptr, r, k, idx.lin(), idx)
+
+        loop_nest(em, dims, body)
+
+
+def shape_of(instr: Instruction, k: int) -> ArrayShape:
+    return leaves(instr.shape)[k]
