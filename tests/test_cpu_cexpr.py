@@ -320,3 +320,55 @@ def test_types() -> None:
     assert cexpr.compute_type(DTYPES["s64"]) == "int64_t"
     assert cexpr.load(DTYPES["f32"], "x") == "x"
     assert ml_dtypes.bfloat16 == DTYPES["bf16"].np
+
+
+def _round_trip(t: str) -> str:
+    return cexpr.store(DTYPES[t], cexpr.load(DTYPES[t], "a[i]"))
+
+
+def test_half_conversions_exhaustive() -> None:
+    """Every f16/bf16 bit pattern survives load+store unchanged (NaN payloads included); f32 and
+    f64 values round to f16/bf16 exactly like numpy/ml_dtypes (1M random bit patterns plus every
+    value halfway between neighbouring f16s)."""
+    from hlofuse.backends.cpu import build
+
+    source = cexpr.prelude() + "".join(
+        f"void rt_{t}(const uint16_t *a, uint16_t *o, int n) {{"
+        f" for (int i = 0; i < n; i++) o[i] = {_round_trip(t)}; }}\n"
+        f"void from32_{t}(const float *a, uint16_t *o, int n) {{"
+        f" for (int i = 0; i < n; i++) o[i] = {cexpr.store(DTYPES[t], 'a[i]')}; }}\n"
+        for t in ("f16", "bf16")
+    ) + (
+        "void from64_f16(const double *a, uint16_t *o, int n) {"
+        " for (int i = 0; i < n; i++) o[i] = hf_f64_to_f16(a[i]); }\n"
+    )
+    lib = build.load_library(source, name="test_cpu_cexpr_half")
+
+    def call(fn: str, x: np.ndarray) -> np.ndarray:
+        out = np.zeros(x.size, np.uint16)
+        getattr(lib, fn)(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data),
+                         ctypes.c_int(x.size))
+        return out
+
+    every = np.arange(1 << 16, dtype=np.uint16)
+    for t in ("f16", "bf16"):
+        np.testing.assert_array_equal(call(f"rt_{t}", every), every, err_msg=t)
+    rng = np.random.default_rng(2)
+    halves = every.view(np.float16).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        sums = halves[:-1] + halves[1:]
+    mids = (sums / 2)[np.isfinite(sums)]
+    f32 = np.concatenate([rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint32).view(np.float32),
+                          mids.astype(np.float32)])
+    f64 = np.concatenate([rng.integers(0, 1 << 64, 1 << 20, dtype=np.uint64).view(np.float64),
+                          (rng.standard_normal(1 << 16) * 1e-3), mids, np.nextafter(mids, 0)])
+    with np.errstate(all="ignore"):
+        cases = [("from32_f16", f32, f32.astype(np.float16)),
+                 ("from32_bf16", f32, f32.astype(ml_dtypes.bfloat16)),
+                 ("from64_f16", f64, f64.astype(np.float16))]
+    for fn, x, want in cases:
+        got = call(fn, np.ascontiguousarray(x)).view(want.dtype)
+        nan = np.isnan(want.astype(np.float32))
+        assert (np.isnan(got.astype(np.float32)) == nan).all(), fn
+        bad = np.flatnonzero(got.view(np.uint16)[~nan] != want.view(np.uint16)[~nan])
+        assert bad.size == 0, (fn, x[~nan][bad[:5]], got[~nan][bad[:5]], want[~nan][bad[:5]])
