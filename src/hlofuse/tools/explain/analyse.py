@@ -52,6 +52,7 @@ from hlofuse.tools.explain.patterns import (
     all_ops,
     inherit_call_site_locations,
     is_rng_loop,
+    reader_location,
     value_location,
 )
 
@@ -270,9 +271,7 @@ class _Analysis:
                      _leaf_bytes(crossing.shape), value_location(m, crossing),
                      value_origin=origin(crossing), reader_origin=_reader_origin(k, operand_index))
         if k.opcode is Opcode.FUSION:
-            param = k.fused_computation.parameter(operand_index)
-            readers = [u for u in param.users if u.opcode not in _HIDDEN]
-            b.consumer_source = value_location(m, readers[0]) if readers else ""
+            b.consumer_source = reader_location(m, k.fused_computation.parameter(operand_index))
         elif k.opcode not in CONTROL:
             b.consumer_source = value_location(m, k)
         control = next((e for e in (pk, k) if e.opcode in CONTROL), None)

@@ -38,9 +38,9 @@ READINGS: list[tuple[str, str]] = [
      "consumer again"),
     ("the producer is not fusible as it is a multi-output fusion", "the producer is a "
      "multi-output kernel, which is never fused into a consumer"),
-    ("the consumer is not input-fusible and not loop-fusible", "the merger fuses a producer into "
-     "all of its users or none, and one user cannot take a fusion (a while loop, a tuple, a "
-     "library op)"),
+    ("the consumer is not input-fusible and not loop-fusible", "the consumer (or, for the "
+     "fusion merger, one of the producer's users: it merges into all users or none) cannot take "
+     "a fused producer: a library op such as dot, a while loop, a tuple"),
     ("merged-to-current-bytes-ratio", "merging would make every user re-read the producer's "
      "inputs: more bytes moved than it saves"),
     ("are connected", "the two kernels depend on each other through a third, so they cannot "
@@ -53,7 +53,8 @@ READINGS: list[tuple[str, str]] = [
     ("expensive", "the producer is expensive and would be recomputed in each user"),
     ("not fusing into the output of the root", "the producer is the computation's result"),
     ("budget", "the fused kernel would exceed a resource budget"),
-    ("not loop-fusible", "the producer cannot be emitted inside a loop fusion"),
+    ("not loop-fusible", "the producer (a library op such as dot, or a multi-output kernel) "
+     "cannot be emitted inside a loop fusion"),
 ]
 
 # settings whose refusal goes away when the switch is flipped

@@ -120,3 +120,20 @@ def _location_fields(module: Module, instr: Instruction
     if md.source_file is not None and md.source_line is not None:
         return (("source_file", md.source_file), ("source_line", md.source_line))
     return None
+
+
+def reader_location(module: Module, instr: Instruction) -> str:
+    """The first file:line found walking forward from `instr` through its users (inside a
+    fused computation: from a parameter to the op that consumes it)."""
+    seen: set[int] = set()
+    queue = list(instr.users)
+    while queue:
+        cur = queue.pop(0)
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        text = location_text(module, cur)
+        if text:
+            return text
+        queue.extend(cur.users)
+    return ""
