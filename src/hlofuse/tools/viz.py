@@ -24,14 +24,16 @@ What this module computes (the page's JS only lays out and draws it):
 * the generated C per kernel, when `hlofuse.backends.cpu` is importable and lowers the kernel
   (best effort: any failure leaves the C out, it never fails the page).
 
-If `hlofuse.tools.explain` offers a boundary computation, that should replace `boundaries()`
-here; this one is deliberately simple (trace events matched by instruction names).
+The boundaries come from `hlofuse.tools.explain` (its rule, plain reading, category and fixes)
+when `viz()` runs the pipeline; `render()` of an already fused module without an explanation
+falls back to `boundaries()` here, a simpler version (trace events matched by names).
 """
 
 from __future__ import annotations
 
 import argparse
 import html
+import itertools
 import json
 import sys
 from dataclasses import dataclass, field
@@ -39,6 +41,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hlofuse.errors import HloError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -70,7 +73,7 @@ class Boundary:
 
     def to_json(self) -> dict[str, Any]:
         return {"from": self.producer, "to": self.consumer, "comp": self.computation,
-                "path": self.path, "reasons": self.reasons}
+                "path": self.path, "reasons": self.reasons, "category": "fusion"}
 
 
 def _is_unit(instr: Instruction) -> bool:
@@ -152,7 +155,7 @@ def _boundary(comp: Computation, path: list[Instruction],
               merger: dict[str, list[TraceEvent]]) -> Boundary:
     producer, consumer = path[0], path[-1]
     pairs = [(producer.name, consumer.name)]
-    pairs += [(a.name, b.name) for a, b in zip(path, path[1:])]
+    pairs += [(a.name, b.name) for a, b in itertools.pairwise(path)]
     events: list[TraceEvent] = []
     for pair in pairs:
         events.extend(by_pair.get(pair, ()))
@@ -169,6 +172,60 @@ def _boundary(comp: Computation, path: list[Instruction],
                         "consumer": consumer.name, "rule": "", "figures": {},
                         "reason": _fallback_reason(producer, consumer)})
     return Boundary(producer.name, consumer.name, comp.name, [i.name for i in path], reasons)
+
+
+def _refusal_json(r: Any) -> dict[str, Any]:
+    return {"pass": r.pass_name, "verdict": "refused", "producer": r.producer,
+            "consumer": r.consumer, "reason": r.reason, "rule": r.setting,
+            "figures": {k: _plain(v) for k, v in r.figures.items()}}
+
+
+def explained_boundaries(explanation: Any) -> list[dict[str, Any]]:
+    """The page's boundaries from an `hlofuse.tools.explain.Explanation`: each with its path
+    of instructions in the fused module (to highlight the edges), its rule, plain reading and
+    fixes. Loop-state boundaries end at the body's root tuple."""
+    module: Module = explanation.fused_module
+    out: list[dict[str, Any]] = []
+    for section in explanation.sections:
+        comp = module.computation(section.computation)
+        by_name = {i.name: i for i in comp.instructions}
+        for b in section.boundaries:
+            path = _path_between(comp, by_name, b.producer, b.consumer)
+            reasons = [_refusal_json(r) for r in ([b.rule] if b.rule else []) + list(b.earlier)]
+            if not reasons:
+                reasons.append({"pass": "", "verdict": "", "producer": b.producer,
+                                "consumer": b.consumer, "reason": b.why, "rule": "",
+                                "figures": {}})
+            out.append({
+                "from": b.producer, "to": b.consumer, "comp": comp.name, "path": path,
+                "category": b.category, "value": b.value, "bytes": b.bytes,
+                "source": b.source, "consumer_source": b.consumer_source,
+                "why": b.why if b.rule else "", "reasons": reasons,
+                "fixes": [f.text + (f" ({f.verified})" if f.verified else "") for f in b.fixes],
+            })
+    return out
+
+
+def _path_between(comp: Computation, by_name: dict[str, Instruction], producer: str,
+                  consumer: str) -> list[str]:
+    """Instruction names from `producer` to `consumer` through pass-through ops; a loop-state
+    consumer ("iteration+1[k]") is the root tuple's operand k."""
+    if consumer in by_name:
+        starts = list(by_name[consumer].operands)
+        end = consumer
+    elif consumer.startswith("iteration+1[") and comp.has_root:
+        k = int(consumer[len("iteration+1["):-1])
+        root = comp.root
+        starts = [root.operand(k)] if root.opcode is Opcode.TUPLE else [root]
+        end = root.name if root.opcode is Opcode.TUPLE else ""
+    else:
+        return [producer, consumer]
+    for start in starts:
+        for path in _paths_back(start):
+            if path[0].name == producer:
+                names = [i.name for i in path]
+                return [*names, end] if end else names
+    return [producer, consumer]
 
 
 # ----- graph data -----------------------------------------------------------------------------
@@ -265,7 +322,8 @@ def _comp_kinds(module: Module) -> dict[str, str]:
 
 
 def graph_data(module: Module, *, label: str, kernel_sources: dict[str, str] | None = None,
-               with_boundaries: bool = True) -> dict[str, Any]:
+               with_boundaries: bool = True,
+               boundary_data: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The JSON the page draws for one module (one pane)."""
     kinds = _comp_kinds(module)
     comps: dict[str, Any] = {}
@@ -288,7 +346,9 @@ def graph_data(module: Module, *, label: str, kernel_sources: dict[str, str] | N
         "boundaries": [], "events": {},
     }
     trace = module.annotations.get(TRACE_KEY)
-    if with_boundaries:
+    if boundary_data is not None:
+        data["boundaries"] = boundary_data
+    elif with_boundaries:
         data["boundaries"] = [b.to_json() for b in boundaries(
             module, trace if isinstance(trace, FusionTrace) else None)]
     if isinstance(trace, FusionTrace):
@@ -350,14 +410,20 @@ def _script_json(data: Any) -> str:
 
 def render(module_before: Module, module_after: Module, *, title: str,
            kernel_sources: dict[str, str] | None = None,
-           labels: tuple[str, str] = ("Before fusion", "After fusion")) -> str:
+           labels: tuple[str, str] = ("Before fusion", "After fusion"),
+           explanation: Any = None, notes: list[str] | None = None) -> str:
     """The HTML page for the two modules (not modified); `kernel_sources` maps a kernel's
-    instruction name in `module_after` to its C."""
+    instruction name in `module_after` to its C. With `explanation` (an
+    `hlofuse.tools.explain.Explanation` whose `fused_module` is `module_after`) the
+    boundaries are explain's; without, the simple ones of `boundaries()`."""
+    bdata = explained_boundaries(explanation) if explanation is not None else None
     data = {
         "title": title,
+        "notes": list(notes or []) + list(getattr(explanation, "notes", []) or []),
         "views": {
             "before": graph_data(module_before, label=labels[0], with_boundaries=False),
-            "after": graph_data(module_after, label=labels[1], kernel_sources=kernel_sources),
+            "after": graph_data(module_after, label=labels[1], kernel_sources=kernel_sources,
+                                boundary_data=bdata),
         },
     }
     page = _asset("template.html")
@@ -387,11 +453,27 @@ def viz(module_or_text: Module | str, pipeline: str = "xla", *, title: str | Non
         module = module_or_text
     before = module.clone()
     run_pipeline(before, "none")
-    after = module.clone()
-    run_pipeline(after, pipeline)
+    explanation, notes = None, []
+    try:
+        from hlofuse.tools.explain.analyse import analyse
+    except ImportError:
+        analyse = None
+    if analyse is not None:
+        try:
+            explanation = analyse(module.clone(), pipeline)
+        except HloError:
+            raise
+        except Exception as e:  # explain is optional: keep the page, say what is missing
+            notes.append(f"hlofuse explain failed ({type(e).__name__}: {e}); boundaries "
+                         "shown with the fusion trace's reasons only")
+    if explanation is not None:
+        after = explanation.fused_module
+    else:
+        after = module.clone()
+        run_pipeline(after, pipeline)
     sources = generated_c(after) if with_c else {}
     return render(before, after, title=title or f"{module.name} ({pipeline})",
-                  kernel_sources=sources,
+                  kernel_sources=sources, explanation=explanation, notes=notes,
                   labels=("Before fusion (pipeline none)", f"After fusion (pipeline {pipeline})"))
 
 
@@ -411,7 +493,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from hlofuse.errors import HloError
     from hlofuse.text import parse
 
     if bool(args.file) == bool(args.example):

@@ -13,9 +13,9 @@
 (function () {
   const DATA = JSON.parse(document.getElementById("viz-data").textContent);
   const NS = "http://www.w3.org/2000/svg";
-  const CHAR_W = 6.7, LINE_H = 14, PAD_X = 8, PAD_Y = 6, HEAD_H = 18;
+  const CHAR_W = 6.7, LINE_H = 14, PAD_X = 8, PAD_Y = 6, HEAD_H = 16;
   const AUTO_EXPAND_BUDGET = 140;   // visible nodes up to which fusions start expanded
-  const settings = { showConstants: false };
+  const settings = { showConstants: false, showGte: false };
   const panes = {};
 
   function svgEl(tag, attrs, parent) {
@@ -32,6 +32,10 @@
   }
   function clip(s, n) { return s.length > n ? s.slice(0, n - 1) + "…" : s; }
   function expandable(n) { return !!n.calls; }
+  function hiddenLeaf(n) {
+    return (n.cls === "constant" && !settings.showConstants) ||
+      (n.op === "get-tuple-element" && !settings.showGte);
+  }
   function nodeClass(n) {
     if (n.cls === "fusion") return "fusion-" + (n.kind || "kLoop");
     return n.cls;
@@ -58,10 +62,12 @@
       }
       this.boundaryOf = new Map();  // "comp|from->to" -> [boundary index]
       view.boundaries.forEach((b, i) => {
-        for (let k = 0; k + 1 < b.path.length; k++) {
-          const key = b.comp + "|" + b.path[k] + "->" + b.path[k + 1];
-          if (!this.boundaryOf.has(key)) this.boundaryOf.set(key, []);
-          this.boundaryOf.get(key).push(i);
+        for (let j = 1; j < b.path.length; j++) {
+          for (let k = 0; k < j; k++) {
+            const key = b.comp + "|" + b.path[k] + "->" + b.path[j];
+            if (!this.boundaryOf.has(key)) this.boundaryOf.set(key, []);
+            if (!this.boundaryOf.get(key).includes(i)) this.boundaryOf.get(key).push(i);
+          }
         }
       });
       this.t = { x: 0, y: 0, k: 1 };
@@ -86,7 +92,7 @@
       const comp = this.view.comps[compName];
       let n = 0;
       for (const node of comp.nodes) {
-        if (node.cls === "constant" && !settings.showConstants) continue;
+        if (hiddenLeaf(node)) continue;
         if (this.expanded.has(node.id)) {
           for (const c of this.callees(node)) n += this.visibleCount(c);
         } else n += 1;
@@ -127,7 +133,7 @@
     /* ----- graph construction ----- */
     build() {
       const g = new dagre.graphlib.Graph({ compound: true, multigraph: true });
-      g.setGraph({ rankdir: "TB", nodesep: 16, ranksep: 26, edgesep: 8, marginx: 16, marginy: 16 });
+      g.setGraph({ rankdir: "TB", nodesep: 16, ranksep: 2 * (HEAD_H + 5), edgesep: 8, marginx: 16, marginy: 16 });
       g.setDefaultEdgeLabel(() => ({}));
       this.g = g;
       this.meta = new Map();
@@ -166,12 +172,17 @@
      * number -> leaf ids) and output leaves. */
     addComp(compName, parent, prefix, hideParams) {
       const comp = this.view.comps[compName];
-      const outs = new Map(), ins = new Map(), params = new Map();
+      const outs = new Map(), ins = new Map(), params = new Map(), alias = new Map();
       let added = 0;
       for (const n of comp.nodes) {
         const id = prefix + n.id;
         if (n.cls === "param" && hideParams) { outs.set(n.id, { param: n.param }); continue; }
         if (n.cls === "constant" && !settings.showConstants) { outs.set(n.id, null); continue; }
+        if (n.op === "get-tuple-element" && !settings.showGte && outs.has(n.in[0]) && n.id !== comp.root) {
+          outs.set(n.id, outs.get(n.in[0]));  // drawn as an edge from the tuple's producer
+          alias.set(n.id, alias.get(n.in[0]) || n.in[0]);
+          continue;
+        }
         added += 1;
         if (this.expanded.has(n.id) && expandable(n)) {
           const port = this.addExpanded(id, n, parent, prefix);
@@ -201,7 +212,7 @@
             params.set(src.param, list);
             return;
           }
-          const bkey = compName + "|" + opName + "->" + n.id;
+          const bkey = compName + "|" + (alias.get(opName) || opName) + "->" + n.id;
           for (const s of src) for (const t of target(i)) this.addEdge(s, t, bkey, opName, n.id);
         });
       }
@@ -251,7 +262,7 @@
       const g = this.build();
       dagre.layout(g);
       this.draw(g);
-      if (anchor) {
+      if (anchor && this.fitScale() >= this.t.k) {  // still fits at this scale: keep the node still
         const now = this.graphPos(keepName);
         if (now) {
           this.t.x = anchor.x - now.x * this.t.k;
@@ -280,7 +291,8 @@
       const svg = this.svg;
       svg.textContent = "";
       const defs = svgEl("defs", {}, svg);
-      for (const [name, color] of [["arrow", "#8a8a8a"], ["arrow-b", "#d62728"]]) {
+      for (const [name, color] of [["arrow", "#8a8a8a"], ["arrow-fusion", "#d62728"],
+        ["arrow-control-flow", "#8e44ad"], ["arrow-loop-state", "#e67e22"], ["arrow-custom-call", "#d62728"]]) {
         const m = svgEl("marker", { id: `${this.key}-${name}`, viewBox: "0 0 10 10", refX: 9, refY: 5,
           markerUnits: "userSpaceOnUse", markerWidth: 9, markerHeight: 9, orient: "auto-start-reverse" }, defs);
         svgEl("path", { d: "M0,0 L10,5 L0,10 z", fill: color }, m);
@@ -302,11 +314,11 @@
       const n = m.node;
       const cls = "cluster " + (m.sub ? "sub" : nodeClass(n));
       const grp = svgEl("g", { class: cls, "data-name": n.id }, this.vp);
-      const x = box.x - box.width / 2, y = box.y - box.height / 2 - HEAD_H;
-      svgEl("rect", { class: "box", x, y, width: box.width, height: box.height + HEAD_H, rx: 5 }, grp);
+      const x = box.x - box.width / 2, y = box.y - box.height / 2;
+      svgEl("rect", { class: "box", x, y, width: box.width, height: box.height, rx: 5 }, grp);
       const w = Math.min(box.width, m.title.length * CHAR_W + 2 * PAD_X);
       const head = svgEl("rect", { class: "head", x, y, width: w, height: HEAD_H, rx: 3 }, grp);
-      svgEl("text", { class: "head-t", x: x + PAD_X, y: y + 13 }, grp).textContent =
+      svgEl("text", { class: "head-t", x: x + PAD_X, y: y + 12 }, grp).textContent =
         clip(m.title, Math.max(4, Math.floor((box.width - 2 * PAD_X) / CHAR_W)));
       svgEl("title", {}, head).textContent = m.sub ? m.title : `${m.title}\nclick to collapse`;
       if (!m.sub) {
@@ -328,13 +340,14 @@
         }
       } else d += ` L${pts[1].x},${pts[1].y}`;
       const b = e.boundary;
-      const grp = svgEl("g", { class: "edge" + (b ? " boundary" : ""), "data-from": e.from, "data-to": e.to }, layer);
+      const cat = b ? this.view.boundaries[b[0]].category || "fusion" : "";
+      const grp = svgEl("g", { class: "edge" + (b ? " boundary cat-" + cat : ""), "data-from": e.from, "data-to": e.to }, layer);
       svgEl("path", { class: "hit", d }, grp);
-      svgEl("path", { class: "line", d, "marker-end": `url(#${this.key}-${b ? "arrow-b" : "arrow"})` }, grp);
+      svgEl("path", { class: "line", d, "marker-end": `url(#${this.key}-${b ? "arrow-" + cat : "arrow"})` }, grp);
       if (b) {
         const bs = b.map((i) => this.view.boundaries[i]);
         svgEl("title", {}, grp).textContent = bs.map((x) =>
-          `boundary ${x.from} → ${x.to}\n` + x.reasons.slice(0, 3).map(reasonText).join("\n")).join("\n\n");
+          `${x.category || "fusion"} boundary ${x.from} → ${x.to}\n` + x.reasons.slice(0, 3).map(reasonText).join("\n")).join("\n\n");
         grp.addEventListener("click", (ev) => { ev.stopPropagation(); showBoundaries(this, b, grp); });
       }
     }
@@ -376,11 +389,16 @@
 
     /* ----- pan and zoom ----- */
     apply() { this.vp.setAttribute("transform", `translate(${this.t.x},${this.t.y}) scale(${this.t.k})`); }
+    fitScale() {
+      const gw = this.g.graph().width || 1, gh = this.g.graph().height || 1;
+      const r = this.svg.getBoundingClientRect();
+      return Math.min(1.4, Math.max(0.05, Math.min((r.width || 800) / gw, (r.height || 600) / gh) * 0.96));
+    }
     fit() {
       const gw = this.g.graph().width || 1, gh = this.g.graph().height || 1;
       const r = this.svg.getBoundingClientRect();
       const W = r.width || 800, H = r.height || 600;
-      const k = Math.min(1.4, Math.max(0.05, Math.min(W / gw, H / gh) * 0.96));
+      const k = this.fitScale();
       this.t = { k, x: (W - gw * k) / 2, y: Math.max(4, (H - gh * k) / 2) };
       this.apply();
     }
@@ -425,8 +443,9 @@
   }
 
   /* ----- expansion (linked across panes by instruction name) ----- */
-  function toggle(name, open) {
+  function toggle(name, open, only) {
     for (const p of Object.values(panes)) {
+      if (only && p.key !== only) continue;
       const hit = p.nodes.get(name);
       if (!hit || !expandable(hit.node)) continue;
       const isOpen = p.expanded.has(name);
@@ -479,12 +498,22 @@
   }
 
   function boundaryBlock(pane, b) {
-    const d = htmlEl("div", { class: "reason" });
-    d.appendChild(link(pane, b.from));
+    const d = htmlEl("div", { class: "reason cat-" + (b.category || "fusion") });
+    d.appendChild(htmlEl("b", {}, (b.category || "fusion") + ": "));
+    d.appendChild(pane.nodes.has(b.from) ? link(pane, b.from) : document.createTextNode(b.from));
     d.appendChild(document.createTextNode(" → "));
-    d.appendChild(link(pane, b.to));
+    d.appendChild(pane.nodes.has(b.to) ? link(pane, b.to) : document.createTextNode(b.to));
     if (b.path.length > 2) d.appendChild(document.createTextNode(` (through ${b.path.slice(1, -1).join(", ")})`));
-    for (const r of b.reasons) d.appendChild(htmlEl("div", {}, reasonText(r)));
+    const facts = [];
+    if (b.value) facts.push("value " + b.value);
+    if (b.bytes !== undefined) facts.push(b.bytes + " bytes");
+    if (b.source) facts.push("from " + b.source);
+    if (b.consumer_source) facts.push("read at " + b.consumer_source);
+    if (facts.length) d.appendChild(htmlEl("div", { class: "sub" }, facts.join(" · ")));
+    b.reasons.forEach((r, i) => d.appendChild(htmlEl("div", i ? { class: "sub" } : {},
+      (i === 1 ? "earlier: " : i ? "         " : "") + reasonText(r))));
+    if (b.why) d.appendChild(htmlEl("div", {}, "why: " + b.why));
+    for (const f of (b.fixes || [])) d.appendChild(htmlEl("div", { class: "fix" }, "fix: " + f));
     body.appendChild(d);
   }
 
@@ -562,6 +591,9 @@
 
   /* ----- page ----- */
   document.getElementById("title").textContent = DATA.title;
+  if (DATA.notes && DATA.notes.length) document.getElementById("title").title = DATA.notes.join("\n");
+  const noteEl = document.getElementById("notes");
+  if (noteEl) noteEl.textContent = (DATA.notes || []).join(" · ");
   panes.before = new Pane("before", DATA.views.before, document.getElementById("pane-before"));
   panes.after = new Pane("after", DATA.views.after, document.getElementById("pane-after"));
   const main = document.getElementById("main");
@@ -587,6 +619,10 @@
     settings.showConstants = ev.target.checked;
     for (const p of Object.values(panes)) p.render();
   });
+  document.getElementById("show-gte").addEventListener("change", (ev) => {
+    settings.showGte = ev.target.checked;
+    for (const p of Object.values(panes)) p.render();
+  });
   document.getElementById("fit").addEventListener("click", () => { for (const p of Object.values(panes)) p.fit(); });
   const names = document.getElementById("names");
   for (const name of [...panes.after.nodes.keys()].sort()) names.appendChild(htmlEl("option", { value: name }));
@@ -600,7 +636,7 @@
   /* For scripted use and tests: hlofuseViz.expand("after", "while.74"). */
   window.hlofuseViz = {
     panes,
-    expand: (key, name) => { const p = panes[key]; p.reveal(name); p.expanded.add(name); p.render(); },
+    expand: (key, name) => { panes[key].reveal(name); panes[key].render(); toggle(name, true, key); },
     select: (key, name) => focusName(panes[key], name),
   };
   document.body.dataset.ready = "1";
