@@ -26,9 +26,14 @@ which are expressed with vectorizable builtins.
 
 from __future__ import annotations
 
+import ctypes
 import math
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["FUNCTIONS", "MAX_ULP", "source"]
+import numpy as np
+
+__all__ = ["FUNCTIONS", "MAX_ULP", "harness_source", "reference", "source", "ulp_error"]
 
 # opcode text -> (f32 C function, f64 C function)
 FUNCTIONS: dict[str, tuple[str, str]] = {
@@ -310,7 +315,7 @@ static inline float hf_expm1_f32(float x)
 {
     double s;
     double p = hf__expm1_core(hf__clamp((double)x, -110.0, 100.0), &s);
-    return (float)HF_FMA(s, p, s - 1.0);
+    return hf__self(x == 0.0f, x, (float)HF_FMA(s, p, s - 1.0)); /* keeps -0 */
 }
 
 static inline float hf_log_f32(float x)
@@ -334,7 +339,7 @@ static inline float hf_log1p_f32(float x)
     double r = hf__log_core(uu) + hf__seld(ok, c, 0.0);
     r = hf__seld(d == -1.0, -INFINITY, r);
     r = hf__seld(d < -1.0, NAN, r);
-    r = hf__seld((d == INFINITY) | (d != d), d, r);
+    r = hf__seld((d == INFINITY) | (d != d) | (d == 0.0), d, r); /* keeps -0 */
     return (float)r;
 }
 
@@ -389,7 +394,7 @@ static inline float hf_pow_f32(float x, float y)
     int small = ay < 0x1p24f;
     int32_t iy = (int32_t)hf__self(small, y, 0.0f);
     int yint = (!small) | ((float)iy == y);
-    int odd = small & (iy & 1);
+    int odd = small & yint & (iy & 1);
     int xneg = (int)(hf__as_u32(x) >> 31);
     r = hf__seld(xneg & odd, -r, r);
     r = hf__seld((x < 0.0f) & (x > -INFINITY) & !yint, NAN, r);
@@ -495,3 +500,70 @@ def harness_source() -> str:
                     f" {{ for (int64_t i = 0; i < n; i++) out[i] = {name}(a[i]); }}"
                 )
     return "\n".join(lines) + "\n"
+
+
+# ----- measurement (used by tests/test_cpu_mathlib.py and scripts/mathlib_ulp.py) ------------
+
+
+def _erf64(x: np.ndarray) -> np.ndarray:
+    try:
+        from scipy import special
+
+        return np.asarray(special.erf(x), dtype=np.float64)
+    except ImportError:
+        return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+
+
+def _logistic64(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+_REFERENCE: dict[str, Callable[..., np.ndarray]] = {
+    "sine": np.sin,
+    "cosine": np.cos,
+    "tan": np.tan,
+    "exponential": np.exp,
+    "exponential-minus-one": np.expm1,
+    "log": np.log,
+    "log-plus-one": np.log1p,
+    "tanh": np.tanh,
+    "logistic": _logistic64,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "cbrt": np.cbrt,
+    "power": np.power,
+    "atan2": np.arctan2,
+    "erf": _erf64,
+}
+
+
+def reference(op: str, *xs: np.ndarray) -> np.ndarray:
+    """The float64 reference (what the interpreter computes before rounding) of `op`."""
+    with np.errstate(all="ignore"):
+        return _REFERENCE[op](*(np.asarray(x, dtype=np.float64) for x in xs))
+
+
+def ulp_error(ours: np.ndarray, ref64: np.ndarray) -> np.ndarray:
+    """|ours - ref| in f32 ulps of the float64 reference (ulp = 2^(e-23) for ref in [2^e, 2^(e+1)),
+    at least 2^-149). Where the reference rounds to inf or nan in f32, the error is 0 if `ours`
+    is that same value, else inf; a nan or an inf from us where the reference is finite is inf."""
+    ref32 = ref64.astype(np.float32)
+    _, e = np.frexp(ref64)
+    ulp = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 24, -149))
+    with np.errstate(all="ignore"):
+        err = np.abs(ours.astype(np.float64) - ref64) / ulp
+    special = ~np.isfinite(ref32)
+    same = (ours == ref32) | (np.isnan(ours) & np.isnan(ref32))
+    err = np.where(special, np.where(same, 0.0, np.inf), err)
+    return np.where(np.isnan(err), np.inf, err)
+
+
+def call_array(lib: Any, name: str, *xs: np.ndarray) -> np.ndarray:
+    """Run `NAME_array` of a library built from `harness_source()` over contiguous arrays."""
+    out = np.empty_like(xs[0])
+    args = [x.ctypes.data_as(ctypes.c_void_p) for x in xs]
+    getattr(lib, name + "_array")(
+        *args, out.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(out.size)
+    )
+    return out
