@@ -272,6 +272,18 @@ def test_matches_interpreter(compiled: tuple[list[Built], list[str], ctypes.CDLL
     assert not failures, "\n".join(failures)
 
 
+def _nans(dt: DType) -> np.ndarray:
+    """NaNs with payloads, both signs, quiet and signaling (none for non-float types)."""
+    if not dt.is_float:
+        return np.zeros(0, dt.np)
+    exp = {16: 5, 32: 8, 64: 11}[dt.bits] if dt.name != "bf16" else 8
+    man = dt.bits - 1 - exp
+    base = ((1 << exp) - 1) << man
+    pats = [base | 1, base | (1 << (man - 1)) | 5, base | ((1 << man) - 1), base | 2]
+    pats += [p | (1 << (dt.bits - 1)) for p in pats]
+    return np.array(pats, dtype=f"u{dt.itemsize}").view(dt.np)
+
+
 def test_literals_round_trip(compiled: tuple[list[Built], list[str], ctypes.CDLL]) -> None:
     """`literal` and `array_initializer` give the exact values, including -0, inf, nan,
     subnormals and integer extremes."""
@@ -282,7 +294,7 @@ def test_literals_round_trip(compiled: tuple[list[Built], list[str], ctypes.CDLL
     arrays = {}
     for name in ALL:
         dt = DTYPES[name]
-        values = np.concatenate([_edges(dt), _random(dt, 64, rng)]).astype(dt.np)
+        values = np.concatenate([_edges(dt), _random(dt, 64, rng), _nans(dt)]).astype(dt.np)
         arrays[name] = values
         ct = cexpr.ctype(dt)
         body.append(f"static const {ct} init_{name}[] = {cexpr.array_initializer(values, dt)};\n")
@@ -298,10 +310,9 @@ def test_literals_round_trip(compiled: tuple[list[Built], list[str], ctypes.CDLL
             out = np.zeros(len(values), dtype=np.uint8 if dt.is_pred else dt.np)
             getattr(lib, f"{kind}_{name}")(ctypes.c_void_p(out.ctypes.data))
             want = _storage(values, dt)
-            if dt.is_float:
-                nan = np.isnan(values.astype(np.float64))
-                same = (out.view(f"u{dt.itemsize}") == want.view(f"u{dt.itemsize}")) | nan
-                assert same.all() and np.isnan(out.astype(np.float64))[nan].all(), (kind, name)
+            if dt.is_float:  # bit for bit: -0, NaN sign and payload, subnormals
+                u = f"u{dt.itemsize}"
+                np.testing.assert_array_equal(out.view(u), want.view(u), err_msg=f"{kind} {name}")
             else:
                 np.testing.assert_array_equal(out, want, err_msg=f"{kind} {name}")
 

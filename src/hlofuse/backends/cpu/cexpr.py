@@ -110,14 +110,21 @@ def _fsfx(dtype: DType) -> str:
 # ----- literals ------------------------------------------------------------------------------
 
 
-def _float_text(v: float, single: bool) -> str:
+def _float_text(x: np.floating, single: bool) -> str:
+    """Exact C text of an f32 (`single`) or f64 value, NaN sign and payload included."""
     suffix = "f" if single else ""
+    v = float(x)
     if math.isnan(v):
-        body = f'__builtin_nan{suffix}("")'
-        return f"(-{body})" if math.copysign(1.0, v) < 0 else body
+        bits = int(np.asarray(x, np.float32 if single else np.float64).view(
+            np.uint32 if single else np.uint64))
+        man = 23 if single else 52
+        quiet = (bits >> (man - 1)) & 1
+        payload = bits & ((1 << (man - 1)) - 1)
+        body = f'__builtin_nan{"" if quiet else "s"}{suffix}("{payload:#x}")'
+        return f"(-{body})" if bits >> (31 if single else 63) else body
     if math.isinf(v):
         return f"(-__builtin_inf{suffix}())" if v < 0 else f"__builtin_inf{suffix}()"
-    h = float(v).hex()  # e.g. -0x1.8000000000000p+1
+    h = v.hex()  # e.g. -0x1.8000000000000p+1
     mant, exp = h.split("p")
     if "." in mant:
         mant = mant.rstrip("0").rstrip(".")
@@ -144,10 +151,10 @@ def literal(value: object, dtype: DType) -> str:
     if n == "pred":
         return "((uint8_t)1)" if bool(value) else "((uint8_t)0)"
     if n in ("f16", "bf16", "f32"):
-        v = float(np.asarray(value).astype(np.dtype(dtype.np)).astype(np.float32))
-        return _float_text(v, single=True)
+        x = np.asarray(value).astype(np.dtype(dtype.np)).astype(np.float32)
+        return _float_text(x[()], single=True)
     if n == "f64":
-        return _float_text(float(value), single=False)  # type: ignore[arg-type]
+        return _float_text(np.asarray(value).astype(np.float64)[()], single=False)
     if n in _CTYPES:
         return f"(({ctype(dtype)}){_int_text(int(value), n)})"  # type: ignore[call-overload]
     raise UnsupportedOpError(f"no C literal for element type {dtype}")
@@ -167,7 +174,7 @@ def array_initializer(array: np.ndarray, dtype: DType) -> str:
         single = n == "f32"
         raw = flat.view(np.uint32 if single else np.uint64)
         uniq, inverse = np.unique(raw, return_inverse=True)
-        texts = [_short_float(v, single) for v in uniq.view(flat.dtype).tolist()]
+        texts = [_short_float(v, single) for v in uniq.view(flat.dtype)]
         items = [texts[i] for i in inverse.reshape(-1).tolist()]
     else:
         uniq, inverse = np.unique(flat, return_inverse=True)
@@ -177,12 +184,12 @@ def array_initializer(array: np.ndarray, dtype: DType) -> str:
     return "{" + ",\n".join(lines) + "}"
 
 
-def _short_float(v: float, single: bool) -> str:
-    """The shortest decimal that reads back as `v` (C compilers round decimal literals
-    correctly), or the hex form for inf/nan."""
-    if not math.isfinite(v):
-        return _float_text(v, single)
-    text = str(np.float32(v)) if single else repr(float(v))
+def _short_float(x: np.floating, single: bool) -> str:
+    """The shortest decimal that reads back as `x` (C compilers round decimal literals
+    correctly), or the exact builtin form for inf/nan."""
+    if not np.isfinite(x):
+        return _float_text(x, single)
+    text = str(x) if single else repr(float(x))
     if "e" not in text and "." not in text:
         text += ".0"
     return text + ("f" if single else "")
