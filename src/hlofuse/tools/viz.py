@@ -167,10 +167,11 @@ def _boundary(comp: Computation, path: list[Instruction],
         if key not in keys:
             keys.add(key)
             reasons.append(_event_json(e))
-    if not reasons:
-        reasons.append({"pass": "", "verdict": "", "producer": producer.name,
-                        "consumer": consumer.name, "rule": "", "figures": {},
-                        "reason": _fallback_reason(producer, consumer)})
+    if not reasons or producer.opcode in _CONTROL or consumer.opcode in _CONTROL:
+        # control flow is never fused: that is the reason, whatever the trace adds
+        reasons.insert(0, {"pass": "", "verdict": "", "producer": producer.name,
+                           "consumer": consumer.name, "rule": "", "figures": {},
+                           "reason": _fallback_reason(producer, consumer)})
     return Boundary(producer.name, consumer.name, comp.name, [i.name for i in path], reasons)
 
 
