@@ -38,14 +38,12 @@ def computation_ops(comp: Computation) -> Iterator[Instruction]:
 
 
 def is_rng_loop(w: Instruction) -> bool:
-    """A while whose body looks like threefry2x32 rounds (or holds an RNG op)."""
+    """A while whose body looks like threefry2x32 rounds: u32 shift-left, shift-right-logical
+    and xor, at least twice each (JAX's CPU lowering of `jax.random`)."""
     if w.opcode is not Opcode.WHILE:
         return False
     counts: Counter[Opcode] = Counter()
     for op in computation_ops(w.attrs["body"]):
-        if op.opcode in RNG_OPCODES or (op.opcode is Opcode.CUSTOM_CALL and "threefry" in str(
-                op.attrs.get("custom_call_target", ""))):
-            return True
         shape = op.shape
         if (op.opcode in _ROTATION and isinstance(shape, ArrayShape)
                 and shape.dtype.name == "u32"):
