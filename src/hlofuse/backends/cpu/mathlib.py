@@ -247,7 +247,9 @@ static inline double hf__rem_pio2_f32(float ax, int32_t *q)
     r0 = ((r2 >> 32) | (r0 << 32)) + r1;
     uint64_t n = (r0 + (1ull << 61)) >> 62;
     r0 -= n << 62;
-    double rl = (double)(int64_t)r0 * 0x1.921fb54442d18p-62;
+    /* (double)(int64_t)r0 from two 32-bit halves: AVX2 has no int64 -> double conversion */
+    double hi = (double)(int32_t)(uint32_t)(r0 >> 32), lo = (double)(int32_t)((uint32_t)r0 >> 1);
+    double rl = HF_FMA(hi, 0x1p32, 2.0 * lo) * 0x1.921fb54442d18p-62;
     *q = hf__seli(big, (int32_t)n, (int32_t)kd);
     return hf__seld(big, rl, rs);
 }
