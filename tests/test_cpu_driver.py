@@ -560,9 +560,9 @@ ENTRY e {
   d = f32[8] dynamic-update-slice(nv, u, idx)
   z = s32[] constant(0)
   init = (s32[], f32[4], f32[8]) tuple(z, x0, d)
-  w = (s32[], f32[4], f32[8]) while(init), condition=cond, body=body
-  wx = f32[4] get-tuple-element(w), index=1
-  wh = f32[8] get-tuple-element(w), index=2
+  outer = (s32[], f32[4], f32[8]) while(init), condition=cond, body=body
+  wx = f32[4] get-tuple-element(outer), index=1
+  wh = f32[8] get-tuple-element(outer), index=2
   ROOT r = (f32[4], f32[8], f32[8]) tuple(wx, wh, d)
 }
 """
@@ -580,6 +580,6 @@ def test_conditional_and_call_in_a_loop_body_and_a_loop_in_a_branch():
     assert re.search(r"\(results\[1\], [^;]*, results\[1\]\)\);  /\* d \(in place\)", body)
     assert "memcpy(results[2], results[1], 32)" in body
     # the call's kernel writes the loop's spare buffer directly: no copy for leaf 1
-    loop = _loop_text(program, "w")
+    loop = _loop_text(program, "outer")
     assert re.search(r"multiply\(\w+, \(void \*\)hf_const\d+, hf_w\d+_1s\)", loop)
     assert "switch (" in loop and loop.count("for (;;)") == 2
