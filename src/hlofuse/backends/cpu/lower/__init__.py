@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.contract import Kernel
-from hlofuse.backends.cpu.lower import inplace, loops
+from hlofuse.backends.cpu.lower import inplace, loops, scatter
 from hlofuse.backends.cpu.lower.emitter import Emitter, LoweringError, where
 from hlofuse.backends.cpu.lower.naming import kernel_name
 from hlofuse.ir.instruction import Instruction
@@ -96,13 +96,22 @@ def _emit(instr: Instruction, name: str, used: set[str], flat: bool
         roots.setdefault(id(r), (r, []))[1].append((k, ptr))
     em.names.update(f"out{i}" for i in range(len(out_shapes)))
 
-    inplace_of: dict[int, str] = {}
+    inplace_of: dict[int, dict[int, str]] = {}
     pairs: dict[int, int] = {}
     for r, outs in roots.values():
-        src = inplace.candidate(r, em.params, fused)
-        if src is not None and len(outs) == 1 and src not in (f"in{j}" for j in pairs.values()):
-            inplace_of[id(r)] = src
-            pairs[int(outs[0][1][3:])] = int(src[2:])
+        if r.opcode is Opcode.SCATTER:
+            cands = scatter.candidates(r, em.params, fused)
+        else:
+            src = inplace.candidate(r, em.params, fused)
+            cands = {0: src} if src is not None else {}
+        seen: set[int] = set()
+        for k, ptr in outs:
+            src = cands.get(k)
+            if src is None or k in seen or int(src[2:]) in pairs.values():
+                continue
+            seen.add(k)
+            inplace_of.setdefault(id(r), {})[k] = src
+            pairs[int(ptr[3:])] = int(src[2:])
     loops.emit_roots(em, list(roots.values()), inplace_of)
 
     aliased_in = set(pairs.values())

@@ -5,7 +5,9 @@
 when an index map had to delinearise the flat variable, as a nest with the innermost loop over the
 last dimension (the kernel is then emitted again in that mode). Loops over at least
 `PARALLEL_MIN` elements get `#pragma omp parallel for` on the outermost loop (iterations write
-disjoint outputs); smaller ones never do: fork/join costs microseconds.
+disjoint outputs); smaller ones never do: fork/join costs microseconds. Innermost loops carry
+`#pragma GCC ivdep` (or `omp parallel for simd`), so they vectorize however many pointers the
+kernel takes.
 
 `emit_roots` plans a kernel's outputs:
   * roots computed by `lower.library` (dot, sort, ...) write the outputs directly;
@@ -33,6 +35,10 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
 
 PARALLEL_MIN = 1 << 16
+# Iterations of our loops never depend on each other (outputs alias no input the loop reads), but
+# with more than ~10 pointers GCC gives up proving it from `restrict` (it would need too many
+# run-time alias checks) and leaves the loop scalar: say it.
+IVDEP = "#pragma GCC ivdep"
 
 
 def loop_nest(em: Emitter, dims: tuple[int, ...], body: Callable[[Index], None],
@@ -49,8 +55,10 @@ def loop_nest(em: Emitter, dims: tuple[int, ...], body: Callable[[Index], None],
         i = em.fresh("i")
         em.loop_vars.add(i)
         if omp:
-            em.line("#pragma omp parallel for")
+            em.line("#pragma omp parallel for simd")
             em.uses_omp = True
+        else:
+            em.line(IVDEP)
         em.open(f"for (int64_t {i} = 0; {i} < {size}; ++{i})")
         body(ix.of_linear(dims, i))
         em.close()
@@ -62,6 +70,8 @@ def loop_nest(em: Emitter, dims: tuple[int, ...], body: Callable[[Index], None],
         if j == 0 and omp:
             em.line("#pragma omp parallel for")
             em.uses_omp = True
+        elif j == len(big) - 1:
+            em.line(IVDEP)
         em.open(f"for (int64_t {v} = 0; {v} < {dims[d]}; ++{v})")
     lin = em.local("i", "int64_t", ix.linearize(tuple(multi), dims))
     body(Index(dims, tuple(multi), lin))
@@ -82,10 +92,10 @@ def _comment(instr: Instruction) -> str:
 
 
 def emit_roots(em: Emitter, roots: list[tuple[Instruction, list[tuple[int, str]]]],
-               inplace_of: dict[int, str]) -> None:
+               inplace_of: dict[int, dict[int, str]]) -> None:
     """Emit code computing every root leaf into its output pointer. `roots` lists each root
     instruction once with its (leaf index, output pointer) pairs; `inplace_of` maps a root
-    dynamic-update-slice/scatter (by id) to the input pointer it may update in place."""
+    dynamic-update-slice/scatter (by id) to {result leaf: input pointer it may update in place}."""
     from hlofuse.backends.cpu.lower import inplace, materialize, reduce
 
     reduce_groups: dict[tuple, list[tuple[Instruction, list[tuple[int, str]]]]] = {}
@@ -95,13 +105,20 @@ def emit_roots(em: Emitter, roots: list[tuple[Instruction, list[tuple[int, str]]
             n = r.operand_count // 2
             key = (dims_of(r.operand(0)), tuple(sorted(r.dimensions)), n)
             reduce_groups.setdefault(key, []).append((r, outs))
-        elif id(r) in inplace_of:
-            (k, ptr), = outs
-            inplace.emit(em, r, ptr, inplace_of[id(r)])
+        elif r.opcode is Opcode.DYNAMIC_UPDATE_SLICE and id(r) in inplace_of:
+            ((_k, ptr),) = outs
+            inplace.emit(em, r, ptr, inplace_of[id(r)][0])
         elif r.opcode is Opcode.SCATTER and id(r) not in em.params:
             from hlofuse.backends.cpu.lower import scatter
 
-            scatter.emit(em, r, [p for _k, p in outs], None)
+            by_leaf = dict(reversed(outs))
+            if len(by_leaf) == len(leaves(r.shape)):
+                ptrs = [by_leaf[k] for k in range(len(by_leaf))]
+                scatter.emit(em, r, ptrs, inplace_of.get(id(r)))
+            else:  # only some leaves are outputs: scatter into scratch, copy those out
+                bufs = materialize.buffers(em, r)
+                for k, p in outs:
+                    em.line(f"memcpy({p}, {bufs[k]}, {max(leaves(r.shape)[k].nbytes, 1)});")
         elif id(r) not in em.params and materialize.supported(r):
             ptrs = [p for _k, p in sorted(outs)]
             if len(ptrs) != len(leaves(r.shape)):  # some leaves unused: compute all anyway

@@ -22,6 +22,7 @@ from hlofuse.backends.cpu.lower import loops
 from hlofuse.backends.cpu.lower.emitter import Emitter, LoweringError, where
 from hlofuse.backends.cpu.lower.index import Index
 from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
 
 
@@ -60,6 +61,11 @@ def buffers(em: Emitter, instr: Instruction) -> list[str]:
         if supported(instr):
             outs = [scratch(em, s, f"{instr.name}_buf") for s in leaves(instr.shape)]
             call(em, instr, outs)
+        elif instr.opcode is Opcode.SCATTER:
+            from hlofuse.backends.cpu.lower import scatter
+
+            outs = [scratch(em, s, f"{instr.name}_buf") for s in leaves(instr.shape)]
+            scatter.emit(em, instr, outs, None)
         else:
             outs = []
             shapes = leaves(instr.shape)
@@ -97,7 +103,7 @@ def call(em: Emitter, instr: Instruction, outs: list[str]) -> None:
 
 def values(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
     """`instr`'s leaves at `idx`, read from its materialised buffers."""
-    if not supported(instr):
+    if not supported(instr) and instr.opcode is not Opcode.SCATTER:
         raise LoweringError(
             f"{where(instr)}: the CPU backend cannot lower {instr.opcode.value} here "
             "(not an index map and not in lower.library)"

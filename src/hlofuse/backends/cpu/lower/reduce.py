@@ -267,6 +267,8 @@ def reduction_nest(em: Emitter, reduces: list[tuple[Instruction, list[tuple[int,
         v = em.fresh(f"i{d}")
         full[d] = v
         minor_vars.append(v)
+        if d == minor[-1]:
+            em.line("#pragma GCC ivdep")  # accumulator row elements are independent
         em.open(f"for (int64_t {v} = 0; {v} < {in_dims[d]}; ++{v})")
         inner_open += 1
     jrow = ix.linearize(tuple(full[d] for d in minor), tuple(in_dims[d] for d in minor))
