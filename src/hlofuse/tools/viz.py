@@ -192,7 +192,11 @@ def explained_boundaries(explanation: Any) -> list[dict[str, Any]]:
         by_name = {i.name: i for i in comp.instructions}
         for b in section.boundaries:
             path = _path_between(comp, by_name, b.producer, b.consumer)
-            reasons = [_refusal_json(r) for r in ([b.rule] if b.rule else []) + list(b.earlier)]
+            reasons, seen = [], set()
+            for r in ([b.rule] if b.rule else []) + list(b.earlier):
+                if (r.pass_name, r.reason, r.setting) not in seen:  # same rule, other names
+                    seen.add((r.pass_name, r.reason, r.setting))
+                    reasons.append(_refusal_json(r))
             if not reasons:
                 reasons.append({"pass": "", "verdict": "", "producer": b.producer,
                                 "consumer": b.consumer, "reason": b.why, "rule": "",

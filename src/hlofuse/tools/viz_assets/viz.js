@@ -470,6 +470,8 @@
     if (figs.length) s += " {" + figs.map(([k, v]) => `${k}: ${v}`).join(", ") + "}";
     return s;
   }
+  /* "dir/file.py:12 (fn)" -> "file.py:12" for the ops table (the full text is under Source lines). */
+  function shortSource(src) { return (src || "").replace(/ \(.*\)$/, "").replace(/^.*\//, ""); }
   function section(title) { body.appendChild(htmlEl("h3", {}, title)); }
   function para(text, cls) { const p = htmlEl("div", cls ? { class: cls } : {}, text); body.appendChild(p); return p; }
   function pre(text) { body.appendChild(htmlEl("pre", {}, text)); }
@@ -543,7 +545,7 @@
     if (n.op_name) para("op_name: " + n.op_name, "sub");
     if (n.ops) {
       section(`Ops (${n.ops.length})`);
-      table(["name", "op", "shape", "source"], n.ops);
+      table(["name", "op", "shape", "source"], n.ops.map((o) => [o[0], o[1], o[2], shortSource(o[3])]));
       const lines = new Map();
       for (const o of n.ops) if (o[3]) lines.set(o[3], (lines.get(o[3]) || 0) + 1);
       section(`Source lines (${lines.size})`);
