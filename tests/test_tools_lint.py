@@ -125,11 +125,10 @@ def test_crafted_findings_lines_fixes_costs() -> None:
 
 def test_swapped_loop_state_forces_copies() -> None:
     report = lt.lint(SWAP)
-    copies = report.of_kind("copy-in-loop")
-    assert len(copies) == 2
-    assert {f.location for f in copies} == {"swap.py:7", "swap.py:8"}
-    assert all(f.measured["bytes_per_iteration"] == 64 for f in copies)
-    assert all("not measured as kernels" in f.kernels for f in copies)
+    (copy,) = report.of_kind("copy-in-loop")
+    assert copy.location == "swap.py:8"  # slot 1 <- slot 2 (b) comes first
+    assert copy.measured == {"bytes_per_iteration": 128, "slots": 2}
+    assert "slot 1 <- slot 2" in copy.message and "not measured as kernels" in copy.kernels
 
 
 def test_irregular_gather_is_not_a_slice() -> None:
@@ -138,6 +137,9 @@ def test_irregular_gather_is_not_a_slice() -> None:
 
 def test_cartpole_baseline_rng_and_stack() -> None:
     report = lt.lint(examples.text("cartpole_baseline"))
+    # the threefry loops rotate their key words: JAX's lowering, not reported
+    assert sorted({f.kind for f in report.findings}) == [
+        "concatenate-multi-user", "rng-in-loop", "stacked-loop-state"]
     rng = report.of_kind("rng-in-loop")
     assert len(rng) == 3  # key split, actions, reset states
     assert sorted(f.location.rsplit(":", 1)[1] for f in rng) == ["114", "115", "116"]
