@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
@@ -345,20 +347,22 @@ class Arena:
 
     def assign(self) -> int:
         """Give every slot an offset; returns the arena's size in bytes."""
-        placed: list[Slot] = []
+        order = sorted(self.slots, key=lambda s: (-s.size, s.first, s.id))
+        n = len(order)
+        first = np.empty(n, np.int64)
+        last = np.empty(n, np.int64)
+        lo = np.empty(n, np.int64)
+        hi = np.empty(n, np.int64)
         total = 0
-        for slot in sorted(self.slots, key=lambda s: (-s.size, s.first, s.id)):
-            busy = sorted(
-                (p.offset, p.offset + p.size)
-                for p in placed
-                if p.first <= slot.last and slot.first <= p.last
-            )
+        for i, slot in enumerate(order):
+            live = (first[:i] <= slot.last) & (last[:i] >= slot.first)
+            busy = sorted(zip(lo[:i][live].tolist(), hi[:i][live].tolist(), strict=True))
             offset = 0
-            for lo, hi in busy:
-                if offset + slot.size <= lo:
+            for b_lo, b_hi in busy:
+                if offset + slot.size <= b_lo:
                     break
-                offset = max(offset, hi)
+                offset = max(offset, b_hi)
             slot.offset = offset
-            placed.append(slot)
+            first[i], last[i], lo[i], hi[i] = slot.first, slot.last, offset, offset + slot.size
             total = max(total, offset + slot.size)
         return total
