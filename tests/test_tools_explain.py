@@ -220,3 +220,16 @@ def test_cli_bad_input() -> None:
         ex.main(_parser().parse_args(["--example", "nope"]))
     with pytest.raises(HloError, match="exactly one"):
         ex.main(_parser().parse_args([]))
+
+
+def test_explain_a_jax_function() -> None:
+    jnp = pytest.importorskip("jax.numpy")
+    import numpy as np
+
+    def f(x):  # a JAX function
+        return jnp.sum(jnp.exp(x) * 2.0)
+
+    expl = ex.explain(f, np.ones((8,), np.float32))
+    (k,) = expl.section("entry").kernels
+    assert k.kind == "kInput" and k.ops["reduce"] == 1 and k.ops["exponential"] == 1
+    assert k.sources and k.sources[0].endswith(f":{f.__code__.co_firstlineno + 1}")
