@@ -583,3 +583,68 @@ def test_conditional_and_call_in_a_loop_body_and_a_loop_in_a_branch():
     loop = _loop_text(program, "outer")
     assert re.search(r"multiply\(\w+, \(void \*\)hf_const\d+, hf_w\d+_1s\)", loop)
     assert "switch (" in loop and loop.count("for (;;)") == 2
+
+
+NESTED_SCAN = """
+HloModule nscan
+icond {
+  p = (s32[], s32[], f32[12,2]) parameter(0)
+  j = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(j, n), direction=LT
+}
+ibody {
+  p = (s32[], s32[], f32[12,2]) parameter(0)
+  j = s32[] get-tuple-element(p), index=0
+  i = s32[] get-tuple-element(p), index=1
+  m = f32[12,2] get-tuple-element(p), index=2
+  four = s32[] constant(4)
+  i4 = s32[] multiply(i, four)
+  r = s32[] add(i4, j)
+  fr = f32[] convert(r)
+  row = f32[1,2] broadcast(fr), dimensions={}
+  z = s32[] constant(0)
+  m2 = f32[12,2] dynamic-update-slice(m, row, r, z)
+  one = s32[] constant(1)
+  j1 = s32[] add(j, one)
+  ROOT t = (s32[], s32[], f32[12,2]) tuple(j1, i, m2)
+}
+ocond {
+  p = (s32[], f32[12,2]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+obody {
+  p = (s32[], f32[12,2]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  m = f32[12,2] get-tuple-element(p), index=1
+  z = s32[] constant(0)
+  it = (s32[], s32[], f32[12,2]) tuple(z, i, m)
+  inner = (s32[], s32[], f32[12,2]) while(it), condition=icond, body=ibody
+  m2 = f32[12,2] get-tuple-element(inner), index=2
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  ROOT t = (s32[], f32[12,2]) tuple(i1, m2)
+}
+ENTRY e {
+  m0 = f32[12,2] parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[12,2]) tuple(z, m0)
+  outer = (s32[], f32[12,2]) while(init), condition=ocond, body=obody
+  ROOT r = f32[12,2] get-tuple-element(outer), index=1
+}
+"""
+
+
+def test_nested_scan_updates_one_buffer_in_place_across_both_loops():
+    m0 = np.full((12, 2), -1, np.float32)
+    program, _ = compile_and_check(NESTED_SCAN, m0)
+    body = _entry_body(program)
+    # one copy of the caller's matrix before the outer loop, none inside either loop
+    copy = re.search(r"memcpy\((hf_b\d+), args\[0\], 96\);", body)
+    assert copy and body.index(copy.group(0)) < body.index("for (;;)")
+    outer = _loop_text(program, "outer")
+    assert "memcpy" not in outer
+    dus = re.search(r"\((hf_b\d+), [^;]*, (hf_b\d+)\)\);  /\* m2 \(in place\)", outer)
+    assert dus and dus.group(1) == dus.group(2) == copy.group(1)

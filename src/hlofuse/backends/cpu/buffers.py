@@ -88,7 +88,9 @@ class CompAnalysis:
     live_out: set[Src] = field(default_factory=set)
     owned: dict[Src, bool] = field(default_factory=dict)
     inplace: dict[Instruction, dict[int, int]] = field(default_factory=dict)  # out -> in leaf
-    overwrites: dict[Src, Src] = field(default_factory=dict)  # in-place output -> its input
+    # in-place result -> the value whose buffer it took over (a kernel's in-place output, or a
+    # while loop's leaf updated in place inside its init's buffer)
+    overwrites: dict[Src, Src] = field(default_factory=dict)
     loops: dict[Instruction, LoopPlan] = field(default_factory=dict)
     branches: dict[Instruction, list[CompAnalysis]] = field(default_factory=dict)
     calls: dict[Instruction, CompAnalysis] = field(default_factory=dict)
@@ -111,7 +113,8 @@ class CompAnalysis:
         return src
 
     def inplace_params(self) -> set[int]:
-        """Flat parameter leaves some kernel of this computation overwrites in place."""
+        """Flat parameter leaves this computation overwrites in place (a kernel, or a nested
+        loop that updates them in place)."""
         out: set[int] = set()
         for s in self.overwrites.values():
             if s[0].opcode is Opcode.PARAMETER:
@@ -260,6 +263,9 @@ class Analyzer:
                 kinds.append("inplace")
             else:
                 kinds.append("swap")
+        for k in range(n):
+            if kinds[k] == "inplace" and dead[k]:  # the loop updates its init's buffer
+                an.overwrites[(instr, k)] = init[k]
         an.loops[instr] = LoopPlan(
             kinds=kinds,
             reuse_init=dead,
