@@ -121,10 +121,13 @@ class Harness:
         e = self.entries[kid]
         rng = np.random.default_rng(seed)
         args: list[object] = []
+        seen: dict[int, object] = {}  # an operand used twice is one buffer
         for op in e.instr.operands:
-            ls = [random_array(s, rng, e.int_range) for s in leaves(op.shape)]
-            args.append(tuple(ls) if len(ls) > 1 or not isinstance(op.shape, ArrayShape)
-                        else ls[0])
+            if id(op) not in seen:
+                ls = [random_array(s, rng, e.int_range) for s in leaves(op.shape)]
+                seen[id(op)] = (tuple(ls) if len(ls) > 1 or not isinstance(op.shape, ArrayShape)
+                                else ls[0])
+            args.append(seen[id(op)])
         return args
 
     def check(self, lib: ctypes.CDLL, kid: int, seed: int = 0, rtol: float = 2e-5,
