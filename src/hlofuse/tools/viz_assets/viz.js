@@ -15,6 +15,7 @@
   const NS = "http://www.w3.org/2000/svg";
   const CHAR_W = 6.7, LINE_H = 14, PAD_X = 8, PAD_Y = 6, HEAD_H = 16;
   const AUTO_EXPAND_BUDGET = 140;   // visible nodes up to which fusions start expanded
+  const MAX_VISIBLE = 450;          // dagre needs ~3 s at this size: larger expansions are refused
   const settings = { showConstants: false, showGte: false };
   const panes = {};
 
@@ -452,6 +453,12 @@
       if (isOpen === open) continue;
       if (open) {
         p.expanded.add(name);
+        const n = p.visibleCount(p.view.entry);
+        if (n > MAX_VISIBLE) {
+          p.expanded.delete(name);
+          tooMany(p, name, n);
+          continue;
+        }
         if (hit.node.cls !== "fusion") p.callees(hit.node).forEach((c) => p.autoExpand(c));
       } else p.expanded.delete(name);
       p.render(name);
@@ -575,6 +582,12 @@
     }
   }
 
+  function tooMany(pane, name, n) {
+    open("Not expanded: " + name, `${pane.view.label}: expanding it would draw ${n} nodes ` +
+      `(the limit is ${MAX_VISIBLE}, beyond which the layout takes seconds). Collapse other ` +
+      "loops or fusions first, or use “find instruction” to jump to one op.");
+  }
+
   function focusName(pane, name) {
     if (!pane.nodes.has(name)) return false;
     const hidden = !pane.findId(name);
@@ -608,8 +621,14 @@
   }
   document.getElementById("expand-fusions").addEventListener("click", () => {
     for (const p of Object.values(panes)) {
-      for (const [name, hit] of p.nodes) {
-        if (hit.node.cls === "fusion" && p.findId(name)) p.expanded.add(name);
+      const shown = [...p.nodes.values()].filter((h) => h.node.cls === "fusion" && p.findId(h.node.id))
+        .map((h) => h.node).sort((a, b) => a.ops.length - b.ops.length);
+      let total = p.visibleCount(p.view.entry);
+      for (const f of shown) {
+        const extra = p.visibleCount(f.calls.fused) - 1;
+        if (total + extra > MAX_VISIBLE) { tooMany(p, f.id, total + extra); break; }
+        p.expanded.add(f.id);
+        total += extra;
       }
       p.render();
     }
