@@ -122,8 +122,12 @@ ENTRY e {
   s = f32[3] add(x, y)
   j = s32[2] multiply(i, q)
   c = f32[3] copy(s)
-  cj = (f32[3], s32[2]) tuple(c, j)
-  ROOT t = ((f32[3], s32[2]), s32[2], f32[3]) tuple(cj, i, y)
+  tok = token[] after-all()
+  cd = f32[3] add-dependency(c, tok)
+  cj = (f32[3], s32[2]) tuple(cd, j)
+  ob = (f32[3], s32[2]) opt-barrier(cj)
+  pid = u32[] partition-id()
+  ROOT t = ((f32[3], s32[2]), s32[2], f32[3], u32[]) tuple(ob, i, y, pid)
 }
 """
 
@@ -134,10 +138,12 @@ def test_entry_tuple_parameters_flatten_depth_first():
     y = np.array([0.25, 0.5, 8], np.float32)
     q = np.array([3, 7], np.int32)
     program, _ = compile_and_check(TUPLE_PARAM, (x, (i, y)), q)
-    assert len(program.inputs) == 4 and len(program.outputs) == 4
+    assert len(program.inputs) == 4 and len(program.outputs) == 5
     body = _entry_body(program)
     assert "memcpy(results[2], args[1], 8)" in body
-    assert "add(args[0], args[2], results[0])" in body  # copy is an alias: no kernel, no memcpy
+    # copy, add-dependency, opt-barrier are aliases: no kernel, no memcpy
+    assert "add(args[0], args[2], results[0])" in body
+    assert len(program.kernels) == 2
 
 
 COUNTER = """
