@@ -384,6 +384,16 @@ ENTRY e {
   b = f32[9] parameter(1)
   ROOT m = f32[9] map(a, b), dimensions={0}, to_apply=mul_add
 }"""),
+    "bitcast_convert_widths": ("none", """
+ENTRY e {
+  p0 = f32[16] parameter(0)
+  b = u8[16,4] bitcast-convert(p0)
+  p1 = u32[3,2] parameter(1)
+  w = u64[3] bitcast-convert(p1)
+  p2 = s16[5,4] parameter(2)
+  x = f64[5] bitcast-convert(p2)
+  ROOT t = (u8[16,4], u64[3], f64[5]) tuple(b, w, x)
+}"""),
 }
 
 

@@ -617,3 +617,39 @@ def _reduce_window(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
 
 _HANDLERS[Opcode.REDUCE] = _reduce
 _HANDLERS[Opcode.REDUCE_WINDOW] = _reduce_window
+
+
+def _bits_of(em: Emitter, instr: Instruction, value: str) -> str:
+    """The raw storage bits of a compute-type value of `instr`'s element type (uintN_t)."""
+    dt = instr.array_shape.dtype
+    tmp = em.local(f"{instr.name}_st", cexpr.ctype(dt), cexpr.store(dt, value))
+    raw = em.fresh(f"{instr.name}_raw")
+    em.line(f"uint{dt.bits}_t {raw}; memcpy(&{raw}, &{tmp}, sizeof {raw});")
+    return raw
+
+
+@handles(Opcode.BITCAST_CONVERT)
+def _bitcast_convert(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
+    """Same width: elementwise (cexpr). Different widths, as the interpreter's row-major byte
+    view: a narrower result has an extra minor dimension (the pieces of one source element,
+    least significant first); a wider one consumes the source's minor dimension."""
+    src = instr.operand(0)
+    sdt, ddt = src.array_shape.dtype, instr.array_shape.dtype
+    if sdt.bits == ddt.bits:
+        return [em.elementwise(instr, idx)]
+    if sdt.is_pred or ddt.is_pred:
+        raise LoweringError(f"{where(instr)}: bitcast-convert to or from pred is not defined")
+    m = em.multi(idx)
+    sd = dims_of(src)
+    if sdt.bits > ddt.bits:
+        raw = _bits_of(em, src, em.value(src, ix.of_multi(sd, m[:-1])))
+        piece = f"(uint{ddt.bits}_t)({raw} >> ({ix.mul(m[-1], ddt.bits)}))"
+    else:
+        piece = em.local(f"{instr.name}_bits", f"uint{ddt.bits}_t", "0", const=False)
+        for k in range(ddt.bits // sdt.bits):
+            raw = _bits_of(em, src, em.value(src, ix.of_multi(sd, [*m, str(k)])))
+            em.line(f"{piece} |= (uint{ddt.bits}_t){raw} << {k * sdt.bits};")
+    bits = em.local(f"{instr.name}_bits", f"uint{ddt.bits}_t", piece)
+    st = em.fresh(f"{instr.name}_st")
+    em.line(f"{cexpr.ctype(ddt)} {st}; memcpy(&{st}, &{bits}, sizeof {st});")
+    return [em.local(instr.name, cexpr.compute_type(ddt), cexpr.load(ddt, st))]
