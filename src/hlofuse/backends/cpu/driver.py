@@ -16,11 +16,14 @@ What each instruction becomes:
   call: the callee inlined.
 
 Conditions enforced: kernels never write `args` or constants (in place only on owned, dead
-buffers, see buffers.py); every root leaf ends up in `results[j]` (written there directly by its
-producer when it runs in the entry computation, else copied at the end); all internal buffers come
-from one 64-byte aligned arena allocated per call (no allocation inside loops). Ops the backend
-cannot run (infeed, outfeed, send/recv, collectives, rng state, opaque custom calls, bitcasts of
-non-default layouts) raise `UnsupportedOpError` naming the instruction.
+buffers, see buffers.py); every root leaf ends up in `results[j]`: written there directly by
+its producer when that runs in the entry computation (a kernel, a conditional's branches, an
+inlined call; a while loop uses `results[j]` as one of the leaf's two buffers, then copies at
+most once), else copied at the end. `results` must not overlap `args` (they are written before
+the end, and kernels assume no aliasing: the executable allocates them fresh). All internal
+buffers come from one 64-byte aligned arena allocated per call (no allocation inside loops).
+Ops the backend cannot run (infeed, outfeed, send/recv, collectives, rng state, opaque custom
+calls, bitcasts of non-default layouts) raise `UnsupportedOpError` naming the instruction.
 """
 
 from __future__ import annotations
@@ -267,7 +270,7 @@ class _Generator:
             elif is_alias(instr):
                 continue
             elif op is Opcode.WHILE:
-                self.emit_while(an, instr, env)
+                self.emit_while(an, instr, env, direct)
             elif op is Opcode.CONDITIONAL:
                 self.emit_conditional(an, instr, env, direct)
             elif op is Opcode.CALL:
@@ -366,7 +369,11 @@ class _Generator:
         self.emit_computation(an, params, list(outs))
         self._depth -= 1
 
-    def emit_while(self, an: CompAnalysis, instr: Instruction, env: dict[Src, Ref]) -> None:
+    def emit_while(self, an: CompAnalysis, instr: Instruction, env: dict[Src, Ref],
+                   direct: dict[Src, Ref]) -> None:
+        """The loop over carried leaf pointers (see buffers.LoopPlan). A leaf with a destination
+        (e.g. `results[j]`) uses it as one of its two buffers, so at the end it is either
+        already there or copied once."""
         plan = an.loops[instr]
         init = [env[s] for s in an.operand_srcs(instr)]
         shapes = leaves(instr.shape)
@@ -379,13 +386,19 @@ class _Generator:
             if kind == "pass":
                 cur.append(init[k])
                 continue
-            a = init[k] if plan.reuse_init[k] else self.slot(shapes[k], f"{instr.name} leaf {k}")
+            dest = direct.get((instr, k))
+            label = f"{instr.name} leaf {k}"
+            if plan.reuse_init[k]:
+                a = init[k]
+            else:
+                a = dest or self.slot(shapes[k], label)
+                dest = None if a is dest else dest
             if plan.copy_init[k]:
-                self.memcpy(a, init[k], shapes[k], f"{instr.name} leaf {k}: owned copy of init")
+                self.memcpy(a, init[k], shapes[k], f"{label}: owned copy of init")
             if kind == "inplace":
                 cur.append(a)
                 continue
-            b = self.slot(shapes[k], f"{instr.name} leaf {k} (second)")
+            b = dest or self.slot(shapes[k], f"{label} (second)")
             owned = plan.reuse_init[k] or plan.copy_init[k]
             first, sp = (a, b) if owned else (init[k], a)
             var = f"{w}_{k}"
@@ -413,17 +426,25 @@ class _Generator:
         self._depth -= 1
         self.emit("}")
         self.arena.close_loop()
+        out = dict(enumerate(cur))
+        for k in spare:
+            dest = direct.get((instr, k))
+            if dest is not None:  # the final state is in `dest` or in the other buffer
+                self.arena.touch(dest, cur[k])
+                self.emit(f"if ({cur[k].expr} != {dest.expr}) memcpy({dest.expr}, "
+                          f"{cur[k].expr}, {shapes[k].nbytes});  /* {instr.name} leaf {k} */")
+                out[k] = dest
         for k, s in enumerate(an.srcs[instr]):
             if s[0] is instr:
-                env[s] = cur[k]
+                env[s] = out[k]
 
 
 def _can_write_dest(instr: Instruction) -> bool:
     """Can `instr`'s output be placed in a buffer chosen by the caller?"""
     op = instr.opcode
-    if op in (Opcode.CONDITIONAL, Opcode.CALL):
+    if op in (Opcode.CONDITIONAL, Opcode.CALL, Opcode.WHILE):
         return True
-    return is_kernel(instr) and not is_alias(instr) and op is not Opcode.WHILE
+    return is_kernel(instr) and not is_alias(instr)
 
 
 def _flat_literal(value: object) -> list[object]:
