@@ -48,6 +48,10 @@ def _address(a: np.ndarray) -> int:
         return int(a.ctypes.data)
 
 
+# hf_entry's non-zero statuses (driver.py).
+_STATUS = {1: "could not allocate its work buffers (out of memory)"}
+
+
 def _leaf_specs(shape: object) -> list[tuple[np.dtype, tuple[int, ...]]]:
     return [(s.dtype.np, tuple(s.dims)) for s in leaves(shape)]  # type: ignore[arg-type]
 
@@ -238,8 +242,10 @@ class CpuExecutable:
         status = entry(self._in_type(*[_address(a) for a in ins]),
                        self._out_type(*[_address(o) for o in outs]))
         if status != 0:
+            why = _STATUS.get(status, "")
             raise NativeRuntimeError(
-                f"{self.name}: the compiled module failed (hf_entry returned status {status})"
+                f"{self.name}: the compiled module failed (hf_entry returned status {status}"
+                f"{': ' + why if why else ''})"
             )
         return outs
 
