@@ -1,145 +1,428 @@
-"""Benchmark: the paper's CartPole rollout on hlofuse's CPU backend vs jax.jit vs numpy eager.
+"""Benchmark: the paper's CartPole case study (its ablation) on hlofuse's CPU backend, with peers.
 
-For each variant (baseline, precomputed, separate, unrolled; see hlofuse/examples/cartpole.py)
-the same JAX program is lowered once; hlofuse compiles that HLO under each pipeline (`none` is one
-kernel per op, the eager baseline; `xla` is XLA's fusion rules) for the cpu backend, and jax.jit
-compiles the program itself. All run on the same arguments in the same process, interleaved, and
-the best of --repeat runs is kept. Reported: env-steps/s and the ratio to jax.jit of the same
-variant, plus compile times (hlofuse cold = empty cache: pipeline + C generation + cc; warm =
-compile() again in the same process after clearing its in-memory memo, i.e. from the disk cache;
-jax.jit = lower + compile).
+Rows of the ablation (hlofuse/examples/cartpole.py has the variants):
+  baseline  RNG in the scan, stacked [4, N] state            (variant `baseline`)
+  1         precomputed randomness                            (variant `precomputed`)
+  2         XLA's rules relaxed: the `xla-relaxed` pipeline on 1
+  3         four separate state arrays                        (variant `separate`)
+  4         the scan unrolled 10x                             (variant `unrolled`)
+Every variant runs under every hlofuse pipeline (`none` = one kernel per op, the eager baseline;
+`xla`; `xla-relaxed`; and any later one in `hlofuse.passes.pipelines.PIPELINES` except
+`simplify`), and under `jax.jit` of the same program. Peers, on the `separate` arguments and timed
+in the same group as that variant: numpy eager, torch eager and `torch.compile` (when torch is
+installed), and the hand-written C reference (`cartpole_ref.c`, the limit).
 
-Before timing, every hlofuse executable is checked against the interpreter on a short rollout
-(the same HLO module with few steps), since a long chaotic rollout amplifies last-bit differences
-between sin/cos implementations.
+Method: everything runs in this process on the same arguments; cases of a group are interleaved
+(A B C A B C ...) and the best of --repeat rounds is kept (harness.py). Reported: env-steps/s,
+the speedup over the baseline (baseline variant under `xla`) and the ratio to jax.jit of the same
+program. Before timing, every hlofuse executable is checked against the interpreter on a short
+rollout (12 steps, a long chaotic rollout amplifies last-bit sin/cos differences), and every peer
+against numpy_rollout. Slow cases may run fewer steps (--slow-steps, recorded per case); their
+throughput is still env-steps/s.
 
-    python benchmarks/cartpole.py                      # 2048 envs x 10,000 steps
-    python benchmarks/cartpole.py --quick              # 256 envs x 200 steps, 1 repeat
-Writes results/cartpole.json.
+A second part sweeps the number of environments from 1 to 65,536 (powers of 4) with fewer steps
+(about --sweep-budget env-steps per point) for the `separate` program under each backend and
+peer: the paper's CPU/GPU crossover figure, here per backend.
+
+    python benchmarks/cartpole.py            # 2048 envs x 10,000 steps, sweep, plots
+    python benchmarks/cartpole.py --quick    # 256 envs x 200 steps, small sweep
+    hlofuse bench cartpole [same options]
+Writes results/cartpole.json, results/cartpole.md, results/cartpole_ablation.png and
+results/cartpole_scaling.png (--out NAME changes the stem).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cartpole_peers as peers
+import cartpole_report as report
 import harness
 
 import hlofuse
 from hlofuse.backends import interpreter
 from hlofuse.examples import cartpole
 from hlofuse.frontends.jax import hlo_text
+from hlofuse.passes.pipelines import PIPELINES as ALL_PIPELINES
 from hlofuse.text import parse
 
-PIPELINES = ("none", "xla")
+PIPELINES: tuple[str, ...] = tuple(p for p in ALL_PIPELINES if p != "simplify")
+PEERS: tuple[str, ...] = ("numpy", "torch", "c")
+CHECK_STEPS = 12
+SWEEP_ENVS: tuple[int, ...] = tuple(4**k for k in range(9))  # 1 .. 65,536
 
 
-def _numpy_args(variant: str, args: tuple) -> tuple | None:
-    """numpy_rollout's arguments for a precomputed-randomness variant, or None."""
-    if variant in ("separate", "unrolled"):
-        return args
-    if variant == "precomputed":
-        state, actions, resets = args
-        return (*state, actions, *(np.ascontiguousarray(resets[:, i]) for i in range(4)))
-    return None
+@dataclasses.dataclass
+class Config:
+    envs: int = 2048
+    steps: int = 10_000
+    repeat: int = 3
+    variants: tuple[str, ...] = cartpole.VARIANTS
+    pipelines: tuple[str, ...] = PIPELINES
+    peers: tuple[str, ...] = PEERS
+    # Steps for the slowest cases ("variant:pipeline" -> steps); None = all run `steps`.
+    slow_steps: dict[str, int] = dataclasses.field(default_factory=dict)
+    compile_times: bool = True
+    sweep_envs: tuple[int, ...] = SWEEP_ENVS
+    sweep_budget: int = 1 << 22  # env-steps per sweep point
+    sweep_min_steps: int = 32
+    sweep_max_steps: int = 1000
+    sweep_repeat: int = 2
+    plots: bool = True
+    out: str = "cartpole"
+    results_dir: Path = harness.RESULTS
+    progress: bool = True
+
+
+# ---------------------------------------------------------------------------------------------
+# hlofuse compile + check
+# ---------------------------------------------------------------------------------------------
 
 
 def check_against_interpreter(variant: str, pipeline: str, envs: int) -> None:
     """Compile a 12-step version and compare with the interpreter (exact ints, float rtol)."""
-    fn, args = cartpole.make(variant, envs, 12)
+    fn, args = cartpole.make(variant, envs, CHECK_STEPS)
     text = hlo_text(fn, *args)
     exe = hlofuse.compile(text, pipeline=pipeline, backend="cpu")
     want = interpreter.run(parse(text), *args)
     got = exe(*args)
-    for w, g in zip(want, got, strict=True):
+    for i, (w, g) in enumerate(zip(want, got, strict=True)):
+        msg = f"hlofuse {variant}/{pipeline}: output {i} differs from the interpreter"
         if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=msg)
         else:
-            np.testing.assert_array_equal(g, w)
+            np.testing.assert_array_equal(g, w, err_msg=msg)
 
 
-def bench_variant(variant: str, envs: int, steps: int, repeat: int) -> dict[str, Any]:
+def compile_timed(text: str, pipeline: str, measure: bool) -> tuple[Any, dict[str, float]]:
+    """hlofuse.compile(text) for the cpu backend. With `measure`, compiles in an empty cache
+    directory (cold: pipeline + C generation + cc) and again from that disk cache (warm)."""
+    if not measure:
+        return hlofuse.compile(text, pipeline=pipeline, backend="cpu"), {}
+    from hlofuse.backends.cpu import build
+
+    with tempfile.TemporaryDirectory() as cache:
+        old = os.environ.get("HLOFUSE_CACHE_DIR")
+        os.environ["HLOFUSE_CACHE_DIR"] = cache
+        try:
+            build._LOADED.clear()
+            t_cold, exe = harness.timed(
+                lambda: hlofuse.compile(text, pipeline=pipeline, backend="cpu"))
+            build._LOADED.clear()
+            t_warm, _ = harness.timed(
+                lambda: hlofuse.compile(text, pipeline=pipeline, backend="cpu"))
+        finally:
+            if old is None:
+                del os.environ["HLOFUSE_CACHE_DIR"]
+            else:
+                os.environ["HLOFUSE_CACHE_DIR"] = old
+    return exe, {"cold_s": t_cold, "warm_s": t_warm}
+
+
+# ---------------------------------------------------------------------------------------------
+# The ablation
+# ---------------------------------------------------------------------------------------------
+
+
+class Group:
+    """Cases timed together (interleaved): name -> (callable, steps it runs)."""
+
+    def __init__(self) -> None:
+        self.cases: dict[str, Callable[[], Any]] = {}
+        self.steps: dict[str, int] = {}
+
+    def add(self, name: str, fn: Callable[[], Any], steps: int) -> None:
+        self.cases[name] = fn
+        self.steps[name] = steps
+
+
+def _steps_for(cfg: Config, variant: str, pipeline: str) -> int:
+    return min(cfg.steps, cfg.slow_steps.get(f"{variant}:{pipeline}", cfg.steps))
+
+
+def bench_variant(variant: str, cfg: Config, prog: harness.Progress,
+                  with_peers: bool) -> dict[str, Any]:
     import jax
 
+    envs, steps = cfg.envs, cfg.steps
     fn, args = cartpole.make(variant, envs, steps)
     text = hlo_text(fn, *args)
     row: dict[str, Any] = {"variant": variant, "envs": envs, "steps": steps}
+    group = Group()
 
+    prog.update(0, f"{variant}: jax.jit compile")
     jitted = jax.jit(fn)
     t_jax_compile, compiled = harness.timed(lambda: jitted.lower(*args).compile())
     row["jax_compile_s"] = t_jax_compile
     dev_args = [jax.device_put(a) for a in args]
+    group.add("jax.jit", lambda: jax.block_until_ready(compiled(*dev_args)), steps)
+    prog.update(1, f"{variant}: hlofuse compile + check")
 
-    cases: dict[str, Any] = {
-        "jax.jit": lambda: jax.block_until_ready(compiled(*dev_args)),
-    }
-    np_args = _numpy_args(variant, args)
-    if np_args is not None:
-        cases["numpy"] = lambda: cartpole.numpy_rollout(*np_args)
-
-    from hlofuse.backends.cpu import build
-
-    for pipeline in PIPELINES:
+    compile_info: dict[str, dict[str, float]] = {}
+    for pipeline in cfg.pipelines:
         check_against_interpreter(variant, pipeline, min(envs, 64))
-        with tempfile.TemporaryDirectory() as cache:
-            old = os.environ.get("HLOFUSE_CACHE_DIR")
-            os.environ["HLOFUSE_CACHE_DIR"] = cache
-            try:
-                build._LOADED.clear()
-                t_cold, exe = harness.timed(
-                    lambda p=pipeline: hlofuse.compile(text, pipeline=p, backend="cpu"))
-                build._LOADED.clear()
-                t_warm, _ = harness.timed(
-                    lambda p=pipeline: hlofuse.compile(text, pipeline=p, backend="cpu"))
-            finally:
-                if old is None:
-                    del os.environ["HLOFUSE_CACHE_DIR"]
-                else:
-                    os.environ["HLOFUSE_CACHE_DIR"] = old
-        row[f"hlofuse_{pipeline}_compile_cold_s"] = t_cold
-        row[f"hlofuse_{pipeline}_compile_warm_s"] = t_warm
-        cases[f"hlofuse-{pipeline}"] = lambda e=exe: e(*args)
+        p_steps = _steps_for(cfg, variant, pipeline)
+        if p_steps == steps:
+            p_text, p_args = text, args
+        else:
+            p_fn, p_args = cartpole.make(variant, envs, p_steps)
+            p_text = hlo_text(p_fn, *p_args)
+        exe, info = compile_timed(p_text, pipeline, cfg.compile_times)
+        compile_info[pipeline] = info
+        for key, value in info.items():
+            row[f"hlofuse_{pipeline}_compile_{key}"] = value
+        group.add(f"hlofuse-{pipeline}", lambda e=exe, a=p_args: e(*a), p_steps)
+        prog.update(1, f"{variant}: hlofuse {pipeline} checked")
 
-    best = harness.interleaved(cases, repeat)
-    work = envs * steps
+    if with_peers:
+        add_peers(group, cfg, args, row, prog)
+
+    prog.update(0, f"{variant}: timing {len(group.cases)} cases")
+    best = harness.interleaved(group.cases, cfg.repeat,
+                               on_round=lambda i: prog.update(1, f"{variant}: round {i}"))
     row["seconds"] = best
-    row["env_steps_per_s"] = {k: work / v for k, v in best.items()}
-    row["ratio_vs_jax"] = {k: best["jax.jit"] / v for k, v in best.items()}
+    row["case_steps"] = group.steps
+    rates = {k: envs * group.steps[k] / v for k, v in best.items()}
+    row["env_steps_per_s"] = rates
+    row["ratio_vs_jax"] = {k: r / rates["jax.jit"] for k, r in rates.items()}
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_peers(group: Group, cfg: Config, args: tuple, row: dict[str, Any],
+              prog: harness.Progress) -> None:
+    """The peers on the `separate` arguments, each checked on a short rollout first."""
+    steps = cfg.steps
+
+    def short(fn: Callable[..., Any], name: str, envs: int | None = None) -> None:
+        peers.check_peer(name, fn, envs=envs or min(cfg.envs, 64), steps=CHECK_STEPS)
+
+    if "numpy" in cfg.peers:
+        n_steps = _steps_for(cfg, "separate", "numpy")
+        n_args = args if n_steps == steps else cartpole.make("separate", cfg.envs, n_steps)[1]
+        group.add("numpy", lambda: cartpole.numpy_rollout(*n_args), n_steps)
+    if "c" in cfg.peers:
+        ref = peers.c_reference()
+        short(ref, "C reference")
+        group.add("C reference", lambda: ref(*args), steps)
+    if "torch" in cfg.peers and peers.torch_available():
+        prog.update(0, "peers: torch.compile (first compile is slow)")
+        fns = peers.torch_rollouts()
+        for name, fn in fns.items():
+            # Check at the benchmark's batch size so torch.compile compiles once for it.
+            t, _ = harness.timed(lambda f=fn, n=name: short(f, n, envs=cfg.envs))
+            row[f"{name}_first_call_s"] = t
+            t_steps = _steps_for(cfg, "separate", name)
+            t_args = args if t_steps == steps else cartpole.make("separate", cfg.envs,
+                                                                  t_steps)[1]
+            group.add(name, lambda f=fn, a=t_args: f(*a), t_steps)
+    prog.update(1, "peers checked")
+
+
+# ---------------------------------------------------------------------------------------------
+# Throughput vs number of environments
+# ---------------------------------------------------------------------------------------------
+
+
+def sweep_steps(cfg: Config, envs: int) -> int:
+    return int(min(cfg.sweep_max_steps, max(cfg.sweep_min_steps, cfg.sweep_budget // envs)))
+
+
+def run_sweep(cfg: Config, prog: harness.Progress) -> dict[str, Any]:
+    import jax
+
+    torch_fns = (peers.torch_rollouts() if "torch" in cfg.peers and peers.torch_available()
+                 else {})
+    ref = peers.c_reference() if "c" in cfg.peers else None
+    pipelines = [p for p in cfg.pipelines if p in ("none", "xla")] or list(cfg.pipelines)
+    series: dict[str, list[float | None]] = {}
+    points: list[dict[str, Any]] = []
+    for envs in cfg.sweep_envs:
+        steps = sweep_steps(cfg, envs)
+        fn, args = cartpole.make("separate", envs, steps)
+        text = hlo_text(fn, *args)
+        prog.update(0, f"sweep {envs} envs: compile + check")
+        group = Group()
+        compiled = jax.jit(fn).lower(*args).compile()
+        dev_args = [jax.device_put(a) for a in args]
+        group.add("jax.jit", lambda c=compiled, d=dev_args: jax.block_until_ready(c(*d)), steps)
+        for pipeline in pipelines:
+            check_against_interpreter("separate", pipeline, min(envs, 64))
+            exe = hlofuse.compile(text, pipeline=pipeline, backend="cpu")
+            group.add(f"hlofuse-{pipeline}", lambda e=exe, a=args: e(*a), steps)
+        if "numpy" in cfg.peers:
+            group.add("numpy", lambda a=args: cartpole.numpy_rollout(*a), steps)
+        if ref is not None:
+            group.add("C reference", lambda a=args: ref(*a), steps)
+        for name, tfn in torch_fns.items():
+            peers.check_peer(name, tfn, envs=envs, steps=min(steps, CHECK_STEPS))
+            group.add(name, lambda f=tfn, a=args: f(*a), steps)
+        prog.update(1, f"sweep {envs} envs: timing")
+        best = harness.interleaved(group.cases, cfg.sweep_repeat)
+        rates = {k: envs * steps / v for k, v in best.items()}
+        points.append({"envs": envs, "steps": steps, "env_steps_per_s": rates})
+        for name, rate in rates.items():
+            series.setdefault(name, [None] * (len(points) - 1)).append(rate)
+        for values in series.values():
+            values.extend([None] * (len(points) - len(values)))
+        prog.update(1, f"sweep {envs} envs done")
+    return {
+        "program": "separate",
+        "envs": [p["envs"] for p in points],
+        "steps": [p["steps"] for p in points],
+        "repeat": cfg.sweep_repeat,
+        "series": series,
+        "points": points,
+        "note": "torch.compile recompiles on new batch sizes (default dynamic-shape policy)",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------------
+
+
+def _total_units(cfg: Config, variants: list[str]) -> int:
+    per_variant = 1 + len(cfg.pipelines) + 1 + cfg.repeat
+    peers_units = 1 if cfg.peers else 0
+    return len(variants) * per_variant + peers_units + 2 * len(cfg.sweep_envs)
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    """Runs the benchmark; writes JSON, Markdown and (if cfg.plots) PNGs; returns the payload."""
+    variants = list(cfg.variants)
+    if cfg.peers and "separate" not in variants:
+        variants.append("separate")  # the peers are timed in the `separate` group
+    prog = harness.Progress(_total_units(cfg, variants), "cartpole", enabled=cfg.progress)
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    rows = []
+    try:
+        for variant in variants:
+            row = bench_variant(variant, cfg, prog, with_peers=bool(cfg.peers)
+                                and variant == "separate")
+            rows.append(row)
+            prog.write(report.row_summary(row))
+        sweep = run_sweep(cfg, prog) if cfg.sweep_envs else None
+    finally:
+        prog.close()
+    config = dataclasses.asdict(cfg)
+    config["results_dir"] = str(cfg.results_dir)
+    config["torch"] = _torch_version()
+    payload: dict[str, Any] = {
+        "config": config,
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+        "wall_s": time.perf_counter() - t0,
+        "rows": rows,
+        "table": report.paper_table(rows, cfg.pipelines),
+        "scaling": sweep,
+    }
+    path = harness.save(cfg.out, payload, cfg.results_dir)
+    payload = json.loads(path.read_text())
+    md = cfg.results_dir / f"{cfg.out}.md"
+    md.write_text(report.markdown(payload))
+    written = [path, md]
+    if cfg.plots:
+        import plots
+
+        written += plots.write_all(payload, cfg.results_dir, cfg.out)
+    payload["written"] = [str(p) for p in written]
+    return payload
+
+
+def _torch_version() -> str | None:
+    if not peers.torch_available():
+        return None
+    import torch
+
+    return str(torch.__version__)
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--envs", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--variants", nargs="+", default=["precomputed", "separate", "baseline"],
+    ap.add_argument("--variants", nargs="+", default=list(cartpole.VARIANTS),
                     choices=cartpole.VARIANTS)
-    ap.add_argument("--quick", action="store_true", help="256 envs x 200 steps, 1 repeat")
-    ap.add_argument("--out", default="cartpole")
-    ns = ap.parse_args(argv)
+    ap.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=PIPELINES)
+    ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS,
+                    help="numpy, torch (eager and torch.compile, if installed), c (reference)")
+    ap.add_argument("--slow-steps", nargs="*", default=None, metavar="CASE=STEPS",
+                    help="fewer steps for slow cases, e.g. baseline:none=2000 numpy=2000 "
+                         "(CASE is variant:pipeline, numpy, 'torch eager' or torch.compile)")
+    ap.add_argument("--no-compile-times", action="store_true",
+                    help="skip cold/warm compile measurements (faster)")
+    ap.add_argument("--sweep", nargs="*", type=int, default=None, metavar="ENVS",
+                    help="batch sizes for the scaling sweep (default 1, 4, ..., 65536; "
+                         "none given: no sweep)")
+    ap.add_argument("--sweep-budget", type=int, default=1 << 22,
+                    help="about this many env-steps per sweep point")
+    ap.add_argument("--sweep-repeat", type=int, default=2)
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="256 envs x 200 steps, 1 repeat, sweep 1..4096 with few steps")
+    ap.add_argument("--out", default="cartpole", help="stem of the result files")
+    ap.add_argument("--results-dir", default=str(harness.RESULTS))
+
+
+# Defaults of the committed full run: the slow rows run fewer steps (see the JSON's case_steps).
+FULL_SLOW_STEPS = {"baseline:none": 2000, "numpy": 2000, "torch eager": 1000,
+                   "torch.compile": 1000}
+
+
+def config_from_args(ns: argparse.Namespace) -> Config:
+    if ns.slow_steps is None:
+        slow = dict(FULL_SLOW_STEPS)
+    else:
+        slow = {}
+        for item in ns.slow_steps:
+            case, _, n = item.rpartition("=")
+            if not case or not n.isdigit():
+                raise SystemExit(f"--slow-steps: expected CASE=STEPS, got {item!r}")
+            slow[case] = int(n)
+    cfg = Config(envs=ns.envs, steps=ns.steps, repeat=ns.repeat, variants=tuple(ns.variants),
+                 pipelines=tuple(ns.pipelines), peers=tuple(ns.peers), slow_steps=slow,
+                 compile_times=not ns.no_compile_times,
+                 sweep_envs=SWEEP_ENVS if ns.sweep is None else tuple(ns.sweep),
+                 sweep_budget=ns.sweep_budget, sweep_repeat=ns.sweep_repeat,
+                 plots=not ns.no_plots, out=ns.out, results_dir=Path(ns.results_dir),
+                 progress=not ns.no_progress)
     if ns.quick:
-        ns.envs, ns.steps, ns.repeat = 256, 200, 1
-    rows = []
-    for variant in ns.variants:
-        print(f"{variant}: {ns.envs} envs x {ns.steps} steps ...", flush=True)
-        row = bench_variant(variant, ns.envs, ns.steps, ns.repeat)
-        rows.append(row)
-        for name, rate in row["env_steps_per_s"].items():
-            print(f"  {name:14s} {harness.fmt_rate(rate)} env-steps/s"
-                  f"  x{row['ratio_vs_jax'][name]:.2f} vs jax.jit")
-        print(f"  compile: jax.jit {row['jax_compile_s']:.3f} s; hlofuse xla cold "
-              f"{row['hlofuse_xla_compile_cold_s']:.3f} s, warm "
-              f"{row['hlofuse_xla_compile_warm_s'] * 1e3:.1f} ms")
-    path = harness.save(ns.out, {"rows": rows})
-    print(f"wrote {path}")
+        cfg.envs, cfg.steps, cfg.repeat = 256, 200, 1
+        cfg.slow_steps = {}
+        cfg.sweep_envs = tuple(e for e in cfg.sweep_envs if e <= 4096)
+        cfg.sweep_budget, cfg.sweep_max_steps, cfg.sweep_repeat = 1 << 16, 200, 1
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    add_arguments(ap)
+    ns = ap.parse_args(argv)
+    return run_main(ns)
+
+
+def run_main(ns: argparse.Namespace) -> int:
+    cfg = config_from_args(ns)
+    print(f"CartPole: {cfg.envs} envs x {cfg.steps} steps, best of {cfg.repeat}; variants "
+          f"{', '.join(cfg.variants)}; pipelines {', '.join(cfg.pipelines)}; peers "
+          f"{', '.join(cfg.peers) or '-'}", flush=True)
+    payload = run(cfg)
+    print(report.markdown(payload))
+    for p in payload["written"]:
+        print(f"wrote {p}")
     return 0
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,17 +22,23 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def interleaved(cases: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+def interleaved(cases: dict[str, Callable[[], Any]], repeat: int,
+                on_round: Callable[[int], None] | None = None) -> dict[str, float]:
     """Best wall time (seconds) of each case over `repeat` interleaved rounds. Each case runs
-    once first as a warm-up (compilation, caches)."""
+    once first as a warm-up (compilation, caches). `on_round(i)` is called after the warm-up
+    (i = 0) and after each round (i = 1..repeat), e.g. to advance a progress bar."""
     for fn in cases.values():
         fn()
+    if on_round is not None:
+        on_round(0)
     best = {name: float("inf") for name in cases}
-    for _ in range(repeat):
+    for i in range(repeat):
         for name, fn in cases.items():
             t0 = time.perf_counter()
             fn()
             best[name] = min(best[name], time.perf_counter() - t0)
+        if on_round is not None:
+            on_round(i + 1)
     return best
 
 
@@ -88,9 +95,10 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-def save(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def save(name: str, payload: dict[str, Any], directory: Path | None = None) -> Path:
+    directory = RESULTS if directory is None else Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     payload = {"benchmark": name, "machine": machine(), **payload}
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     return path
@@ -98,3 +106,46 @@ def save(name: str, payload: dict[str, Any]) -> Path:
 
 def fmt_rate(x: float) -> str:
     return f"{x:.2e}"
+
+
+class Progress:
+    """A progress bar: tqdm when installed (the `bench` extra), else one line per update on
+    stderr. `update(n, desc)` advances by n units and shows what runs next."""
+
+    def __init__(self, total: int, desc: str = "", enabled: bool = True) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.t0 = time.perf_counter()
+        self._bar: Any = None
+        if not enabled:
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self._bar = tqdm(total=total, desc=desc, unit="task", dynamic_ncols=True,
+                         file=sys.stderr)
+
+    def update(self, n: int = 1, desc: str = "") -> None:
+        self.done += n
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            if desc:
+                self._bar.set_description_str(desc, refresh=False)
+            self._bar.update(n)
+        else:
+            elapsed = time.perf_counter() - self.t0
+            print(f"  [{self.done}/{self.total} {elapsed:6.1f}s] {desc}", file=sys.stderr,
+                  flush=True)
+
+    def write(self, line: str) -> None:
+        """Print a line without breaking the bar."""
+        if self._bar is not None:
+            self._bar.write(line)
+        else:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
