@@ -12,3 +12,7 @@ if _TESTS not in sys.path:
 
 # Debug checking: every pipeline run by a test verifies the module after each pass.
 os.environ.setdefault("HLOFUSE_VERIFY", "1")
+
+# The cpu backend's tests compile a few hundred generated C files on a cold cache (CI): -O1 keeps
+# that fast. Benchmarks and users get the default -O3.
+os.environ.setdefault("HLOFUSE_CC_OPT", "-O1")

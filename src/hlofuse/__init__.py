@@ -8,6 +8,8 @@
     exe = hlofuse.compile(m, pipeline="simplify", backend="interpreter")  # the numpy reference
     f = hlofuse.jit(fn)                            # like jax.jit (needs the jax extra)
     m = hlofuse.from_jax(fn, *args)                # lower a JAX function (needs jax)
+    print(hlofuse.explain(m).to_text())            # kernels per iteration, why each boundary
+    print(hlofuse.lint(m))                         # frontend patterns that cost kernels
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ __all__ = [
     "InterpreterError",
     "PassError",
     "compile",
+    "explain",
     "from_jax",
     "jit",
+    "lint",
     "parse",
     "print_module",
 ]
@@ -63,4 +67,12 @@ def __getattr__(name: str) -> Any:
         from hlofuse.frontends import jax as _jax
 
         return getattr(_jax, name)
+    if name == "explain":
+        from hlofuse.tools.explain import explain
+
+        return explain
+    if name == "lint":
+        from hlofuse.tools.lint import lint
+
+        return lint
     raise AttributeError(f"module 'hlofuse' has no attribute {name!r}")

@@ -10,6 +10,7 @@ one clear message on stderr with a non-zero exit status, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 import zipfile
@@ -191,6 +192,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(quick=args.quick)
 
 
+# Subcommands implemented by a tool module with `add_arguments(parser)` and `main(args) -> int`.
+TOOLS: tuple[tuple[str, str, str], ...] = (
+    ("explain", "hlofuse.tools.explain",
+     "kernels per loop iteration, and the rule behind every fusion boundary"),
+    ("lint", "hlofuse.tools.lint",
+     "frontend patterns that cost kernels, with source line, fix and measured cost"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hlofuse",
@@ -236,6 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pipeline to run before generating (default xla; '' for none)")
     p.add_argument("-o", "--output", help="write the C to this file instead of stdout")
     p.set_defaults(func=cmd_emit)
+
+    for name, module, help_text in TOOLS:
+        tool = importlib.import_module(module)
+        p = sub.add_parser(name, help=help_text)
+        tool.add_arguments(p)
+        p.set_defaults(func=tool.main)
 
     p = sub.add_parser("demo", help="the built-in CartPole case study, end to end")
     p.add_argument("--quick", action="store_true", help="a smaller run")
