@@ -394,6 +394,18 @@ ENTRY e {
   x = f64[5] bitcast-convert(p2)
   ROOT t = (u8[16,4], u64[3], f64[5]) tuple(b, w, x)
 }"""),
+    "concatenate_major": ("xla", """
+ENTRY e {
+  p0 = f32[1,300] parameter(0)
+  p1 = f32[2,300] parameter(1)
+  p2 = f32[300] parameter(2)
+  r = f32[1,300] reshape(p2)
+  e = f32[1,300] exponential(p0)
+  c = f32[4,300] concatenate(e, p1, r), dimensions={0}
+  z = f32[] constant(0)
+  p = f32[4,302] pad(c, z), padding=0_0x1_1
+  ROOT n = f32[4,302] negate(p)
+}"""),
 }
 
 
@@ -483,6 +495,15 @@ def test_elementwise_is_one_flat_loop_and_nests_when_needed(built) -> None:
     assert "#pragma omp parallel for" in h.entries[kid].kernel.source
     (kid,) = ids["broadcast_minor"]
     assert "omp" not in h.entries[kid].kernel.source  # small kernels stay serial
+
+
+def test_concatenate_on_an_outer_dimension_splits_the_loop(built) -> None:
+    h, ids, _lib = built
+    (kid,) = ids["concatenate_major"]
+    src = h.entries[kid].kernel.source
+    # one branch-free loop per concatenated piece and per padding region (no `if` per element)
+    assert "if (" not in src
+    assert src.count("out0[") == 3 * 3  # (3 row pieces) x (pad, body, pad) columns
 
 
 def test_multi_output_reduce_shares_one_nest(built) -> None:

@@ -67,7 +67,8 @@ def _header(instr: Instruction, kind: str) -> str:
     return _comment_text("\n".join(lines)) + " */\n"
 
 
-def _emit(instr: Instruction, name: str, used: set[str], flat: bool
+def _emit(instr: Instruction, name: str, used: set[str], flat: bool,
+          splits: dict[tuple[tuple[int, ...], int], set[int]]
           ) -> tuple[Emitter, str, tuple[ArrayShape, ...], tuple[ArrayShape, ...], dict[int, int]]:
     if instr.opcode is Opcode.FUSION:
         comp = instr.fused_computation
@@ -79,6 +80,7 @@ def _emit(instr: Instruction, name: str, used: set[str], flat: bool
         root = instr
         fused = False
     em = Emitter(name, {}, used, flat_loops=flat)
+    em.splits = splits
     in_shapes: list[ArrayShape] = []
     for p in params:
         ptrs = []
@@ -135,11 +137,18 @@ def lower_kernel(instr: Instruction, used_names: set[str]) -> Kernel:
         if not all(isinstance(s, ArrayShape) for s in leaves(op.shape)):
             raise LoweringError(f"{where(instr)}: operand {op.name} is not made of arrays")
     name = kernel_name(instr, used_names)
-    trial: set[str] = set()
-    for flat in (True, False):
+    # first a flat loop; a nest if an index map needed the multi-index of the flat variable;
+    # then loop ranges split where concatenate/pad conditions on a loop index would decide
+    flat = True
+    splits: dict[tuple[tuple[int, ...], int], set[int]] = {}
+    while True:
         trial = set(used_names)
-        em, source, ins, outs, pairs = _emit(instr, name, trial, flat)
-        if not em.needs_nest:
+        em, source, ins, outs, pairs = _emit(instr, name, trial, flat, splits)
+        if em.needs_nest and flat:
+            flat = False
+        elif em.split_requests and not splits:
+            splits = em.split_requests
+        else:
             break
     used_names |= trial
     fused = instr.opcode is Opcode.FUSION

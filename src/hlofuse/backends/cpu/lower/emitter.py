@@ -76,6 +76,13 @@ class Emitter:
         self.loop_vars: set[str] = set()  # flat-loop variables
         self.needs_nest = False  # a flat loop variable had to be delinearised
         self.uses_omp = False
+        # loop variables' ranges [lo, hi) and (loop nest shape, dimension), so conditions such as
+        # a concatenate's `i0 < 2` fold; a condition a split of the loop range would decide is
+        # recorded in `split_requests`, and the kernel is emitted again with `splits`
+        self.ranges: dict[str, tuple[int, int]] = {}
+        self.var_dim: dict[str, tuple[tuple[int, ...], int]] = {}
+        self.split_requests: dict[tuple[tuple[int, ...], int], set[int]] = {}
+        self.splits: dict[tuple[tuple[int, ...], int], set[int]] = {}
 
     # ----- output ---------------------------------------------------------------------------
 
@@ -251,6 +258,25 @@ class Emitter:
             self.line(f"{var} = {fn()};")
             self.close()
         return var
+
+    def lt(self, expr: str, bound: int) -> str:
+        """C condition `expr < bound`, folded to "1"/"0" when the range of `expr` decides it."""
+        if ix.is_const(expr):
+            return "1" if int(expr) < bound else "0"
+        r = self.ranges.get(expr)
+        if r is not None:
+            lo, hi = r
+            if hi <= bound:
+                return "1"
+            if lo >= bound:
+                return "0"
+            if expr in self.var_dim:
+                self.split_requests.setdefault(self.var_dim[expr], set()).add(bound)
+        return f"{expr} < {bound}"
+
+    def ge(self, expr: str, bound: int) -> str:
+        c = self.lt(expr, bound)
+        return {"1": "0", "0": "1"}.get(c, f"{expr} >= {bound}")
 
     def clamp_start(self, base: str, value: str, hi: int) -> str:
         """`value` (an integer compute-type expression) as int64_t clamped into [0, hi]."""
@@ -490,7 +516,7 @@ def _pad(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
         lo, hi, interior = int(lo), int(hi), int(interior)
         p = ix.sub(m[d], str(lo))
         if lo > 0:
-            conds.append(f"{m[d]} >= {lo}")
+            conds.append(em.ge(m[d], lo))
         if interior:
             conds.append(f"{ix.mod(p, interior + 1)} == 0")
             q = ix.div(p, interior + 1)
@@ -498,11 +524,12 @@ def _pad(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
             multi.append(q)
         else:
             if hi > 0:  # the index runs up to n + hi - 1
-                conds.append(f"{p} < {sd[d]}")
+                conds.append(em.lt(m[d], sd[d] + lo))
             multi.append(p)
-    if any(n == 0 for n in sd):
-        return [em.value(pad_value, ix.zero(()))]
-    inside = " && ".join(f"({c})" for c in conds) if conds else "1"
+    if any(n == 0 for n in sd) or "0" in conds:
+        return [em.value(pad_value, ix.zero(dims_of(pad_value)))]
+    live = [c for c in conds if c != "1"]
+    inside = " && ".join(f"({c})" for c in live) if live else "1"
     return [em.cases(instr.name, em.ctype(instr), [
         (inside, lambda: em.value(src, ix.of_multi(sd, multi))),
         (None, lambda: em.value(pad_value, ix.zero(dims_of(pad_value)))),
@@ -526,7 +553,7 @@ def _concatenate(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
         def fn(o: Instruction = o, od: tuple[int, ...] = od, multi: list[str] = multi) -> str:
             return em.value(o, ix.of_multi(od, multi))
 
-        cond = None if j == len(ops) - 1 else f"{m[dim]} < {offset}"
+        cond = None if j == len(ops) - 1 else em.lt(m[dim], offset)
         cases.append((cond, fn))
     return [em.cases(instr.name, em.ctype(instr), cases)]
 

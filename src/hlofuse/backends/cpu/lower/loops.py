@@ -23,6 +23,7 @@ kernel takes.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -41,6 +42,12 @@ PARALLEL_MIN = 1 << 16
 IVDEP = "#pragma GCC ivdep"
 
 
+def _intervals(em: Emitter, dims: tuple[int, ...], d: int) -> list[tuple[int, int]]:
+    points = sorted(p for p in em.splits.get((dims, d), ()) if 0 < p < dims[d])
+    bounds = [0, *points, dims[d]]
+    return list(itertools.pairwise(bounds))
+
+
 def loop_nest(em: Emitter, dims: tuple[int, ...], body: Callable[[Index], None],
               parallel: bool = True) -> None:
     size = math.prod(dims)
@@ -51,7 +58,7 @@ def loop_nest(em: Emitter, dims: tuple[int, ...], body: Callable[[Index], None],
         return
     omp = parallel and size >= PARALLEL_MIN
     big = [d for d, n in enumerate(dims) if n != 1]
-    if em.flat_loops or len(big) == 1:
+    if em.flat_loops and len(big) > 1:
         i = em.fresh("i")
         em.loop_vars.add(i)
         if omp:
@@ -63,20 +70,39 @@ def loop_nest(em: Emitter, dims: tuple[int, ...], body: Callable[[Index], None],
         body(ix.of_linear(dims, i))
         em.close()
         return
-    multi = ["0"] * len(dims)
-    for j, d in enumerate(big):
-        v = em.fresh(f"i{d}")
-        multi[d] = v
-        if j == 0 and omp:
-            em.line("#pragma omp parallel for")
-            em.uses_omp = True
-        elif j == len(big) - 1:
-            em.line(IVDEP)
-        em.open(f"for (int64_t {v} = 0; {v} < {dims[d]}; ++{v})")
-    lin = em.local("i", "int64_t", ix.linearize(tuple(multi), dims))
-    body(Index(dims, tuple(multi), lin))
-    for _ in big:
-        em.close()
+    # a nest; a dimension with split points (conditions of concatenate / pad on its index) is
+    # emitted once per interval, so each copy's conditions fold and its loops stay branch-free
+    per_dim = [_intervals(em, dims, d) for d in big]
+    copies = list(itertools.product(*per_dim))
+    if len(copies) > 16:
+        per_dim = [[(0, dims[d])] for d in big]
+        copies = list(itertools.product(*per_dim))
+    for copy in copies:
+        multi = ["0"] * len(dims)
+        loops = [(d, lo, hi) for d, (lo, hi) in zip(big, copy, strict=True)]
+        opened = [(d, lo, hi) for d, lo, hi in loops if hi - lo > 1]
+        for d, lo, hi in loops:
+            if hi - lo == 1:
+                multi[d] = str(lo)
+        if not opened:
+            em.open("")
+        for j, (d, lo, hi) in enumerate(opened):
+            v = em.fresh(f"i{d}" if len(big) > 1 else "i")
+            multi[d] = v
+            em.ranges[v] = (lo, hi)
+            em.var_dim[v] = (dims, d)
+            if j == 0 and omp and (hi - lo) * size // dims[d] >= PARALLEL_MIN:
+                em.line("#pragma omp parallel for" + (" simd" if len(opened) == 1 else ""))
+                em.uses_omp = True
+            elif j == len(opened) - 1:
+                em.line(IVDEP)
+            em.open(f"for (int64_t {v} = {lo}; {v} < {hi}; ++{v})")
+        lin = ix.linearize(tuple(multi), dims)
+        if not (lin in em.ranges or ix.is_const(lin)):
+            lin = em.local("i", "int64_t", lin)
+        body(Index(dims, tuple(multi), lin))
+        for _ in opened or [None]:
+            em.close()
 
 
 def store(em: Emitter, ptr: str, instr: Instruction, k: int, lin: str, idx: Index) -> None:
