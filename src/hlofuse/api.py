@@ -130,6 +130,27 @@ def compile(
     The module is optimised in place; pass `module.clone()` to keep the original.
     """
     check_backend(backend)
+    if backend == "cpu" and isinstance(module_or_text, str):
+        return _compile_cpu_text(module_or_text, pipeline)
     module = _as_module(module_or_text)
     module, run, native = _build(module, pipeline, backend)
     return Executable(module, pipeline, backend, run, native)
+
+
+def _compile_cpu_text(text: str, pipeline: str | None) -> Executable:
+    """HLO text for the cpu backend goes through the compile cache (`backends.cpu.artifacts`):
+    a warm compile skips the pipeline and the C generation."""
+    from hlofuse.backends.cpu import artifacts
+    from hlofuse.backends.cpu.executable import CpuExecutable
+
+    require_compiler()
+    hit = artifacts.lookup(text, pipeline)
+    if hit is not None:
+        module, program = hit
+        exe = CpuExecutable(module, program)
+    else:
+        module, _, native = _build(_as_module(text), pipeline, "cpu")
+        assert native is not None
+        exe = native
+        artifacts.store(text, pipeline, module, exe.program)
+    return Executable(module, pipeline, "cpu", exe.__call__, exe)

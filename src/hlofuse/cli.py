@@ -198,6 +198,8 @@ TOOLS: tuple[tuple[str, str, str], ...] = (
      "kernels per loop iteration, and the rule behind every fusion boundary"),
     ("lint", "hlofuse.tools.lint",
      "frontend patterns that cost kernels, with source line, fix and measured cost"),
+    ("viz", "hlofuse.tools.viz",
+     "one self-contained HTML page of the graph before and after fusion (-o out.html)"),
 )
 
 
