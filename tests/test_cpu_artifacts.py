@@ -1,0 +1,69 @@
+"""The compile cache above the library cache (backends/cpu/artifacts.py): a second compile of
+the same HLO text runs neither the pipeline nor the C generation, and a damaged entry is rebuilt."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.backends.cpu import artifacts, build
+
+pytestmark = pytest.mark.skipif(not hlofuse.backends.cpu.available(), reason="no C compiler")
+
+TEXT = """HloModule m
+ENTRY e {
+  a = f32[8] parameter(0)
+  b = f32[8] parameter(1)
+  s = f32[8] add(a, b)
+  ROOT m = f32[8] multiply(s, a)
+}
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path))
+    build._LOADED.clear()
+    yield tmp_path
+    build._LOADED.clear()
+
+
+def _args():
+    a = np.arange(8, dtype=np.float32)
+    return a, np.full(8, 2, np.float32)
+
+
+def test_warm_compile_skips_pipeline_and_codegen(cache, monkeypatch):
+    a, b = _args()
+    first = hlofuse.compile(TEXT)
+    np.testing.assert_array_equal(first(a, b)[0], (a + b) * a)
+
+    def boom(*_args, **_kwargs):
+        raise AssertionError("a warm compile must not run this")
+
+    monkeypatch.setattr("hlofuse.passes.pipelines.run_pipeline", boom)
+    monkeypatch.setattr("hlofuse.backends.cpu.driver.generate", boom)
+    build._LOADED.clear()
+    second = hlofuse.compile(TEXT)
+    np.testing.assert_array_equal(second(a, b)[0], (a + b) * a)
+    assert second.module.entry.root.opcode.name == "FUSION"  # the optimised module
+
+
+def test_pipeline_is_part_of_the_key(cache):
+    assert artifacts.key(TEXT, "xla") != artifacts.key(TEXT, "none")
+    hlofuse.compile(TEXT, pipeline="xla")
+    assert artifacts.lookup(TEXT, "none") is None
+    assert artifacts.lookup(TEXT, "xla") is not None
+
+
+def test_damaged_entry_is_rebuilt(cache):
+    a, b = _args()
+    hlofuse.compile(TEXT)
+    entries = list((cache / "programs").glob("*.pkl"))
+    assert len(entries) == 1
+    entries[0].write_bytes(b"not a pickle")
+    assert artifacts.lookup(TEXT, "xla") is None
+    exe = hlofuse.compile(TEXT)
+    np.testing.assert_array_equal(exe(a, b)[0], (a + b) * a)
+    assert artifacts.lookup(TEXT, "xla") is not None
