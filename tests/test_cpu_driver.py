@@ -651,3 +651,101 @@ def test_nested_scan_updates_one_buffer_in_place_across_both_loops():
     assert body.index(copy) < body.index("for (;;)") and body.count("memcpy") == 1
     outer = _loop_text(program, "outer")
     assert re.search(r"\(results\[0\], [^;]*, results\[0\]\)\);  /\* m2 \(in place\)", outer)
+
+
+def _random_loop(rng: np.random.Generator, tag: str,
+                 params: list[str]) -> tuple[list[str], list[str], dict[str, str]]:
+    """One while loop with randomly wired carried state: leaves that pass through, trade places,
+    repeat each other, become constants or fresh values; a matrix updated by
+    dynamic-update-slice (in place unless the old matrix is read afterwards). Returns the
+    computations' lines, the entry lines, and the entry values to return (name -> shape)."""
+    k = int(rng.integers(2, 5))
+    st = "(s32[], " + ", ".join(["f32[4]"] * k) + ", f32[3,4])"
+    cond = [f"{tag}c {{", f"  p = {st} parameter(0)",
+            "  i = s32[] get-tuple-element(p), index=0",
+            f"  n = s32[] constant({int(rng.integers(0, 5))})",
+            "  ROOT lt = pred[] compare(i, n), direction=LT", "}"]
+    body = [f"{tag}b {{", f"  p = {st} parameter(0)", "  i = s32[] get-tuple-element(p), index=0"]
+    body += [f"  v{j} = f32[4] get-tuple-element(p), index={j + 1}" for j in range(k)]
+    body += [f"  m = f32[3,4] get-tuple-element(p), index={k + 1}",
+             "  one = s32[] constant(1)", "  i1 = s32[] add(i, one)",
+             "  three = s32[] constant(3)", "  r = s32[] remainder(i, three)",
+             "  z = s32[] constant(0)"]
+    vals = [f"v{j}" for j in range(k)]
+    roots = []
+    for j in range(k):
+        choice = rng.integers(0, 5)
+        if choice == 0 or (choice == 4 and not roots):
+            roots.append(vals[int(rng.integers(0, k))])  # pass-through or a shuffle
+        elif choice == 1:
+            body.append(f"  c{j} = f32[4] constant({{{j}, 1, 2, 3}})")
+            roots.append(f"c{j}")
+        elif choice == 4:
+            roots.append(roots[int(rng.integers(0, len(roots)))])  # repeat a leaf
+        else:
+            a, b = vals[int(rng.integers(0, k))], vals[int(rng.integers(0, k))]
+            op = "add" if choice == 2 else "multiply"
+            body.append(f"  e{j} = f32[4] {op}({a}, {b})")
+            vals.append(f"e{j}")
+            roots.append(f"e{j}")
+    mode = rng.integers(0, 3)
+    if mode == 0:
+        mroot = "m"
+    else:
+        body += [f"  row = f32[1,4] reshape({roots[0]})",
+                 "  m2 = f32[3,4] dynamic-update-slice(m, row, r, z)"]
+        mroot = "m2"
+        if mode == 2:  # read the old matrix after the update: no longer in place
+            body += ["  old = f32[1,4] slice(m), slice={[0:1], [0:4]}",
+                     "  oldr = f32[4] reshape(old)", "  o2 = f32[4] add(oldr, v0)"]
+            roots[-1] = "o2"
+    body.append(f"  ROOT t = {st} tuple(i1, {', '.join(roots)}, {mroot})")
+    body.append("}")
+    entry = [f"  {tag}z = s32[] constant(0)"]
+    inits = []
+    for j in range(k):
+        choice = rng.integers(0, 3)
+        if choice == 0:
+            inits.append(params[int(rng.integers(0, len(params)))])
+        elif choice == 1:
+            entry.append(f"  {tag}n{j} = f32[4] negate({params[int(rng.integers(0, 2))]})")
+            inits.append(f"{tag}n{j}")
+        else:
+            inits.append(inits[-1] if inits else params[0])
+    entry.append(f"  {tag}m0 = f32[3,4] {'negate' if rng.integers(0, 2) else 'copy'}(mat)")
+    entry.append(f"  {tag}i = {st} tuple({tag}z, {', '.join(inits)}, {tag}m0)")
+    entry.append(f"  {tag}w = {st} while({tag}i), condition={tag}c, body={tag}b")
+    outs = {}
+    for j in range(k + 1):
+        shape = "f32[3,4]" if j == k else "f32[4]"
+        entry.append(f"  {tag}o{j} = {shape} get-tuple-element({tag}w), index={j + 1}")
+        outs[f"{tag}o{j}"] = shape
+    outs[inits[0]] = "f32[4]"  # an init value is also returned: it must survive the loop
+    return cond + body, entry, outs
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_loop_state_wiring_matches_the_interpreter(seed: int):
+    rng = np.random.default_rng(seed)
+    comps: list[str] = []
+    entry = ["ENTRY e {", "  a = f32[4] parameter(0)", "  b = f32[4] parameter(1)",
+             "  mat = f32[3,4] parameter(2)"]
+    outs: dict[str, str] = {}
+    updated_in_place = 0
+    for n in range(4):
+        c, e, o = _random_loop(rng, f"l{n}", ["a", "b"])
+        comps += c
+        entry += e
+        outs.update(o)
+        updated_in_place += "  m2 = " in "\n".join(c) and "  old = " not in "\n".join(c)
+    entry.append(f"  ROOT r = ({', '.join(outs.values())}) tuple({', '.join(outs)})")
+    entry.append("}")
+    text = "HloModule rnd\n" + "\n".join(comps) + "\n" + "\n".join(entry) + "\n"
+    a = np.array([1, -2, 0.5, 3], np.float32)
+    b = np.array([0.25, 4, -1, 2], np.float32)
+    mat = np.arange(12, dtype=np.float32).reshape(3, 4)
+    program, _ = compile_and_check(text, a, b, mat, name=f"rnd{seed}")
+    # exactly the loops that never read the old matrix after updating it update it in place
+    assert _entry_body(program).count("(in place)") == updated_in_place
+    np.testing.assert_array_equal(a, [1, -2, 0.5, 3])  # the caller's arrays are never written
+    np.testing.assert_array_equal(mat, np.arange(12).reshape(3, 4))
