@@ -87,7 +87,7 @@ def _pair_chunk(args: tuple[str, int, int]) -> tuple[float, str, int]:
     ours = mathlib.call_array(_lib(), mathlib.FUNCTIONS[op][0], x, y)
     err = mathlib.ulp_error(ours, mathlib.reference(op, x, y))
     i = int(np.argmax(err))
-    return float(err[i]), f"x={x[i]!r}, y={y[i]!r}", int(x.size)
+    return float(err[i]), f"args=({x[i]!r}, {y[i]!r})", int(x.size)
 
 
 def sweep_binary(op: str, pairs: int, pool: ProcessPoolExecutor) -> tuple[float, str, int]:
