@@ -148,8 +148,9 @@ class Group:
         self.steps[name] = steps
 
 
-def _steps_for(cfg: Config, variant: str, pipeline: str) -> int:
-    return min(cfg.steps, cfg.slow_steps.get(f"{variant}:{pipeline}", cfg.steps))
+def _steps_for(cfg: Config, case: str) -> int:
+    """Steps a case runs: `case` is "variant:pipeline" or a peer's name."""
+    return min(cfg.steps, cfg.slow_steps.get(case, cfg.steps))
 
 
 def bench_variant(variant: str, cfg: Config, prog: harness.Progress,
@@ -173,7 +174,7 @@ def bench_variant(variant: str, cfg: Config, prog: harness.Progress,
     compile_info: dict[str, dict[str, float]] = {}
     for pipeline in cfg.pipelines:
         check_against_interpreter(variant, pipeline, min(envs, 64))
-        p_steps = _steps_for(cfg, variant, pipeline)
+        p_steps = _steps_for(cfg, f"{variant}:{pipeline}")
         if p_steps == steps:
             p_text, p_args = text, args
         else:
@@ -209,7 +210,7 @@ def add_peers(group: Group, cfg: Config, args: tuple, row: dict[str, Any],
         peers.check_peer(name, fn, envs=envs or min(cfg.envs, 64), steps=CHECK_STEPS)
 
     if "numpy" in cfg.peers:
-        n_steps = _steps_for(cfg, "separate", "numpy")
+        n_steps = _steps_for(cfg, "numpy")
         n_args = args if n_steps == steps else cartpole.make("separate", cfg.envs, n_steps)[1]
         group.add("numpy", lambda: cartpole.numpy_rollout(*n_args), n_steps)
     if "c" in cfg.peers:
@@ -223,7 +224,7 @@ def add_peers(group: Group, cfg: Config, args: tuple, row: dict[str, Any],
             # Check at the benchmark's batch size so torch.compile compiles once for it.
             t, _ = harness.timed(lambda f=fn, n=name: short(f, n, envs=cfg.envs))
             row[f"{name}_first_call_s"] = t
-            t_steps = _steps_for(cfg, "separate", name)
+            t_steps = _steps_for(cfg, name)
             t_args = args if t_steps == steps else cartpole.make("separate", cfg.envs,
                                                                   t_steps)[1]
             group.add(name, lambda f=fn, a=t_args: f(*a), t_steps)
