@@ -20,8 +20,9 @@ f32 bit pattern by scripts/mathlib_ulp.py; see docs/mathlib.md):
   flushed, signed zeros kept (sin(-0) = -0), `power` follows C99/numpy `pow` special cases,
   `atan2` C99/numpy `atan2` (signed zeros and infinities).
 
-The f64 routines call the C library (scalar, not vectorized) except sqrt/rsqrt/logistic,
-which are expressed with vectorizable builtins.
+The f64 routines call the C library (scalar, not vectorized); sqrt and rsqrt use the
+vectorizable `__builtin_sqrt`, logistic is `exp`-based in the interpreter's stable form.
+`harness_source`, `reference`, `ulp_error` and `call_array` serve the measurements.
 """
 
 from __future__ import annotations
