@@ -6,8 +6,10 @@ A single op is lowered exactly like a fusion whose parameters are its operands. 
 
     naming.py       readable unique names (fused_multiply_add_select, reduce_add, dot_2)
     index.py        indices as C expressions (multi-index and/or row-major linear)
-    emitter.py      the value of an instruction at an index; every index map (broadcast,
-                    reshape, transpose, slice, pad, concatenate, gather, dynamic-slice, ...)
+    emitter.py      the value of an instruction at an index; elementwise ops, broadcast,
+                    reshape, transpose, iota, constants, tuples, map
+    maps.py         slice, dynamic-slice, dynamic-update-slice, reverse, pad, concatenate,
+                    gather, width-changing bitcast-convert
     loops.py        loop nests over output shapes; the plan of a kernel's outputs
     reduce.py       reduce (row / column / variadic / multi-output) and reduce-window
     inplace.py      dynamic-update-slice roots done in place (O(update))

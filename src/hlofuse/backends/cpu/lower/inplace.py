@@ -17,8 +17,9 @@ from __future__ import annotations
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.lower import index as ix
 from hlofuse.backends.cpu.lower import loops
-from hlofuse.backends.cpu.lower.emitter import Emitter, dims_of, dus_starts
+from hlofuse.backends.cpu.lower.emitter import Emitter, dims_of
 from hlofuse.backends.cpu.lower.index import Index
+from hlofuse.backends.cpu.lower.maps import dus_starts
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 
