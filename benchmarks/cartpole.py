@@ -84,6 +84,7 @@ class Config:
     out: str = "cartpole"
     results_dir: Path = harness.RESULTS
     progress: bool = True
+    torch_threads: int | None = None  # torch.set_num_threads; None: torch's default
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,6 +306,10 @@ def run(cfg: Config) -> dict[str, Any]:
     variants = list(cfg.variants)
     if cfg.peers and "separate" not in variants:
         variants.append("separate")  # the peers are timed in the `separate` group
+    if cfg.torch_threads and peers.torch_available():
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
     prog = harness.Progress(_total_units(cfg, variants), "cartpole", enabled=cfg.progress)
     load_before = os.getloadavg()
     t0 = time.perf_counter()
@@ -321,6 +326,7 @@ def run(cfg: Config) -> dict[str, Any]:
     config = dataclasses.asdict(cfg)
     config["results_dir"] = str(cfg.results_dir)
     config["torch"] = _torch_version()
+    config["torch_threads_used"] = _torch_threads()
     payload: dict[str, Any] = {
         "config": config,
         "load_average": {"before": load_before, "after": os.getloadavg()},
@@ -340,6 +346,14 @@ def run(cfg: Config) -> dict[str, Any]:
         written += plots.write_all(payload, cfg.results_dir, cfg.out)
     payload["written"] = [str(p) for p in written]
     return payload
+
+
+def _torch_threads() -> int | None:
+    if not peers.torch_available():
+        return None
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def _torch_version() -> str | None:
@@ -370,6 +384,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sweep-budget", type=int, default=1 << 22,
                     help="about this many env-steps per sweep point")
     ap.add_argument("--sweep-repeat", type=int, default=2)
+    ap.add_argument("--torch-threads", type=int, default=None,
+                    help="torch.set_num_threads for the torch peers (default: torch's own)")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--quick", action="store_true",
@@ -379,8 +395,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 # Defaults of the committed full run: the slow rows run fewer steps (see the JSON's case_steps).
-FULL_SLOW_STEPS = {"baseline:none": 2000, "numpy": 2000, "torch eager": 1000,
-                   "torch.compile": 1000}
+FULL_SLOW_STEPS = {"torch eager": 1000, "torch.compile": 1000}
 
 
 def config_from_args(ns: argparse.Namespace) -> Config:
@@ -399,7 +414,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                  sweep_envs=SWEEP_ENVS if ns.sweep is None else tuple(ns.sweep),
                  sweep_budget=ns.sweep_budget, sweep_repeat=ns.sweep_repeat,
                  plots=not ns.no_plots, out=ns.out, results_dir=Path(ns.results_dir),
-                 progress=not ns.no_progress)
+                 progress=not ns.no_progress, torch_threads=ns.torch_threads)
     if ns.quick:
         cfg.envs, cfg.steps, cfg.repeat = 256, 200, 1
         cfg.slow_steps = {}

@@ -96,7 +96,7 @@ def markdown(payload: dict[str, Any]) -> str:
         "",
         f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores; {m.get('date', '')}; hlofuse "
         f"{m.get('hlofuse_commit', '?')}, jax {m.get('jax', '-')}, torch "
-        f"{cfg.get('torch') or 'not installed'}, numpy {m.get('numpy', '?')}; best of "
+        f"{_torch(cfg)}, numpy {m.get('numpy', '?')}; best of "
         f"{cfg['repeat']} interleaved runs; load average before/after "
         f"{_fmt_load(load.get('before'))} / {_fmt_load(load.get('after'))}; whole run "
         f"{payload.get('wall_s', 0):.0f} s.",
@@ -139,6 +139,12 @@ def markdown(payload: dict[str, Any]) -> str:
     lines += _sweep_table(payload.get("scaling"))
     lines += _notes(payload)
     return "\n".join(lines) + "\n"
+
+
+def _torch(cfg: dict[str, Any]) -> str:
+    if not cfg.get("torch"):
+        return "not installed"
+    return f"{cfg['torch']} ({cfg.get('torch_threads_used')} threads)"
 
 
 def _fmt_load(v: Any) -> str:
