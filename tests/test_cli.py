@@ -5,11 +5,14 @@ Errors must be one clear line on stderr, a non-zero exit status, and never a tra
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import hlofuse
+import hlofuse.backends.cpu
 from hlofuse.cli import main
 
 ADD = """HloModule add_module
@@ -199,7 +202,16 @@ def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_demo_quick(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "demo", "--quick")
     assert code == 0
-    assert "cartpole_baseline" in out and "identical" in out
+    # kernels per time-loop iteration under none / xla / xla-relaxed
+    assert re.search(r"cartpole_separate\s+69\s+4\s+4", out), out
+    # the boundary of precomputed's loop, with its rule and a fix
+    assert "rule: multi-output-fusion: different loop shapes" in out
+    assert "fix:" in out
+    html = re.search(r"generated C: (\S+\.html)", out)
+    assert html and Path(html.group(1)).stat().st_size > 10_000
+    if hlofuse.backends.cpu.available():
+        assert out.count("outputs match the interpreter") == 2
+        assert "from fusion" in out
 
 
 # -- the cpu backend: run --backend cpu / --profile, emit ----------------------------------------
