@@ -16,3 +16,23 @@ os.environ.setdefault("HLOFUSE_VERIFY", "1")
 # The cpu backend's tests compile a few hundred generated C files on a cold cache (CI): -O1 keeps
 # that fast. Benchmarks and users get the default -O3.
 os.environ.setdefault("HLOFUSE_CC_OPT", "-O1")
+
+
+def _have_cc() -> bool:
+    from hlofuse.backends.cpu import available
+
+    return available()
+
+
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    """Without a C compiler, the cpu backend's tests skip with one clear reason (everything else,
+    the interpreter included, still runs)."""
+    if _have_cc():
+        return
+    import pytest
+
+    skip = pytest.mark.skip(reason="no C compiler (gcc/clang/$CC): the cpu backend is off")
+    for item in items:
+        name = item.path.name
+        if name.startswith(("test_cpu_", "test_bench_")) and "missing_compiler" not in item.name:
+            item.add_marker(skip)

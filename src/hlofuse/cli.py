@@ -200,6 +200,8 @@ TOOLS: tuple[tuple[str, str, str], ...] = (
      "frontend patterns that cost kernels, with source line, fix and measured cost"),
     ("viz", "hlofuse.tools.viz",
      "one self-contained HTML page of the graph before and after fusion (-o out.html)"),
+    ("bench", "hlofuse.tools.bench",
+     "run a benchmark from benchmarks/ (cartpole, programs, loop-overhead); results as JSON"),
 )
 
 
