@@ -1,8 +1,10 @@
 """Check hlofuse on real JAX programs that the test suite does not contain.
 
 For each program: lower with JAX, parse, check the print/parse round trip, run the reference
-interpreter (raw and after `simplify`) and compare with jax.jit. Prints one line per program and
-a summary; exits non-zero on any failure. Usage: python scripts/validate_unseen.py
+interpreter (raw and after `simplify`) and compare with jax.jit; then compile it on the cpu
+backend under `none`, `xla` and `xla-relaxed` (when a C compiler exists) and compare with the
+interpreter. Prints one line per program and a summary; exits non-zero on any failure.
+Usage: python scripts/validate_unseen.py
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from jax import lax
 
 import hlofuse
-from hlofuse.backends import interpreter
+from hlofuse.backends import cpu, interpreter
 from hlofuse.ir.equality import module_diff
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse, print_module
@@ -198,7 +200,13 @@ def main() -> int:
             problem = compare(name, got, want)
             run_pipeline(module, "simplify", verify=True)
             n_opt = sum(len(c.instructions) for c in module.computations)
-            problem = problem or compare(name, interpreter.run(module, *args), want)
+            reference = interpreter.run(module, *args)
+            problem = problem or compare(name, reference, want)
+            if cpu.available():
+                for pipeline in ("none", "xla", "xla-relaxed"):
+                    exe = hlofuse.compile(text, pipeline=pipeline, backend="cpu")
+                    bad = compare(name, list(exe(*args)), reference)
+                    problem = problem or (f"cpu {pipeline}: {bad}" if bad else None)
         except Exception as exc:
             problem = f"{type(exc).__name__}: {exc}"
             n_raw = n_opt = 0
@@ -207,8 +215,10 @@ def main() -> int:
         failures += problem is not None
         print(f"{status} {name:20s} {n_raw:5d} -> {n_opt:5d} instrs  {dt:5.2f}s"
               + (f"  {problem}" if problem else ""))
-    print(f"\n{len(PROGRAMS) - failures}/{len(PROGRAMS)} unseen programs match jax.jit; "
-          f"{len(ops)} distinct opcodes exercised")
+    backends = "interpreter and cpu backend (none/xla/xla-relaxed)" if cpu.available() \
+        else "interpreter (no C compiler: cpu backend not checked)"
+    print(f"\n{len(PROGRAMS) - failures}/{len(PROGRAMS)} unseen programs match jax.jit on the "
+          f"{backends}; {len(ops)} distinct opcodes exercised")
     return 1 if failures else 0
 
 
