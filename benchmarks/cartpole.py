@@ -68,7 +68,7 @@ SWEEP_ENVS: tuple[int, ...] = tuple(4**k for k in range(9))  # 1 .. 65,536
 class Config:
     envs: int = 2048
     steps: int = 10_000
-    repeat: int = 3
+    repeat: int = 5
     variants: tuple[str, ...] = cartpole.VARIANTS
     pipelines: tuple[str, ...] = PIPELINES
     peers: tuple[str, ...] = PEERS
@@ -244,8 +244,8 @@ def sweep_steps(cfg: Config, envs: int) -> int:
 def run_sweep(cfg: Config, prog: harness.Progress) -> dict[str, Any]:
     import jax
 
-    torch_fns = (peers.torch_rollouts() if "torch" in cfg.peers and peers.torch_available()
-                 else {})
+    with_torch = "torch" in cfg.peers and peers.torch_available()
+    torch_fns = peers.torch_rollouts(dynamic=None) if with_torch else {}
     ref = peers.c_reference() if "c" in cfg.peers else None
     pipelines = [p for p in cfg.pipelines if p in ("none", "xla")] or list(cfg.pipelines)
     series: dict[str, list[float | None]] = {}
@@ -286,7 +286,7 @@ def run_sweep(cfg: Config, prog: harness.Progress) -> dict[str, Any]:
         "repeat": cfg.sweep_repeat,
         "series": series,
         "points": points,
-        "note": "torch.compile recompiles on new batch sizes (default dynamic-shape policy)",
+        "note": "torch.compile with dynamic=None: recompiles once with dynamic sizes",
     }
 
 
@@ -367,7 +367,7 @@ def _torch_version() -> str | None:
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--envs", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=10_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--variants", nargs="+", default=list(cartpole.VARIANTS),
                     choices=cartpole.VARIANTS)
     ap.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=PIPELINES)

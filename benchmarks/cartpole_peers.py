@@ -53,7 +53,7 @@ def c_reference() -> Rollout:
         if acts.shape != (steps, n) or any(r.shape != (steps, n) for r in rs):
             raise ValueError("cartpole_ref: actions and resets must be [steps, num_envs]")
         outs = [np.empty(n, np.float32) for _ in range(5)] + [np.empty(n, np.int32)]
-        fn(n, steps, *(a.ctypes.data for a in (*ins, acts, *rs, *outs)))
+        fn(n, steps, *(a.__array_interface__["data"][0] for a in (*ins, acts, *rs, *outs)))
         return tuple(outs)
 
     return run
@@ -105,14 +105,16 @@ def _torch_step() -> Callable[..., tuple]:
     return step
 
 
-def torch_rollouts() -> dict[str, Rollout]:
+def torch_rollouts(dynamic: bool | None = False) -> dict[str, Rollout]:
     """{"torch eager": ..., "torch.compile": ...}; each converts its inputs to tensors once per
-    call (zero-copy `from_numpy`) and runs the time loop in Python."""
+    call (zero-copy `from_numpy`) and runs the time loop in Python. `dynamic` is torch.compile's:
+    False specializes on the batch size (the ablation: one size), None recompiles once with
+    dynamic sizes when a new size comes (the batch-size sweep)."""
     import torch
 
     torch.set_grad_enabled(False)
     eager = _torch_step()
-    compiled = torch.compile(_torch_step(), dynamic=False)
+    compiled = torch.compile(_torch_step(), dynamic=dynamic)
 
     def make(step: Callable[..., tuple]) -> Rollout:
         def run(x: np.ndarray, x_dot: np.ndarray, theta: np.ndarray, theta_dot: np.ndarray,

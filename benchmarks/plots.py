@@ -1,8 +1,8 @@
 """Plots of the CartPole case study from its JSON payload (matplotlib, Agg backend, PNG).
 
 - `ablation(payload, path)`: left, every program under every hlofuse pipeline and jax.jit (log
-  scale); right, the paper's form: one bar per ablation step and peer, labelled with its speedup
-  over the baseline.
+  scale); right, the paper's form: one bar per ablation step and peer (linear scale), labelled
+  with its speedup over the baseline.
 - `scaling(payload, path)`: throughput vs number of environments per backend and peer, log-log.
 
     python benchmarks/plots.py [results/cartpole.json]    # redraws the PNGs next to the JSON
@@ -38,6 +38,8 @@ def _color(name: str, i: int) -> str:
 
 def ablation(payload: dict[str, Any], path: Path) -> Path:
     plt = _plt()
+    from matplotlib.ticker import NullFormatter
+
     cfg = payload["config"]
     rows = payload["rows"]
     cases = [f"hlofuse-{p}" for p in cfg["pipelines"]] + ["jax.jit"]
@@ -55,6 +57,7 @@ def ablation(payload: dict[str, Any], path: Path) -> Path:
                 linewidth=0.4)
     ax1.set_xticks(range(len(rows)), [r["variant"] for r in rows])
     ax1.set_yscale("log")
+    ax1.yaxis.set_minor_formatter(NullFormatter())
     ax1.set_ylabel("env-steps / s")
     ax1.set_title("every program under every pipeline")
     ax1.legend(fontsize=8)
@@ -67,13 +70,14 @@ def ablation(payload: dict[str, Any], path: Path) -> Path:
     y = list(range(len(table)))[::-1]
     ax2.barh(y, values, color=colors, edgecolor="black", linewidth=0.4)
     ax2.set_yticks(y, labels)
-    ax2.set_xscale("log")
-    ax2.set_xlabel("env-steps / s")
+    ax2.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+    ax2.set_xlabel("env-steps / s (linear)")
     for yi, e in zip(y, table, strict=True):
         sp = e.get("speedup_vs_baseline")
         if sp:
-            ax2.text(e["env_steps_per_s"] * 1.05, yi, f"{sp:.2f}x", va="center", fontsize=8)
-    ax2.set_xlim(right=max(values) * 4)
+            ax2.text(e["env_steps_per_s"] + max(values) * 0.01, yi, f"{sp:.2f}x",
+                     va="center", fontsize=8)
+    ax2.set_xlim(0, max(values) * 1.15)
     ax2.set_title("ablation steps and peers (speedup over the baseline)")
     ax2.grid(axis="x", which="both", alpha=0.3)
 
