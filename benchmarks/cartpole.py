@@ -132,6 +132,13 @@ def compile_timed(text: str, pipeline: str, measure: bool) -> tuple[Any, dict[st
     return exe, {"cold_s": t_cold, "warm_s": t_warm}
 
 
+def kernels_per_step(exe: Any, args: tuple, steps: int) -> float:
+    """Kernel calls per env step, counted by the executable's profile of one run: the paper's
+    "kernels per step" (loop control included, the few once-per-run kernels left out)."""
+    prof = exe.profile(*args)
+    return sum(r.calls for r in prof.rows if r.calls > 1) / steps
+
+
 # ---------------------------------------------------------------------------------------------
 # The ablation
 # ---------------------------------------------------------------------------------------------
@@ -185,6 +192,7 @@ def bench_variant(variant: str, cfg: Config, prog: harness.Progress,
         compile_info[pipeline] = info
         for key, value in info.items():
             row[f"hlofuse_{pipeline}_compile_{key}"] = value
+        row[f"hlofuse_{pipeline}_kernels_per_step"] = kernels_per_step(exe, p_args, p_steps)
         group.add(f"hlofuse-{pipeline}", lambda e=exe, a=p_args: e(*a), p_steps)
         prog.update(1, f"{variant}: hlofuse {pipeline} checked")
 

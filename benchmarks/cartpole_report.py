@@ -49,6 +49,8 @@ def paper_table(rows: list[dict[str, Any]], pipelines: tuple[str, ...] | list[st
             "steps_run": None if row is None else row.get("case_steps", {}).get(case),
             "speedup_vs_baseline": rate / base if rate and base else None,
             "jax_env_steps_per_s": jax,
+            "kernels_per_step": None if row is None or not case.startswith("hlofuse-") else
+            row.get(f"hlofuse_{case.removeprefix('hlofuse-')}_kernels_per_step"),
             "ratio_vs_jax": rate / jax if rate and jax else None,
             "paper": PAPER.get(step),
         })
@@ -107,14 +109,15 @@ def markdown(payload: dict[str, Any]) -> str:
         "\"vs jax.jit\" is the ratio to jax.jit of the same program in the same run. The "
         "paper's column is what the study reported on XLA:GPU.",
         "",
-        "| step | change | hlofuse | env-steps/s | speedup vs baseline | vs jax.jit "
-        "| jax.jit env-steps/s | paper |",
-        "|---|---|---|---:|---:|---:|---:|---|",
+        "| step | change | hlofuse | kernels/step | env-steps/s | speedup vs baseline "
+        "| vs jax.jit | jax.jit env-steps/s | paper |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for e in payload["table"]:
         who = e.get("pipeline") or ("peer" if e.get("peer") else "")
         lines.append(
-            f"| {e['step']} | {e['change']} | {who} | {_fmt(e['env_steps_per_s'])} | "
+            f"| {e['step']} | {e['change']} | {who} | {_fmt(e.get('kernels_per_step'), '.1f')} "
+            f"| {_fmt(e['env_steps_per_s'])} | "
             f"{_fmt(e['speedup_vs_baseline'], '.2f', 'x')} | "
             f"{_fmt(e['ratio_vs_jax'], '.2f', 'x')} | {_fmt(e['jax_env_steps_per_s'])} | "
             f"{e.get('paper') or '-'} |")
@@ -123,7 +126,8 @@ def markdown(payload: dict[str, Any]) -> str:
         "",
         "## Every program under every pipeline",
         "",
-        "env-steps/s (ratio to jax.jit of the same program).",
+        "env-steps/s (ratio to jax.jit of the same program; hlofuse's kernel calls per env "
+        "step, loop control included).",
         "",
         "| program | " + " | ".join(f"hlofuse `{p}`" for p in pipelines) + " | jax.jit |",
         "|---|" + "---:|" * (len(pipelines) + 1),
@@ -133,7 +137,9 @@ def markdown(payload: dict[str, Any]) -> str:
         for case in [f"hlofuse-{p}" for p in pipelines] + ["jax.jit"]:
             rate = row["env_steps_per_s"].get(case)
             ratio = row["ratio_vs_jax"].get(case)
-            cells.append("-" if rate is None else f"{rate:.2e} ({ratio:.2f}x)")
+            k = row.get(f"hlofuse_{case.removeprefix('hlofuse-')}_kernels_per_step")
+            ks = "" if k is None else f"; {k:.1f} k/step"
+            cells.append("-" if rate is None else f"{rate:.2e} ({ratio:.2f}x{ks})")
         lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     lines += _compile_table(payload, pipelines)
     lines += _sweep_table(payload.get("scaling"))
