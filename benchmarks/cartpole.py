@@ -79,7 +79,7 @@ class Config:
     sweep_budget: int = 1 << 22  # env-steps per sweep point
     sweep_min_steps: int = 32
     sweep_max_steps: int = 1000
-    sweep_repeat: int = 2
+    sweep_repeat: int = 3
     plots: bool = True
     out: str = "cartpole"
     results_dir: Path = harness.RESULTS
@@ -391,10 +391,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "none given: no sweep)")
     ap.add_argument("--sweep-budget", type=int, default=1 << 22,
                     help="about this many env-steps per sweep point")
-    ap.add_argument("--sweep-repeat", type=int, default=2)
+    ap.add_argument("--sweep-repeat", type=int, default=3)
     ap.add_argument("--torch-threads", type=int, default=None,
                     help="torch.set_num_threads for the torch peers (default: torch's own)")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--update-readme", action="store_true",
+                    help="put the tables into benchmarks/README.md (between its markers)")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="256 envs x 200 steps, 1 repeat, sweep 1..4096 with few steps")
@@ -445,6 +447,12 @@ def run_main(ns: argparse.Namespace) -> int:
           f"{', '.join(cfg.peers) or '-'}", flush=True)
     payload = run(cfg)
     print(report.markdown(payload))
+    if ns.update_readme:
+        readme = Path(__file__).resolve().parent / "README.md"
+        if report.update_readme(payload, readme):
+            print(f"updated {readme}")
+        else:
+            print(f"{readme} has no {report.BEGIN} ... {report.END} markers; not updated")
     for p in payload["written"]:
         print(f"wrote {p}")
     return 0

@@ -9,6 +9,7 @@ of the same program (for peers: jax.jit of the `separate` program, timed in the 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 # (step, change, variant, pipeline) of the paper's ablation, on hlofuse.
@@ -203,3 +204,22 @@ def _notes(payload: dict[str, Any]) -> list[str]:
                  "loop; the C reference runs the time loop inside the kernel per block of 256 "
                  "environments with hlofuse's vectorized sin/cos and OpenMP.")
     return lines
+
+
+BEGIN, END = "<!-- cartpole-table:begin -->", "<!-- cartpole-table:end -->"
+
+
+def update_readme(payload: dict[str, Any], readme: Path) -> bool:
+    """Replaces the text between the README's cartpole-table markers with this run's header
+    line and its first two tables; False when the markers are missing."""
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        return False
+    md = markdown(payload)
+    body = md[md.index("## The ablation"):md.index("\n## Compile times")] if (
+        "\n## Compile times" in md) else md[md.index("## The ablation"):md.index("\nNotes:")]
+    header = md.splitlines()[2]
+    block = f"{BEGIN}\nLatest run: {header}\n\n{body.rstrip().replace('## ', '### ')}\n{END}"
+    head, rest = text.split(BEGIN, 1)
+    readme.write_text(head + block + rest.split(END, 1)[1])
+    return True
