@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 from hlofuse import examples
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.instruction import Instruction, Metadata
+from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.passes.base import Context, PassEvent
+from hlofuse.passes.base import Context
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.fusion_merger import should_merge
 from hlofuse.passes.fusion.graph import ReachabilityMap
@@ -45,13 +45,13 @@ from hlofuse.passes.fusion.trace import TraceEvent, trace_of
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.passes.simplify.while_loops import trip_count
 from hlofuse.text import parse
+from hlofuse.tools.explain.origins import NameHistory, origins, tag_origins
 
 VARIANTS = ("baseline", "precomputed", "separate", "unrolled")
 _HIDDEN = {Opcode.PARAMETER, Opcode.CONSTANT, Opcode.BROADCAST, Opcode.TUPLE,
            Opcode.GET_TUPLE_ELEMENT}
 
 
-ORIGIN = "hlofuse_origin"  # metadata key: the instruction's name before fusion
 
 
 @dataclass
@@ -60,50 +60,6 @@ class Edge:
     consumer: Instruction
     reasons: dict[str, str] = field(default_factory=dict)
     history: list[str] = field(default_factory=list)
-
-
-def tag_origins(module: Module) -> None:
-    """Stamp every instruction's metadata with its own name; clones made by fusion keep it."""
-    for comp in module.computations:
-        for instr in comp.instructions:
-            instr.metadata = Metadata((*instr.metadata.fields, (ORIGIN, instr.name)))
-
-
-def origins(instr: Instruction) -> set[str]:
-    out = {str(instr.metadata.get(ORIGIN) or instr.name)}
-    if instr.opcode is Opcode.FUSION:
-        out |= {str(i.metadata.get(ORIGIN)) for i in instr.fused_computation.instructions
-                if i.metadata.get(ORIGIN) is not None and i.opcode is not Opcode.PARAMETER}
-    return out
-
-
-class NameHistory:
-    """Pass observer: after every pass, which original instructions each name stood for, so
-    trace events about intermediate fusions (`fusion.2` that later became part of
-    `fusion.8`) can be mapped to the final kernels."""
-
-    def __init__(self) -> None:
-        self.snapshots: list[tuple[int, dict[str, set[str]]]] = []
-
-    def __call__(self, event: PassEvent) -> None:
-        module = event.module
-        names: dict[str, set[str]] = {}
-        for comp in module.computations:
-            if comp.is_fusion_computation:
-                continue
-            for instr in comp.instructions:
-                names[instr.name] = origins(instr)
-        self.snapshots.append((len(trace_of(module)), names))
-
-    def resolve(self, index: int, name: str) -> set[str]:
-        out: set[str] = set()
-        for k, (length, names) in enumerate(self.snapshots):
-            nxt = self.snapshots[k + 1][0] if k + 1 < len(self.snapshots) else None
-            # the snapshot just before the event and the one just after it
-            if (length <= index and (nxt is None or nxt > index)) or (
-                    length > index and (k == 0 or self.snapshots[k - 1][0] <= index)):
-                out |= names.get(name, set())
-        return out or {name}
 
 
 def edge_history(module: Module, comp: Computation, edge: Edge, names: NameHistory
