@@ -1,0 +1,68 @@
+"""The one escaping function per output target. Input text (names, metadata, attributes, file
+paths from an HLO file) is hostile: no byte of it reaches generated C, an HTML page or a terminal
+except through the function made for that target.
+
+    c_comment(text)   -> the body of a C block comment: allowlisted ASCII, the rest %XX-encoded
+    html_json(value)  -> JSON that is safe inside <script>: no `<`, `>`, `&`, U+2028/9, non-ASCII
+    terminal(text)    -> text without control characters (C0, DEL, C1, bidi overrides): `\\xNN`
+
+Conditions enforced:
+- `c_comment`'s output contains only characters of `C_COMMENT_SAFE`; `%` is encoded too, so the
+  encoding is reversible (`urllib.parse.unquote`) and unambiguous. Excluded on purpose: `*` and
+  `/` next to each other could close or open a comment, so `*` is encoded; `\\` splices lines
+  (translation phase 2, before comments are recognised); `?` starts trigraphs (`??/` is a
+  backslash under -std=c11); newlines and every other control character, and all non-ASCII.
+- `html_json` is `json.dumps` with `ensure_ascii` (U+2028/U+2029 and every non-ASCII character
+  become `\\uXXXX`) and `<`, `>`, `&` as `\\u003c`, `\\u003e`, `\\u0026`, so neither `</script>`
+  nor `<!--` can appear in the page, and the result is still valid JSON for any string.
+- `terminal` keeps printable text (including non-ASCII letters) and escapes what a terminal
+  would interpret.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from typing import Any
+
+C_COMMENT_SAFE = frozenset(string.ascii_letters + string.digits + " _.,:;=+-()[]{}<>#@!&|^~'\"/$")
+
+# Characters a terminal interprets, beyond C0/DEL/C1: bidirectional overrides and isolates
+# (they reorder what is displayed), and the line/paragraph separators.
+_TERMINAL_EXTRA = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029"
+)
+
+
+def c_comment(text: str) -> str:
+    """`text` as the inert body of a C block comment (one line; see the module docstring)."""
+    out: list[str] = []
+    for ch in text:
+        if ch in C_COMMENT_SAFE:
+            out.append(ch)
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+    return "".join(out)
+
+
+def html_json(value: Any) -> str:
+    """`value` as JSON safe to embed in an HTML `<script>` element (see the module docstring)."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def terminal(text: str) -> str:
+    """`text` with every character a terminal would interpret escaped as `\\xNN` / `\\uXXXX`
+    (tab and newline are kept: callers print multi-line messages)."""
+    out: list[str] = []
+    for ch in text:
+        o = ord(ch)
+        if ch in "\n\t":
+            out.append(ch)
+        elif o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0:
+            out.append(f"\\x{o:02x}")
+        elif ch in _TERMINAL_EXTRA:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
