@@ -34,6 +34,7 @@ from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.buffers import Analyzer, Arena, CompAnalysis, Ref, Src, is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 from hlofuse.backends.cpu.contract import ENTRY_SYMBOL, Kernel, Program
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
@@ -184,7 +185,7 @@ class _Generator:
                 value = _flat_literal(value)[k]
             name = self.fresh("hf_const")
             self._const_defs.append(
-                f"/* {instr.name}{'' if k == 0 else f' leaf {k}'}: {shape} */\n"
+                comment(instr.name, "" if k == 0 else f" leaf {k}", f": {shape}") + "\n"
                 f"static const {cexpr.ctype(shape.dtype)} {name}[{max(1, shape.size)}] "
                 f"__attribute__((aligned(64))) = {cexpr.array_initializer(value, shape.dtype)};")
             self._consts[key] = Ref(f"(void *){name}")
@@ -201,7 +202,7 @@ class _Generator:
     def memcpy(self, dst: Ref, src: Ref, shape: ArrayShape, why: str) -> None:
         self.arena.touch(dst, src)
         if dst.expr != src.expr and shape.nbytes:
-            self.emit(f"memcpy({dst.expr}, {src.expr}, {shape.nbytes});  /* {why} */")
+            self.emit(f"memcpy({dst.expr}, {src.expr}, {shape.nbytes});  {comment(why)}")
 
     # -- the program ----------------------------------------------------------------------------
 
@@ -219,7 +220,7 @@ class _Generator:
             head.append("  if (!hf_arena) return 1;")
             for s in self.arena.slots:
                 head.append(f"  void *const hf_b{s.id} = hf_arena + {s.offset};  "
-                            f"/* {s.label} */")
+                            + comment(s.label))
         tail = (["  free(hf_arena);"] if self.arena.slots else []) + ["  return 0;", "}"]
         parts = [
             cexpr.prelude(),
@@ -227,7 +228,7 @@ class _Generator:
             _PROFILE.format(n=max(1, len(self.kernels))),
             *(k.source for k in self.kernels),
             "\n".join(self._const_defs),
-            f"/* {module.name}: {len(self.kernels)} kernels, arena {size} bytes */",
+            comment(module.name, f": {len(self.kernels)} kernels, arena {size} bytes"),
             "\n".join(head + self.lines + tail),
         ]
         return Program(
@@ -311,7 +312,7 @@ class _Generator:
         self.arena.touch(*ins, *outs)
         call_args = ", ".join(r.expr for r in ins + outs)
         note = f"{instr.name}" + (" (in place)" if pairs else "")
-        self.emit(f"HF_CALL({idx}, {kernel.name}({call_args}));  /* {note} */")
+        self.emit(f"HF_CALL({idx}, {kernel.name}({call_args}));  {comment(note)}")
 
     def emit_call(self, an: CompAnalysis, instr: Instruction, env: dict[Src, Ref],
                   direct: dict[Src, Ref]) -> None:
@@ -319,7 +320,7 @@ class _Generator:
         params = [env[s] for s in an.operand_srcs(instr)]
         mine = [s[0] is instr for s in an.srcs[instr]]
         dests = [direct.get((instr, k)) if m else None for k, m in enumerate(mine)]
-        self.emit(f"/* {instr.name}: call {callee.comp.name} */")
+        self.emit(comment(instr.name, ": call ", callee.comp.name))
         roots = self.emit_computation(callee, params, dests)
         for k, m in enumerate(mine):
             if m:
@@ -343,20 +344,20 @@ class _Generator:
             params = [env[s] for s in an.srcs[instr.operand(1 + i)]]
             bodies.append((b, params))
         if "branch_computations" not in instr.attrs:
-            self.emit(f"if ({sel_value}) {{  /* {instr.name}: true branch */")
+            self.emit(f"if ({sel_value}) {{  " + comment(instr.name, ": true branch"))
             self._branch(*bodies[0], outs)
-            self.emit(f"}} else {{  /* {instr.name}: false branch */")
+            self.emit("} else {  " + comment(instr.name, ": false branch"))
             self._branch(*bodies[1], outs)
             self.emit("}")
             return
         n = len(bodies)
         var = self.fresh("hf_i")
-        self.emit(f"{{  /* {instr.name}: {n} branches */")
+        self.emit("{  " + comment(instr.name, f": {n} branches"))
         self._depth += 1
         self.emit(f"int64_t {var} = (int64_t){sel_value};")
         self.emit(f"switch ({var} >= 0 && {var} < {n} ? {var} : {n - 1}) {{")
         for i, (b, params) in enumerate(bodies):
-            self.emit(f"case {i}: {{  /* {b.comp.name} */")
+            self.emit(f"case {i}: {{  " + comment(b.comp.name))
             self._branch(b, params, outs)
             self.emit("  break;")
             self.emit("}")
@@ -378,8 +379,9 @@ class _Generator:
         init = [env[s] for s in an.operand_srcs(instr)]
         shapes = leaves(instr.shape)
         w = self.fresh("hf_w")
-        self.emit(f"/* {instr.name}: while {plan.cond.comp.name} do {plan.body.comp.name}; "
-                  f"carried leaves: {', '.join(plan.kinds) or 'none'} */")
+        self.emit(comment(instr.name, ": while ", plan.cond.comp.name, " do ",
+                          plan.body.comp.name, "; carried leaves: ",
+                          ", ".join(plan.kinds) or "none"))
         cur: list[Ref] = []
         spare: dict[int, tuple[Ref, Ref, Ref]] = {}  # leaf -> (spare var, A, B)
         for k, kind in enumerate(plan.kinds):
@@ -408,7 +410,7 @@ class _Generator:
             spare[k] = (Ref(f"{var}s", a.slots + b.slots), a, b)
         self.arena.touch(*init, *cur)
         self.arena.open_loop()
-        self.emit(f"for (;;) {{  /* {instr.name} */")
+        self.emit("for (;;) {  " + comment(instr.name))
         self._depth += 1
         pred = self.emit_computation(plan.cond, cur)[0]
         self.emit(f"if (!*(const uint8_t *){pred.expr}) break;")
@@ -432,7 +434,8 @@ class _Generator:
             if dest is not None:  # the final state is in `dest` or in the other buffer
                 self.arena.touch(dest, cur[k])
                 self.emit(f"if ({cur[k].expr} != {dest.expr}) memcpy({dest.expr}, "
-                          f"{cur[k].expr}, {shapes[k].nbytes});  /* {instr.name} leaf {k} */")
+                          f"{cur[k].expr}, {shapes[k].nbytes});  "
+                          + comment(instr.name, f" leaf {k}"))
                 out[k] = dest
         for k, s in enumerate(an.srcs[instr]):
             if s[0] is instr:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.contract import Kernel
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.lower import inplace, loops, scatter
 from hlofuse.backends.cpu.lower.emitter import Emitter, LoweringError, where
 from hlofuse.backends.cpu.lower.naming import kernel_name
@@ -50,14 +51,11 @@ def _root_leaves(root: Instruction) -> list[tuple[Instruction, int]]:
     return [(root, k) for k in range(len(leaves(root.shape)))]
 
 
-def _comment_text(text: str) -> str:
-    return text.replace("*/", "* /")
-
-
-def _header(instr: Instruction, kind: str) -> str:
-    lines = [f"/* {instr.name}: " + (f"{instr.fusion_kind} fusion of "
-             f"{len(instr.fused_computation.instructions)} instructions"
-             if instr.opcode is Opcode.FUSION else instr.opcode.value)]
+def _header(instr: Instruction) -> str:
+    """The kernel's opening comment: its instruction and source op (input text: escaped)."""
+    what = (f"{instr.fusion_kind} fusion of {len(instr.fused_computation.instructions)} "
+            "instructions" if instr.opcode is Opcode.FUSION else instr.opcode.value)
+    lines = [comment(instr.name, ": ", what)]
     md = instr.metadata
     if md:
         where_ = ""
@@ -65,8 +63,8 @@ def _header(instr: Instruction, kind: str) -> str:
             where_ = f" at {md.source_file}:{md.source_line}" if md.source_line else \
                 f" at {md.source_file}"
         if md.op_name or where_:
-            lines.append(f" * {md.op_name or ''}{where_}")
-    return _comment_text("\n".join(lines)) + " */\n"
+            lines.append(comment(md.op_name or "", where_))
+    return "\n".join(lines) + "\n"
 
 
 def _emit(instr: Instruction, name: str, used: set[str], flat: bool,
@@ -128,8 +126,7 @@ def _emit(instr: Instruction, name: str, used: set[str], flat: bool,
         args.append(f"{cexpr.ctype(s.dtype)} *{restrict}out{i}")
     sig = f"static void {name}({', '.join(args)})"
     body = [sig + " {", *em.pre, *em.body, *em.post, "}"]
-    kind = _KINDS.get(instr.fusion_kind, "loop") if fused else instr.opcode.value
-    source = _header(instr, kind) + "".join(em.helpers) + "\n".join(body) + "\n"
+    source = _header(instr) + "".join(em.helpers) + "\n".join(body) + "\n"
     return em, source, tuple(in_shapes), tuple(out_shapes), pairs
 
 

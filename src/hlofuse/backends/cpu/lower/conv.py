@@ -22,8 +22,9 @@ from __future__ import annotations
 import math
 
 from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
-from hlofuse.backends.cpu.lower.naming import fresh
+from hlofuse.backends.cpu.lower.naming import fresh, word
 from hlofuse.backends.interpreter.convolution import parse_dim_labels
 from hlofuse.ir.attributes import WindowDim
 from hlofuse.ir.instruction import Instruction
@@ -95,11 +96,11 @@ def emit_convolution(
     og, cg = o // groups, c // fgc
 
     lt, rt, ot = (cexpr.ctype(s.dtype) for s in (lhs, rhs, out))
-    name = fresh(f"{instr.name}_conv", names)
+    name = fresh(f"{word(instr)}_conv", names)
     work = out.size * ci * math.prod(ksizes)
     lines = [
-        f"/* {instr.name}: dim_labels={labels}, {nsp} spatial dims, groups "
-        f"(feature {fgc}, batch {bgc}) */",
+        comment(f"{instr.name}: dim_labels={labels}, {nsp} spatial dims, groups "
+                f"(feature {fgc}, batch {bgc})"),
         f"static void {name}(const {lt} *restrict lhs, const {rt} *restrict rhs, "
         f"{ot} *restrict out) {{",
         f"    #pragma omp parallel for collapse(2) if ({work} >= {PARALLEL_WORK})",

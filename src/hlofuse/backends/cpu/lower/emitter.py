@@ -28,7 +28,7 @@ import numpy as np
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.lower import index as ix
 from hlofuse.backends.cpu.lower.index import Index
-from hlofuse.backends.cpu.lower.naming import fresh
+from hlofuse.backends.cpu.lower.naming import fresh, word
 from hlofuse.errors import CompileError
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
@@ -221,7 +221,7 @@ class Emitter:
         ptrs = self.params[id(instr)]
         if len(ptrs) != 1:
             raise LoweringError(f"{where(instr)}: a tuple-shaped input used as an array")
-        return self.load(ptrs[0], instr.array_shape, idx, instr.name)
+        return self.load(ptrs[0], instr.array_shape, idx, word(instr))
 
     def elementwise(self, instr: Instruction, idx: Index) -> str:
         args = []
@@ -230,7 +230,7 @@ class Emitter:
             args.append(self.value(o, idx if od == idx.dims else ix.zero(od)))
         if instr.opcode is Opcode.COPY:
             return args[0]
-        return self.local(instr.name, self.ctype(instr), cexpr.elementwise(instr, args))
+        return self.local(word(instr), self.ctype(instr), cexpr.elementwise(instr, args))
 
     def cases(self, base: str, ctype: str, cases: list[tuple[str | None, Callable[[], str]]]
               ) -> str:
@@ -350,8 +350,8 @@ def _constant(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
         init = cexpr.array_initializer(arr, shape.dtype)
         return f"static const {storage} {name}[{arr.size}] = {init};\n"
 
-    name = em.helper(("const", id(instr)), make, instr.name)
-    return [em.load(name, shape, idx, instr.name)]
+    name = em.helper(("const", id(instr)), make, word(instr))
+    return [em.load(name, shape, idx, word(instr))]
 
 
 @handles(Opcode.IOTA)
@@ -363,7 +363,7 @@ def _iota(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
     m = em.multi(idx)[d]
     if shape.dtype.is_pred:
         return [f"({em.ctype(instr)})({m} != 0)"]
-    return [em.local(instr.name, em.ctype(instr), f"({em.ctype(instr)})({m})")]
+    return [em.local(word(instr), em.ctype(instr), f"({em.ctype(instr)})({m})")]
 
 
 @handles(Opcode.BROADCAST)
@@ -430,7 +430,7 @@ def _gte(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
         ptrs = em.params[id(src)][first:first + count]
         if count != 1:
             raise LoweringError(f"{where(instr)}: nested tuple inputs are not supported")
-        return [em.load(ptrs[0], instr.array_shape, idx, instr.name)]
+        return [em.load(ptrs[0], instr.array_shape, idx, word(instr))]
     return em.values(src, idx)[first:first + count]
 
 
@@ -439,9 +439,9 @@ def _map(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
     from hlofuse.backends.cpu.lower import scalar
 
     comp = instr.attrs["to_apply"]
-    fn = em.helper(("scalar", id(comp)), lambda n: scalar.scalar_function(comp, n), comp.name)
+    fn = em.helper(("scalar", id(comp)), lambda n: scalar.scalar_function(comp, n), "apply")
     args = [em.value(o, idx) for o in instr.operands]
-    r = em.fresh(instr.name)
+    r = em.fresh(word(instr))
     em.line(f"{em.ctype(instr)} {r};")
     em.line(f"{fn}({', '.join([*args, '&' + r])});")
     return [r]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 
 from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
 from hlofuse.backends.cpu.lower.naming import fresh
 from hlofuse.ir.dtypes import DType
@@ -220,7 +221,7 @@ def emit_dot(
     defs = gemm_helper(suffix)
 
     body: list[str] = [
-        f"/* {instr.name}: [{batch} x] ({m} x {k}) * ({k} x {n}) in {acc_t} */"
+        comment(f"{instr.name}: [{batch} x] ({m} x {k}) * ({k} x {n}) in {acc_t}")
     ]
     scratch: list[str] = []
 

@@ -15,6 +15,7 @@ row of a [T, ...] array per step, rely on this.
 from __future__ import annotations
 
 from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.lower import index as ix
 from hlofuse.backends.cpu.lower import loops
 from hlofuse.backends.cpu.lower.emitter import Emitter, dims_of
@@ -44,7 +45,7 @@ def emit(em: Emitter, dus: Instruction, out: str, src: str) -> None:
     od = dims_of(dus)
     upd = dus.operand(1)
     ud = dims_of(upd)
-    em.line(f"/* {dus.name}: in place, writes only the update region */")
+    em.line(comment(dus.name, ": in place, writes only the update region"))
     em.line(f"if ({out} != {src}) memcpy({out}, {src}, {max(shape.nbytes, 1)});")
     starts = dus_starts(em, dus)
 

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable
 
 from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.lower import index as ix
 from hlofuse.backends.cpu.lower.emitter import Emitter, dims_of
 from hlofuse.backends.cpu.lower.index import Index
@@ -112,11 +113,6 @@ def store(em: Emitter, ptr: str, instr: Instruction, k: int, lin: str, idx: Inde
     em.line(f"{ptr}[{lin}] = {cexpr.store(dtype, value)};")
 
 
-def _comment(instr: Instruction) -> str:
-    name = instr.metadata.op_name if instr.metadata else None
-    return f"  /* {instr.name}{': ' + name if name else ''} */".replace("*/ */", "*/")
-
-
 def emit_roots(em: Emitter, roots: list[tuple[Instruction, list[tuple[int, str]]]],
                inplace_of: dict[int, dict[int, str]]) -> None:
     """Emit code computing every root leaf into its output pointer. `roots` lists each root
@@ -152,7 +148,7 @@ def emit_roots(em: Emitter, roots: list[tuple[Instruction, list[tuple[int, str]]
                 for k, p in outs:
                     em.line(f"memcpy({p}, {ptrs[k]}, {max(leaves(r.shape)[k].nbytes, 1)});")
             else:
-                em.line(f"/* {r.name} */")
+                em.line(comment(r.name))
                 materialize.call(em, r, [p for _k, p in outs])
         else:
             for k, ptr in outs:
@@ -160,9 +156,8 @@ def emit_roots(em: Emitter, roots: list[tuple[Instruction, list[tuple[int, str]]
                 loop_groups.setdefault(dims, []).append((r, k, ptr))
     for key, group in reduce_groups.items():
         siblings = loop_groups.pop(key[0], []) if key[0] else []
-        em.line(f"/* {', '.join(r.name for r, _ in group)}"
-                + (f" (and {', '.join(s.name for s, _, _ in siblings)})" if siblings else "")
-                + " */")
+        em.line(comment(", ".join(r.name for r, _ in group),
+                        f" (and {', '.join(s.name for s, _, _ in siblings)})" if siblings else ""))
         reduce.reduction_nest(em, group, siblings,
                               lambda ptr, s, k, lin, idx: store(em, ptr, s, k, lin, idx))
     for dims, group in loop_groups.items():

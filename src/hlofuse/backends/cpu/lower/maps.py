@@ -18,6 +18,7 @@ from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.lower import index as ix
 from hlofuse.backends.cpu.lower.emitter import Emitter, LoweringError, dims_of, handles, where
 from hlofuse.backends.cpu.lower.index import Index
+from hlofuse.backends.cpu.lower.naming import word
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 
@@ -63,7 +64,7 @@ def _dynamic_slice(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
     if starts is None:
         with em.at_preamble():
             raw = em.start_indices(instr, 1, len(sd))
-            starts = [em.clamp_start(f"{instr.name}_start{d}", raw[d], sd[d] - sizes[d])
+            starts = [em.clamp_start(f"{word(instr)}_start{d}", raw[d], sd[d] - sizes[d])
                       for d in range(len(sd))]
             em.remember(key, starts)
     assert isinstance(starts, list)
@@ -87,7 +88,7 @@ def _dynamic_update_slice(em: Emitter, instr: Instruction, idx: Index) -> list[s
             continue  # the clamped start is 0: every index is inside
         conds.append(f"{m[d]} >= {starts[d]} && {m[d]} < {ix.add(starts[d], str(n))}")
     inside = " && ".join(f"({c})" for c in conds) if conds else "1"
-    return [em.cases(instr.name, em.ctype(instr), [
+    return [em.cases(word(instr), em.ctype(instr), [
         (inside, lambda: em.value(upd, ix.of_multi(ud, [ix.sub(m[d], starts[d])
                                                        for d in range(len(ud))]))),
         (None, lambda: em.value(base, idx)),
@@ -102,7 +103,7 @@ def dus_starts(em: Emitter, instr: Instruction) -> list[str]:
         od, ud = dims_of(instr.operand(0)), dims_of(instr.operand(1))
         with em.at_preamble():
             raw = em.start_indices(instr, 2, len(od))
-            starts = [em.clamp_start(f"{instr.name}_start{d}", raw[d], od[d] - ud[d])
+            starts = [em.clamp_start(f"{word(instr)}_start{d}", raw[d], od[d] - ud[d])
                       for d in range(len(od))]
             em.remember(key, starts)
     assert isinstance(starts, list)
@@ -143,7 +144,7 @@ def _pad(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
         return [em.value(pad_value, ix.zero(dims_of(pad_value)))]
     live = [c for c in conds if c != "1"]
     inside = " && ".join(f"({c})" for c in live) if live else "1"
-    return [em.cases(instr.name, em.ctype(instr), [
+    return [em.cases(word(instr), em.ctype(instr), [
         (inside, lambda: em.value(src, ix.of_multi(sd, multi))),
         (None, lambda: em.value(pad_value, ix.zero(dims_of(pad_value)))),
     ])]
@@ -168,7 +169,7 @@ def _concatenate(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
 
         cond = None if j == len(ops) - 1 else em.lt(m[dim], offset)
         cases.append((cond, fn))
-    return [em.cases(instr.name, em.ctype(instr), cases)]
+    return [em.cases(word(instr), em.ctype(instr), cases)]
 
 
 @handles(Opcode.GATHER)
@@ -195,7 +196,7 @@ def _gather(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
     for k, d in enumerate(index_map):
         multi = [str(k) if t == ivd else batch_coord(t) for t in range(len(idd))]
         v = em.value(indices, ix.of_multi(idd, multi))
-        starts[d] = em.clamp_start(f"{instr.name}_start{d}", v, od[d] - sizes[d])
+        starts[d] = em.clamp_start(f"{word(instr)}_start{d}", v, od[d] - sizes[d])
     for d, t in zip(obd, sibd, strict=True):
         starts[d] = batch_coord(t)
     window = [d for d in range(len(od)) if d not in collapsed and d not in obd]
@@ -211,8 +212,8 @@ def _gather(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
 def _bits_of(em: Emitter, instr: Instruction, value: str) -> str:
     """The raw storage bits of a compute-type value of `instr`'s element type (uintN_t)."""
     dt = instr.array_shape.dtype
-    tmp = em.local(f"{instr.name}_st", cexpr.ctype(dt), cexpr.store(dt, value))
-    raw = em.fresh(f"{instr.name}_raw")
+    tmp = em.local(f"{word(instr)}_st", cexpr.ctype(dt), cexpr.store(dt, value))
+    raw = em.fresh(f"{word(instr)}_raw")
     em.line(f"uint{dt.bits}_t {raw}; memcpy(&{raw}, &{tmp}, sizeof {raw});")
     return raw
 
@@ -234,11 +235,11 @@ def _bitcast_convert(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
         raw = _bits_of(em, src, em.value(src, ix.of_multi(sd, m[:-1])))
         piece = f"(uint{ddt.bits}_t)({raw} >> ({ix.mul(m[-1], ddt.bits)}))"
     else:
-        piece = em.local(f"{instr.name}_bits", f"uint{ddt.bits}_t", "0", const=False)
+        piece = em.local(f"{word(instr)}_bits", f"uint{ddt.bits}_t", "0", const=False)
         for k in range(ddt.bits // sdt.bits):
             raw = _bits_of(em, src, em.value(src, ix.of_multi(sd, [*m, str(k)])))
             em.line(f"{piece} |= (uint{ddt.bits}_t){raw} << {k * sdt.bits};")
-    bits = em.local(f"{instr.name}_bits", f"uint{ddt.bits}_t", piece)
-    st = em.fresh(f"{instr.name}_st")
+    bits = em.local(f"{word(instr)}_bits", f"uint{ddt.bits}_t", piece)
+    st = em.fresh(f"{word(instr)}_st")
     em.line(f"{cexpr.ctype(ddt)} {st}; memcpy(&{st}, &{bits}, sizeof {st});")
-    return [em.local(instr.name, cexpr.compute_type(ddt), cexpr.load(ddt, st))]
+    return [em.local(word(instr), cexpr.compute_type(ddt), cexpr.load(ddt, st))]

@@ -21,6 +21,7 @@ from hlofuse.backends.cpu.lower import index as ix
 from hlofuse.backends.cpu.lower import loops
 from hlofuse.backends.cpu.lower.emitter import Emitter, LoweringError, where
 from hlofuse.backends.cpu.lower.index import Index
+from hlofuse.backends.cpu.lower.naming import word
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
@@ -59,18 +60,18 @@ def buffers(em: Emitter, instr: Instruction) -> list[str]:
         return found  # type: ignore[return-value]
     with em.at_preamble():
         if supported(instr):
-            outs = [scratch(em, s, f"{instr.name}_buf") for s in leaves(instr.shape)]
+            outs = [scratch(em, s, f"{word(instr)}_buf") for s in leaves(instr.shape)]
             call(em, instr, outs)
         elif instr.opcode is Opcode.SCATTER:
             from hlofuse.backends.cpu.lower import scatter
 
-            outs = [scratch(em, s, f"{instr.name}_buf") for s in leaves(instr.shape)]
+            outs = [scratch(em, s, f"{word(instr)}_buf") for s in leaves(instr.shape)]
             scatter.emit(em, instr, outs, None)
         else:
             outs = []
             shapes = leaves(instr.shape)
             for k, s in enumerate(shapes):
-                ptr = scratch(em, s, f"{instr.name}_buf")
+                ptr = scratch(em, s, f"{word(instr)}_buf")
                 outs.append(ptr)
 
                 def body(idx: Index, k: int = k, ptr: str = ptr, s: ArrayShape = s) -> None:
@@ -112,5 +113,5 @@ def values(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
     out = []
     for ptr, s in zip(ptrs, leaves(instr.shape), strict=True):
         at = idx if idx.dims == tuple(s.dims) else ix.of_linear(tuple(s.dims), idx.lin())
-        out.append(em.load(ptr, s, at, instr.name))
+        out.append(em.load(ptr, s, at, word(instr)))
     return out

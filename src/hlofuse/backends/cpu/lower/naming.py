@@ -1,12 +1,16 @@
-"""C names for kernels and their locals, derived from what they compute.
+"""C names for kernels and their locals, derived by the code from what they compute.
 
     kernel names   fused_multiply_add_select, reduce_add, dot, dot_2 (unique per Program)
-    local names    mul_56 (from HLO mul.56), i0, acc_sum ...     (unique per kernel)
+    local names    multiply, multiply_2, i0, add_acc ...                (unique per kernel)
 
-Conditions enforced: every name is a valid C identifier that is not a C keyword, not a libc/libm
-function (a kernel named `abs` or `select` would clash with a declaration in the prelude's
-headers), does not start with `hf_` (the prelude's namespace) and is unique in its name space
-(`used` sets record what is taken).
+No name is made from input text: HLO instruction, computation and module names are hostile
+input (docs/security.md), and even a sanitised one could be a macro of the prelude's headers
+(`unix`, `linux`, `EOF`, `I`). Bases come from the opcode table (`word`), fixed prefixes and
+counters. Conditions enforced: `fresh` accepts only a base that already is a plain identifier
+(an HLO name such as `mul.3` is refused loudly, so a call site that passes one is found by any
+test); every name is not a C keyword, not a libc/libm function (a kernel named `abs` or
+`select` would clash with a declaration in the prelude's headers), does not start with `hf_`
+(the prelude's namespace) and is unique in its name space (`used` sets record what is taken).
 """
 
 from __future__ import annotations
@@ -54,21 +58,16 @@ _PLUMBING = frozenset(
 )
 
 
-def identifier(text: str) -> str:
-    """`text` as a C identifier (non-alphanumerics become `_`; never starts with a digit)."""
-    out = re.sub(r"[^0-9A-Za-z_]", "_", text).strip("_")
-    out = re.sub(r"_+", "_", out)
-    if not out:
-        out = "v"
-    if out[0].isdigit():
-        out = "v_" + out
-    return out
+_BASE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 def fresh(base: str, used: set[str], clash_suffix: str = "") -> str:
     """A unique identifier for `base`, recorded in `used` (`base`, then `base_2`, ...). A name
-    that clashes with C/libc gets `clash_suffix` (or a `v_` prefix without one)."""
-    name = identifier(base)
+    that clashes with C/libc gets `clash_suffix` (or a `v_` prefix without one). `base` must be
+    made by the code (lower-case letters, digits, `_`): never an HLO name."""
+    if not _BASE.fullmatch(base):
+        raise AssertionError(f"C name base {base!r} is not made by the code (naming.fresh)")
+    name = base
     if name in _C_RESERVED or name.startswith("hf_") or re.fullmatch(r"(in|out)\d+", name):
         name = name + clash_suffix if clash_suffix else "v_" + name
     candidate = name
@@ -82,6 +81,12 @@ def fresh(base: str, used: set[str], clash_suffix: str = "") -> str:
 
 def op_word(opcode: Opcode) -> str:
     return _OPCODE_SHORT.get(opcode.value, opcode.value).replace("-", "_")
+
+
+def word(instr: Instruction) -> str:
+    """The base of C names for values of `instr`: its opcode's word (`multiply`), never its
+    HLO name."""
+    return op_word(instr.opcode)
 
 
 def _reducer_word(instr: Instruction) -> str:

@@ -30,6 +30,7 @@ from hlofuse.backends.cpu.lower import index as ix
 from hlofuse.backends.cpu.lower import scalar
 from hlofuse.backends.cpu.lower.emitter import Emitter, LoweringError, dims_of, where
 from hlofuse.backends.cpu.lower.index import Index
+from hlofuse.backends.cpu.lower.naming import word
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
@@ -50,7 +51,7 @@ def combine(em: Emitter, comp: Computation, accs: list[str], xs: list[str]) -> N
         if expr is not None:
             em.line(f"{accs[0]} = {expr};")
             return
-    fn = em.helper(("scalar", id(comp)), lambda n: scalar.scalar_function(comp, n), comp.name)
+    fn = em.helper(("scalar", id(comp)), lambda n: scalar.scalar_function(comp, n), "apply")
     em.line(f"{fn}({', '.join([*accs, *xs, *('&' + a for a in accs)])});")
 
 
@@ -100,7 +101,7 @@ def reduce_value(em: Emitter, instr: Instruction, idx: Index) -> list[str]:
     out = em.multi(idx)
     kept = [d for d in range(len(in_dims)) if d not in red]
     init = _init_values(em, inits)
-    accs = [em.local(f"{instr.name}_acc", cexpr.compute_type(x.array_shape.dtype), v, const=False)
+    accs = [em.local(f"{word(instr)}_acc", cexpr.compute_type(x.array_shape.dtype), v, const=False)
             for x, v in zip(inputs, init, strict=True)]
     full = [""] * len(in_dims)
     for k, d in enumerate(kept):
@@ -139,7 +140,7 @@ def reduce_window_value(em: Emitter, instr: Instruction, idx: Index) -> list[str
         raise LoweringError(f"{where(instr)}: window reversal is not defined for reduce-window")
     out = em.multi(idx)
     init = _init_values(em, inits)
-    accs = [em.local(f"{instr.name}_acc", cexpr.compute_type(x.array_shape.dtype), v, const=False)
+    accs = [em.local(f"{word(instr)}_acc", cexpr.compute_type(x.array_shape.dtype), v, const=False)
             for x, v in zip(inputs, init, strict=True)]
     src: list[str] = []
     conds: list[str] = []
@@ -176,7 +177,7 @@ def reduce_window_value(em: Emitter, instr: Instruction, idx: Index) -> list[str
         def read(x: Instruction = x) -> str:
             return em.value(x, ix.of_multi(in_dims, src))
 
-        xs.append(em.cases(f"{x.name}_win", cexpr.compute_type(x.array_shape.dtype),
+        xs.append(em.cases(f"{word(x)}_win", cexpr.compute_type(x.array_shape.dtype),
                            [(cond, read), (None, lambda v=v: v)]))
     combine(em, comp, accs, xs)
     for _ in range(opened):
@@ -232,9 +233,9 @@ def reduction_nest(em: Emitter, reduces: list[tuple[Instruction, list[tuple[int,
         for x, v in zip(inputs, init, strict=True):
             ct = cexpr.compute_type(x.array_shape.dtype)
             if row == 1:
-                names.append(em.local(f"{r.name}_acc", ct, v, const=False))
+                names.append(em.local(f"{word(r)}_acc", ct, v, const=False))
             else:
-                a = em.fresh(f"{r.name}_acc")
+                a = em.fresh(f"{word(r)}_acc")
                 if row <= 4096:
                     em.line(f"{ct} {a}[{row}];")
                 else:

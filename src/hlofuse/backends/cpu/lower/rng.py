@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape, TupleShape
@@ -105,7 +106,7 @@ def _threefry(n_state: int, dims: tuple[int, ...], bits: int, out_t: str) -> lis
     if blocks == 0:
         return [*lines, "new_state[1] = counter;"]
     lines += [
-        f"/* dimension {split} ({d}) in halves of {half}: block b -> elements 2h, 2h+1 */",
+        comment(f"dimension {split} ({d}) in halves of {half}: block b -> elements 2h, 2h+1"),
         f"for (int64_t b = 0; b < {blocks}; b++) {{",
         "    const uint64_t c = counter + (uint64_t)b;",
         "    uint32_t y0, y1;",
@@ -181,7 +182,7 @@ def emit_rng_bit_generator(
     out_t = f"uint{bits}_t"  # the bits, whatever the element type (a bit-level view)
     gen = _threefry if algorithm == "rng_three_fry" else _philox
     body = [
-        f"/* {instr.name}: {algorithm} bits for {out} */",
+        comment(f"{instr.name}: {algorithm} bits for {out}"),
         f"const uint64_t *state = (const uint64_t *)({ins[0]});",
         f"uint64_t *new_state = (uint64_t *)({outs[0]});",
         f"{out_t} *out = ({out_t} *)({outs[1]});",

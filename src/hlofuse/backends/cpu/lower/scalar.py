@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.errors import CompileError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
@@ -161,7 +162,7 @@ def scalar_function(comp: Computation, name: str) -> str:
     root = _generate(comp, [f"p{i}" for i in range(len(params))], body)
     leaves = _leaves(root)
     assert len(leaves) == len(results)
-    lines = [f"/* {comp.name} */", f"static inline void {name}({', '.join(signature)}) {{"]
+    lines = [comment(comp.name), f"static inline void {name}({', '.join(signature)}) {{"]
     lines += body.lines
     lines += [f"    *r{i} = {leaf};" for i, leaf in enumerate(leaves)]
     lines.append("}")

@@ -17,10 +17,12 @@ rounding-level difference). The combiner is `scalar.scalar_expression` inline or
 from __future__ import annotations
 
 from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.lower import index as ix
 from hlofuse.backends.cpu.lower import loops
 from hlofuse.backends.cpu.lower.emitter import Emitter, LoweringError, dims_of, where
 from hlofuse.backends.cpu.lower.index import Index
+from hlofuse.backends.cpu.lower.naming import word
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 
@@ -74,7 +76,7 @@ def emit(em: Emitter, instr: Instruction, outs: list[str], inplace: dict[int, st
     for j, d in enumerate(window_operand_dims):
         win[d] = ud[uwd[j]]
 
-    em.line(f"/* {instr.name}: scatter */")
+    em.line(comment(instr.name, ": scatter"))
     for k, (o, out) in enumerate(zip(operands, outs, strict=True)):
         shape = o.array_shape
         if k in inplace:
@@ -106,7 +108,7 @@ def emit(em: Emitter, instr: Instruction, outs: list[str], inplace: dict[int, st
     for k, d in enumerate(sdod):
         multi = [str(k) if t == ivd else batch_coord(t) for t in range(len(idd))]
         v = em.value(indices, ix.of_multi(idd, multi))
-        starts[d] = em.local(f"{instr.name}_start{d}", "int64_t", f"(int64_t)({v})")
+        starts[d] = em.local(f"{word(instr)}_start{d}", "int64_t", f"(int64_t)({v})")
     for d, t in zip(ibd, sibd, strict=True):
         starts[d] = batch_coord(t)
     conds = []
@@ -135,7 +137,7 @@ def emit(em: Emitter, instr: Instruction, outs: list[str], inplace: dict[int, st
     accs = []
     for o, out in zip(operands, outs, strict=True):
         dt = o.array_shape.dtype
-        accs.append(em.local(f"{o.name}_old", cexpr.compute_type(dt),
+        accs.append(em.local(f"{word(o)}_old", cexpr.compute_type(dt),
                              cexpr.load(dt, f"{out}[{target}]"), const=False))
     reduce.combine(em, comp, accs, xs)
     for o, out, a in zip(operands, outs, accs, strict=True):

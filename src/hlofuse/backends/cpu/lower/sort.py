@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import math
 
-from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu import cexpr, ctext
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.lower import scalar
 from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
-from hlofuse.backends.cpu.lower.naming import fresh
+from hlofuse.backends.cpu.lower.naming import fresh, word
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape, leaves
 
@@ -79,14 +80,14 @@ def _params(types: list[str], prefix: str, const: bool) -> list[str]:
 
 def _rows_function(
     name: str, in_types: list[str], out_types: list[str], outer: int, n: int, inner: int,
-    sort_body: str, gather: list[str], comment: str,
+    sort_body: str, gather: list[str], what: str,
 ) -> str:
     """A C function sorting every row: offsets into `idx`, `sort_body`, then `gather` lines."""
     rows = outer * inner
     params = _params(in_types, "in", True) + _params(out_types, "out", False)
     par = f"if ({rows * n} >= {PARALLEL_WORK} && {rows} > 1)"
     lines = [
-        f"/* {comment} */",
+        ctext.comment(what),
         f"static void {name}({', '.join(params)}) {{",
         f"    #pragma omp parallel {par}",
         "    {",
@@ -126,16 +127,16 @@ def emit_sort(
     outer, n, inner = _row_layout(dims, dim)
     types = [cexpr.ctype(s.dtype) for s in arrays]
 
-    cmp_name = fresh(f"{instr.name}_compare", names)
-    less_name = fresh(f"{instr.name}_less", names)
-    rows_name = fresh(f"{instr.name}_rows", names)
+    cmp_name = fresh(f"{word(instr)}_compare", names)
+    less_name = fresh(f"{word(instr)}_less", names)
+    rows_name = fresh(f"{word(instr)}_rows", names)
     in_params = _params(types, "in", True)
     result_ct = cexpr.compute_type(scalar.result_shapes(comp)[0].dtype)
     args = []
     for i, s in enumerate(arrays):
         args += [cexpr.load(s.dtype, f"in{i}[x]"), cexpr.load(s.dtype, f"in{i}[y]")]
     less_fn = "\n".join([
-        f"/* does the element at offset x sort before the one at y? ({comp.name}) */",
+        comment(f"does the element at offset x sort before the one at y? ({comp.name})"),
         f"static inline int {less_name}({', '.join(in_params)}, int64_t x, int64_t y) {{",
         f"    {result_ct} r;",
         f"    {cmp_name}({', '.join(args)}, &r);",
@@ -198,7 +199,7 @@ def emit_topk(
     largest = bool(instr.attrs.get("largest", True))
     op = ">" if largest else "<"
     less = f"({key.format(v='{x}')} {op} {key.format(v='{y}')})"
-    name = fresh(f"{instr.name}_rows", names)
+    name = fresh(f"{word(instr)}_rows", names)
     gather = [
         f"for (int64_t j = 0; j < {k}; j++) {{",
         f"    out0[row * {k} + j] = in0[idx[j]];",

@@ -18,9 +18,10 @@ from __future__ import annotations
 import math
 
 from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.lower import scalar
 from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
-from hlofuse.backends.cpu.lower.naming import fresh
+from hlofuse.backends.cpu.lower.naming import fresh, word
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape
 
@@ -44,15 +45,15 @@ def emit_select_and_scatter(
     dt = operand.dtype
     ct, cc = cexpr.ctype(dt), cexpr.compute_type(dt)
     select_ct = cexpr.compute_type(scalar.result_shapes(select)[0].dtype)
-    sel_name = fresh(f"{instr.name}_select", names)
-    sca_name = fresh(f"{instr.name}_scatter", names)
-    name = fresh(f"{instr.name}_rows", names)
+    sel_name = fresh(f"{word(instr)}_select", names)
+    sca_name = fresh(f"{word(instr)}_scatter", names)
+    name = fresh(f"{word(instr)}_rows", names)
     rank = operand.rank
     op_strides = [math.prod(operand.dims[d + 1 :]) for d in range(rank)]
     src_strides = [math.prod(source.dims[d + 1 :]) for d in range(rank)]
 
     lines = [
-        f"/* {instr.name}: select ({select.name}) in each window, scatter ({scatter.name}) */",
+        comment(f"{instr.name}: select ({select.name}) in each window, scatter ({scatter.name})"),
         f"static void {name}(const {ct} *restrict operand, const {ct} *restrict source, "
         f"const {ct} *restrict init, {ct} *restrict out) {{",
         f"    for (int64_t i = 0; i < {operand.size}; i++) out[i] = init[0];",
