@@ -58,3 +58,18 @@ class PassError(HloError):
 
 class CompileError(HloError):
     """The native backend could not build or load a module (or no C compiler was found)."""
+
+
+class ResourceLimitError(HloError):
+    """A module beyond one of hlofuse's documented limits (bytes of one array or of the work
+    arena, control-flow nesting, expression depth, integers that fit no C type): names the
+    instruction, the value and the limit (docs/security.md)."""
+
+
+class AllocationError(HloError):
+    """Memory for a run could not be allocated: names the instruction (or buffer) and the bytes."""
+
+
+class CacheDirError(HloError):
+    """The compile cache directory is not safe to trust (owned by another user, or group- or
+    world-writable): the message names the directory and `HLOFUSE_CACHE_DIR`."""

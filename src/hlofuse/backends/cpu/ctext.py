@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import re
 
-from hlofuse.errors import CompileError
+from hlofuse.errors import ResourceLimitError
 from hlofuse.escape import c_comment
 
 INT64_MAX = (1 << 63) - 1
 UINT64_MAX = (1 << 64) - 1
 
 
-class IntegerRangeError(CompileError):
+class IntegerRangeError(ResourceLimitError):
     """An integer printed into generated C does not fit any C integer type (names where)."""
 
 

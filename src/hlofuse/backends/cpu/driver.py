@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu import cexpr, limits
 from hlofuse.backends.cpu.buffers import Analyzer, Arena, CompAnalysis, Ref, Src, is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 from hlofuse.backends.cpu.contract import ENTRY_SYMBOL, Kernel, Program
-from hlofuse.backends.cpu.ctext import comment
+from hlofuse.backends.cpu.ctext import check_integers, comment
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
@@ -87,6 +87,7 @@ def _default_lowering() -> KernelLowering:
 
 def generate(module: Module, *, kernel_lowering: KernelLowering | None = None) -> Program:
     """The C program for `module` (already through its pipeline; no passes run here)."""
+    limits.check_module(module)
     _check_supported(module)
     gen = _Generator(kernel_lowering or _default_lowering())
     return gen.program(module)
@@ -213,7 +214,12 @@ class _Generator:
         params = [Ref(f"args[{i}]") for i in range(len(in_shapes))]
         dests: list[Ref | None] = [Ref(f"results[{j}]") for j in range(len(out_shapes))]
         self.emit_computation(self.analyzer.analyze(entry), params, dests)
+        labels = [(s.nbytes, s.label) for s in self.arena.slots]
+        bound = sum(s.size for s in self.arena.slots)
+        if bound > 1 << 62:  # assign() computes in int64
+            limits.check_arena(bound, labels)
         size = self.arena.assign()
+        limits.check_arena(size, labels)
         head = [f"int {ENTRY_SYMBOL}(void *const *args, void *const *results) {{"]
         if self.arena.slots:
             head.append(f"  char *hf_arena = (char *)aligned_alloc(64, {size});")
@@ -222,14 +228,19 @@ class _Generator:
                 head.append(f"  void *const hf_b{s.id} = hf_arena + {s.offset};  "
                             + comment(s.label))
         tail = (["  free(hf_arena);"] if self.arena.slots else []) + ["  return 0;", "}"]
+        consts = "\n".join(self._const_defs)
+        entry = "\n".join(head + self.lines + tail)
+        for k in self.kernels:
+            check_integers(k.source, f"kernel {k.name} (instruction {k.instruction})")
+        check_integers(consts + "\n" + entry, f"the driver of module {module.name}")
         parts = [
             cexpr.prelude(),
             "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n",
             _PROFILE.format(n=max(1, len(self.kernels))),
             *(k.source for k in self.kernels),
-            "\n".join(self._const_defs),
+            consts,
             comment(module.name, f": {len(self.kernels)} kernels, arena {size} bytes"),
-            "\n".join(head + self.lines + tail),
+            entry,
         ]
         return Program(
             source="\n\n".join(p.strip("\n") for p in parts if p) + "\n",

@@ -25,7 +25,7 @@ input/output pair listed in `Kernel.inplace`). Anything that cannot be lowered r
 
 from __future__ import annotations
 
-from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu import cexpr, limits
 from hlofuse.backends.cpu.contract import Kernel
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.lower import inplace, loops, scatter
@@ -131,7 +131,14 @@ def _emit(instr: Instruction, name: str, used: set[str], flat: bool,
 
 
 def lower_kernel(instr: Instruction, used_names: set[str]) -> Kernel:
-    """The C function computing the kernel `instr` (see the module docstring)."""
+    """The C function computing the kernel `instr` (see the module docstring). The emitter
+    recurses once per level of the kernel's expression: a deep one runs on a large stack
+    (`limits.deep_call`); one beyond `limits.MAX_EXPRESSION_DEPTH` is refused."""
+    depth = limits.expression_depth(instr)
+    return limits.deep_call(lambda: _lower_kernel(instr, used_names), depth)
+
+
+def _lower_kernel(instr: Instruction, used_names: set[str]) -> Kernel:
     for op in instr.operands:
         if not all(isinstance(s, ArrayShape) for s in leaves(op.shape)):
             raise LoweringError(f"{where(instr)}: operand {op.name} is not made of arrays")
