@@ -1,5 +1,6 @@
 """The compile cache above the library cache (backends/cpu/artifacts.py): a second compile of
-the same HLO text runs neither the pipeline nor the C generation, and a damaged entry is rebuilt."""
+the same HLO text runs neither the pipeline nor the C generation, and a damaged entry is rebuilt.
+(Trust and damage of every kind of cache file: tests/security/test_cache_trust.py.)"""
 
 from __future__ import annotations
 
@@ -60,9 +61,9 @@ def test_pipeline_is_part_of_the_key(cache):
 def test_damaged_entry_is_rebuilt(cache):
     a, b = _args()
     hlofuse.compile(TEXT)
-    entries = list((cache / "programs").glob("*.pkl"))
+    entries = list((cache / "programs").glob("*.json"))
     assert len(entries) == 1
-    entries[0].write_bytes(b"not a pickle")
+    entries[0].write_bytes(b"not an entry")
     assert artifacts.lookup(TEXT, "xla") is None
     exe = hlofuse.compile(TEXT)
     np.testing.assert_array_equal(exe(a, b)[0], (a + b) * a)

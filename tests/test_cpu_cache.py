@@ -20,7 +20,7 @@ import pytest
 
 import hlofuse
 from hlofuse.backends import cpu, interpreter
-from hlofuse.backends.cpu import build
+from hlofuse.backends.cpu import build, cachefs
 from hlofuse.text import parse
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="no C compiler")
@@ -81,7 +81,7 @@ def _spawn(text: str, cache: Path, start: float) -> subprocess.Popen[str]:
 def _cache_files(cache: Path) -> dict[str, int]:
     """The cache's libraries, checksums and kept C files, with their modification times."""
     return {str(p.relative_to(cache)): p.stat().st_mtime_ns
-            for p in cache.rglob("*") if p.suffix in (".so", ".sha256", ".c")}
+            for p in cache.rglob("*") if p.suffix in (".so", ".digest", ".c", ".json")}
 
 
 def test_concurrent_processes_share_an_empty_cache(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_corrupt_entry_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     text = _module_text(_salt(tmp_path))
     first = hlofuse.compile(text)(*_inputs())
     (lib,) = tmp_path.rglob("*.so")
-    checksum = lib.with_suffix(".sha256")
+    checksum = lib.with_name(lib.name + ".digest")
     data = lib.read_bytes()
     if damage == "truncate":
         _replace_bytes(lib, data[: len(data) // 3])
@@ -133,7 +133,8 @@ def test_corrupt_entry_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == [o.tobytes().hex() for o in first]
-    assert checksum.exists() and build._digest(lib) == checksum.read_text().strip()
+    assert cachefs.read_entry(checksum, "library-digest") == \
+        cachefs.digest(lib.read_bytes()).encode()
     assert lib.read_bytes() == data  # the same compiler and flags rebuild the same library
 
 

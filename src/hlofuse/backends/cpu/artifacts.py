@@ -1,14 +1,19 @@
 """The compile cache above the library cache: HLO text + pipeline -> optimised module + Program.
 
-    compile(text, pipeline) ──sha256(text, pipeline, hlofuse code)──▶ <cache>/programs/<key>.pkl
-                                                       holds: optimised module text, Program
+    compile(text, pipeline) ──sha256(text, pipeline, hlofuse code)──▶ <cache>/programs/<key>.json
+                                  holds: the optimised module as HLO text, the Program as JSON
+                                  (C source, kernel table, shapes as HLO shape text)
 
 A warm `hlofuse.compile(text)` then skips the pipeline and the C generation: it parses the
-optimised module (for the entry signature and `Executable.module`), unpickles the `Program`, and
-loads the library from `build`'s cache. Conditions enforced:
+optimised module (for the entry signature and `Executable.module`), rebuilds the `Program` from
+plain data, and loads the library from `build`'s cache. Conditions enforced:
 - The key covers hlofuse's own source files, so editing the compiler invalidates every entry.
-- Entries are written atomically (temporary file + `os.replace`); an entry that cannot be read,
-  unpickled or parsed is ignored and rebuilt, never trusted half-way.
+- Nothing executable is stored or read: no pickle, no marshal. An entry is a `cachefs` entry
+  (owner and mode checked, sha256 of the content verified) holding JSON; the module is parsed
+  with the ordinary HLO parser and every field is type-checked. An entry that is missing,
+  damaged, of another format or inconsistent is ignored and rebuilt, never trusted half-way.
+- Entries are written atomically (temporary file + `os.replace`); a cache that cannot be written
+  falls back to a private temporary directory (`cachefs.unwritable`, one warning).
 - Only text input is cached this way (a Module given by the caller may be edited later).
 """
 
@@ -16,17 +21,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
-import pickle
-import tempfile
+import json
 from pathlib import Path
+from typing import Any
 
-from hlofuse.backends.cpu.build import cache_dir
-from hlofuse.backends.cpu.contract import Program
+from hlofuse.backends.cpu import cachefs
+from hlofuse.backends.cpu.contract import Kernel, Program
 from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
+from hlofuse.ir.shape import ArrayShape, format_shape
 
-FORMAT = 1
+FORMAT = 2
+KIND = "program"
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,22 +55,105 @@ def key(text: str, pipeline: str | None) -> str:
 
 
 def _path(k: str) -> Path:
-    return cache_dir() / "programs" / f"{k}.pkl"
+    return cachefs.directory("programs") / f"{k}.json"
+
+
+# ----- Program <-> plain data -----------------------------------------------------------------
+
+
+def _shapes(shapes: tuple[ArrayShape, ...]) -> list[str]:
+    return [format_shape(s) for s in shapes]
+
+
+def program_to_data(program: Program) -> dict[str, Any]:
+    return {
+        "source": program.source,
+        "entry_symbol": program.entry_symbol,
+        "arena_bytes": program.arena_bytes,
+        "inputs": _shapes(program.inputs),
+        "outputs": _shapes(program.outputs),
+        "kernels": [
+            {
+                "name": k.name,
+                "source": k.source,
+                "inputs": _shapes(k.inputs),
+                "outputs": _shapes(k.outputs),
+                "instruction": k.instruction,
+                "kind": k.kind,
+                "inplace": sorted(k.inplace.items()),
+            }
+            for k in program.kernels
+        ],
+    }
+
+
+class _Bad(Exception):
+    """The entry's data is not a program (treated like a missing entry)."""
+
+
+def _get(data: Any, field: str, kind: type) -> Any:
+    value = data.get(field) if isinstance(data, dict) else None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _Bad(field)
+    return value
+
+
+def _shape(text: Any) -> ArrayShape:
+    from hlofuse.text.attrs import AttrParser
+
+    if not isinstance(text, str):
+        raise _Bad("shape")
+    parser = AttrParser(text, "<cache>")
+    shape = parser.parse_shape()
+    if not isinstance(shape, ArrayShape) or parser.lexer.peek().kind != "eof":
+        raise _Bad("shape")
+    return shape
+
+
+def _shape_list(data: Any, field: str) -> tuple[ArrayShape, ...]:
+    return tuple(_shape(t) for t in _get(data, field, list))
+
+
+def program_from_data(data: Any) -> Program:
+    """The Program `program_to_data` described; `_Bad` (or an HloError) if it is not one."""
+    kernels = []
+    for kd in _get(data, "kernels", list):
+        pairs = _get(kd, "inplace", list)
+        if not all(isinstance(p, list) and len(p) == 2 and all(type(v) is int for v in p)
+                   for p in pairs):
+            raise _Bad("inplace")
+        kernels.append(Kernel(
+            name=_get(kd, "name", str), source=_get(kd, "source", str),
+            inputs=_shape_list(kd, "inputs"), outputs=_shape_list(kd, "outputs"),
+            instruction=_get(kd, "instruction", str), kind=_get(kd, "kind", str),
+            inplace={o: i for o, i in pairs},
+        ))
+    return Program(
+        source=_get(data, "source", str),
+        inputs=_shape_list(data, "inputs"),
+        outputs=_shape_list(data, "outputs"),
+        kernels=tuple(kernels),
+        entry_symbol=_get(data, "entry_symbol", str),
+        arena_bytes=_get(data, "arena_bytes", int),
+    )
+
+
+# ----- the cache --------------------------------------------------------------------------------
 
 
 def lookup(text: str, pipeline: str | None) -> tuple[Module, Program] | None:
     """The optimised module and program compiled earlier from this text, or None."""
     from hlofuse.text import parse
 
-    path = _path(key(text, pipeline))
+    payload = cachefs.read_entry(_path(key(text, pipeline)), KIND)
+    if payload is None:
+        return None
     try:
-        with open(path, "rb") as f:
-            module_text, program = pickle.load(f)
-        if not isinstance(program, Program):
+        data = json.loads(payload)
+        if _get(data, "format", int) != FORMAT:
             return None
-        return parse(module_text), program
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            HloError):
+        return parse(_get(data, "module", str)), program_from_data(_get(data, "program", dict))
+    except (ValueError, RecursionError, _Bad, HloError):
         return None
 
 
@@ -72,13 +161,11 @@ def store(text: str, pipeline: str | None, module: Module, program: Program) -> 
     """Remember `module` (after its pipeline) and `program` for this text; best effort."""
     from hlofuse.text import print_module
 
+    data = {"format": FORMAT, "module": print_module(module),
+            "program": program_to_data(program)}
+    payload = json.dumps(data, separators=(",", ":")).encode()
     path = _path(key(text, pipeline))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = pickle.dumps((print_module(module), program), protocol=pickle.HIGHEST_PROTOCOL)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except (OSError, pickle.PicklingError):
-        pass
+        cachefs.write_entry(path, KIND, payload)
+    except OSError as exc:
+        cachefs.unwritable(f"{path.parent}: {exc.strerror or exc}")

@@ -1,7 +1,7 @@
 """Build generated C into a shared library, with a content-hash cache.
 
-    source ──sha256(source, compiler, flags, cpu)──▶ <cache>/<kk>/<key>.so   (+ <key>.sha256)
-                                                   └▶ <cache>/src/<key>.c     (kept for reading)
+    source ──sha256(source, compiler, flags, cpu)──▶ <cache>/<kk>/<key>.so    (+ <key>.so.digest)
+                                                   └▶ <cache>/src/<name>-<key>.c  (kept for reading)
 
 Conditions this module enforces:
 - The compiler is `$CC`, else the first of cc, gcc, clang on PATH; none gives
@@ -11,21 +11,33 @@ Conditions this module enforces:
   `-ffp-contract=off` (no a*b+c -> fma contraction the interpreter would not do). Never
   `-ffast-math`. `-fopenmp` when the compiler supports it. `HLOFUSE_CC_OPT` replaces `-O3`
   (tests use `-O1` to compile faster).
+- Never `-w`: warnings that mean a truncated or overflowed constant, a shift past the width, a
+  division by a constant zero or a type confusion are errors (`WARNING_ERRORS`, those of them
+  this compiler knows: GCC and clang name some differently). The generated code triggers none
+  of them on valid input; a module that would makes the build fail with `CCompileError` rather
+  than run with a silently truncated loop bound.
+- The compiler's answers (OpenMP support, which warning flags it knows) are probed once and kept
+  as a verified cache entry; a damaged one is probed again, and only flags from
+  `WARNING_ERRORS` are ever read back from it.
 - The cache key covers the source, the compiler's identity, the flags and this CPU's features
   (`-march=native` code must not be loaded on another CPU sharing the cache directory).
-- Writes are atomic: the library and its checksum are written to temporary names and moved into
-  place with `os.replace`, library first. A reader that finds no checksum, or a checksum that does
-  not match the library's bytes, or a library the loader rejects, rebuilds the entry: concurrent
-  processes never load a half-written library, and a corrupt entry is rebuilt.
+- The cache directory is trusted only after `cachefs`'s checks (owner, mode; 0700 when created;
+  a private temporary directory, with one warning, when it is read-only or full). A library is
+  loaded only if its bytes match the digest kept in its `.digest` entry. Writes are atomic
+  (temporary name, then `os.replace`), library first: concurrent processes never load a
+  half-written library, and a damaged entry of any kind is rebuilt.
 - A compile failure raises `CCompileError` with the compiler's message and the path of the C file,
   which is kept for inspection.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import functools
 import hashlib
+import json
 import os
 import platform
 import shlex
@@ -34,6 +46,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from hlofuse.backends.cpu import cachefs
 from hlofuse.errors import CompileError
 
 COMPILE_TIMEOUT_S = 600
@@ -45,9 +58,28 @@ BASE_FLAGS: tuple[str, ...] = (
     "-fPIC",
     "-shared",
     "-std=gnu11",
-    "-w",
+)
+# Truncation, overflow and type-confusion warnings as errors; each is kept only if the compiler
+# knows it (GCC: overflow, div-by-zero; clang: constant-conversion, integer-overflow, ...).
+WARNING_ERRORS: tuple[str, ...] = (
+    "-Werror=overflow",
+    "-Werror=constant-conversion",
+    "-Werror=integer-overflow",
+    "-Werror=implicitly-unsigned-literal",
+    "-Werror=shift-count-overflow",
+    "-Werror=shift-count-negative",
+    "-Werror=shift-overflow",
+    "-Werror=div-by-zero",
+    "-Werror=division-by-zero",
+    "-Werror=int-conversion",
+    "-Werror=implicit-function-declaration",
+    "-Werror=incompatible-pointer-types",
+    "-Werror=return-type",
+    "-Werror=implicit-int",
 )
 CANDIDATES = ("cc", "gcc", "clang")
+# What a compiler says when the cache's file system is read-only or full.
+_DISK_ERRORS = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EROFS, errno.EDQUOT))
 
 
 class CompilerNotFoundError(CompileError):
@@ -62,14 +94,14 @@ class CCompileError(CompileError):
         self.path = path
 
 
-def cache_dir() -> Path:
-    """`$HLOFUSE_CACHE_DIR`, else the user cache directory (e.g. ~/.cache/hlofuse/cpu)."""
-    env = os.environ.get("HLOFUSE_CACHE_DIR")
-    if env:
-        return Path(env)
-    import platformdirs
+class _Unwritable(Exception):
+    """The cache could not be written (read-only or full): use the private fallback."""
 
-    return Path(platformdirs.user_cache_dir("hlofuse")) / "cpu"
+
+def cache_dir() -> Path:
+    """The checked cache root (`cachefs.root`): `$HLOFUSE_CACHE_DIR`, else the user cache
+    directory (e.g. ~/.cache/hlofuse/cpu)."""
+    return cachefs.root()
 
 
 def find_compiler() -> list[str]:
@@ -119,22 +151,37 @@ def _cpu_identity() -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _supports_openmp(argv: tuple[str, ...]) -> bool:
-    """Probe once per compiler; the answer is remembered in the cache directory, so a warm
-    process does not pay for a probe compile."""
-    ident = hashlib.sha256((" ".join(argv) + _compiler_identity(argv)).encode()).hexdigest()
-    memo = cache_dir() / f"openmp-{ident[:16]}"
+def _compiler_facts(argv: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
+    """(OpenMP works, the `WARNING_ERRORS` this compiler knows). Probed once per compiler; the
+    answer is a verified cache entry, so a warm process does not pay for probe compiles."""
+    ident = hashlib.sha256(
+        "\0".join([*argv, _compiler_identity(argv), *WARNING_ERRORS]).encode()).hexdigest()
+    memo = cachefs.root() / f"probe-{ident[:24]}"
+    facts = _parse_facts(cachefs.read_entry(memo, "compiler-probe"))
+    if facts is not None:
+        return facts
+    facts = (_probe_openmp(argv), _probe_warnings(argv))
+    payload = json.dumps({"openmp": facts[0], "warning_errors": list(facts[1])}).encode()
     try:
-        return memo.read_text().strip() == "1"
-    except OSError:
-        pass
-    ok = _probe_openmp(argv)
+        cachefs.write_entry(cachefs.root() / memo.name, "compiler-probe", payload)
+    except OSError as exc:
+        cachefs.unwritable(f"{memo.parent}: {exc.strerror or exc}")
+    return facts
+
+
+def _parse_facts(payload: bytes | None) -> tuple[bool, tuple[str, ...]] | None:
+    if payload is None:
+        return None
     try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(memo, b"1" if ok else b"0")
-    except OSError:
-        pass
-    return ok
+        data = json.loads(payload)
+        openmp, flags = data["openmp"], data["warning_errors"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(openmp, bool) or not isinstance(flags, list):
+        return None
+    if not all(isinstance(f, str) and f in WARNING_ERRORS for f in flags):
+        return None  # only our own flags are ever read back
+    return openmp, tuple(flags)
 
 
 def _probe_openmp(argv: tuple[str, ...]) -> bool:
@@ -148,12 +195,38 @@ def _probe_openmp(argv: tuple[str, ...]) -> bool:
             return False
 
 
+def _probe_warnings(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The flags of `WARNING_ERRORS` the compiler accepts without complaint."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "w.c"
+        src.write_text("int hf_probe(void) { return 0; }\n")
+
+        def complaints(flags: list[str]) -> tuple[bool, str]:
+            cmd = [*argv, "-fsyntax-only", *flags, str(src)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            except (OSError, subprocess.TimeoutExpired):
+                return False, ""
+            return proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
+
+        flags = list(WARNING_ERRORS)
+        ok, err = complaints(flags)
+        if ok:
+            return tuple(flags)
+        # drop the flags the compiler names (unknown options), then check the rest one by one
+        flags = [f for f in flags if f[len("-Werror="):] not in err]
+        if complaints(flags)[0]:
+            return tuple(flags)
+        return tuple(f for f in flags if complaints([f])[0])
+
+
 def flags(extra_flags: tuple[str, ...] = ()) -> list[str]:
     """The full flag list for this machine's compiler."""
     argv = tuple(find_compiler())
     opt = os.environ.get("HLOFUSE_CC_OPT", "-O3")
-    out = [opt, *BASE_FLAGS]
-    if _supports_openmp(argv):
+    openmp, warning_errors = _compiler_facts(argv)
+    out = [opt, *BASE_FLAGS, *warning_errors]
+    if openmp:
         out.append("-fopenmp")
     return out + list(extra_flags)
 
@@ -179,28 +252,41 @@ def load_library(
     lib = _LOADED.get(key)
     if lib is not None:
         return lib
-    root = cache_dir()
-    lib_path = root / key[:2] / f"{key}.so"
-    sum_path = lib_path.with_suffix(".sha256")
-    lib = _load_cached(lib_path, sum_path)
-    if lib is None:
-        _build(source, key, name, lib_path, sum_path, extra_flags)
+    for _attempt in range(2):
+        lib_dir = cachefs.directory(key[:2])
+        lib_path = lib_dir / f"{key}.so"
+        sum_path = lib_dir / f"{key}.so.digest"
+        lib = _load_cached(lib_path, sum_path)
+        if lib is not None:
+            break
+        try:
+            _build(source, key, name, lib_path, sum_path, extra_flags)
+        except _Unwritable as exc:
+            cachefs.unwritable(str(exc))
+            continue
         lib = _load_cached(lib_path, sum_path)
         if lib is None:
             raise CompileError(f"the library built for {name} at {lib_path} does not load")
+        break
+    if lib is None:
+        raise CompileError(f"no usable cache directory to build {name} in")
     _LOADED[key] = lib
     return lib
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _load_cached(lib_path: Path, sum_path: Path) -> ctypes.CDLL | None:
+    """The library at `lib_path` if its bytes match its digest entry; None if anything is off.
+    (It is loaded by path: the loader identifies libraries by name, so a `/proc/self/fd/N`
+    name, reused with the descriptor number, could return another library. Between the check
+    and the load only this user or root can replace the file: the directory is checked.)"""
+    expected = cachefs.read_entry(sum_path, "library-digest")
+    if expected is None:
+        return None
+    fd = cachefs.open_verified(lib_path, expected.decode("ascii", "replace"))
+    if fd is None:
+        return None
+    os.close(fd)
     try:
-        expected = sum_path.read_text().strip()
-        if _digest(lib_path) != expected:
-            return None
         return ctypes.CDLL(str(lib_path))
     except OSError:
         return None
@@ -210,41 +296,49 @@ def _build(
     source: str, key: str, name: str, lib_path: Path, sum_path: Path,
     extra_flags: tuple[str, ...],
 ) -> None:
-    root = cache_dir()
-    src_dir = root / "src"
-    src_dir.mkdir(parents=True, exist_ok=True)
-    lib_path.parent.mkdir(parents=True, exist_ok=True)
-    c_path = src_dir / f"{_safe(name)}-{key[:16]}.c"
-    _atomic_write(c_path, source.encode())
-    fd, tmp_lib = tempfile.mkstemp(prefix=f".{key}.", suffix=".so", dir=lib_path.parent)
-    os.close(fd)
+    try:
+        src_dir = cachefs.directory("src")
+        c_path = src_dir / f"{_safe(name)}-{key[:16]}.c"
+        cachefs.atomic_write(c_path, source.encode())
+        fd, tmp_lib = tempfile.mkstemp(prefix=f".{key}.", suffix=".so", dir=lib_path.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise _Unwritable(f"{lib_path.parent}: {exc.strerror or exc}") from exc
     cmd = [*find_compiler(), *flags(extra_flags), str(c_path), "-o", tmp_lib, "-lm"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
-        os.unlink(tmp_lib)
+        _unlink(tmp_lib)
         raise CCompileError(
             f"compiling {name} timed out after {COMPILE_TIMEOUT_S} s; the C file is kept at "
             f"{c_path}", c_path,
         ) from exc
     if proc.returncode != 0:
-        os.unlink(tmp_lib)
+        _unlink(tmp_lib)
+        if any(e in proc.stderr for e in _DISK_ERRORS):
+            raise _Unwritable(f"{lib_path.parent}: {proc.stderr.strip().splitlines()[-1]}")
         errors = "\n".join(proc.stderr.strip().splitlines()[:20])
         raise CCompileError(
             f"the C compiler failed on {name} (exit {proc.returncode}); the generated C is kept "
             f"at {c_path}:\n{errors}", c_path,
         )
-    digest = _digest(Path(tmp_lib))
-    os.replace(tmp_lib, lib_path)
-    _atomic_write(sum_path, digest.encode())
+    try:
+        os.chmod(tmp_lib, 0o700)  # the linker creates it with the umask's mode
+        with open(tmp_lib, "rb") as f:
+            digest = cachefs.digest(f.read())
+        os.replace(tmp_lib, lib_path)
+        cachefs.write_entry(sum_path, "library-digest", digest.encode())
+    except OSError as exc:
+        _unlink(tmp_lib)
+        raise _Unwritable(f"{lib_path.parent}: {exc.strerror or exc}") from exc
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60] or "module"
+    """A file name part from a module name (input text): ASCII letters, digits, `-_.` only."""
+    out = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in name)
+    return out.lstrip(".")[:60] or "module"

@@ -58,3 +58,4 @@ class Program:
     outputs: tuple[ArrayShape, ...]  # entry root leaves, in order
     kernels: tuple[Kernel, ...]  # indexed like hf_prof_ns / hf_prof_calls
     entry_symbol: str = ENTRY_SYMBOL
+    arena_bytes: int = 0  # the work arena hf_entry allocates per call (for error messages)

@@ -247,6 +247,7 @@ class _Generator:
             inputs=tuple(in_shapes),
             outputs=tuple(out_shapes),
             kernels=tuple(self.kernels),
+            arena_bytes=size if self.arena.slots else 0,
         )
 
     # -- computations ---------------------------------------------------------------------------
