@@ -68,7 +68,8 @@ def _fast_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _entry_body(program) -> str:
-    return program.source[program.source.index("int hf_entry"):]
+    """The driver's code: `hf_run` (the entry computation), then `hf_entry` around it."""
+    return program.source[program.source.index("int hf_run("):]
 
 
 def _loop_text(program, loop: str) -> str:

@@ -16,10 +16,14 @@ A `Program` is one complete C file: every kernel, then the native driver
 
     int hf_entry(void *const *args, void *const *results);   /* 0 on success */
 
+(1: the work arena could not be allocated, 2: stopped by SIGINT, 3: a kernel could not allocate
+scratch memory, `int hf_failure(int64_t info[2])` then gives the kernel index and the bytes),
 which runs the entry computation, while loops, conditionals and calls included, with no Python
 between kernels. `args` are the entry parameters' array leaves, `results` the root's array leaves,
 both caller-allocated, C-contiguous, row-major. Compiled with `-DHF_PROFILE`, the file also defines
-`uint64_t hf_prof_ns[]` and `uint64_t hf_prof_calls[]`, indexed like `Program.kernels`.
+`uint64_t hf_prof_ns[]` and `uint64_t hf_prof_calls[]`, indexed like `Program.kernels`. The
+exported `const int *hf_stop_ptr` is pointed by the executable at the process's SIGINT counter
+(`runtime.py`); `hf_entry` stops at the next while-loop iteration after it changes.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ What the helpers guarantee (each matches `backends/interpreter/elementwise.py` b
 - Float min/max propagate NaN and return the second operand when the operands compare equal, like
   numpy's minimum/maximum (so max(-0, +0) = +0 and max(+0, -0) = -0).
 - reduce-precision follows XLA's EmitReducePrecisionIR (quiet_nans=false).
+- Kernel scratch memory comes from `hf_alloc`, which never returns NULL: a failure jumps back
+  to `hf_entry`, which reports it (status 3, the bytes and the kernel).
 Every helper is `static inline`, so unused ones cost nothing in the object file.
 """
 
@@ -27,6 +29,29 @@ _INCLUDES = """\
 #include <string.h>
 #include <math.h>
 #include <stdlib.h>
+#include <setjmp.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+"""
+
+# Scratch memory for kernels. A failed allocation never returns NULL into a kernel: it records
+# the bytes and jumps back to hf_entry (driver.py), which frees its arena and returns status 3.
+# Only the calling thread allocates (never inside an OpenMP region), so the jump is safe.
+# sigsetjmp(.., 0): plain setjmp saves the signal mask, a system call per hf_entry.
+_ALLOC = r"""
+static __thread sigjmp_buf *hf_oom_jmp;
+static __thread int64_t hf_oom_bytes, hf_oom_kernel = -1;
+__attribute__((unused)) static void *hf_alloc(size_t align, size_t bytes) {
+  size_t n = bytes ? bytes : 1;
+  void *p = align ? aligned_alloc(align, (n + align - 1) / align * align) : malloc(n);
+  if (!p) {
+    hf_oom_bytes = (int64_t)bytes;
+    if (hf_oom_jmp) siglongjmp(*hf_oom_jmp, 1);
+    abort();
+  }
+  return p;
+}
 """
 
 _FLOAT_CORE = r"""
@@ -289,7 +314,7 @@ def _rp_helpers() -> str:
 @functools.cache
 def helpers() -> str:
     """The helper functions (no includes, no mathlib)."""
-    parts = [_FLOAT_CORE, _float_helpers("f32"), _float_helpers("f64")]
+    parts = [_ALLOC, _FLOAT_CORE, _float_helpers("f32"), _float_helpers("f64")]
     parts += [_cvt_helpers("f32"), _cvt_helpers("f64")]
     parts += [_int_helpers(name) for name in _INT_TYPES]
     parts.append(_rp_helpers())

@@ -15,6 +15,14 @@ What each instruction becomes:
   runs the last branch, as XLA) with the branches inlined, writing the conditional's buffers;
   call: the callee inlined.
 
+`hf_entry` allocates the arena and calls `hf_run` (the entry computation) under a
+`sigsetjmp` that catches a kernel's failed scratch allocation; every while-loop iteration
+polls the process's SIGINT counter (`runtime.py`) with one relaxed load. Statuses: 0 done,
+1 no arena, 2 stopped by SIGINT, 3 a kernel's scratch allocation failed (`hf_failure`).
+Nothing from the input is printed as code: comments go through `ctext.comment`, names are
+`hf_*` counters and the kernels' code-derived names, and every integer literal is checked
+(`ctext.check_integers`) after `limits.check_module` bounded the module.
+
 Conditions enforced: kernels never write `args` or constants (in place only on owned, dead
 buffers, see buffers.py); every root leaf ends up in `results[j]`: written there directly by
 its producer when that runs in the entry computation (a kernel, a conditional's branches, an
@@ -59,10 +67,15 @@ _UNSUPPORTED = {
 }
 
 _RESERVED = frozenset({ENTRY_SYMBOL, "args", "results", "hf_arena", "hf_prof_ns", "hf_prof_calls",
-                       "hf_now_ns", "HF_CALL", "main"})
+                       "hf_now_ns", "HF_CALL", "main", "hf_run", "hf_at", "hf_stop",
+                       "hf_stop0", "hf_stop_ptr", "hf_failure"})
 
-_PROFILE = """
+# Profiling counters, the kernel-call macro, and the SIGINT counter the executable points
+# `hf_stop_ptr` at (runtime.py). HF_CALL records which kernel runs, for hf_failure.
+_RUNTIME = """
 #include <time.h>
+static const int hf_never_stop = 0;
+const int *hf_stop_ptr = &hf_never_stop;
 #ifdef HF_PROFILE
 uint64_t hf_prof_ns[{n}];
 uint64_t hf_prof_calls[{n}];
@@ -71,12 +84,49 @@ static inline uint64_t hf_now_ns(void) {{
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }}
-#define HF_CALL(k, call) do {{ uint64_t hf_t0_ = hf_now_ns(); call; \\
+#define HF_CALL(k, call) do {{ *hf_at = (k); uint64_t hf_t0_ = hf_now_ns(); call; \\
     hf_prof_ns[k] += hf_now_ns() - hf_t0_; hf_prof_calls[k] += 1; }} while (0)
 #else
-#define HF_CALL(k, call) call
+#define HF_CALL(k, call) do {{ *hf_at = (k); call; }} while (0)
 #endif
 """
+
+# hf_entry: the arena, then hf_run under a setjmp that catches a kernel's failed allocation
+# (cprelude's hf_alloc). hf_run is not inlined: setjmp would pessimise its loops. Statuses:
+# 0 done, 1 no arena, 2 stopped by SIGINT, 3 a kernel could not allocate scratch (hf_failure
+# says which kernel and how many bytes).
+_ENTRY = """
+int {entry}(void *const *args, void *const *results) {{
+  char *hf_arena = NULL;
+  if ({size}) {{
+    hf_arena = (char *)aligned_alloc(64, {size});
+    if (!hf_arena) return 1;
+  }}
+  volatile int64_t hf_kernel = -1;
+  sigjmp_buf hf_jb;
+  sigjmp_buf *const hf_prev = hf_oom_jmp;
+  int status;
+  if (sigsetjmp(hf_jb, 0)) {{
+    hf_oom_kernel = hf_kernel;
+    status = 3;
+  }} else {{
+    hf_oom_jmp = &hf_jb;
+    status = hf_run(args, results, hf_arena, &hf_kernel);
+  }}
+  hf_oom_jmp = hf_prev;
+  free(hf_arena);
+  return status;
+}}
+
+int hf_failure(int64_t *info) {{
+  info[0] = hf_oom_kernel;
+  info[1] = hf_oom_bytes;
+  return 0;
+}}
+"""
+
+# At the top of every while-loop iteration: stop when a SIGINT arrived since hf_run began.
+POLL = "if (__atomic_load_n(hf_stop, __ATOMIC_RELAXED) != hf_stop0) return 2;"
 
 
 def _default_lowering() -> KernelLowering:
@@ -220,14 +270,16 @@ class _Generator:
             limits.check_arena(bound, labels)
         size = self.arena.assign()
         limits.check_arena(size, labels)
-        head = [f"int {ENTRY_SYMBOL}(void *const *args, void *const *results) {{"]
-        if self.arena.slots:
-            head.append(f"  char *hf_arena = (char *)aligned_alloc(64, {size});")
-            head.append("  if (!hf_arena) return 1;")
-            for s in self.arena.slots:
-                head.append(f"  void *const hf_b{s.id} = hf_arena + {s.offset};  "
-                            + comment(s.label))
-        tail = (["  free(hf_arena);"] if self.arena.slots else []) + ["  return 0;", "}"]
+        size = size if self.arena.slots else 0
+        head = ["static __attribute__((noinline)) int hf_run(void *const *args, "
+                "void *const *results, char *hf_arena, volatile int64_t *hf_at) {",
+                "  const int *const hf_stop = hf_stop_ptr;",
+                "  const int hf_stop0 = __atomic_load_n(hf_stop, __ATOMIC_RELAXED);",
+                "  (void)args; (void)results; (void)hf_arena; (void)hf_at; (void)hf_stop0;"]
+        for s in self.arena.slots:
+            head.append(f"  void *const hf_b{s.id} = hf_arena + {s.offset};  "
+                        + comment(s.label))
+        tail = ["  return 0;", "}", _ENTRY.format(entry=ENTRY_SYMBOL, size=size)]
         consts = "\n".join(self._const_defs)
         entry = "\n".join(head + self.lines + tail)
         for k in self.kernels:
@@ -236,7 +288,7 @@ class _Generator:
         parts = [
             cexpr.prelude(),
             "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n",
-            _PROFILE.format(n=max(1, len(self.kernels))),
+            _RUNTIME.format(n=max(1, len(self.kernels))),
             *(k.source for k in self.kernels),
             consts,
             comment(module.name, f": {len(self.kernels)} kernels, arena {size} bytes"),
@@ -247,7 +299,7 @@ class _Generator:
             inputs=tuple(in_shapes),
             outputs=tuple(out_shapes),
             kernels=tuple(self.kernels),
-            arena_bytes=size if self.arena.slots else 0,
+            arena_bytes=size,
         )
 
     # -- computations ---------------------------------------------------------------------------
@@ -424,6 +476,7 @@ class _Generator:
         self.arena.open_loop()
         self.emit("for (;;) {  " + comment(instr.name))
         self._depth += 1
+        self.emit(POLL)
         pred = self.emit_computation(plan.cond, cur)[0]
         self.emit(f"if (!*(const uint8_t *){pred.expr}) break;")
         self.arena.touch(pred)

@@ -8,15 +8,23 @@ Conditions enforced on every call, exactly like the interpreter (`interpreter.ch
 the arguments match the entry parameters in count, shape and element type (no implicit casts;
 numpy scalars are accepted as 0-d arrays; a tuple-shaped parameter is given as a tuple and
 flattened depth-first). Inputs are passed C-contiguous (copied if they are not); outputs are
-fresh arrays the caller owns. A non-zero status from `hf_entry` raises `NativeRuntimeError`.
+fresh arrays the caller owns. An unknown non-zero status from `hf_entry` raises
+`NativeRuntimeError`.
 
 The per-call path is kept short: the parameters' leaf dtypes and shapes, the ctypes pointer
 array types and the output allocation list are computed once here; a call checks each array
-with a few attribute compares and falls back to `check_args` only to build the error message.
+with a few attribute compares and falls back on `check_args` only to build the error message.
+
+Failures are hlofuse errors, never a crash or a MemoryError: outputs that cannot be allocated,
+the work arena (status 1) and a kernel's scratch (status 3, `hf_failure` names the kernel and
+the bytes) raise `AllocationError` naming the instruction and the bytes. Ctrl-C stops a run
+(status 2, `runtime.py`) and raises KeyboardInterrupt; each call re-arms the SIGINT counter
+with one dictionary lookup.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import time
 from collections.abc import Sequence
@@ -25,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.backends.cpu import runtime
 from hlofuse.backends.cpu.contract import Program
-from hlofuse.errors import CompileError
+from hlofuse.errors import AllocationError, CompileError
 from hlofuse.ir.module import Module
 from hlofuse.ir.shape import ArrayShape, TokenShape, TupleShape, leaves
 
@@ -48,8 +57,8 @@ def _address(a: np.ndarray) -> int:
         return int(a.ctypes.data)
 
 
-# hf_entry's non-zero statuses (driver.py).
-_STATUS = {1: "could not allocate its work buffers (out of memory)"}
+# hf_entry's statuses (driver.py).
+_NO_ARENA, _INTERRUPTED, _NO_SCRATCH = 1, 2, 3
 
 
 def _leaf_specs(shape: object) -> list[tuple[np.dtype, tuple[int, ...]]]:
@@ -191,6 +200,9 @@ class CpuExecutable:
         self._out_type = ctypes.c_void_p * max(1, len(self._out_specs))
         self._lib = build.load_library(program.source, name=module.name)
         self._entry = self._bind(self._lib)
+        root = module.entry.root
+        self._out_names = [f"output {j} of {root.name} ({dt.name}{list(dims)})"
+                           for j, (dt, dims) in enumerate(self._out_specs)]
         self._prof_lib: ctypes.CDLL | None = None
 
     @property
@@ -207,6 +219,11 @@ class CpuExecutable:
             ) from None
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         fn.restype = ctypes.c_int
+        counter = runtime.counter_address()
+        # (hand-written programs in tests may not have hf_stop_ptr: then not interruptible)
+        if counter is not None:
+            with contextlib.suppress(ValueError):
+                ctypes.c_void_p.in_dll(lib, "hf_stop_ptr").value = counter
         return fn
 
     def _inputs(self, arrays: Sequence[Any]) -> list[np.ndarray]:
@@ -236,18 +253,54 @@ class CpuExecutable:
             _flatten_value(value, p.shape, flat)
         return [np.ascontiguousarray(a) for a in flat]
 
-    def _run(self, entry: Any, arrays: Sequence[Any]) -> list[np.ndarray]:
+    def _outputs(self) -> list[np.ndarray]:
+        try:
+            return [np.empty(dims, dt) for dt, dims in self._out_specs]
+        except (MemoryError, ValueError):
+            for (dt, dims), what in zip(self._out_specs, self._out_names, strict=True):
+                try:
+                    np.empty(dims, dt)
+                except (MemoryError, ValueError):
+                    nbytes = int(np.prod(dims, dtype=object)) * np.dtype(dt).itemsize
+                    raise AllocationError(
+                        f"{self.name}: cannot allocate {nbytes} bytes for {what}"
+                    ) from None
+            raise
+
+    def _run(self, entry: Any, arrays: Sequence[Any], lib: ctypes.CDLL | None = None
+             ) -> list[np.ndarray]:
         ins = self._inputs(arrays)
-        outs = [np.empty(dims, dt) for dt, dims in self._out_specs]
+        outs = self._outputs()
+        runtime.arm()
         status = entry(self._in_type(*[_address(a) for a in ins]),
                        self._out_type(*[_address(o) for o in outs]))
         if status != 0:
-            why = _STATUS.get(status, "")
-            raise NativeRuntimeError(
-                f"{self.name}: the compiled module failed (hf_entry returned status {status}"
-                f"{': ' + why if why else ''})"
-            )
+            self._failed(status, lib or self._lib)
         return outs
+
+    def _failed(self, status: int, lib: ctypes.CDLL) -> None:
+        if status == _INTERRUPTED:
+            runtime.check_signals()  # raises KeyboardInterrupt
+        if status == _NO_ARENA:
+            raise AllocationError(
+                f"{self.name}: cannot allocate the {self.program.arena_bytes} byte work arena "
+                "for the module's intermediate buffers (out of memory)"
+            )
+        if status == _NO_SCRATCH:
+            info = (ctypes.c_int64 * 2)(-1, 0)
+            with contextlib.suppress(AttributeError):
+                lib.hf_failure(info)
+            k = info[0]
+            kernels = self.program.kernels
+            what = (f"kernel {kernels[k].name} (instruction {kernels[k].instruction})"
+                    if 0 <= k < len(kernels) else "a kernel")
+            raise AllocationError(
+                f"{self.name}: {what} cannot allocate {info[1]} bytes of scratch memory "
+                "(out of memory)"
+            )
+        raise NativeRuntimeError(
+            f"{self.name}: the compiled module failed (hf_entry returned status {status})"
+        )
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         return self._run(self._entry, arrays)
@@ -282,7 +335,7 @@ class CpuExecutable:
                 calls[i] = 0
         t0 = time.perf_counter_ns()
         for _ in range(repeat):
-            self._run(entry, arrays)
+            self._run(entry, arrays, lib)
         wall = time.perf_counter_ns() - t0
         rows = tuple(
             KernelProfile(k.name, k.instruction, k.kind, int(calls[i]), int(ns[i]), k.nbytes)

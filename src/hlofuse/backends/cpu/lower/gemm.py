@@ -92,7 +92,7 @@ static void hflib_gemm_{S}(int64_t batch, int64_t M, int64_t N, int64_t K,
     if (K == 0) {{ memset(c, 0, sizeof({T}) * batch * M * N); return; }}
     const int64_t ncmax = N < NC ? N : NC, kcmax = K < KC ? K : KC;
     const size_t bbytes = sizeof({T}) * kcmax * ((ncmax + NR - 1) / NR * NR);
-    {T} *bpack = aligned_alloc(64, (bbytes + 63) / 64 * 64);  /* size: a multiple of 64 */
+    {T} *bpack = hf_alloc(64, bbytes);
     const int parallel = (double)M * N * K >= {PARALLEL_WORK};
     for (int64_t t = 0; t < batch; t++) {{
         const {T} *at = a + t * sab, *bt = b + t * sbb;
@@ -179,7 +179,7 @@ def _copy_canonical(
 ) -> list[str]:
     """Statements copying `src` (row-major `dims`) into `name` (acc_t), axes in `order`."""
     strides = [math.prod(dims[a + 1 :]) for a in range(len(dims))]
-    lines = [f"{acc_t} *{name} = malloc(sizeof({acc_t}) * {max(1, math.prod(dims))});",
+    lines = [f"{acc_t} *{name} = hf_alloc(0, sizeof({acc_t}) * {max(1, math.prod(dims))});",
              "{", f"    {acc_t} *dst = {name};"]
     indent = "    "
     for level, axis in enumerate(order):
@@ -247,7 +247,7 @@ def emit_dot(
         c = f"({acc_t} *)({outs[0]})"
     else:
         c = fresh("acc", names)
-        body.append(f"{acc_t} *{c} = malloc(sizeof({acc_t}) * {max(1, out_shape.size)});")
+        body.append(f"{acc_t} *{c} = hf_alloc(0, sizeof({acc_t}) * {max(1, out_shape.size)});")
         scratch.append(c)
     body.append(f"hflib_gemm_{suffix}({batch}, {m}, {n}, {k}, {a}, {sab}, {sam}, {sak},")
     body.append(f"               {b}, {sbb}, {sbk}, {sbn}, {c});")

@@ -2,7 +2,7 @@
 
 Such an op is computed whole by `lower.library` into buffers, then read like an input:
 
-    float *tmp = malloc(...);                /* its operands, unless they are kernel inputs */
+    float *tmp = hf_alloc(0, ...);           /* its operands, unless they are kernel inputs */
     for (i ...) tmp[i] = <operand at i>;
     <library statements: dot(tmp, in1) -> tmp_2>
     ... loads tmp_2[i] in the loops ...
@@ -45,7 +45,7 @@ def scratch(em: Emitter, shape: ArrayShape, base: str) -> str:
     ct = cexpr.ctype(shape.dtype)
     name = em.fresh(base)
     with em.at_preamble():
-        em.line(f"{ct} *{name} = ({ct} *)malloc({max(shape.nbytes, 1)});")
+        em.line(f"{ct} *{name} = ({ct} *)hf_alloc(0, {max(shape.nbytes, 1)});")
     em.post.append(f"    free({name});")
     return name
 

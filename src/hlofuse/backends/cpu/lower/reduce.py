@@ -240,7 +240,7 @@ def reduction_nest(em: Emitter, reduces: list[tuple[Instruction, list[tuple[int,
                     em.line(f"{ct} {a}[{row}];")
                 else:
                     with em.at_preamble():
-                        em.line(f"{ct} *{a} = ({ct} *)malloc(sizeof({ct}) * {row});")
+                        em.line(f"{ct} *{a} = ({ct} *)hf_alloc(0, sizeof({ct}) * {row});")
                     em.post.append(f"    free({a});")
                 j = em.fresh("j")
                 em.line(f"for (int64_t {j} = 0; {j} < {row}; ++{j}) {a}[{j}] = {v};")

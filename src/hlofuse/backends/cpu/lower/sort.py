@@ -85,14 +85,26 @@ def _rows_function(
     """A C function sorting every row: offsets into `idx`, `sort_body`, then `gather` lines."""
     rows = outer * inner
     params = _params(in_types, "in", True) + _params(out_types, "out", False)
-    par = f"if ({rows * n} >= {PARALLEL_WORK} && {rows} > 1)"
+    par = int(rows * n >= PARALLEL_WORK and rows > 1)
+    width = max(1, n)
+    # scratch for every thread, allocated before the parallel region (hf_alloc's rule)
     lines = [
         ctext.comment(what),
         f"static void {name}({', '.join(params)}) {{",
-        f"    #pragma omp parallel {par}",
+        "#ifdef _OPENMP",
+        f"    const int teams = {par} ? omp_get_max_threads() : 1;",
+        "#else",
+        "    const int teams = 1;",
+        "#endif",
+        f"    int64_t *bufs = hf_alloc(0, sizeof(int64_t) * {2 * width} * (size_t)teams);",
+        f"    #pragma omp parallel if ({par}) num_threads(teams)",
         "    {",
-        f"    int64_t *idx_buf = malloc(sizeof(int64_t) * {max(1, n)});",
-        f"    int64_t *tmp_buf = malloc(sizeof(int64_t) * {max(1, n)});",
+        "#ifdef _OPENMP",
+        f"    int64_t *idx_buf = bufs + {2 * width} * (int64_t)omp_get_thread_num();",
+        "#else",
+        "    int64_t *idx_buf = bufs;",
+        "#endif",
+        f"    int64_t *tmp_buf = idx_buf + {width};",
         "    #pragma omp for schedule(static)",
         f"    for (int64_t row = 0; row < {rows}; row++) {{",
         f"        const int64_t n = {n};",
@@ -102,7 +114,7 @@ def _rows_function(
     ]
     lines += ["    " + line for line in sort_body.strip("\n").split("\n")]
     lines += ["        " + g for g in gather]
-    lines += ["    }", "    free(idx_buf);", "    free(tmp_buf);", "    }", "}"]
+    lines += ["    }", "    }", "    free(bufs);", "}"]
     return "\n".join(lines) + "\n"
 
 
