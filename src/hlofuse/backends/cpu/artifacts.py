@@ -70,6 +70,7 @@ def program_to_data(program: Program) -> dict[str, Any]:
         "source": program.source,
         "entry_symbol": program.entry_symbol,
         "arena_bytes": program.arena_bytes,
+        "arena_largest": program.arena_largest,
         "inputs": _shapes(program.inputs),
         "outputs": _shapes(program.outputs),
         "kernels": [
@@ -135,6 +136,7 @@ def program_from_data(data: Any) -> Program:
         kernels=tuple(kernels),
         entry_symbol=_get(data, "entry_symbol", str),
         arena_bytes=_get(data, "arena_bytes", int),
+        arena_largest=_get(data, "arena_largest", str),
     )
 
 

@@ -63,3 +63,4 @@ class Program:
     kernels: tuple[Kernel, ...]  # indexed like hf_prof_ns / hf_prof_calls
     entry_symbol: str = ENTRY_SYMBOL
     arena_bytes: int = 0  # the work arena hf_entry allocates per call (for error messages)
+    arena_largest: str = ""  # its largest buffer: shape, instruction, bytes (for error messages)

@@ -294,12 +294,14 @@ class _Generator:
             comment(module.name, f": {len(self.kernels)} kernels, arena {size} bytes"),
             entry,
         ]
+        big = max(self.arena.slots, key=lambda s: s.nbytes, default=None)
         return Program(
             source="\n\n".join(p.strip("\n") for p in parts if p) + "\n",
             inputs=tuple(in_shapes),
             outputs=tuple(out_shapes),
             kernels=tuple(self.kernels),
             arena_bytes=size,
+            arena_largest=f"{big.label} ({big.nbytes} bytes)" if big is not None else "",
         )
 
     # -- computations ---------------------------------------------------------------------------

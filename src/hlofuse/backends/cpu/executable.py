@@ -282,9 +282,11 @@ class CpuExecutable:
         if status == _INTERRUPTED:
             runtime.check_signals()  # raises KeyboardInterrupt
         if status == _NO_ARENA:
+            largest = self.program.arena_largest
             raise AllocationError(
                 f"{self.name}: cannot allocate the {self.program.arena_bytes} byte work arena "
                 "for the module's intermediate buffers (out of memory)"
+                + (f"; the largest is {largest}" if largest else "")
             )
         if status == _NO_SCRATCH:
             info = (ctypes.c_int64 * 2)(-1, 0)
