@@ -36,6 +36,7 @@ import numpy as np
 from hlofuse.backends.cpu import runtime
 from hlofuse.backends.cpu.contract import Program
 from hlofuse.errors import AllocationError, CompileError
+from hlofuse.escape import terminal
 from hlofuse.ir.module import Module
 from hlofuse.ir.shape import ArrayShape, TokenShape, TupleShape, leaves
 
@@ -155,8 +156,8 @@ class Profile:
         header = ("kernel", "instruction", "kind", "calls", "total", "per call", "bytes/call",
                   "GB/s", "%")
         total = self.kernel_ns or 1
-        body = [
-            (r.kernel, r.instruction, r.kind, str(r.calls), _fmt_ns(r.total_ns),
+        body = [  # instruction names are input text: escaped for the terminal
+            (r.kernel, terminal(r.instruction), r.kind, str(r.calls), _fmt_ns(r.total_ns),
              _fmt_ns(r.ns_per_call), _fmt_bytes(r.bytes_per_call), f"{r.gb_per_s:.2f}",
              f"{100.0 * r.total_ns / total:.1f}")
             for r in self.sorted_rows()
@@ -169,7 +170,8 @@ class Profile:
                              for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
 
         lines = [
-            f"# profile of {self.module}: {len(self.rows)} kernels, {self.repeat} run(s), "
+            f"# profile of {terminal(self.module)}: {len(self.rows)} kernels, "
+            f"{self.repeat} run(s), "
             f"wall {_fmt_ns(self.wall_ns)}, in kernels {_fmt_ns(self.kernel_ns)}",
             line(header),
             line(["-" * w for w in widths]),

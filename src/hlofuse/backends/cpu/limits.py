@@ -102,7 +102,7 @@ def _check_ints(instr: Instruction) -> None:
                     )
             elif isinstance(v, tuple | list):
                 stack.extend(v)
-            elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            elif dataclasses.is_dataclass(v) and not isinstance(v, type | Instruction):
                 stack.extend(getattr(v, f.name) for f in dataclasses.fields(v))
 
 
@@ -185,11 +185,22 @@ def expression_depth(instr: Instruction) -> int:
     return deepest
 
 
+def _stack_depth() -> int:
+    """Python frames below this one (the driver calls lowering from nested computations)."""
+    n = 0
+    frame = sys._getframe()
+    while frame is not None:
+        n += 1
+        frame = frame.f_back  # type: ignore[assignment]
+    return n
+
+
 def deep_call(fn: Callable[[], T], depth: int) -> T:
     """`fn()`, run where `depth` levels of `_FRAMES_PER_LEVEL` Python frames fit: directly when
-    the current recursion limit leaves room, else on a thread with a large stack."""
+    the recursion limit leaves room above the current stack, else on a new thread (an empty
+    stack, and a large one) with a raised limit."""
     need = depth * _FRAMES_PER_LEVEL
-    if need + 400 < sys.getrecursionlimit():
+    if _stack_depth() + need + 200 < sys.getrecursionlimit():
         return fn()
     result: list[T] = []
     error: list[BaseException] = []
