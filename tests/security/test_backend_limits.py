@@ -165,3 +165,16 @@ def test_integer_literals_that_fit_no_c_type_are_caught() -> None:
         value = int(bad.rstrip("u"), 0)
         with pytest.raises(ctext.IntegerRangeError, match=rf"kernel k: .*integer {value}"):
             ctext.check_integers(f"x = {bad};", "kernel k")
+
+
+@pytest.mark.parametrize("bits", [(3_000_000_000, 7), (1 << 40, 1 << 40), (3, (1 << 33) + 1)])
+def test_huge_reduce_precision_attributes_are_not_truncated(bits: tuple[int, int]) -> None:
+    """exponent_bits=3e9 used to reach an `int` parameter of the C helper and come out
+    negative: a silent wrong answer. Attribute values now travel as int64_t."""
+    e, m = bits
+    for dt, np_t in (("f16", np.float16), ("f32", np.float32), ("f64", np.float64)):
+        text = (f"HloModule m\nENTRY e {{\n  p = {dt}[4] parameter(0)\n  ROOT r = {dt}[4] "
+                f"reduce-precision(p), exponent_bits={e}, mantissa_bits={m}\n}}\n")
+        x = np.array([1.1, -3.7, 1e-3, np.nan]).astype(np_t)
+        got = _compile(text)(x)[0]
+        np.testing.assert_array_equal(got, interpreter.run(parse(text), x)[0])

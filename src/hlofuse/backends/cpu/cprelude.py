@@ -183,9 +183,9 @@ static inline IT hf_min_ISFX(IT a, IT b) { return a < b ? a : b; }
 """
 
 _RP = r"""
-static inline UT hf_rp_bits_BITS(UT x, int e, int m) {
+static inline UT hf_rp_bits_BITS(UT x, int64_t e, int64_t m) {
   if (m < MAN) {
-    int shift = MAN - m;
+    int64_t shift = MAN - m;
     UT last = (UT)((UT)1 << shift);
     UT bias = (UT)(((x & last) >> shift) + (((UT)1 << (shift - 1)) - 1u));
     x = (UT)((x + bias) & (UT)~(UT)(last - 1u));
@@ -203,16 +203,16 @@ static inline UT hf_rp_bits_BITS(UT x, int e, int m) {
 """
 
 _RP_WRAP = r"""
-static inline float hf_reduce_precision_f16(float f, int e, int m) {
+static inline float hf_reduce_precision_f16(float f, int64_t e, int64_t m) {
   uint16_t x = hf_f32_to_f16(f);
   float r = hf_f16_to_f32(hf_rp_bits_16(x, e, m));
   return f != f ? (m > 0 ? f : HF_INF) : r;
 }
-static inline float hf_reduce_precision_f32(float f, int e, int m) {
+static inline float hf_reduce_precision_f32(float f, int64_t e, int64_t m) {
   float r = hf_f32_from_bits(hf_rp_bits_32(hf_f32_bits(f), e, m));
   return f != f ? (m > 0 ? f : HF_INF) : r;
 }
-static inline double hf_reduce_precision_f64(double f, int e, int m) {
+static inline double hf_reduce_precision_f64(double f, int64_t e, int64_t m) {
   double r = hf_f64_from_bits(hf_rp_bits_64(hf_f64_bits(f), e, m));
   return f != f ? (m > 0 ? f : (double)HF_INF) : r;
 }
