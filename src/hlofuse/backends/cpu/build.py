@@ -313,6 +313,9 @@ def _build(
             f"compiling {name} timed out after {COMPILE_TIMEOUT_S} s; the C file is kept at "
             f"{c_path}", c_path,
         ) from exc
+    except BaseException:  # Ctrl-C while compiling: leave no temporary library behind
+        _unlink(tmp_lib)
+        raise
     if proc.returncode != 0:
         _unlink(tmp_lib)
         if any(e in proc.stderr for e in _DISK_ERRORS):
