@@ -17,10 +17,16 @@ The pieces, in the order a module flows through them:
                    `hf_entry` for the entry computation, while/conditional/call included, so no
                    Python runs between kernels
     buffers.py     the driver's buffer assignment (which values share memory, what is in place)
-    build.py       find the C compiler, compile with fixed flags (never -ffast-math), cache the
-                   .so by content hash (atomic writes, safe across processes), load with ctypes
+    build.py       find the C compiler, compile with fixed flags (never -ffast-math, never -w),
+                   cache the .so by content hash (atomic writes, safe across processes), load
+                   with ctypes
     executable.py  `CpuExecutable`: argument checks like the interpreter, the ctypes call, and
                    `profile()` from the -DHF_PROFILE build
+
+Input is hostile (docs/security.md): `limits.py` bounds sizes, integers and nesting before any C
+is written; `ctext.py` is the only way input text (comments) and integers reach the C;
+`cachefs.py` trusts a cache directory and its entries only after checks; `artifacts.py` keeps
+compiled programs as JSON; `runtime.py` lets Ctrl-C stop native loops.
 
 The interpreter is the specification: every result matches it (exact for integers and bools,
 floats within the tolerances documented in tests/test_cpu_programs.py). An op the backend does
