@@ -363,6 +363,8 @@ def _split_multiple(x: Affine, n: int) -> tuple[Affine, Affine | None]:
 
 
 def _key(arg: Any) -> Any:
+    if isinstance(arg, float) and arg != arg:
+        return ("nan",)  # NaN != NaN: constants are told apart by their bits (the hex part)
     if isinstance(arg, tuple):
         return tuple(_key(a) for a in arg)
     if isinstance(arg, Buffer | Var | Val):

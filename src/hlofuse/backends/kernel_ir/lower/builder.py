@@ -166,6 +166,8 @@ class Builder:
         found = self.lookup(key)
         if found is not None:
             return found  # type: ignore[return-value]
+        if instr.is_elementwise and not hoist and id(instr) not in self.params:
+            self._prefetch(instr, idx)
         if hoist and not self.in_preamble():
             with self.at_preamble():
                 result = self._compute(instr, idx)
@@ -174,6 +176,30 @@ class Builder:
         result = self._compute(instr, idx)
         self.remember(key, result)
         return result
+
+    def _prefetch(self, instr: Instruction, idx: Index) -> None:
+        """Lower the chain of elementwise operands at the same index bottom-up, iteratively, so
+        a fusion thousands of ops deep does not recurse thousands of levels."""
+        order: list[Instruction] = []
+        seen: set[int] = set()
+        stack: list[tuple[Instruction, bool]] = [(instr, False)]
+        while stack:
+            x, done = stack.pop()
+            if done:
+                order.append(x)
+                continue
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            stack.append((x, True))
+            for o in x.operands:
+                if (o.is_elementwise and id(o) not in self.params
+                        and o.opcode not in HANDLERS and isinstance(o.shape, ArrayShape)
+                        and tuple(o.shape.dims) == idx.dims
+                        and self.lookup((id(o), idx.key())) is None):
+                    stack.append((o, False))
+        for x in order[:-1]:
+            self.values(x, idx)
 
     def _compute(self, instr: Instruction, idx: Index) -> list[Val]:
         if id(instr) in self.params:

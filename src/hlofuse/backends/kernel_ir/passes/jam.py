@@ -6,8 +6,9 @@ computed once per iteration.
  -> for i in [0, 2048): out[i] = f(...); out[i + 6144] = g(...)  (sin computed once)
 
 The pieces `split` cuts a concatenate on an outer dimension into (a `jnp.stack` of a state's
-rows) are such siblings. Conditions enforced: the loops are adjacent (only comments between
-them), have the same bounds, are neither vector nor parallel yet; no buffer one of them writes
+rows) are such siblings. Conditions enforced: the loops are adjacent (only comments and stores
+independent of the later loop between them), have the same bounds, are neither vector nor
+parallel yet; no buffer one of them writes
 is read by the other; and where both write a buffer, the index ranges they write (over the loop
 range) do not overlap. Then running the bodies interleaved, iteration by iteration, gives the
 same results as running one loop after the other.
@@ -29,7 +30,7 @@ def _block(k: ir.Kernel, body: list[Stmt]) -> list[Stmt]:
     for s in body:
         if isinstance(s, ir.Loop):
             s.body = _block(k, s.body)
-            prev = _last_loop(out)
+            prev = _last_loop(out, s)
             if prev is not None and _can_jam(prev, s):
                 extra = Rewriter(k.graph, {s.var: ir.affine(prev.var)}).stmts(s.body)
                 prev.body = prev.body + extra
@@ -40,11 +41,17 @@ def _block(k: ir.Kernel, body: list[Stmt]) -> list[Stmt]:
     return out
 
 
-def _last_loop(out: list[Stmt]) -> ir.Loop | None:
+def _last_loop(out: list[Stmt], loop: ir.Loop) -> ir.Loop | None:
+    """The previous loop `loop` could move up to: only comments and stores independent of
+    `loop` may stand between them."""
     for s in reversed(out):
         if isinstance(s, ir.Comment):
             continue
-        return s if isinstance(s, ir.Loop) else None
+        if isinstance(s, ir.Loop):
+            return s
+        if isinstance(s, ir.Store) and _independent([s], loop.body):
+            continue
+        return None
     return None
 
 
@@ -76,8 +83,13 @@ def _write_ranges(body: list[Stmt]) -> dict[Buffer, list[tuple[int, int] | None]
 def _can_jam(a: ir.Loop, b: ir.Loop) -> bool:
     if (a.lo, a.hi) != (b.lo, b.hi) or a.vector or b.vector or a.parallel or b.parallel:
         return False
-    wa, wb = _write_ranges(a.body), _write_ranges(b.body)
-    if set(wa) & _reads(b.body) or set(wb) & _reads(a.body):
+    return _independent(a.body, b.body)
+
+
+def _independent(a_body: list[Stmt], b_body: list[Stmt]) -> bool:
+    """May the two statement lists run in either order (or interleaved)?"""
+    wa, wb = _write_ranges(a_body), _write_ranges(b_body)
+    if set(wa) & _reads(b_body) or set(wb) & _reads(a_body):
         return False
     for buf in set(wa) & set(wb):
         ra, rb = wa[buf], wb[buf]
