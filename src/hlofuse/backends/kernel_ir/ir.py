@@ -136,13 +136,18 @@ class Affine:
     def vals(self) -> list[Val]:
         return [t for t, _ in self.terms if isinstance(t, Val)]
 
-    def bounds(self) -> tuple[int, int] | None:
-        """Inclusive [min, max] over the variables' ranges; None if a value term is present."""
+    def bounds(self, depth: int = 0) -> tuple[int, int] | None:
+        """Inclusive [min, max] over the variables' ranges and the value terms' ranges
+        (`value_bounds`); None if a value's range is unknown."""
         lo = hi = self.const
         for t, c in self.terms:
-            if not isinstance(t, Var):
+            if isinstance(t, Var):
+                r: tuple[int, int] | None = (t.lo, t.hi - 1)
+            else:
+                r = value_bounds(t, depth + 1)
+            if r is None:
                 return None
-            a, b = c * t.lo, c * (t.hi - 1)
+            a, b = c * r[0], c * r[1]
             lo += min(a, b)
             hi += max(a, b)
         return lo, hi
@@ -231,6 +236,35 @@ class Val:
 
     def __repr__(self) -> str:
         return f"%{self.uid}:{self.op}"
+
+
+def value_bounds(v: Val, depth: int = 0) -> tuple[int, int] | None:
+    """Inclusive bounds of an integer value, where they are known: constants, index
+    expressions, clamps (maximum/minimum: a dynamic slice's start), integer conversions and
+    loads (the type's range). None for anything else, or past a small depth."""
+    import numpy as np
+
+    if depth > 16 or not v.dtype.is_integral:
+        return None
+    if v.op == "const":
+        return int(const_value(v)), int(const_value(v))
+    if v.op == "index":
+        return v.arg.bounds(depth + 1)
+    if v.op == "load":
+        info = np.iinfo(v.dtype.np)
+        return int(info.min), int(info.max)
+    if v.op == "alu" and v.arg.opcode in (Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.CONVERT):
+        rs = [value_bounds(a, depth + 1) for a in v.args]
+        if any(r is None for r in rs):
+            return None
+        if v.arg.opcode is Opcode.CONVERT:
+            info = np.iinfo(v.dtype.np)
+            (r,) = rs
+            assert r is not None
+            return r if info.min <= r[0] and r[1] <= info.max else (int(info.min), int(info.max))
+        pick = max if v.arg.opcode is Opcode.MAXIMUM else min
+        return pick(r[0] for r in rs), pick(r[1] for r in rs)  # type: ignore[index]
+    return None
 
 
 def postorder(roots: Iterable[Val]) -> list[Val]:
