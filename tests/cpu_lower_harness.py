@@ -20,7 +20,7 @@ import numpy as np
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu import build, cexpr
 from hlofuse.backends.cpu.contract import Kernel
-from hlofuse.backends.cpu.lower import lower_kernel
+from hlofuse.backends.cpu.kernels import lower_kernel
 from hlofuse.backends.interpreter.core import HANDLERS, Interpreter
 from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.instruction import Instruction

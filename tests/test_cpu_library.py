@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from hlofuse.backends import interpreter
-from hlofuse.backends.cpu import build, cexpr
-from hlofuse.backends.cpu.lower import library, scalar
+from hlofuse.backends.cpu import build, cexpr, library
+from hlofuse.backends.cpu.library import scalar
 from hlofuse.errors import CompileError
 from hlofuse.ir.shape import ArrayShape, leaves
 from hlofuse.text import parse

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hlofuse.backends.cpu import build, cexpr, mathlib
-from hlofuse.backends.cpu.lower import lower_kernel
+from hlofuse.backends.cpu.kernels import lower_kernel
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir import lower as kir_lower
 from hlofuse.backends.kernel_ir.passes import optimize

@@ -96,7 +96,7 @@ def test_deep_chains_need_no_recursion() -> None:
 
 
 def test_a_long_elementwise_fusion_lowers_and_prints() -> None:
-    from hlofuse.backends.cpu.lower import lower_kernel
+    from hlofuse.backends.cpu.kernels import lower_kernel
 
     body = ["  p = f32[64] parameter(0)", "  v0 = f32[64] exponential(p)"]
     body += [f"  v{n} = f32[64] exponential(v{n - 1})" for n in range(1, 3000)]

@@ -255,7 +255,7 @@ class KernelPrinter:
         self.invalidate({s.buf})
 
     def libcall(self, s: ir.LibCall) -> None:
-        from hlofuse.backends.cpu.lower import library
+        from hlofuse.backends.cpu import library
 
         ins = [self.cname[b] for b in s.ins]
         outs = [self.cname[b] for b in s.outs]

@@ -79,7 +79,7 @@ static inline uint64_t hf_now_ns(void) {{
 
 
 def _default_lowering() -> KernelLowering:
-    from hlofuse.backends.cpu.lower import lower_kernel
+    from hlofuse.backends.cpu.kernels import lower_kernel
 
     return lower_kernel
 

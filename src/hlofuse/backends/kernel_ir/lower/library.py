@@ -8,7 +8,7 @@ input.
 Operands that are kernel inputs are passed as they are; any other operand is first materialised
 into a local buffer by a loop nest. As a kernel root the op writes the kernel's outputs directly
 (`roots.py`). Which ops have a routine, and the routines themselves, belong to the backend
-(`backends/cpu/lower/library.py` for C); this module only decides where they run.
+(`backends/cpu/library/` for C); this module only decides where they run.
 """
 
 from __future__ import annotations

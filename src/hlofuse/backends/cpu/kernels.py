@@ -1,26 +1,16 @@
-"""Kernel lowering: one HLO kernel (a fusion, or an unfused op that does work) -> one C function.
+"""One HLO kernel (a fusion, or an unfused op that does work) -> one C function.
 
-    lower_kernel(instr, used_names) -> Kernel      (backends/cpu/contract.py)
+    lower_kernel(instr, used_names, target) -> Kernel      (backends/cpu/contract.py)
 
-A single op is lowered exactly like a fusion whose parameters are its operands. The pieces:
+The kernel is lowered to kernel IR (`backends/kernel_ir/lower`), optimised for the target
+(`kernel_ir.passes.optimize`: split, jam, collapse, vectorize, parallelize, hoist; the host's
+vector width unless `target` says otherwise) and printed (`cprint.KernelPrinter`), the vector
+helpers it uses (`cvec.VecLib`, include-guarded) first.
 
-    naming.py       readable unique names (fused_multiply_add_select, reduce_add, dot_2)
-    index.py        indices as C expressions (multi-index and/or row-major linear)
-    emitter.py      the value of an instruction at an index; elementwise ops, broadcast,
-                    reshape, transpose, iota, constants, tuples, map
-    maps.py         slice, dynamic-slice, dynamic-update-slice, reverse, pad, concatenate,
-                    gather, width-changing bitcast-convert
-    loops.py        loop nests over output shapes; the plan of a kernel's outputs
-    reduce.py       reduce (row / column / variadic / multi-output) and reduce-window
-    inplace.py      dynamic-update-slice roots done in place (O(update))
-    scatter.py      scatter (XLA semantics: out-of-bounds updates skipped, in order)
-    materialize.py  dot, sort, ... (lower.library) inside a kernel, via scratch buffers
-
-Conditions enforced: `instr` is a kernel (`passes.fusion.kernels.is_kernel`); its operands'
-and results' leaves are arrays; the generated function has the contract's signature
-`static void NAME(const T0 *restrict in0, ..., U0 *restrict out0, ...)` (no `restrict` on an
-input/output pair listed in `Kernel.inplace`). Anything that cannot be lowered raises
-`LoweringError` (a CompileError) naming the instruction.
+Conditions enforced: `instr` is a kernel (`passes.fusion.kernels.is_kernel`); the generated
+function has the contract's signature `static void NAME(const T0 *restrict in0, ...,
+U0 *restrict out0, ...)` (no `restrict` on an input/output pair listed in `Kernel.inplace`).
+Anything that cannot be lowered raises `LoweringError` (a CompileError) naming the instruction.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 
 from hlofuse.backends.cpu import cexpr
-from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
-from hlofuse.backends.cpu.lower.naming import fresh
+from hlofuse.backends.cpu.library.errors import LibraryOpError
+from hlofuse.backends.kernel_ir.naming import fresh
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape
