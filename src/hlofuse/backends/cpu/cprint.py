@@ -566,3 +566,21 @@ def _declarations(body: list[Stmt]) -> dict[int, list[Buffer]]:
     for b in order:
         out.setdefault(paths[b][-1], []).append(b)
     return out
+
+
+def print_func(func: ir.Func, lib: VecLib, used_names: set[str]) -> str:
+    """A scalar function (a sort comparator, a select-and-scatter select or scatter) as C:
+
+        static inline void NAME(CT p0, CT p1, ..., CT *r0, CT *r1, ...)
+
+    parameters in their compute types (float for f16/bf16), results through pointers."""
+    printer = KernelPrinter(ir.Kernel(func.name, [], [], [], ir.Graph()), lib, used_names)
+    exprs = [printer.sx(v) for v in func.results]
+    sig = [f"{cexpr.compute_type(p.dtype)} p{p.arg}" for p in func.params]
+    sig += [f"{cexpr.compute_type(v.dtype)} *r{i}" for i, v in enumerate(func.results)]
+    lines = [comment(func.label)] if func.label else []
+    lines.append(f"static inline void {func.name}({', '.join(sig)})\n{{")
+    lines += printer.lines
+    lines += [f"    *r{i} = {e};" for i, e in enumerate(exprs)]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
