@@ -20,9 +20,12 @@ rollout (12 steps, a long chaotic rollout amplifies last-bit sin/cos differences
 against numpy_rollout. Slow cases may run fewer steps (--slow-steps, recorded per case); their
 throughput is still env-steps/s.
 
-A second part sweeps the number of environments from 1 to 65,536 (powers of 4) with fewer steps
-(about --sweep-budget env-steps per point) for the `separate` program under each backend and
-peer: the paper's CPU/GPU crossover figure, here per backend.
+A second part runs the same physics in every state layout (four [N] arrays, [N, 4], [4, N]) and
+every reset layout (four [S, N] arrays, [S, N, 4], [S, 4, N]) against jax.jit of each
+(cartpole_layouts.py; --no-layouts skips it). A third part sweeps the number of environments
+from 1 to 65,536 (powers of 4) with fewer steps (about --sweep-budget env-steps per point) for
+the `separate` program under each backend and peer: the paper's CPU/GPU crossover figure, here
+per backend.
 
     python benchmarks/cartpole.py            # 2048 envs x 10,000 steps, sweep, plots
     python benchmarks/cartpole.py --quick    # 256 envs x 200 steps, small sweep
@@ -47,6 +50,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cartpole_layouts
 import cartpole_peers as peers
 import cartpole_report as report
 import harness
@@ -85,6 +89,7 @@ class Config:
     results_dir: Path = harness.RESULTS
     progress: bool = True
     torch_threads: int | None = None  # torch.set_num_threads; None: torch's default
+    layouts: bool = True  # the state/reset layout table (cartpole_layouts.py)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,7 +310,8 @@ def run_sweep(cfg: Config, prog: harness.Progress) -> dict[str, Any]:
 def _total_units(cfg: Config, variants: list[str]) -> int:
     per_variant = 1 + len(cfg.pipelines) + 1 + cfg.repeat
     peers_units = 1 if cfg.peers else 0
-    return len(variants) * per_variant + peers_units + 2 * len(cfg.sweep_envs)
+    layouts = 9 if cfg.layouts else 0
+    return len(variants) * per_variant + peers_units + 2 * len(cfg.sweep_envs) + layouts
 
 
 def run(cfg: Config) -> dict[str, Any]:
@@ -327,6 +333,8 @@ def run(cfg: Config) -> dict[str, Any]:
                                 and variant == "separate")
             rows.append(row)
             prog.write(report.row_summary(row))
+        layouts = cartpole_layouts.run_layouts(cfg.envs, cfg.steps, cfg.repeat, prog) \
+            if cfg.layouts else None
         sweep = run_sweep(cfg, prog) if cfg.sweep_envs else None
     finally:
         prog.close()
@@ -340,6 +348,7 @@ def run(cfg: Config) -> dict[str, Any]:
         "wall_s": time.perf_counter() - t0,
         "rows": rows,
         "table": report.paper_table(rows, cfg.pipelines),
+        "layouts": layouts,
         "scaling": sweep,
     }
     path = harness.save(cfg.out, payload, cfg.results_dir)
@@ -393,6 +402,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sweep-repeat", type=int, default=3)
     ap.add_argument("--torch-threads", type=int, default=None,
                     help="torch.set_num_threads for the torch peers (default: torch's own)")
+    ap.add_argument("--no-layouts", action="store_true",
+                    help="skip the state/reset layout table")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--update-readme", action="store_true",
                     help="put the tables into benchmarks/README.md (between its markers)")
@@ -423,7 +434,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                  sweep_envs=SWEEP_ENVS if ns.sweep is None else tuple(ns.sweep),
                  sweep_budget=ns.sweep_budget, sweep_repeat=ns.sweep_repeat,
                  plots=not ns.no_plots, out=ns.out, results_dir=Path(ns.results_dir),
-                 progress=not ns.no_progress, torch_threads=ns.torch_threads)
+                 progress=not ns.no_progress, torch_threads=ns.torch_threads,
+                 layouts=not ns.no_layouts)
     if ns.quick:
         cfg.envs, cfg.steps, cfg.repeat = 256, 200, 1
         cfg.slow_steps = {}

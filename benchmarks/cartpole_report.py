@@ -143,6 +143,7 @@ def markdown(payload: dict[str, Any]) -> str:
             cells.append("-" if rate is None else f"{rate:.2e} ({ratio:.2f}x{ks})")
         lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     lines += _compile_table(payload, pipelines)
+    lines += _layout_table(payload.get("layouts"))
     lines += _sweep_table(payload.get("scaling"))
     lines += _notes(payload)
     return "\n".join(lines) + "\n"
@@ -172,6 +173,18 @@ def _compile_table(payload: dict[str, Any], pipelines: list[str]) -> list[str]:
         lines.append(f"| {r['variant']} | {r['jax_compile_s']:.2f} | " + " | ".join(cells)
                      + " |")
     return lines
+
+
+def _layout_table(rows: list[dict[str, Any]] | None) -> list[str]:
+    if not rows:
+        return []
+    import cartpole_layouts
+
+    return ["", "## Every layout of the state and of the precomputed resets", "",
+            "The `separate` physics with the state and the resets stored as RL code stores "
+            "them; hlofuse's `xla` pipeline vs jax.jit of the same program; \"vectorized\": "
+            "every loop over the environments in the loop body's kernels is an explicit vector "
+            "loop.", "", *cartpole_layouts.markdown(rows)]
 
 
 def _sweep_table(sweep: dict[str, Any] | None) -> list[str]:

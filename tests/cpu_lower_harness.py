@@ -20,8 +20,9 @@ import numpy as np
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu import build, cexpr
 from hlofuse.backends.cpu.contract import Kernel
-from hlofuse.backends.cpu.lower import lower_kernel
+from hlofuse.backends.cpu.kernels import lower_kernel
 from hlofuse.backends.interpreter.core import HANDLERS, Interpreter
+from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
@@ -68,9 +69,14 @@ def reference(instr: Instruction, args: list[object]) -> list[np.ndarray]:
 
 
 class Harness:
-    def __init__(self) -> None:
+    """`target`: the kernel IR target the kernels are generated for (vector width); any target
+    compiles and runs on any host (vector extensions wider than the machine's registers are
+    split by the compiler), so tests check every width everywhere."""
+
+    def __init__(self, target: str | None = None) -> None:
         self.entries: list[Entry] = []
         self.used: set[str] = set()
+        self.target = Target.named(target) if target else None
 
     def add_module(self, text: str, pipeline: str = "xla",
                    int_range: tuple[int, int] = (-6, 6)) -> list[int]:
@@ -84,7 +90,7 @@ class Harness:
 
     def add(self, instr: Instruction, int_range: tuple[int, int] = (-6, 6),
             module: object = None) -> int:
-        kernel = lower_kernel(instr, self.used)
+        kernel = lower_kernel(instr, self.used, self.target)
         n = len(self.entries)
         args = [f"(const {cexpr.ctype(s.dtype)} *)ins[{i}]" for i, s in enumerate(kernel.inputs)]
         args += [f"({cexpr.ctype(s.dtype)} *)outs[{i}]" for i, s in enumerate(kernel.outputs)]
@@ -99,6 +105,13 @@ class Harness:
 
     def build(self) -> ctypes.CDLL:
         return build.load_library(self.source(), name="test_cpu_lower")
+
+    def kernel_ir(self, kid: int, target: str = "avx2"):
+        """The optimised kernel IR of entry `kid` for `target` (for structure tests)."""
+        from hlofuse.backends.kernel_ir import lower
+        from hlofuse.backends.kernel_ir.passes import optimize
+
+        return optimize(lower.lower_kernel(self.entries[kid].instr, set()), Target.named(target))
 
     def run(self, lib: ctypes.CDLL, kid: int, args: list[np.ndarray],
             alias: bool = False) -> list[np.ndarray]:

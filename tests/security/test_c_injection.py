@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hlofuse.backends.kernel_ir import naming
 
 import hlofuse
 from hlofuse.backends import cpu, interpreter
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
-from hlofuse.backends.cpu.lower import naming
 from hlofuse.errors import HloParseError
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode

@@ -229,6 +229,88 @@ def _separate(num_envs: int, steps: int, randoms: str, unroll: int) -> Callable[
     return rollout
 
 
+# The layouts RL code stores state and precomputed resets in (issue: the main kernel must
+# vectorize in all of them). State: four [N] arrays, one [N, 4] array, one [4, N] array; resets:
+# four [S, N] arrays, one [S, N, 4] array, one [S, 4, N] array.
+STATE_LAYOUTS: tuple[str, ...] = ("four", "n4", "4n")
+RESET_LAYOUTS: tuple[str, ...] = ("four", "sn4", "s4n")
+
+
+def _layout(num_envs: int, steps: int, state_layout: str, reset_layout: str
+            ) -> Callable[..., tuple]:
+    import jax.numpy as jnp
+    from jax import lax
+
+    def split_state(state: tuple) -> tuple:
+        if state_layout == "four":
+            return state
+        (s,) = state
+        return tuple(s[:, k] for k in range(4)) if state_layout == "n4" else tuple(s)
+
+    def join_state(parts: tuple) -> tuple:
+        if state_layout == "four":
+            return parts
+        return (jnp.stack(parts, axis=1 if state_layout == "n4" else 0),)
+
+    def split_reset(r: tuple) -> tuple:
+        if reset_layout == "four":
+            return r
+        (rs,) = r
+        return tuple(rs[:, k] for k in range(4)) if reset_layout == "sn4" else tuple(rs)
+
+    def run(*args: Any) -> tuple:
+        n_state = 4 if state_layout == "four" else 1
+        state = tuple(args[:n_state])
+        actions = args[n_state]
+        resets = tuple(args[n_state + 1:])
+
+        def body(carry: tuple, xs: tuple) -> tuple[tuple, None]:
+            state, total_reward, episodes = carry
+            action, reset = xs
+            x, x_dot, theta, theta_dot = split_state(state)
+            x, x_dot, theta, theta_dot = _dynamics_parts(x, x_dot, theta, theta_dot, action)
+            done = _done(x, theta)
+            reset_now = done == 1
+            fresh = split_reset(reset)
+            parts = tuple(jnp.where(reset_now, r, v)
+                          for r, v in zip(fresh, (x, x_dot, theta, theta_dot), strict=True))
+            reward = jnp.ones(done.shape, x.dtype)
+            return (join_state(parts), total_reward + reward, episodes + done), None
+
+        init = (state, jnp.zeros((num_envs,), jnp.float32), jnp.zeros((num_envs,), jnp.int32))
+        (state, total_reward, episodes), _ = lax.scan(body, init, (actions, resets))
+        return (*state, total_reward, episodes)
+
+    return run
+
+
+def make_layout(state_layout: str, reset_layout: str, num_envs: int = 2048, steps: int = 100,
+                seed: int = 0) -> tuple[Callable[..., tuple], Args]:
+    """The ``separate`` variant's physics with the state held as ``state_layout`` (four [N]
+    arrays, ``n4`` = one [N, 4] array, ``4n`` = one [4, N] array) and the precomputed resets as
+    ``reset_layout`` (four [S, N] arrays, ``sn4`` = one [S, N, 4] array read as ``rst[:, k]``,
+    ``s4n`` = one [S, 4, N] array). Returns ``(fn, args)`` like `make`; the outputs are the final
+    state (in its layout), total_reward and episodes."""
+    if state_layout not in STATE_LAYOUTS or reset_layout not in RESET_LAYOUTS:
+        raise KeyError(f"unknown layout {state_layout!r}/{reset_layout!r}")
+    state = initial_state(num_envs, seed)
+    actions, resets = random_inputs(num_envs, steps, seed + 1)
+    state_args: Args = {
+        "four": tuple(np.ascontiguousarray(state[i]) for i in range(4)),
+        "n4": (np.ascontiguousarray(state.T),),
+        "4n": (state,),
+    }[state_layout]
+    reset_args: Args = {
+        "four": tuple(np.ascontiguousarray(resets[:, i]) for i in range(4)),
+        "sn4": (np.ascontiguousarray(resets.transpose(0, 2, 1)),),
+        "s4n": (resets,),
+    }[reset_layout]
+    fn = _layout(num_envs, steps, state_layout, reset_layout)
+    name = f"cartpole_state_{state_layout}_resets_{reset_layout}"
+    fn.__name__ = fn.__qualname__ = name
+    return fn, (*state_args, actions, *reset_args)
+
+
 # ---------------------------------------------------------------------------------------------
 # Example arguments
 # ---------------------------------------------------------------------------------------------

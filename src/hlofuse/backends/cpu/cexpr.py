@@ -22,10 +22,12 @@ Conditions enforced:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from hlofuse.backends.cpu import cprelude
+from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.errors import CompileError
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
@@ -198,17 +200,35 @@ def _short_float(x: np.floating, single: bool) -> str:
 # ----- elementwise ---------------------------------------------------------------------------
 
 
-def _dtype_of(instr: Instruction) -> DType:
+@dataclass(frozen=True)
+class _Op:
+    """What the scalar semantics need of an op: opcode, result and operand types, attributes,
+    and a name for error messages."""
+
+    opcode: Opcode
+    dtype: DType
+    arg_dtypes: tuple[DType, ...]
+    attrs: dict[str, object]
+    name: str
+
+
+def _of_instruction(instr: Instruction) -> _Op:
     shape = instr.shape
     if not isinstance(shape, ArrayShape):
         raise UnsupportedOpError(
             f"instruction {instr.name}: {instr.opcode.value} with result shape {shape} is not an "
             "elementwise array op"
         )
-    return shape.dtype
+    args = []
+    for i, o in enumerate(instr.operands):
+        if not isinstance(o.shape, ArrayShape):
+            raise UnsupportedOpError(
+                f"instruction {instr.name}: operand {i} has shape {o.shape}, expected an array")
+        args.append(o.shape.dtype)
+    return _Op(instr.opcode, shape.dtype, tuple(args), dict(instr.attrs), instr.name)
 
 
-def _unsupported(instr: Instruction, dt: DType, why: str = "") -> UnsupportedOpError:
+def _unsupported(instr: _Op, dt: DType, why: str = "") -> UnsupportedOpError:
     extra = f" ({why})" if why else ""
     return UnsupportedOpError(
         f"instruction {instr.name}: {instr.opcode.value} on {dt} is not supported by the cpu "
@@ -269,23 +289,35 @@ def _logistic(dt: DType, args: list[str]) -> str:
 def elementwise(instr: Instruction, operands: list[str]) -> str:
     """A C expression (in `compute_type` of the result) computing `instr` from its operands'
     compute-type expressions."""
+    return _elementwise(_of_instruction(instr), operands)
+
+
+def elementwise_op(op: ScalarOp, arg_dtypes: list[DType], operands: list[str],
+                   where: str = "") -> str:
+    """The same for a kernel-IR `ScalarOp` whose operands have `arg_dtypes`; `where` names the
+    kernel or instruction in errors."""
+    return _elementwise(_Op(op.opcode, op.dtype, tuple(arg_dtypes), dict(op.attrs), where),
+                        operands)
+
+
+def _elementwise(instr: _Op, operands: list[str]) -> str:
     op = instr.opcode
-    dt = _dtype_of(instr)
+    dt = instr.dtype
     ops = [f"({o})" for o in operands]
     if op is Opcode.COPY:
         return ops[0]
     if op is Opcode.SELECT:
         return f"({ops[0]} ? {ops[1]} : {ops[2]})"
     if op is Opcode.CONVERT:
-        return _convert(instr, _operand_dtype(instr, 0), dt, ops[0])
+        return _convert(instr, instr.arg_dtypes[0], dt, ops[0])
     if op is Opcode.BITCAST_CONVERT:
-        return _bitcast_convert(instr, _operand_dtype(instr, 0), dt, ops[0])
+        return _bitcast_convert(instr, instr.arg_dtypes[0], dt, ops[0])
     if op is Opcode.COMPARE:
         return _compare(instr, ops)
     if op is Opcode.IS_FINITE:
         return f"((uint8_t)(isfinite{ops[0]} != 0))"
     if op in (Opcode.REAL, Opcode.IMAG):
-        if _operand_dtype(instr, 0).name != dt.name:
+        if instr.arg_dtypes[0].name != dt.name:
             raise _unsupported(instr, dt, "complex numbers are not supported")
         return ops[0] if op is Opcode.REAL else literal(0, dt)  # a real number's parts
     if dt.is_float:
@@ -295,16 +327,7 @@ def elementwise(instr: Instruction, operands: list[str]) -> str:
     return _int_op(instr, dt, ops)
 
 
-def _operand_dtype(instr: Instruction, i: int) -> DType:
-    shape = instr.operands[i].shape
-    if not isinstance(shape, ArrayShape):
-        raise UnsupportedOpError(
-            f"instruction {instr.name}: operand {i} has shape {shape}, expected an array"
-        )
-    return shape.dtype
-
-
-def _float_op(instr: Instruction, dt: DType, ops: list[str]) -> str:
+def _float_op(instr: _Op, dt: DType, ops: list[str]) -> str:
     op = instr.opcode
     sfx = _fsfx(dt)
     f64 = sfx == "f64"
@@ -358,7 +381,7 @@ _PRED_BINARY = {
 }
 
 
-def _pred_op(instr: Instruction, dt: DType, ops: list[str]) -> str:
+def _pred_op(instr: _Op, dt: DType, ops: list[str]) -> str:
     op = instr.opcode
     if op in _PRED_BINARY:
         return f"((uint8_t)({ops[0]} {_PRED_BINARY[op]} {ops[1]}))"
@@ -371,7 +394,7 @@ def _pred_op(instr: Instruction, dt: DType, ops: list[str]) -> str:
     raise _unsupported(instr, dt)
 
 
-def _int_op(instr: Instruction, dt: DType, ops: list[str]) -> str:
+def _int_op(instr: _Op, dt: DType, ops: list[str]) -> str:
     op = instr.opcode
     n = _name(dt)
     t = ctype(dt)
@@ -407,10 +430,10 @@ def _int_op(instr: Instruction, dt: DType, ops: list[str]) -> str:
     raise _unsupported(instr, dt)
 
 
-def _compare(instr: Instruction, ops: list[str]) -> str:
+def _compare(instr: _Op, ops: list[str]) -> str:
     direction = str(instr.attrs.get("direction", ""))
     sym = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}.get(direction)
-    src = _operand_dtype(instr, 0)
+    src = instr.arg_dtypes[0]
     if sym is None:
         raise _unsupported(instr, src, f"unknown comparison direction {direction!r}")
     kind = instr.attrs.get("type")
@@ -428,7 +451,7 @@ def _compare(instr: Instruction, ops: list[str]) -> str:
     return f"((uint8_t)({a} {sym} {b}))"
 
 
-def _convert(instr: Instruction, src: DType, dst: DType, x: str) -> str:
+def _convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
     s, d = _name(src), _name(dst)
     if s == d:
         return x
@@ -456,7 +479,7 @@ def _convert(instr: Instruction, src: DType, dst: DType, x: str) -> str:
     return _round(dst, x)
 
 
-def _bitcast_convert(instr: Instruction, src: DType, dst: DType, x: str) -> str:
+def _bitcast_convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
     if src.bits != dst.bits or src.is_pred or dst.is_pred:
         raise _unsupported(
             instr, dst, f"bitcast-convert from {src} is supported only between types of one width"

@@ -9,7 +9,7 @@ every comment with anything but fixed text is made by `comment`: one line, allow
 the rest %XX-encoded, so no `*/`, no backslash-newline splice (translation phase 2 runs before
 comments are recognised), no `??/` trigraph, no newline and no non-ASCII can come out of it.
 A test (tests/security/test_c_injection.py) checks that no f-string in backends/cpu opens a
-comment by hand. C identifiers are never made from input text at all: `lower.naming.fresh`
+comment by hand. C identifiers are never made from input text at all: `kernel_ir.naming.fresh`
 accepts only bases made by the code (opcode words, fixed prefixes, counters).
 
 Integers: `limits.check_module` bounds every dimension, byte count and integer attribute before

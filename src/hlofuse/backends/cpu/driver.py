@@ -130,7 +130,7 @@ POLL = "if (__atomic_load_n(hf_stop, __ATOMIC_RELAXED) != hf_stop0) return 2;"
 
 
 def _default_lowering() -> KernelLowering:
-    from hlofuse.backends.cpu.lower import lower_kernel
+    from hlofuse.backends.cpu.kernels import lower_kernel
 
     return lower_kernel
 

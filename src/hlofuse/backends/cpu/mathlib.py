@@ -160,6 +160,8 @@ _PRELUDE = r"""
 #include <stdint.h>
 #include <math.h>
 #include <string.h>
+/* always inlined: a call inside a vector loop would keep it scalar */
+#define HF_INLINE static inline __attribute__((always_inline))
 #ifdef __FMA__
 #define HF_FMA(a, b, c) __builtin_fma((a), (b), (c))
 #else
@@ -176,24 +178,24 @@ _CORE = r"""
 /* Selects as bit masks (c must be 0 or 1): a `?:` whose arm computes something that could
    trap (a conversion, a division) becomes a branch that GCC's if-conversion refuses without
    -fno-trapping-math, and the loop is not vectorized. */
-static inline double hf__seld(int c, double a, double b)
+HF_INLINE double hf__seld(int c, double a, double b)
 {
     uint64_t m = (uint64_t)0 - (uint64_t)(uint32_t)c;
     return hf__as_f64((hf__as_u64(a) & m) | (hf__as_u64(b) & ~m));
 }
-static inline float hf__self(int c, float a, float b)
+HF_INLINE float hf__self(int c, float a, float b)
 {
     uint32_t m = 0u - (uint32_t)c;
     return hf__as_f32((hf__as_u32(a) & m) | (hf__as_u32(b) & ~m));
 }
-static inline int32_t hf__seli(int c, int32_t a, int32_t b)
+HF_INLINE int32_t hf__seli(int c, int32_t a, int32_t b)
 {
     uint32_t m = 0u - (uint32_t)c;
     return (int32_t)(((uint32_t)a & m) | ((uint32_t)b & ~m));
 }
 
 /* exp(t) = s * (1 + p): returns p = expm1(r) and s = 2^k, t = k ln2 + r. |t| <= 700. */
-static inline double hf__expm1_core(double t, double *s)
+HF_INLINE double hf__expm1_core(double t, double *s)
 {
     double kd = HF_FMA(t, 0x1.71547652b82fep+0, 0x1.8p52) - 0x1.8p52;
     double r = (t - kd * 0x1.62e42fefa3800p-1) - kd * 0x1.ef35793c76730p-45;
@@ -203,7 +205,7 @@ static inline double hf__expm1_core(double t, double *s)
 }
 
 /* log(d) for positive, finite, normal d (every f32 converted to double is one). */
-static inline double hf__log_core(double d)
+HF_INLINE double hf__log_core(double d)
 {
     uint64_t ix = hf__as_u64(d);
     uint32_t tmp = (uint32_t)(ix >> 32) - 0x3fe6a09eu;
@@ -218,7 +220,7 @@ static inline double hf__log_core(double d)
 }
 
 /* atan(a) for a in [0, 1]. */
-static inline double hf__atan_core(double a)
+HF_INLINE double hf__atan_core(double a)
 {
     int big = a > 0x1.a827999fcef32p-2; /* tan(pi/8) */
     double t = hf__seld(big, (a - 1.0) / (a + 1.0), a);
@@ -232,7 +234,7 @@ static const uint32_t hf__inv_pio4[24] = {@INV_PIO4@};
 /* x = q pi/2 + r, |r| <= pi/4 (returned), for finite ax >= 0: Cody-Waite with pi/2 in three
    parts when ax < 2^17, else the exact 32x96-bit integer product of the mantissa with the bits
    of 2/pi selected by the exponent (ARM optimized-routines' reduce_large). */
-static inline double hf__rem_pio2_f32(float ax, int32_t *q)
+HF_INLINE double hf__rem_pio2_f32(float ax, int32_t *q)
 {
     int big = ax >= 0x1p17f;
     double d = (double)hf__self(big, 0.0f, ax);
@@ -255,20 +257,19 @@ static inline double hf__rem_pio2_f32(float ax, int32_t *q)
     return hf__seld(big, rl, rs);
 }
 
-static inline double hf__sin_poly(double r, double w) { return HF_FMA(r * w, @SIN@, r); }
-static inline double hf__cos_poly(double w) { return HF_FMA(w * w, @COS@, HF_FMA(-0.5, w, 1.0)); }
+HF_INLINE double hf__sin_poly(double r, double w) { return HF_FMA(r * w, @SIN@, r); }
+HF_INLINE double hf__cos_poly(double w) { return HF_FMA(w * w, @COS@, HF_FMA(-0.5, w, 1.0)); }
 
 /* clamp to [lo, hi], nan stays nan */
-static inline double hf__clamp(double t, double lo, double hi)
+HF_INLINE double hf__clamp(double t, double lo, double hi)
 {
     return hf__seld(t > hi, hi, hf__seld(t < lo, lo, t));
 }
 
-static const double hf__erf_tab[84] = {@ERF_TAB@};
 """
 
 _F32 = r"""
-static inline float hf_sin_f32(float x)
+HF_INLINE float hf_sin_f32(float x)
 {
     float ax = fabsf(x);
     int fin = ax <= 0x1.fffffep127f; /* not inf, not nan */
@@ -281,7 +282,7 @@ static inline float hf_sin_f32(float x)
     return hf__self(fin, y, x - x);
 }
 
-static inline float hf_cos_f32(float x)
+HF_INLINE float hf_cos_f32(float x)
 {
     float ax = fabsf(x);
     int fin = ax <= 0x1.fffffep127f;
@@ -293,7 +294,7 @@ static inline float hf_cos_f32(float x)
     return hf__self(fin, (float)v, x - x);
 }
 
-static inline float hf_tan_f32(float x)
+HF_INLINE float hf_tan_f32(float x)
 {
     float ax = fabsf(x);
     int fin = ax <= 0x1.fffffep127f;
@@ -307,21 +308,21 @@ static inline float hf_tan_f32(float x)
     return hf__self(fin, y, x - x);
 }
 
-static inline float hf_exp_f32(float x)
+HF_INLINE float hf_exp_f32(float x)
 {
     double s;
     double p = hf__expm1_core(hf__clamp((double)x, -110.0, 100.0), &s);
     return (float)HF_FMA(s, p, s);
 }
 
-static inline float hf_expm1_f32(float x)
+HF_INLINE float hf_expm1_f32(float x)
 {
     double s;
     double p = hf__expm1_core(hf__clamp((double)x, -110.0, 100.0), &s);
     return hf__self(x == 0.0f, x, (float)HF_FMA(s, p, s - 1.0)); /* keeps -0 */
 }
 
-static inline float hf_log_f32(float x)
+HF_INLINE float hf_log_f32(float x)
 {
     double d = (double)x;
     int ok = (d > 0.0) & (d < INFINITY);
@@ -332,7 +333,7 @@ static inline float hf_log_f32(float x)
     return (float)r;
 }
 
-static inline float hf_log1p_f32(float x)
+HF_INLINE float hf_log1p_f32(float x)
 {
     double d = (double)x;
     double u = 1.0 + d;
@@ -346,7 +347,7 @@ static inline float hf_log1p_f32(float x)
     return (float)r;
 }
 
-static inline float hf_tanh_f32(float x)
+HF_INLINE float hf_tanh_f32(float x)
 {
     double a = hf__clamp(fabs((double)x), 0.0, 20.0);
     double s;
@@ -355,18 +356,18 @@ static inline float hf_tanh_f32(float x)
     return copysignf((float)(e / (e + 2.0)), x);
 }
 
-static inline float hf_logistic_f32(float x)
+HF_INLINE float hf_logistic_f32(float x)
 {
     double s;
     double p = hf__expm1_core(hf__clamp(-(double)x, -110.0, 110.0), &s);
     return (float)(1.0 / (1.0 + HF_FMA(s, p, s)));
 }
 
-static inline float hf_sqrt_f32(float x) { return __builtin_sqrtf(x); }
+HF_INLINE float hf_sqrt_f32(float x) { return __builtin_sqrtf(x); }
 
-static inline float hf_rsqrt_f32(float x) { return (float)(1.0 / __builtin_sqrt((double)x)); }
+HF_INLINE float hf_rsqrt_f32(float x) { return (float)(1.0 / __builtin_sqrt((double)x)); }
 
-static inline float hf_cbrt_f32(float x)
+HF_INLINE float hf_cbrt_f32(float x)
 {
     double a = fabs((double)x);
     int ok = (a > 0.0) & (a < INFINITY);
@@ -383,7 +384,7 @@ static inline float hf_cbrt_f32(float x)
     return hf__self(ok, copysignf((float)y, x), x + x);
 }
 
-static inline float hf_pow_f32(float x, float y)
+HF_INLINE float hf_pow_f32(float x, float y)
 {
     double ax = fabs((double)x);
     int ok = (ax > 0.0) & (ax < INFINITY);
@@ -406,7 +407,7 @@ static inline float hf_pow_f32(float x, float y)
     return (float)r;
 }
 
-static inline float hf_atan2_f32(float y, float x)
+HF_INLINE float hf_atan2_f32(float y, float x)
 {
     double ax = fabs((double)x), ay = fabs((double)y);
     int swap = ay > ax;
@@ -420,7 +421,7 @@ static inline float hf_atan2_f32(float y, float x)
     return hf__self((x == x) & (y == y), copysignf((float)r, y), x + y);
 }
 
-static inline float hf_erf_f32(float x)
+HF_INLINE float hf_erf_f32(float x)
 {
     double ax = fabs((double)x);
     double w = ax * ax;
@@ -429,8 +430,6 @@ static inline float hf_erf_f32(float x)
     int32_t i = (int32_t)(ac * 2.0);
     i = hf__seli(i < 1, 1, i);
     double t = ac - ((double)i * 0.5 + 0.25);
-    int32_t o = 12 * i - 12;
-    double big = hf__erf_tab[o + 11];
     @ERF_HORNER@
     double r = hf__seld(ax < 0.5, small, big);
     r = hf__seld(ax >= 4.0, 1.0, r);
@@ -464,7 +463,18 @@ static inline double hf_erf_f64(double x) { return erf(x); }
 
 
 def _erf_horner() -> str:
-    return "\n    ".join(f"big = HF_FMA(big, t, hf__erf_tab[o + {j}]);" for j in range(10, -1, -1))
+    """Horner's rule on the coefficients of interval i (1..7), each chosen by selects rather
+    than loaded from a table: a table load needs a gather, which keeps GCC from vectorizing
+    the function on AVX2."""
+    def coef(j: int) -> str:
+        expr = _hex(_ERF_TABLE[6 * 12 + j])
+        for i in range(6, 0, -1):
+            expr = f"hf__seld(i == {i}, {_hex(_ERF_TABLE[(i - 1) * 12 + j])}, {expr})"
+        return expr
+
+    lines = [f"double big = {coef(11)};"]
+    lines += [f"big = HF_FMA(big, t, {coef(j)});" for j in range(10, -1, -1)]
+    return "\n    ".join(lines)
 
 
 def source() -> str:
@@ -478,7 +488,6 @@ def source() -> str:
         "@ERF_SMALL@": _horner("w", _ERF_SMALL),
         "@ERF_HORNER@": _erf_horner(),
         "@INV_PIO4@": ", ".join(f"0x{v:08x}u" for v in _INV_PIO4),
-        "@ERF_TAB@": ", ".join(_hex(c) for c in _ERF_TABLE),
     }
     text = _PRELUDE + _CORE + _F32 + _F64
     for key, value in subs.items():

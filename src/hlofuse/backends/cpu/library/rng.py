@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from hlofuse.backends.cpu.ctext import comment
-from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
+from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape, TupleShape
 

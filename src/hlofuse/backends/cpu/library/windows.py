@@ -19,9 +19,9 @@ import math
 
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
-from hlofuse.backends.cpu.lower import scalar
-from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
-from hlofuse.backends.cpu.lower.naming import fresh, word
+from hlofuse.backends.cpu.library import scalar
+from hlofuse.backends.cpu.library.errors import LibraryOpError
+from hlofuse.backends.kernel_ir.naming import fresh, word
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hlofuse.backends.cpu.lower import conv, gemm, rng, sort, windows
-from hlofuse.backends.cpu.lower.library_errors import LibraryOpError
+from hlofuse.backends.cpu.library import conv, gemm, rng, sort, windows
+from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 

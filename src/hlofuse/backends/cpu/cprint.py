@@ -1,0 +1,582 @@
+"""The C printer: one kernel-IR `Kernel` -> one C function (plus its constant tables), with
+explicit SIMD for vector loops (`cvec.py`).
+
+    static void fused_sin_multiply(const float *restrict in0, float *restrict out0)
+    {
+        for (int64_t i0 = 0; i0 < 2048; i0 += 8) {
+            const hf_v8_f32 v0 = hf_ld_v8_f32(in0 + i0);
+            hf_v8_f32 v1;
+            for (int hf_l = 0; hf_l < 8; ++hf_l) v1[hf_l] = hf_sin_f32(v0[hf_l]);
+            hf_st_v8_f32(out0 + i0, v1 * hf_splat_v8_f32(2.0f));
+        }
+    }
+
+What it guarantees:
+- Values print once per scope, as `const` locals, at their first use; a value is never reused
+  across a store to a buffer it reads (the memo drops it), and a loop starts without values that
+  read buffers the loop writes. `cond` values compute each side only in its branch.
+- Inside a vector loop every value that depends on the loop variable (or reads a `lanes`
+  buffer) is a vector of W lanes; others stay scalar and are splatted where combined. Loads and
+  stores whose index has coefficient 1 on the loop variable are whole vectors; `tile` values and
+  `StoreTile` go through in-register transposes; anything else is gathered or scattered lane by
+  lane.
+- Every name is derived here or by the lowering (`in0`, `acc2`, `v17`, `i0`), and every piece of
+  input text (kernel labels, source lines, instruction names in comments) goes through
+  `ctext.comment`. Integer constants are checked to fit int64.
+- Locals are declared in the innermost block that contains all their uses (so accumulators
+  inside a parallel loop are private to each thread); above `STACK_LOCAL_BYTES` they come from
+  `hf_alloc` (never inside a parallel loop: `parallelize` refuses those loops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from hlofuse.backends.cpu import cexpr, cvec
+from hlofuse.backends.cpu.ctext import comment
+from hlofuse.backends.cpu.cvec import VecLib, compute_short, storage_short
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.ir import STACK_LOCAL_BYTES, Affine, Buffer, Stmt, Val, Var
+from hlofuse.errors import CompileError
+
+INT64_MAX = (1 << 63) - 1
+
+
+def c_int(n: int) -> str:
+    """An integer constant for int64 arithmetic."""
+    if not -INT64_MAX - 1 <= n <= INT64_MAX:
+        raise CompileError(f"integer constant {n} does not fit int64")
+    if n == -INT64_MAX - 1:
+        return "(-9223372036854775807LL - 1)"
+    text = f"{n}LL" if abs(n) >= 1 << 31 else str(n)
+    return f"({text})" if n < 0 else text
+
+
+class KernelPrinter:
+    def __init__(self, kernel: ir.Kernel, lib: VecLib, used_names: set[str]) -> None:
+        self.k = kernel
+        self.lib = lib
+        self.used = used_names
+        self.lines: list[str] = []
+        self.depth = 1
+        self.scopes: list[dict[Any, tuple[str, frozenset[Buffer]]]] = [{}]
+        self.vec: tuple[Var, int] | None = None
+        self.n = 0
+        self.defs: list[str] = []  # file-scope definitions (constant tables, library helpers)
+        self.cname: dict[Buffer, str] = {}
+        self.decls = _declarations(kernel.body)
+        self.where = kernel.label or kernel.name
+
+    # ----- output -------------------------------------------------------------------------
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def fresh(self) -> str:
+        self.n += 1
+        return f"v{self.n}"
+
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        self.scopes.append({})
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            self.scopes.pop()
+
+    def find(self, key: Any) -> str | None:
+        for s in reversed(self.scopes):
+            if key in s:
+                return s[key][0]
+        return None
+
+    def remember(self, key: Any, expr: str, v: Val | None) -> str:
+        self.scopes[-1][key] = (expr, ir.reads(v) if v is not None else frozenset())
+        return expr
+
+    def invalidate(self, bufs: set[Buffer]) -> None:
+        if not bufs:
+            return
+        for s in self.scopes:
+            for key in [k for k, (_e, r) in s.items() if r & bufs]:
+                del s[key]
+
+    # ----- the kernel -----------------------------------------------------------------------
+
+    def print(self) -> str:
+        k = self.k
+        for b in k.inputs + k.outputs + k.locals:
+            self.cname[b] = b.name
+        for b in k.consts:
+            name = cexpr_name(f"{k.name}_{b.name}", self.used)
+            self.cname[b] = name
+            ct = cexpr.ctype(b.dtype)
+            self.defs.append(f"static const {ct} {name}[{max(1, b.size)}] "
+                             f"__attribute__((aligned(64))) = "
+                             f"{cexpr.array_initializer(b.data, b.dtype)};\n")
+        aliased_in = set(k.inplace.values())
+        args = []
+        for b in k.inputs:
+            r = "" if b.index in aliased_in else "restrict "
+            args.append(f"const {cexpr.ctype(b.dtype)} *{r}{b.name}")
+        for b in k.outputs:
+            r = "" if b.index in k.inplace else "restrict "
+            args.append(f"{cexpr.ctype(b.dtype)} *{r}{b.name}")
+        head = [comment(k.label or k.name)]
+        head += [comment(s) for s in k.source_lines]
+        self.block(k.body, id(k.body))
+        body = "\n".join(self.lines)
+        sig = f"static void {k.name}({', '.join(args)})"
+        return "".join(self.defs) + "\n".join(head) + f"\n{sig}\n{{\n{body}\n}}\n"
+
+    def block(self, body: list[Stmt], key: int) -> None:
+        frees = self.declare(key)
+        for s in body:
+            self.stmt(s)
+        for name in frees:
+            self.line(f"free({name});")
+
+    def declare(self, key: int) -> list[str]:
+        frees = []
+        for b in self.decls.get(key, []):
+            ct = cexpr.ctype(b.dtype)
+            if b.kind == "lanes":
+                self.line(f"{self.lib.t(compute_short(b.dtype), b.size)} {b.name};")
+                continue
+            ct = cexpr.compute_type(b.dtype) if b.size == 1 else ct
+            if b.size * b.dtype.itemsize <= STACK_LOCAL_BYTES:
+                self.line(f"{ct} {b.name}[{b.size}];")
+            else:
+                nbytes = c_int(b.size * b.dtype.itemsize)
+                self.line(f"{ct} *{b.name} = ({ct} *)hf_alloc(0, {nbytes});")
+                frees.append(b.name)
+        return frees
+
+    # ----- statements -----------------------------------------------------------------------
+
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, ir.Comment):
+            self.line(comment(s.text))
+        elif isinstance(s, ir.Loop):
+            self.loop(s)
+        elif isinstance(s, ir.Store):
+            self.store(s)
+        elif isinstance(s, ir.StoreTile):
+            self.store_tile(s)
+        elif isinstance(s, ir.If):
+            c = self.sx(s.cond)
+            self.line(f"if ({c}) {{")
+            with self.scope():
+                self.block(s.then, id(s.then))
+            if s.orelse:
+                self.line("} else {")
+                with self.scope():
+                    self.block(s.orelse, id(s.orelse))
+            self.line("}")
+            self.invalidate(ir.written(s.then + s.orelse))
+        elif isinstance(s, ir.Let):
+            self.value(s.value)
+        elif isinstance(s, ir.Copy):
+            d, src = self.cname[s.dst], self.cname[s.src]
+            nbytes = c_int(s.src.size * s.src.dtype.itemsize)
+            if s.if_distinct:
+                self.line(f"if ((const void *){d} != (const void *){src}) "
+                          f"memcpy({d}, {src}, {nbytes});")
+            else:
+                self.line(f"memcpy({d}, {src}, {nbytes});")
+            self.invalidate({s.dst})
+        elif isinstance(s, ir.LibCall):
+            self.libcall(s)
+        else:
+            raise CompileError(f"{self.where}: cannot print {type(s).__name__}")
+
+    def loop(self, s: ir.Loop) -> None:
+        self.invalidate(ir.written(s.body))
+        v = s.var.name
+        if s.parallel:
+            self.line("#pragma omp parallel for")
+        step = f"{v} += {s.vector}" if s.vector else f"++{v}"
+        self.line(f"for (int64_t {v} = {c_int(s.lo)}; {v} < {c_int(s.hi)}; {step}) {{")
+        saved = self.vec
+        if s.vector:
+            self.vec = (s.var, s.vector)
+            self.lib.types(s.vector)
+        with self.scope():
+            self.block(s.body, id(s.body))
+        self.vec = saved
+        self.line("}")
+        self.invalidate(ir.written(s.body))
+
+    def store(self, s: ir.Store) -> None:
+        name = self.cname[s.buf]
+        if s.buf.kind == "lanes":
+            w = s.buf.size
+            short = compute_short(s.buf.dtype)
+            val = self.vexpr(s.value) if self.varies(s.value) else \
+                f"{self.lib.splat(short, w)}({self.sx(s.value)})"
+            self.line(f"{name} = {val};")
+        elif self.vec is not None and (self.varies(s.value) or self.depends(s.index)):
+            self.vector_store(s)
+        else:
+            val = cexpr.store(s.buf.dtype, self.sx(s.value)) if s.buf.size != 1 or \
+                s.buf.kind != "local" else self.sx(s.value)
+            self.line(f"{name}[{self.aff(s.index)}] = {val};")
+        self.invalidate({s.buf})
+
+    def vector_store(self, s: ir.Store) -> None:
+        assert self.vec is not None
+        var, w = self.vec
+        name = self.cname[s.buf]
+        short = storage_short(s.buf.dtype)
+        val = self.to_storage(s.buf.dtype, self.vexpr(s.value))
+        if s.index.coef(var) == 1 and not self.varying_terms(s.index):
+            self.line(f"{self.lib.store(short, w)}({name} + {self.aff(s.index)}, {val});")
+            return
+        tmp = self.fresh()
+        self.line(f"const {self.lib.t(short, w)} {tmp} = {val};")
+        self.line(f"for (int hf_l = 0; hf_l < {w}; ++hf_l) "
+                  f"{name}[{self.lane_aff(s.index)}] = {tmp}[hf_l];")
+
+    def store_tile(self, s: ir.StoreTile) -> None:
+        assert self.vec is not None
+        _var, w = self.vec
+        short = storage_short(s.buf.dtype)
+        vals = [self.to_storage(s.buf.dtype, self.vexpr(v)) for v in s.values]
+        fn = self.lib.shuffle_helper("int", short, w, s.stride)
+        self.line(f"{fn}({self.cname[s.buf]} + {self.aff(s.base)}, {', '.join(vals)});")
+        self.invalidate({s.buf})
+
+    def libcall(self, s: ir.LibCall) -> None:
+        from hlofuse.backends.cpu import library
+
+        ins = [self.cname[b] for b in s.ins]
+        outs = [self.cname[b] for b in s.outs]
+        defs, stmts = library.emit(s.op, ins, outs, self.used)
+        if defs:
+            self.defs.append(defs)
+        for text in stmts.splitlines():
+            if text.strip():
+                self.line(text)
+        self.invalidate(set(s.outs))
+
+    # ----- values ---------------------------------------------------------------------------
+
+    def varies(self, v: Val) -> bool:
+        if self.vec is None:
+            return False
+        return self.vec[0] in ir.deps(v) or any(b.kind == "lanes" for b in ir.reads(v))
+
+    def depends(self, a: Affine) -> bool:
+        assert self.vec is not None
+        return bool(a.coef(self.vec[0])) or bool(self.varying_terms(a))
+
+    def varying_terms(self, a: Affine) -> list[tuple[Val, int]]:
+        return [(t, c) for t, c in a.terms if isinstance(t, Val) and self.varies(t)]
+
+    def value(self, v: Val) -> str:
+        return self.vexpr(v) if self.varies(v) else self.sx(v)
+
+    def aff(self, a: Affine) -> str:
+        """An index expression (scalar; the vector loop variable stands for lane 0)."""
+        parts = []
+        for t, c in a.terms:
+            x = t.name if isinstance(t, Var) else self.sx(t)
+            parts.append(x if c == 1 else f"{x} * {c_int(c)}")
+        if a.const or not parts:
+            parts.append(c_int(a.const))
+        return " + ".join(parts)
+
+    def lane_aff(self, a: Affine) -> str:
+        """An index expression for lane `hf_l` of the current vector loop."""
+        assert self.vec is not None
+        var = self.vec[0]
+        parts = []
+        for t, c in a.terms:
+            if t is var:
+                x = f"({t.name} + hf_l)"
+            elif isinstance(t, Var):
+                x = t.name
+            elif self.varies(t):
+                x = f"{self.vexpr(t)}[hf_l]"
+            else:
+                x = self.sx(t)
+            parts.append(x if c == 1 else f"{x} * {c_int(c)}")
+        if a.const or not parts:
+            parts.append(c_int(a.const))
+        return " + ".join(parts)
+
+    def sx(self, v: Val) -> str:
+        """The scalar C expression of `v` (materialising what it needs first)."""
+        found = self.find((v.uid, False))
+        if found is not None:
+            return found
+        for x in _strict_postorder(v):
+            if self.find((x.uid, False)) is None:
+                self.remember((x.uid, False), self._scalar(x), x)
+        result = self.find((v.uid, False))
+        assert result is not None
+        return result
+
+    def _local(self, ctype: str, expr: str) -> str:
+        name = self.fresh()
+        self.line(f"const {ctype} {name} = {expr};")
+        return name
+
+    def _scalar(self, v: Val) -> str:
+        op = v.op
+        ct = cexpr.compute_type(v.dtype)
+        if op == "const":
+            return cexpr.literal(ir.const_value(v), v.dtype)
+        if op == "param":
+            return f"p{v.arg}"
+        if op == "index":
+            return f"({self.aff(v.arg)})"
+        if op in ("idiv", "imod"):
+            sym = "/" if op == "idiv" else "%"
+            return f"({self.sx(v.args[0])} {sym} {c_int(v.arg)})"
+        if op == "load":
+            buf = v.buffer
+            if buf.kind == "lanes":
+                raise CompileError(f"{self.where}: a vector register read outside its loop")
+            raw = f"{self.cname[buf]}[{self.aff(v.index)}]"
+            if buf.kind == "local" and buf.size == 1:
+                return self._local(ct, raw)
+            return self._local(ct, cexpr.load(v.dtype, raw))
+        if op == "alu":
+            args = [self.sx(a) for a in v.args]
+            expr = cexpr.elementwise_op(v.arg, [a.dtype for a in v.args], args, self.where)
+            return self._local(ct, expr)
+        if op == "cond":
+            return self._cond(v, ct, vector=False)
+        if op == "lanes_reduce":
+            return self._local(ct, self._hreduce(v))
+        raise CompileError(f"{self.where}: cannot print a {op} value in scalar code")
+
+    def _cond(self, v: Val, ctype: str, vector: bool) -> str:
+        c, a, b = v.args
+        if vector and self.varies(c):
+            assert self.vec is not None
+            short = compute_short(v.dtype)
+            sel = self.lib.select(short, self.vec[1])
+            return self._local(ctype, f"{sel}({self.vexpr(c)}, {self.vexpr(a)}, "
+                                      f"{self.vexpr(b)})")
+        cond = self.sx(c)
+        name = self.fresh()
+        self.line(f"{ctype} {name};")
+        self.line(f"if ({cond}) {{")
+        with self.scope():
+            self.line(f"{name} = {self.vexpr(a) if vector else self.sx(a)};")
+        self.line("} else {")
+        with self.scope():
+            self.line(f"{name} = {self.vexpr(b) if vector else self.sx(b)};")
+        self.line("}")
+        return name
+
+    def _hreduce(self, v: Val) -> str:
+        op, buf = v.arg
+        w = buf.size
+        short = compute_short(buf.dtype)
+        vt = self.lib.t(short, w)
+        name = f"hf_hred_{op.opcode.name.lower()}_{buf.dtype.name}_v{w}"
+        ct = cexpr.compute_type(buf.dtype)
+        body = cexpr.elementwise_op(op, [buf.dtype, buf.dtype], ["r", "v[l]"], self.where)
+        self.lib._add(name, f"static inline {ct} {name}({vt} v) {{ {ct} r = v[0]; "
+                            f"for (int l = 1; l < {w}; ++l) r = {body}; return r; }}")
+        return f"{name}({self.cname[buf]})"
+
+    # ----- vector values --------------------------------------------------------------------
+
+    def vexpr(self, v: Val) -> str:
+        """`v` as a vector of the current loop's lanes (splatted if it does not vary)."""
+        assert self.vec is not None
+        if not self.varies(v):
+            w = self.vec[1]
+            return f"{self.lib.splat(compute_short(v.dtype), w)}({self.sx(v)})"
+        found = self.find((v.uid, True))
+        if found is not None:
+            return found
+        for x in _strict_postorder(v):
+            if self.varies(x) and self.find((x.uid, True)) is None:
+                self.remember((x.uid, True), self._vector(x), x)
+        result = self.find((v.uid, True))
+        assert result is not None
+        return result
+
+    def to_compute(self, dtype: Any, raw: str) -> str:
+        assert self.vec is not None
+        if dtype.name in ("f16", "bf16"):
+            return f"{self.lib.half(self.vec[1])[dtype.name + '_to_f32']}({raw})"
+        return raw
+
+    def to_storage(self, dtype: Any, val: str) -> str:
+        assert self.vec is not None
+        if dtype.name in ("f16", "bf16"):
+            return f"{self.lib.half(self.vec[1])['f32_to_' + dtype.name]}({val})"
+        return val
+
+    def _vector(self, v: Val) -> str:
+        assert self.vec is not None
+        var, w = self.vec
+        op = v.op
+        short = compute_short(v.dtype)
+        vt = self.lib.t(short, w)
+        if op == "load":
+            buf = v.buffer
+            if buf.kind == "lanes":
+                return self.cname[buf]
+            st = storage_short(buf.dtype)
+            if v.index.coef(var) == 1 and not self.varying_terms(v.index):
+                raw = f"{self.lib.load(st, w)}({self.cname[buf]} + {self.aff(v.index)})"
+                return self._local(vt, self.to_compute(v.dtype, raw))
+            name = self.fresh()
+            self.line(f"{self.lib.t(st, w)} {name};")
+            self.line(f"for (int hf_l = 0; hf_l < {w}; ++hf_l) "
+                      f"{name}[hf_l] = {self.cname[buf]}[{self.lane_aff(v.index)}];")
+            return self._local(vt, self.to_compute(v.dtype, name))
+        if op == "tile":
+            return self._tile(v, vt)
+        if op == "index":
+            a: Affine = v.arg
+            c = a.coef(var)
+            rest = Affine(tuple((t, k) for t, k in a.terms if not (
+                isinstance(t, Val) and self.varies(t))), a.const)  # lane 0's value
+            parts = [f"{self.lib.splat('i64', w)}({self.aff(rest)})"]
+            if c:
+                parts.append(f"{self.lib.iota(w)}() * {c_int(c)}")
+            for t, k in self.varying_terms(a):
+                parts.append(f"{self.vexpr(t)} * {c_int(k)}")
+            return self._local(vt, " + ".join(parts))
+        if op in ("idiv", "imod"):
+            sym = "/" if op == "idiv" else "%"
+            return self._local(vt, f"{self.vexpr(v.args[0])} {sym} "
+                                   f"{self.lib.splat('i64', w)}({c_int(v.arg)})")
+        if op == "alu":
+            args = [self.vexpr(a) for a in v.args]
+            expr = cvec.vector_op(self.lib, v.arg, [a.dtype for a in v.args], args, w)
+            if expr is not None:
+                return self._local(vt, expr)
+            return self._lane_loop(v, vt, w)
+        if op == "cond":
+            return self._cond(v, vt, vector=True)
+        raise CompileError(f"{self.where}: cannot print a {op} value in a vector loop")
+
+    def _lane_loop(self, v: Val, vt: str, w: int) -> str:
+        args = [f"{self.vexpr(a)}[hf_l]" if self.varies(a) else self.sx(a) for a in v.args]
+        expr = cexpr.elementwise_op(v.arg, [a.dtype for a in v.args], args, self.where)
+        name = self.fresh()
+        self.line(f"{vt} {name};")
+        self.line(f"for (int hf_l = 0; hf_l < {w}; ++hf_l) {name}[hf_l] = {expr};")
+        return name
+
+    def _tile(self, v: Val, vt: str) -> str:
+        assert self.vec is not None
+        _var, w = self.vec
+        buf, base, stride, k = v.arg
+        key = ("tile", buf.uid, base, stride)
+        found = self.find(key)
+        if found is None:
+            st = storage_short(buf.dtype)
+            names = [self.fresh() for _ in range(stride)]
+            self.line(f"{self.lib.t(st, w)} {', '.join(names)};")
+            fn = self.lib.shuffle_helper("deint", st, w, stride)
+            self.line(f"{fn}({self.cname[buf]} + {self.aff(base)}, "
+                      f"{', '.join('&' + n for n in names)});")
+            found = self.remember(key, ",".join(names), self.k.graph.load(buf, base))
+        raw = found.split(",")[k]
+        return self._local(vt, self.to_compute(v.dtype, raw))
+
+
+def cexpr_name(base: str, used: set[str]) -> str:
+    from hlofuse.backends.kernel_ir.naming import fresh
+
+    return fresh(base, used)
+
+
+def _strict_postorder(root: Val) -> list[Val]:
+    """Values to materialise for `root`, operands first; a `cond`'s sides are not entered (they
+    are computed inside its branches)."""
+    out: list[Val] = []
+    seen: set[int] = set()
+    stack: list[tuple[Val, bool]] = [(root, False)]
+    while stack:
+        v, done = stack.pop()
+        if done:
+            out.append(v)
+            continue
+        if v.uid in seen:
+            continue
+        seen.add(v.uid)
+        stack.append((v, True))
+        kids = v.args[:1] if v.op == "cond" else v.children()
+        for c in reversed(kids):
+            if c.uid not in seen:
+                stack.append((c, False))
+    return out
+
+
+def _declarations(body: list[Stmt]) -> dict[int, list[Buffer]]:
+    """Block (by id of its statement list) -> the local buffers to declare at its top: the
+    innermost block containing every access of the buffer."""
+    paths: dict[Buffer, list[int]] = {}
+    order: list[Buffer] = []
+
+    def touch(b: Buffer, path: list[int]) -> None:
+        if b.kind not in ("local", "lanes"):
+            return
+        if b not in paths:
+            paths[b] = list(path)
+            order.append(b)
+            return
+        p = paths[b]
+        n = 0
+        while n < len(p) and n < len(path) and p[n] == path[n]:
+            n += 1
+        del p[n:]
+
+    def visit(block: list[Stmt], path: list[int]) -> None:
+        path = [*path, id(block)]
+        for s in block:
+            for v in ir.stmt_vals(s):
+                for b in ir.reads(v):
+                    touch(b, path)
+            if isinstance(s, ir.Store | ir.StoreTile):
+                touch(s.buf, path)
+            elif isinstance(s, ir.Copy):
+                touch(s.dst, path)
+                touch(s.src, path)
+            elif isinstance(s, ir.LibCall):
+                for b in s.ins + s.outs:
+                    touch(b, path)
+            elif isinstance(s, ir.Loop):
+                visit(s.body, path)
+            elif isinstance(s, ir.If):
+                visit(s.then, path)
+                visit(s.orelse, path)
+
+    visit(body, [])
+    out: dict[int, list[Buffer]] = {}
+    for b in order:
+        out.setdefault(paths[b][-1], []).append(b)
+    return out
+
+
+def print_func(func: ir.Func, lib: VecLib, used_names: set[str]) -> str:
+    """A scalar function (a sort comparator, a select-and-scatter select or scatter) as C:
+
+        static inline void NAME(CT p0, CT p1, ..., CT *r0, CT *r1, ...)
+
+    parameters in their compute types (float for f16/bf16), results through pointers."""
+    printer = KernelPrinter(ir.Kernel(func.name, [], [], [], ir.Graph()), lib, used_names)
+    exprs = [printer.sx(v) for v in func.results]
+    sig = [f"{cexpr.compute_type(p.dtype)} p{p.arg}" for p in func.params]
+    sig += [f"{cexpr.compute_type(v.dtype)} *r{i}" for i, v in enumerate(func.results)]
+    lines = [comment(func.label)] if func.label else []
+    lines.append(f"static inline void {func.name}({', '.join(sig)})\n{{")
+    lines += printer.lines
+    lines += [f"    *r{i} = {e};" for i, e in enumerate(exprs)]
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,366 @@
+"""Explicit SIMD for the C printer: GCC/Clang vector extensions (`vector_size`) and the helpers
+vector loops call. Nothing here relies on the auto-vectorizer: a vector loop's values are vector
+types, its loads and stores are whole vectors, and every op below is one vector expression.
+
+    types           hf_v8_f32 = 8 floats, hf_v8_u8 = 8 bytes (pred lanes are 0/1 bytes), ...
+    loads/stores    hf_ld_v8_f32(p), hf_st_v8_f32(p, v)  (unaligned; memcpy -> one vmovups)
+    tiles           hf_deint4_v8_f32(p, &a, &b, &c, &d): 32 consecutive floats of an [n, 4]
+                    array -> 4 vectors of 8 rows (in-register transpose by shuffles); hf_int4_...
+                    the inverse for stores
+    selects         hf_sel_v8_f32(pred, a, b)   bit blend on a mask widened from 0/1 bytes
+    f16/bf16        hf_vf16_to_f32_v8, hf_vf32_to_f16_v8, ... the scalar helpers' bit code on
+                    vectors (bit-identical to cprelude's)
+
+`VecLib` collects the definitions one C file needs (each once, include-guarded so kernels can be
+concatenated). `vector_op` gives the vector expression of a `ScalarOp`, or None when the op has
+no vector form yet; the printer then computes it lane by lane (`lane_loop`), which is correct and
+usually vectorized by the compiler, but not guaranteed to be (tests/test_cpu_vectorize.py lists
+which ops are explicit).
+"""
+
+from __future__ import annotations
+
+from hlofuse.backends.kernel_ir.ir import ScalarOp
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.opcodes import Opcode
+
+# element C types by short name: (C type, bytes)
+CTYPES: dict[str, tuple[str, int]] = {
+    "f32": ("float", 4), "f64": ("double", 8),
+    "i8": ("int8_t", 1), "i16": ("int16_t", 2), "i32": ("int32_t", 4), "i64": ("int64_t", 8),
+    "u8": ("uint8_t", 1), "u16": ("uint16_t", 2), "u32": ("uint32_t", 4), "u64": ("uint64_t", 8),
+}
+_INT_OF_BYTES = {1: "8", 2: "16", 4: "32", 8: "64"}
+
+
+def compute_short(dtype: DType) -> str:
+    """The lane type values of `dtype` are computed in."""
+    if dtype.is_float:
+        return "f64" if dtype.bits == 64 else "f32"
+    if dtype.is_pred:
+        return "u8"
+    return ("i" if dtype.is_signed else "u") + str(dtype.bits)
+
+
+def storage_short(dtype: DType) -> str:
+    """The lane type arrays of `dtype` hold."""
+    if dtype.name in ("f16", "bf16"):
+        return "u16"
+    return compute_short(dtype)
+
+
+def vtype(short: str, w: int) -> str:
+    return f"hf_v{w}_{short}"
+
+
+def _utype(short: str) -> str:
+    """The unsigned lane type of the same width."""
+    return "u" + _INT_OF_BYTES[CTYPES[short][1]]
+
+
+def _itype(short: str) -> str:
+    return "i" + _INT_OF_BYTES[CTYPES[short][1]]
+
+
+class VecLib:
+    """The vector helper definitions a C file needs, in dependency order."""
+
+    def __init__(self) -> None:
+        self.defs: dict[str, str] = {}
+
+    def text(self) -> str:
+        return "".join(self.defs.values())
+
+    def _add(self, key: str, text: str) -> str:
+        if key not in self.defs:
+            guard = "HF_" + key.upper()
+            self.defs[key] = f"#ifndef {guard}\n#define {guard}\n{text.strip()}\n#endif\n"
+        return key
+
+    def types(self, w: int) -> None:
+        lines = [f"typedef {ct} {vtype(s, w)} __attribute__((vector_size({w * n})));"
+                 for s, (ct, n) in CTYPES.items()]
+        self._add(f"types_v{w}", "\n".join(lines))
+
+    def t(self, short: str, w: int) -> str:
+        self.types(w)
+        return vtype(short, w)
+
+    def load(self, short: str, w: int) -> str:
+        vt, (ct, _n) = self.t(short, w), CTYPES[short]
+        name = f"hf_ld_{vt[3:]}"
+        self._add(name, f"static inline {vt} {name}(const {ct} *p) "
+                        f"{{ {vt} v; memcpy(&v, p, sizeof v); return v; }}")
+        return name
+
+    def store(self, short: str, w: int) -> str:
+        vt, (ct, _n) = self.t(short, w), CTYPES[short]
+        name = f"hf_st_{vt[3:]}"
+        self._add(name, f"static inline void {name}({ct} *p, {vt} v) "
+                        f"{{ memcpy(p, &v, sizeof v); }}")
+        return name
+
+    def splat(self, short: str, w: int) -> str:
+        vt, (ct, _n) = self.t(short, w), CTYPES[short]
+        name = f"hf_splat_{vt[3:]}"
+        self._add(name, f"static inline {vt} {name}({ct} s) "
+                        f"{{ {vt} v = {{{', '.join(['s'] * w)}}}; return v; }}")
+        return name
+
+    def iota(self, w: int) -> str:
+        vt = self.t("i64", w)
+        name = f"hf_iota_v{w}"
+        self._add(name, f"static inline {vt} {name}(void) "
+                        f"{{ {vt} v = {{{', '.join(str(i) for i in range(w))}}}; return v; }}")
+        return name
+
+    def mask_to_pred(self, short: str, w: int) -> str:
+        """A comparison's mask (lanes of -1/0 as wide as `short`) -> pred lanes (0/1 bytes)."""
+        mt = self.t(_itype(short), w)
+        name = f"hf_m2p_v{w}_{_itype(short)}"
+        self._add(name, f"static inline {self.t('u8', w)} {name}({mt} m) "
+                        f"{{ return (({self.t('u8', w)})__builtin_convertvector(m, "
+                        f"{self.t('i8', w)})) & 1; }}")
+        return name
+
+    def select(self, short: str, w: int) -> str:
+        vt, ut, it = self.t(short, w), self.t(_utype(short), w), self.t(_itype(short), w)
+        name = f"hf_sel_{vt[3:]}"
+        self._add(name, f"""
+static inline {vt} {name}({self.t('u8', w)} p, {vt} a, {vt} b)
+{{
+    {ut} m = ({ut})(-__builtin_convertvector(p, {it}));
+    return ({vt})((({ut})a & m) | (({ut})b & ~m));
+}}""")
+        return name
+
+    def blend(self, short: str, w: int) -> str:
+        """Like `select`, on a comparison mask of `short`'s width."""
+        vt, ut, it = self.t(short, w), self.t(_utype(short), w), self.t(_itype(short), w)
+        name = f"hf_blend_{vt[3:]}"
+        self._add(name, f"static inline {vt} {name}({it} m, {vt} a, {vt} b) "
+                        f"{{ return ({vt})((({ut})a & ({ut})m) | (({ut})b & ~({ut})m)); }}")
+        return name
+
+    def minmax(self, short: str, w: int, is_max: bool) -> str:
+        """Float max/min propagate NaN and return the second operand on ties (numpy's rule);
+        integers compare."""
+        vt = self.t(short, w)
+        blend = self.blend(short, w)
+        word = "max" if is_max else "min"
+        name = f"hf_v{word}_{vt[3:]}"
+        cmp = ">" if is_max else "<"
+        nan = " | (a != a)" if short in ("f32", "f64") else ""
+        self._add(name, f"static inline {vt} {name}({vt} a, {vt} b) "
+                        f"{{ return {blend}((a {cmp} b){nan}, a, b); }}")
+        return name
+
+    def fabs(self, short: str, w: int) -> str:
+        vt, ut = self.t(short, w), self.t(_utype(short), w)
+        name = f"hf_vabs_{vt[3:]}"
+        mask = "0x7fffffffu" if short == "f32" else "0x7fffffffffffffffull"
+        self._add(name, f"static inline {vt} {name}({vt} a) "
+                        f"{{ return ({vt})(({ut})a & {mask}); }}")
+        return name
+
+    def half(self, w: int) -> dict[str, str]:
+        """f16 and bf16 <-> f32 conversions on vectors (cprelude's bit code, lane-wise)."""
+        f, u32, u16 = self.t("f32", w), self.t("u32", w), self.t("u16", w)
+        names = {k: f"hf_v{k}_v{w}" for k in
+                 ("f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "round_f16",
+                  "round_bf16")}
+        sel = f"hf_usel_v{w}"
+        self._add(sel, f"static inline {u32} {sel}({self.t('i32', w)} m, {u32} a, {u32} b) "
+                       f"{{ return (a & ({u32})m) | (b & ~({u32})m); }}")
+        self._add(names["f16_to_f32"], f"""
+static inline {f} {names['f16_to_f32']}({u16} h)
+{{
+    {u32} x = __builtin_convertvector(h, {u32});
+    {u32} sign = (x & 0x8000u) << 16;
+    {u32} em = x & 0x7fffu;
+    {u32} bits = ({u32})(({f})(em << 13) * 0x1p+112f);
+    bits |= ({u32})(em >= 0x7c00u) & 0x7f800000u;
+    return ({f})(bits | sign);
+}}""")
+        self._add(names["f32_to_f16"], f"""
+static inline {u16} {names['f32_to_f16']}({f} v)
+{{
+    {u32} x = ({u32})v;
+    {u32} sign = (x >> 16) & 0x8000u;
+    {u32} a = x & 0x7fffffffu;
+    {u32} sub = ({u32})(({f})a + 0.5f) - 0x3f000000u;
+    {u32} norm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+    {u32} pay = (a >> 13) & 0x3ffu;
+    {u32} nan = 0x7c00u | pay | (({u32})(pay == 0u) & 1u);
+    {u32} big = {sel}(a > 0x7f800000u, nan, nan - nan + 0x7c00u);
+    {u32} r = {sel}(a >= 0x47800000u, big, {sel}(a < 0x38800000u, sub, norm));
+    return __builtin_convertvector(r | sign, {u16});
+}}""")
+        self._add(names["bf16_to_f32"], f"""
+static inline {f} {names['bf16_to_f32']}({u16} h)
+{{
+    return ({f})(__builtin_convertvector(h, {u32}) << 16);
+}}""")
+        self._add(names["f32_to_bf16"], f"""
+static inline {u16} {names['f32_to_bf16']}({f} v)
+{{
+    {u32} x = ({u32})v;
+    {u32} r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    {u32} nan = (x >> 16) | (({u32})(((x >> 16) & 0x7fu) == 0u) & 0x40u);
+    return __builtin_convertvector({sel}((x & 0x7fffffffu) > 0x7f800000u, nan, r), {u16});
+}}""")
+        for k in ("f16", "bf16"):
+            self._add(names[f"round_{k}"], f"static inline {f} {names[f'round_{k}']}({f} v) "
+                      f"{{ return {names[f'{k}_to_f32']}({names[f'f32_to_{k}']}(v)); }}")
+        return names
+
+    def shuffle_helper(self, kind: str, short: str, w: int, s: int) -> str:
+        """`deint`: s vectors loaded from s*w consecutive elements -> s vectors of columns;
+        `int`: the inverse (s column vectors -> s vectors to store consecutively)."""
+        vt, (ct, _n) = self.t(short, w), CTYPES[short]
+        name = f"hf_{kind}{s}_{vt[3:]}"
+        ld, st = self.load(short, w), self.store(short, w)
+        ins = [f"v{j}" for j in range(s)]
+        body = []
+        if kind == "deint":
+            body += [f"    const {vt} v{j} = {ld}(p + {j * w});" for j in range(s)]
+            for k in range(s):
+                lanes = [divmod(lane * s + k, w) for lane in range(w)]
+                body.append(f"    *o{k} = {_shuffle_tree(ins, lanes, w)};")
+            sig = f"const {ct} *p, " + ", ".join(f"{vt} *o{k}" for k in range(s))
+        else:
+            for j in range(s):
+                lanes = []
+                for m in range(w):
+                    row, col = divmod(j * w + m, s)
+                    lanes.append((col, row))
+                body.append(f"    {st}(p + {j * w}, {_shuffle_tree(ins, lanes, w)});")
+            sig = f"{ct} *p, " + ", ".join(f"{vt} v{k}" for k in range(s))
+        self._add(name, f"static inline void {name}({sig})\n{{\n" + "\n".join(body) + "\n}")
+        return name
+
+
+def _shuffle_tree(srcs: list[str], lanes: list[tuple[int, int]], w: int) -> str:
+    """A vector whose lane l is lane lanes[l][1] of srcs[lanes[l][0]], from two-input shuffles
+    (`__builtin_shufflevector`), merging halves of the source set recursively."""
+    used = sorted({v for v, _ in lanes})
+    if len(used) == 1:
+        a = srcs[used[0]]
+        return f"__builtin_shufflevector({a}, {a}, {', '.join(str(x) for _, x in lanes)})"
+    if len(used) == 2:
+        a, b = used
+        idx = [str(x if v == a else w + x) for v, x in lanes]
+        return f"__builtin_shufflevector({srcs[a]}, {srcs[b]}, {', '.join(idx)})"
+    half = set(used[: len(used) // 2])
+    left = [(v, x) if v in half else (used[0], 0) for v, x in lanes]
+    right = [(v, x) if v not in half else (used[-1], 0) for v, x in lanes]
+    idx = [str(i if v in half else w + i) for i, (v, _) in enumerate(lanes)]
+    return (f"__builtin_shufflevector({_shuffle_tree(srcs, left, w)}, "
+            f"{_shuffle_tree(srcs, right, w)}, {', '.join(idx)})")
+
+
+_FLOAT_BINARY = {Opcode.ADD: "+", Opcode.SUBTRACT: "-", Opcode.MULTIPLY: "*",
+                 Opcode.DIVIDE: "/"}
+_INT_WRAP = {Opcode.ADD: "+", Opcode.SUBTRACT: "-", Opcode.MULTIPLY: "*"}
+_BITWISE = {Opcode.AND: "&", Opcode.OR: "|", Opcode.XOR: "^"}
+_PRED_BINARY = {Opcode.ADD: "|", Opcode.MAXIMUM: "|", Opcode.OR: "|", Opcode.MULTIPLY: "&",
+                Opcode.MINIMUM: "&", Opcode.AND: "&", Opcode.XOR: "^"}
+_CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str], w: int
+              ) -> str | None:
+    """The vector expression (lanes of `compute_short(op.dtype)`) of `op` on vector operands
+    `args` (lanes of their compute types), or None if it has no explicit vector form."""
+    dt = op.dtype
+    code = op.opcode
+    a = [f"({x})" for x in args]
+    short = compute_short(dt)
+    vt = lib.t(short, w)
+    narrow = dt.name in ("f16", "bf16")
+
+    def rounded(expr: str) -> str:
+        return f"{lib.half(w)['round_' + dt.name]}({expr})" if narrow else expr
+
+    if code is Opcode.COPY:
+        return a[0]
+    if code is Opcode.SELECT:
+        return f"{lib.select(short, w)}({a[0]}, {a[1]}, {a[2]})"
+    if code is Opcode.COMPARE:
+        return _compare(lib, op, arg_dtypes[0], a, w)
+    if code is Opcode.CONVERT:
+        return _convert(lib, arg_dtypes[0], dt, a[0], w)
+    if code is Opcode.BITCAST_CONVERT:
+        src = arg_dtypes[0]
+        if src.bits == dt.bits and not narrow and src.name not in ("f16", "bf16") \
+                and not src.is_pred and not dt.is_pred:
+            return f"(({vt}){a[0]})"
+        return None
+    if dt.is_float:
+        if code in _FLOAT_BINARY:
+            return rounded(f"({a[0]} {_FLOAT_BINARY[code]} {a[1]})")
+        if code is Opcode.NEGATE:
+            return f"(-{a[0]})"
+        if code is Opcode.ABS:
+            return f"{lib.fabs(short, w)}({a[0]})"
+        if code in (Opcode.MAXIMUM, Opcode.MINIMUM):
+            return f"{lib.minmax(short, w, code is Opcode.MAXIMUM)}({a[0]}, {a[1]})"
+        if code is Opcode.CLAMP:
+            mx, mn = lib.minmax(short, w, True), lib.minmax(short, w, False)
+            return f"{mn}({mx}({a[1]}, {a[0]}), {a[2]})"
+        return None
+    if dt.is_pred:
+        if code in _PRED_BINARY:
+            return f"({a[0]} {_PRED_BINARY[code]} {a[1]})"
+        if code is Opcode.NOT:
+            return f"({a[0]} ^ 1)"
+        return None
+    ut = lib.t(_utype(short), w)
+    if code in _INT_WRAP:
+        return f"(({vt})(({ut}){a[0]} {_INT_WRAP[code]} ({ut}){a[1]}))"
+    if code in _BITWISE:
+        return f"({a[0]} {_BITWISE[code]} {a[1]})"
+    if code is Opcode.NOT:
+        return f"(~{a[0]})"
+    if code is Opcode.NEGATE:
+        return f"(({vt})(-({ut}){a[0]}))"
+    if code in (Opcode.MAXIMUM, Opcode.MINIMUM):
+        return f"{lib.minmax(short, w, code is Opcode.MAXIMUM)}({a[0]}, {a[1]})"
+    return None
+
+
+def _compare(lib: VecLib, op: ScalarOp, src: DType, a: list[str], w: int) -> str | None:
+    sym = _CMP.get(str(op.attr("direction")))
+    kind = op.attr("type")
+    kind = None if kind is None else str(kind)
+    if sym is None or (src.is_float and kind == "TOTALORDER"):
+        return None
+    short = compute_short(src)
+    x, y = a
+    if src.is_integral and kind == "UNSIGNED" and src.is_signed:
+        ut = lib.t(_utype(short), w)
+        x, y, short = f"(({ut}){x})", f"(({ut}){y})", _utype(short)
+    elif src.is_integral and kind == "SIGNED" and not src.is_signed:
+        it = lib.t(_itype(short), w)
+        x, y, short = f"(({it}){x})", f"(({it}){y})", _itype(short)
+    return f"{lib.mask_to_pred(short, w)}({x} {sym} {y})"
+
+
+def _convert(lib: VecLib, src: DType, dst: DType, x: str, w: int) -> str | None:
+    s_short, d_short = compute_short(src), compute_short(dst)
+    if dst.is_pred:
+        zero = "0" if not src.is_float else ("0.0f" if s_short == "f32" else "0.0")
+        return f"{lib.mask_to_pred(s_short, w)}({x} != {zero})"
+    if src.is_float and not dst.is_float:
+        return None  # saturating float -> int: lane by lane (cexpr's hf_cvt_*)
+    if src.name == dst.name:
+        return x
+    dt = lib.t(d_short, w)
+    out = x if s_short == d_short else f"__builtin_convertvector({x}, {dt})"
+    if dst.name in ("f16", "bf16"):
+        if src.name == "f64" and dst.name == "f16":
+            return None  # rounds once from f64 (cprelude's hf_f64_to_f16)
+        if (src.name in ("f16", "bf16") and src.name != dst.name) or not src.is_float \
+                or src.name in ("f32", "f64"):
+            return f"{lib.half(w)['round_' + dst.name]}({out})"
+    return out

@@ -1,0 +1,576 @@
+"""The kernel IR: one kernel as a loop nest over named index variables, with loads and stores
+whose indices are affine expressions kept as structure, scalar ops from the op table, and calls
+of library routines. Every native backend lowers fused HLO to this IR, transforms it (split,
+collapse, vectorize, parallelize, hoist: `passes/`), then prints it (`backends/cpu/cprint.py`).
+
+    Kernel ─ inputs/outputs/locals: Buffer          (name, element type, size, kind)
+           └ body: [Stmt]
+    Stmt  = Loop(var, lo, hi, body, parallel, vector) | Store(buf, index, value)
+          | If(cond, then, orelse) | Let(value) | Copy(dst, src) | LibCall(op, ins, outs)
+          | Comment(text)
+    Val   = const | load(buf, Affine) | index(Affine) | alu(ScalarOp, args)
+          | cond(c, a, b) | idiv/imod(x, n) | param(k)
+          | tile(buf, Affine, stride, k) | lanes_reduce(op, lanes buffer)   (vector loops only)
+    Affine = const + Σ coef·term,   term = Var (a loop index) | Val (an s64 value: a clamped
+             dynamic start, a gathered index, a delinearised coordinate)
+
+Design (after tinygrad's UOps, TorchInductor's LoopBody, TVM's TIR BufferLoad/For):
+
+- `Val`s are immutable and interned per kernel by a `Graph` (same op, type, operands and
+  argument -> the same object), so a value used twice is one node and identity is equality.
+  Nothing hashes a DAG recursively: keys are built from operand ids, so 10,000-deep chains cost
+  nothing special, and every traversal here is iterative.
+- Loads are pure reads; the order of a read and a write of the same buffer is the statement
+  order (the printer never moves a read across a store of the buffer it reads; hoisting only
+  moves a value out of a loop that writes none of the buffers it reads).
+- A `cond` value reads `a` only where `c` holds (guarded reads: pad, concatenate,
+  dynamic-update-slice, windows). Lowering keeps conditions on loop indices affine, so `split`
+  can cut a loop's range where they change and fold them.
+- Element types are HLO's (`ir.dtypes.DType`); index arithmetic is s64. A `Loop` with
+  `vector=W` runs W consecutive values of its variable per step (lanes); values that depend on
+  it are vectors of W lanes, everything else stays scalar. Tails run as a second, scalar loop.
+
+Conditions every pass keeps: a `Var` is bound by exactly one enclosing `Loop`; a `Store`'s index
+stays in its buffer (lowering guarantees it, passes only substitute equal expressions); `In`
+buffers are never stored to, except one listed in `Kernel.inplace` (the driver may pass the same
+memory as the output it pairs with).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hlofuse.ir.dtypes import S64, DType
+from hlofuse.ir.opcodes import Opcode
+
+BufferKind = Literal["in", "out", "local", "const", "lanes"]
+STACK_LOCAL_BYTES = 16384  # locals up to this size live on the stack (backends may differ)
+
+_uids = itertools.count()
+
+
+class Buffer:
+    """A flat array of `size` elements of `dtype`. `in`/`out` buffers are the kernel's
+    arguments (`index` is their position); `local` is scratch owned by the kernel (stack when
+    small, heap otherwise); `const` holds `data` (a numpy array) as a file-scope table; `lanes`
+    is one vector register of a vector loop (`size` lanes): every access reads or writes all
+    lanes, whatever the index (privatised scalars and partial reduction accumulators)."""
+
+    __slots__ = ("data", "dtype", "index", "kind", "name", "size", "uid")
+
+    def __init__(self, name: str, dtype: DType, size: int, kind: BufferKind, index: int = 0,
+                 data: Any = None) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.size = size
+        self.kind = kind
+        self.index = index
+        self.data = data
+        self.uid = next(_uids)
+
+    def __repr__(self) -> str:
+        return f"{self.name}:{self.dtype}[{self.size}]"
+
+
+class Var:
+    """A loop index. `lo`/`hi` are the range of the loop that binds it (hi exclusive)."""
+
+    __slots__ = ("hi", "lo", "name", "uid")
+
+    def __init__(self, name: str, lo: int, hi: int) -> None:
+        self.name = name
+        self.lo = lo
+        self.hi = hi
+        self.uid = next(_uids)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+Term = "Var | Val"
+
+
+@dataclass(frozen=True)
+class Affine:
+    """`const + Σ coef * term` over loop variables and s64 values, terms ordered by uid (so
+    equal expressions are equal tuples). Build with `affine()` / the arithmetic methods."""
+
+    terms: tuple[tuple[Any, int], ...] = ()
+    const: int = 0
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def coef(self, term: Any) -> int:
+        for t, c in self.terms:
+            if t is term:
+                return c
+        return 0
+
+    def __add__(self, other: Affine | int) -> Affine:
+        if isinstance(other, int):
+            return Affine(self.terms, self.const + other) if other else self
+        return _combine(self, other, 1)
+
+    def __sub__(self, other: Affine | int) -> Affine:
+        if isinstance(other, int):
+            return Affine(self.terms, self.const - other) if other else self
+        return _combine(self, other, -1)
+
+    def __mul__(self, k: int) -> Affine:
+        if k == 0:
+            return ZERO
+        if k == 1:
+            return self
+        return Affine(tuple((t, c * k) for t, c in self.terms), self.const * k)
+
+    def without(self, term: Any) -> Affine:
+        return Affine(tuple((t, c) for t, c in self.terms if t is not term), self.const)
+
+    def vars(self) -> list[Var]:
+        return [t for t, _ in self.terms if isinstance(t, Var)]
+
+    def vals(self) -> list[Val]:
+        return [t for t, _ in self.terms if isinstance(t, Val)]
+
+    def bounds(self, depth: int = 0) -> tuple[int, int] | None:
+        """Inclusive [min, max] over the variables' ranges and the value terms' ranges
+        (`value_bounds`); None if a value's range is unknown."""
+        lo = hi = self.const
+        for t, c in self.terms:
+            if isinstance(t, Var):
+                r: tuple[int, int] | None = (t.lo, t.hi - 1)
+            else:
+                r = value_bounds(t, depth + 1)
+            if r is None:
+                return None
+            a, b = c * r[0], c * r[1]
+            lo += min(a, b)
+            hi += max(a, b)
+        return lo, hi
+
+    def __repr__(self) -> str:
+        parts = [f"{c}*{t!r}" if c != 1 else repr(t) for t, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+
+ZERO = Affine()
+
+
+def _combine(a: Affine, b: Affine, sign: int) -> Affine:
+    coefs: dict[int, list[Any]] = {}
+    for t, c in a.terms:
+        coefs[t.uid] = [t, c]
+    for t, c in b.terms:
+        if t.uid in coefs:
+            coefs[t.uid][1] += sign * c
+        else:
+            coefs[t.uid] = [t, sign * c]
+    terms = tuple((t, c) for _, (t, c) in sorted(coefs.items()) if c)
+    return Affine(terms, a.const + sign * b.const)
+
+
+def affine(x: Var | Val | int) -> Affine:
+    if isinstance(x, int):
+        return Affine((), x)
+    return Affine(((x, 1),), 0)
+
+
+@dataclass(frozen=True)
+class ScalarOp:
+    """An elementwise HLO op on one element type: the opcode (from the op table), the result
+    type, and the few attributes that change its meaning (comparison direction and type,
+    reduce-precision bit counts)."""
+
+    opcode: Opcode
+    dtype: DType
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+
+ValOp = Literal["const", "load", "index", "alu", "cond", "idiv", "imod", "param", "tile",
+                "lanes_reduce"]
+_READS = ("load", "tile", "lanes_reduce")
+
+
+class Val:
+    """One value (see the module docstring). Create through `Graph`, never directly."""
+
+    __slots__ = ("_deps", "_reads", "arg", "args", "dtype", "op", "uid")
+
+    def __init__(self, op: ValOp, dtype: DType, args: tuple[Val, ...], arg: Any) -> None:
+        self.op = op
+        self.dtype = dtype
+        self.args = args
+        self.arg = arg
+        self.uid = next(_uids)
+        self._deps: frozenset[Var] | None = None
+        self._reads: frozenset[Buffer] | None = None
+
+    @property
+    def buffer(self) -> Buffer:
+        assert self.op in _READS
+        return self.arg[1] if self.op == "lanes_reduce" else self.arg[0]
+
+    @property
+    def index(self) -> Affine:
+        assert self.op in ("load", "index", "tile")
+        return self.arg[1] if self.op in ("load", "tile") else self.arg
+
+    def children(self) -> list[Val]:
+        """Operands, including the values inside an index expression."""
+        out = list(self.args)
+        if self.op in ("load", "index", "tile"):
+            out.extend(self.index.vals())
+        return out
+
+    def __repr__(self) -> str:
+        return f"%{self.uid}:{self.op}"
+
+
+def value_bounds(v: Val, depth: int = 0) -> tuple[int, int] | None:
+    """Inclusive bounds of an integer value, where they are known: constants, index
+    expressions, clamps (maximum/minimum: a dynamic slice's start), integer conversions and
+    loads (the type's range). None for anything else, or past a small depth."""
+    import numpy as np
+
+    if depth > 16 or not v.dtype.is_integral:
+        return None
+    if v.op == "const":
+        return int(const_value(v)), int(const_value(v))
+    if v.op == "index":
+        return v.arg.bounds(depth + 1)
+    if v.op == "load":
+        info = np.iinfo(v.dtype.np)
+        return int(info.min), int(info.max)
+    if v.op == "alu" and v.arg.opcode in (Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.CONVERT):
+        rs = [value_bounds(a, depth + 1) for a in v.args]
+        if any(r is None for r in rs):
+            return None
+        if v.arg.opcode is Opcode.CONVERT:
+            info = np.iinfo(v.dtype.np)
+            (r,) = rs
+            assert r is not None
+            return r if info.min <= r[0] and r[1] <= info.max else (int(info.min), int(info.max))
+        pick = max if v.arg.opcode is Opcode.MAXIMUM else min
+        return pick(r[0] for r in rs), pick(r[1] for r in rs)  # type: ignore[index]
+    return None
+
+
+def postorder(roots: Iterable[Val]) -> list[Val]:
+    """Every value reachable from `roots`, operands before users (iterative)."""
+    out: list[Val] = []
+    seen: set[int] = set()
+    stack: list[tuple[Val, bool]] = [(r, False) for r in reversed(list(roots))]
+    while stack:
+        v, done = stack.pop()
+        if done:
+            out.append(v)
+            continue
+        if v.uid in seen:
+            continue
+        seen.add(v.uid)
+        stack.append((v, True))
+        for c in reversed(v.children()):
+            if c.uid not in seen:
+                stack.append((c, False))
+    return out
+
+
+def deps(v: Val) -> frozenset[Var]:
+    """The loop variables `v` depends on (through indices and operands)."""
+    if v._deps is None:
+        for x in postorder([v]):
+            if x._deps is not None:
+                continue
+            acc: set[Var] = set()
+            if x.op in ("load", "index", "tile"):
+                acc.update(x.index.vars())
+            for c in x.children():
+                assert c._deps is not None
+                acc |= c._deps
+            x._deps = frozenset(acc)
+    assert v._deps is not None
+    return v._deps
+
+
+def reads(v: Val) -> frozenset[Buffer]:
+    """The buffers `v` reads."""
+    if v._reads is None:
+        for x in postorder([v]):
+            if x._reads is not None:
+                continue
+            acc: set[Buffer] = {x.buffer} if x.op in _READS else set()
+            for c in x.children():
+                assert c._reads is not None
+                acc |= c._reads
+            x._reads = frozenset(acc)
+    assert v._reads is not None
+    return v._reads
+
+
+class Graph:
+    """Interns the values of one kernel."""
+
+    def __init__(self) -> None:
+        self._table: dict[tuple[Any, ...], Val] = {}
+
+    def make(self, op: ValOp, dtype: DType, args: tuple[Val, ...] = (), arg: Any = None) -> Val:
+        key = (op, dtype.name, tuple(a.uid for a in args), _key(arg))
+        v = self._table.get(key)
+        if v is None:
+            v = Val(op, dtype, args, arg)
+            self._table[key] = v
+        return v
+
+    # -- constructors --------------------------------------------------------------------------
+
+    def const(self, value: Any, dtype: DType) -> Val:
+        return self.make("const", dtype, (), _const_key(value, dtype))
+
+    def load(self, buf: Buffer, index: Affine) -> Val:
+        return self.make("load", buf.dtype, (), (buf, index))
+
+    def index(self, index: Affine) -> Val:
+        if index.is_const:
+            return self.const(index.const, S64)
+        if index.terms == ((index.terms[0][0], 1),) and not index.const \
+                and isinstance(index.terms[0][0], Val):
+            return index.terms[0][0]
+        return self.make("index", S64, (), index)
+
+    def alu(self, op: ScalarOp, *args: Val) -> Val:
+        return self.make("alu", op.dtype, tuple(args), op)
+
+    def cond(self, c: Val, a: Val, b: Val) -> Val:
+        if c.op == "const":
+            return a if c.arg[1] else b
+        if a is b:
+            return a
+        return self.make("cond", a.dtype, (c, a, b))
+
+    def idiv(self, x: Affine, n: int) -> Affine:
+        """`x // n` for x >= 0, n > 0, as an affine term (folded when it can be)."""
+        if n == 1:
+            return x
+        if x.is_const:
+            return affine(x.const // n)
+        high, low = _split_multiple(x, n)
+        if low is not None:  # x = n*y + r, 0 <= r < n  ->  x // n = y
+            return Affine(tuple((t, c // n) for t, c in high.terms), high.const // n)
+        return affine(self.make("idiv", S64, (self.index(x),), n))
+
+    def imod(self, x: Affine, n: int) -> Affine:
+        """`x % n` for x >= 0, n > 0 (folded when it can be)."""
+        if n == 1:
+            return ZERO
+        if x.is_const:
+            return affine(x.const % n)
+        _high, low = _split_multiple(x, n)
+        if low is not None:
+            return low
+        return affine(self.make("imod", S64, (self.index(x),), n))
+
+    def param(self, k: int, dtype: DType) -> Val:
+        return self.make("param", dtype, (), k)
+
+
+def _split_multiple(x: Affine, n: int) -> tuple[Affine, Affine | None]:
+    """`x = high + low` with every coefficient of `high` (and its constant) a multiple of `n`;
+    `low` is None unless its range is known to lie in [0, n)."""
+    high = Affine(tuple((t, c) for t, c in x.terms if c % n == 0), x.const - x.const % n)
+    low = Affine(tuple((t, c) for t, c in x.terms if c % n), x.const % n)
+    b = low.bounds()
+    if b is None or b[0] < 0 or b[1] >= n:
+        return high, None
+    return high, low
+
+
+def _key(arg: Any) -> Any:
+    if isinstance(arg, float) and arg != arg:
+        return ("nan",)  # NaN != NaN: constants are told apart by their bits (the hex part)
+    if isinstance(arg, tuple):
+        return tuple(_key(a) for a in arg)
+    if isinstance(arg, Buffer | Var | Val):
+        return ("#", arg.uid)
+    if isinstance(arg, Affine):
+        return ("A", tuple((t.uid, c) for t, c in arg.terms), arg.const)
+    return arg
+
+
+def _const_key(value: Any, dtype: DType) -> tuple[str, Any]:
+    """Constants keep their exact bit pattern (so -0.0, NaN payloads and 1 vs 1.0 differ)."""
+    import numpy as np
+
+    arr = np.asarray(value).astype(dtype.np)
+    if dtype.is_float:
+        return (arr.tobytes().hex(), arr.item())
+    if dtype.is_pred:
+        return ("b", bool(arr))
+    return ("i", int(arr))
+
+
+def const_value(v: Val) -> Any:
+    """The Python value of a `const` Val (float, int or bool)."""
+    assert v.op == "const"
+    return v.arg[1]
+
+
+# ----- statements -----------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Loop:
+    """`for var in [lo, hi)`; `parallel`: iterations may run on different threads (they write
+    disjoint elements); `vector`: W lanes per step (0 = scalar)."""
+
+    var: Var
+    lo: int
+    hi: int
+    body: list[Stmt]
+    parallel: bool = False
+    vector: int = 0
+
+
+@dataclass(eq=False)
+class Store:
+    buf: Buffer
+    index: Affine
+    value: Val
+
+
+@dataclass(eq=False)
+class If:
+    cond: Val
+    then: list[Stmt]
+    orelse: list[Stmt] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Let:
+    """Compute `value` here (a hoisted invariant); later uses in this block and inside it read
+    the result."""
+
+    value: Val
+
+
+@dataclass(eq=False)
+class Copy:
+    """`memcpy(dst, src)` of the whole of `src` (both the same size); with `if_distinct`, only
+    when they are different memory (in-place kernels)."""
+
+    dst: Buffer
+    src: Buffer
+    if_distinct: bool = False
+
+
+@dataclass(eq=False)
+class StoreTile:
+    """A vectorized group store: `buf[base + stride*(lane) + k] = values[k]` for every k in
+    [0, stride) and every lane of the enclosing vector loop (an interleaving store)."""
+
+    buf: Buffer
+    base: Affine
+    stride: int
+    values: list[Val]
+
+
+@dataclass(eq=False)
+class LibCall:
+    """A library routine (GEMM, sort, convolution, RNG, select-and-scatter): `op` describes what
+    to compute (plain data), `ins` and `outs` are whole buffers, row-major."""
+
+    op: Any
+    ins: list[Buffer]
+    outs: list[Buffer]
+
+
+@dataclass(eq=False)
+class Comment:
+    text: str
+
+
+Stmt = Loop | Store | If | Let | Copy | StoreTile | LibCall | Comment
+
+
+@dataclass(eq=False)
+class Func:
+    """A scalar function (a reducer, comparator or select computation): `params` are `param`
+    Vals, `results` Vals over them. Printed as a static inline function by backends that need
+    one (library routines call it); kernels inline reducers instead."""
+
+    name: str
+    params: list[Val]
+    results: list[Val]
+    label: str = ""
+
+
+@dataclass(eq=False)
+class Kernel:
+    """One kernel. `inplace` maps an output position to the input position it may share
+    memory with. `label` and `source_lines` are input text for comments (printed escaped)."""
+
+    name: str
+    inputs: list[Buffer]
+    outputs: list[Buffer]
+    body: list[Stmt]
+    graph: Graph
+    locals: list[Buffer] = field(default_factory=list)
+    consts: list[Buffer] = field(default_factory=list)
+    funcs: list[Func] = field(default_factory=list)
+    inplace: dict[int, int] = field(default_factory=dict)
+    label: str = ""
+    source_lines: list[str] = field(default_factory=list)
+
+
+def walk(body: list[Stmt]) -> Iterator[Stmt]:
+    """Every statement in `body`, nested ones included, in order (iterative)."""
+    stack: list[Iterator[Stmt]] = [iter(body)]
+    while stack:
+        try:
+            s = next(stack[-1])
+        except StopIteration:
+            stack.pop()
+            continue
+        yield s
+        if isinstance(s, Loop):
+            stack.append(iter(s.body))
+        elif isinstance(s, If):
+            stack.append(iter(s.then + s.orelse))
+
+
+def stmt_vals(s: Stmt) -> list[Val]:
+    """The values a statement uses directly (not those of nested statements)."""
+    if isinstance(s, Store):
+        return [s.value, *s.index.vals()]
+    if isinstance(s, StoreTile):
+        return [*s.values, *s.base.vals()]
+    if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, Let):
+        return [s.value]
+    return []
+
+
+def written(body: list[Stmt]) -> set[Buffer]:
+    """Buffers stored to anywhere in `body`."""
+    out: set[Buffer] = set()
+    for s in walk(body):
+        if isinstance(s, Store | StoreTile):
+            out.add(s.buf)
+        elif isinstance(s, Copy):
+            out.add(s.dst)
+        elif isinstance(s, LibCall):
+            out.update(s.outs)
+    return out

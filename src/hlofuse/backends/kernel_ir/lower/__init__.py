@@ -1,0 +1,130 @@
+"""Lowering: one HLO kernel (a fusion, or an unfused op that does work) -> one `ir.Kernel`.
+
+    lower_kernel(instr, used_names) -> ir.Kernel
+
+A single op is lowered exactly like a fusion whose parameters are its operands. The pieces:
+
+    builder.py      the value of an instruction at an index; guarded cases; clamps
+    index.py        indices: multi-index and/or row-major linear, as affine expressions
+    elementwise.py  elementwise ops, broadcast, reshape, transpose, iota, constants, tuples, map
+    maps.py         slice, dynamic-slice, dynamic-update-slice, reverse, pad, concatenate,
+                    gather, width-changing bitcast-convert
+    reduce.py       reduce (row / column / variadic / multi-output) and reduce-window
+    roots.py        the plan of a kernel's outputs; loop nests
+    inplace.py      in-place dynamic-update-slice and scatter roots
+    scatter.py      scatter (XLA semantics: out-of-bounds updates skipped, in order)
+    library.py      dot, sort, ... as library calls into buffers
+    scalar.py       reducers/comparators inlined as values, or as functions
+
+Conditions enforced: `instr` is a kernel (`passes.fusion.kernels.is_kernel`); its operands' and
+results' leaves are arrays. Inputs are buffers `in0..inN` (operand leaves, depth-first), outputs
+`out0..outM` (result leaves); every name in the IR is derived by the lowering, never taken from
+the input text. Anything that cannot be lowered raises `LoweringError` (a CompileError) naming
+the instruction.
+"""
+
+from __future__ import annotations
+
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.ir import Buffer
+from hlofuse.backends.kernel_ir.lower import elementwise, inplace, roots  # noqa: F401 (handlers)
+from hlofuse.backends.kernel_ir.lower.builder import Builder, LoweringError, where
+from hlofuse.backends.kernel_ir.naming import kernel_name
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, leaves
+
+__all__ = ["LoweringError", "lower_kernel"]
+
+KINDS = {"kLoop": "loop", "kInput": "input", "kOutput": "output"}
+
+
+def _root_leaves(root: Instruction) -> list[tuple[Instruction, int]]:
+    """(instruction, leaf index) for each array leaf of a computation's root, depth-first;
+    tuple instructions are looked through."""
+    out: list[tuple[Instruction, int]] = []
+    stack = [root]
+    while stack:
+        r = stack.pop()
+        if r.opcode is Opcode.TUPLE:
+            stack.extend(reversed(r.operands))
+        else:
+            out += [(r, k) for k in range(len(leaves(r.shape)))]
+    return out
+
+
+def kind_of(instr: Instruction) -> str:
+    if instr.opcode is Opcode.FUSION:
+        return KINDS.get(instr.fusion_kind, "loop")
+    return instr.opcode.value
+
+
+def _label(instr: Instruction) -> tuple[str, list[str]]:
+    if instr.opcode is Opcode.FUSION:
+        head = (f"{instr.name}: {instr.fusion_kind} fusion of "
+                f"{len(instr.fused_computation.instructions)} instructions")
+    else:
+        head = f"{instr.name}: {instr.opcode.value}"
+    lines = []
+    md = instr.metadata
+    if md and (md.op_name or md.source_file):
+        where_ = ""
+        if md.source_file:
+            where_ = f" at {md.source_file}:{md.source_line}" if md.source_line else \
+                f" at {md.source_file}"
+        lines.append(f"{md.op_name or ''}{where_}")
+    return head, lines
+
+
+def lower_kernel(instr: Instruction, used_names: set[str]) -> ir.Kernel:
+    """The kernel IR computing `instr` (see the module docstring)."""
+    for op in instr.operands:
+        if not all(isinstance(s, ArrayShape) for s in leaves(op.shape)):
+            raise LoweringError(f"{where(instr)}: operand {op.name} is not made of arrays")
+    name = kernel_name(instr, used_names)
+    g = ir.Graph()
+    b = Builder(g)
+    fused = instr.opcode is Opcode.FUSION
+    if fused:
+        params = sorted(instr.fused_computation.parameters, key=lambda p: p.parameter_number or 0)
+        root = instr.fused_computation.root
+    else:
+        params = list(instr.operands)
+        root = instr
+    inputs: list[Buffer] = []
+    for p in params:
+        bufs = []
+        for s in leaves(p.shape):
+            buf = Buffer(f"in{len(inputs)}", s.dtype, s.size, "in", len(inputs))
+            bufs.append(buf)
+            inputs.append(buf)
+        b.params.setdefault(id(p), bufs)
+    outputs: list[Buffer] = []
+    planned: dict[int, tuple[Instruction, list[tuple[int, Buffer]]]] = {}
+    for r, k in _root_leaves(root):
+        s = leaves(r.shape)[k]
+        buf = Buffer(f"out{len(outputs)}", s.dtype, s.size, "out", len(outputs))
+        outputs.append(buf)
+        planned.setdefault(id(r), (r, []))[1].append((k, buf))
+
+    inplace_of: dict[int, dict[int, Buffer]] = {}
+    pairs: dict[int, int] = {}
+    for r, outs in planned.values():
+        if r.opcode is Opcode.SCATTER:
+            cands = inplace.scatter_candidates(r, b.params, fused)
+        else:
+            src = inplace.candidate(r, b.params, fused)
+            cands = {0: src} if src is not None else {}
+        seen: set[int] = set()
+        for k, buf in outs:
+            src_buf = cands.get(k)
+            if src_buf is None or k in seen or src_buf.index in pairs.values():
+                continue
+            seen.add(k)
+            inplace_of.setdefault(id(r), {})[k] = src_buf
+            pairs[buf.index] = src_buf.index
+    roots.emit_roots(b, list(planned.values()), inplace_of)
+    label, lines = _label(instr)
+    return ir.Kernel(name=name, inputs=inputs, outputs=outputs, body=b.pre + b.body, graph=g,
+                     locals=b.locals, consts=b.consts, funcs=b.funcs, inplace=pairs,
+                     label=label, source_lines=lines)

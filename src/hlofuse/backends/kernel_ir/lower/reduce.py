@@ -1,0 +1,280 @@
+"""Reductions: reduce (also variadic, e.g. argmax) and reduce-window, as loops over local
+accumulator buffers.
+
+* `reduce` as a value (read by some other value of the kernel): a local accumulator per input
+  starts at the init value; a loop over the reduced dimensions folds the (fused) input in, in
+  row-major order of the reduced elements.
+* `reduction_nest` — the loop nest of root reduces (kInput fusions, unfused reduce). Roots
+  reducing the same input shape over the same dimensions share one nest; roots shaped like the
+  reduce input (multi-output siblings) are written in it, once per input element. Row reduction
+  (reduced dims minor): one accumulator per output element. Column reduction (kept dims after
+  the last reduced one): a row of accumulators whose innermost loop is unit stride.
+
+The combiner is the reducer computation inlined (`scalar.inline`). f16/bf16 sums and products
+accumulate in f32 and round once at the end, as the interpreter does. Reordering (vectorized
+partial accumulators) is the `vectorize` pass's business: it only reassociates reducers
+`scalar.simple_reducer` recognises, or lane-wise combinations XLA's semantics allow.
+reduce-window pads (and fills base-dilation holes) with the init value, as the interpreter does.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Val
+from hlofuse.backends.kernel_ir.lower import index as ix
+from hlofuse.backends.kernel_ir.lower import scalar
+from hlofuse.backends.kernel_ir.lower.builder import (
+    Builder,
+    LoweringError,
+    array_shape,
+    dims_of,
+    handles,
+    where,
+)
+from hlofuse.backends.kernel_ir.lower.index import Index
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.dtypes import F32, DType
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import leaves
+
+ACC_ROW_STACK = 4096  # a row of accumulators up to this long lives on the stack
+
+
+def reducer(instr: Instruction) -> Computation:
+    comp = instr.attrs.get("to_apply")
+    if comp is None:
+        raise LoweringError(f"{where(instr)}: missing to_apply= reducer")
+    return comp
+
+
+def _widened(comp: Computation, dtype: DType) -> bool:
+    """A narrow-float sum/product: accumulate in f32, round once at the end."""
+    return dtype.name in ("f16", "bf16") and scalar.simple_reducer(comp) in (
+        Opcode.ADD, Opcode.MULTIPLY)
+
+
+class Accumulators:
+    """The accumulators of one reduce: a local buffer per input (one element, or a row)."""
+
+    def __init__(self, b: Builder, instr: Instruction, row: int = 1) -> None:
+        self.b = b
+        self.instr = instr
+        self.comp = reducer(instr)
+        n = instr.operand_count // 2
+        self.inputs = list(instr.operands[:n])
+        self.inits = list(instr.operands[n:])
+        self.dtypes = [array_shape(x).dtype for x in self.inputs]
+        self.wide = len(self.inputs) == 1 and _widened(self.comp, self.dtypes[0])
+        acc_t = [F32 if self.wide else d for d in self.dtypes]
+        self.bufs: list[Buffer] = [b.local(t, row, "acc") for t in acc_t]
+        self.row = row
+
+    def _to_acc(self, v: Val) -> Val:
+        return self.b.g.alu(ir.ScalarOp(Opcode.CONVERT, F32), v) if self.wide else v
+
+    def init(self, at: Affine = ir.ZERO) -> None:
+        b = self.b
+        for buf, i in zip(self.bufs, self.inits, strict=True):
+            b.emit(ir.Store(buf, at, self._to_acc(b.value(i, ix.zero(dims_of(i))))))
+
+    def fold(self, xs: list[Val], at: Affine = ir.ZERO) -> None:
+        """acc[at] = reducer(acc[at], xs)."""
+        b = self.b
+        accs = [b.g.load(buf, at) for buf in self.bufs]
+        if self.wide:
+            op = ir.ScalarOp(scalar.simple_reducer(self.comp) or Opcode.ADD, F32)
+            new = [b.g.alu(op, accs[0], self._to_acc(xs[0]))]
+        else:
+            new = scalar.inline(b.g, self.comp, accs + xs)
+        b.assign([(buf, at, v) for buf, v in zip(self.bufs, new, strict=True)])
+
+    def results(self, at: Affine = ir.ZERO) -> list[Val]:
+        out = [self.b.g.load(buf, at) for buf in self.bufs]
+        if self.wide:
+            out = [self.b.g.alu(ir.ScalarOp(Opcode.CONVERT, self.dtypes[0]), out[0])]
+        return out
+
+
+def _split(instr: Instruction) -> tuple[tuple[int, ...], list[int]]:
+    in_dims = dims_of(instr.operand(0))
+    return in_dims, sorted(int(d) for d in instr.dimensions)
+
+
+@handles(Opcode.REDUCE)
+def _reduce_value(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
+    """The reduce's result leaves at output index `idx` (an inner accumulation loop)."""
+    in_dims, red = _split(instr)
+    out = idx.coords(b.g)
+    kept = [d for d in range(len(in_dims)) if d not in red]
+    acc = Accumulators(b, instr)
+    acc.init()
+    full: list[Affine] = [ir.ZERO] * len(in_dims)
+    for k, d in enumerate(kept):
+        full[d] = out[k]
+    if any(in_dims[d] == 0 for d in red):
+        return acc.results()
+    _fold_over(b, acc, in_dims, [d for d in red if in_dims[d] != 1], full)
+    return acc.results()
+
+
+def _fold_over(b: Builder, acc: Accumulators, in_dims: tuple[int, ...], loops: list[int],
+               full: list[Affine]) -> None:
+    if not loops:
+        at = ix.of_multi(in_dims, full)
+        acc.fold([b.value(x, at) for x in acc.inputs])
+        return
+    d = loops[0]
+    with b.loop(in_dims[d], "r") as r:
+        full = list(full)
+        full[d] = ir.affine(r)
+        _fold_over(b, acc, in_dims, loops[1:], full)
+
+
+@handles(Opcode.REDUCE_WINDOW)
+def _reduce_window_value(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
+    """reduce-window at output index `idx`: a loop over the window; positions in the padding
+    or in base-dilation holes contribute the init value."""
+    acc = Accumulators(b, instr)
+    in_dims = dims_of(acc.inputs[0])
+    window = instr.attrs.get("window")
+    if window is None or len(window) != len(in_dims):
+        raise LoweringError(f"{where(instr)}: needs a window= with one entry per dimension")
+    if any(w.reversal for w in window):
+        raise LoweringError(f"{where(instr)}: window reversal is not defined for reduce-window")
+    out = idx.coords(b.g)
+    acc.init()
+    _window_loops(b, acc, in_dims, window, out, 0, [])
+    return acc.results()
+
+
+def _window_loops(b: Builder, acc: Accumulators, in_dims: tuple[int, ...], window: list,
+                  out: tuple[Affine, ...], d: int, pos: list[Affine]) -> None:
+    if d < len(window):
+        w = window[d]
+        if w.size == 1:
+            _window_loops(b, acc, in_dims, window, out, d + 1, [*pos, ir.ZERO])
+        else:
+            with b.loop(w.size, "w") as v:
+                _window_loops(b, acc, in_dims, window, out, d + 1, [*pos, ir.affine(v)])
+        return
+    conds: list[Val] = []
+    src: list[Affine] = []
+    for k, w in enumerate(window):
+        p = out[k] * w.stride + pos[k] * w.window_dilation - w.pad_lo
+        hi = (in_dims[k] - 1) * w.base_dilation
+        conds += [b.ge(p, 0), b.lt(p, hi + 1)]
+        if w.base_dilation > 1:
+            shifted = p + w.base_dilation * (1 + abs(w.pad_lo))
+            r = b.g.imod(shifted, w.base_dilation)
+            from hlofuse.backends.kernel_ir.lower.builder import EQ, S64
+
+            conds.append(b.g.alu(EQ, b.index_val(r), b.g.const(0, S64)))
+            src.append(b.g.idiv(shifted, w.base_dilation) - (1 + abs(w.pad_lo)))
+        else:
+            src.append(p)
+    inside = b.all_of(conds)
+    inits = [b.value(i, ix.zero(dims_of(i))) for i in acc.inits]
+    xs = []
+    for x, v in zip(acc.inputs, inits, strict=True):
+        xs.append(b.cases(array_shape(x).dtype, [
+            (inside, lambda x=x: b.value(x, ix.of_multi(in_dims, src))),
+            (None, lambda v=v: v),
+        ]))
+    acc.fold(xs)
+
+
+# ----- kernel-level nests of root reduces ------------------------------------------------------
+
+
+def reduction_nest(b: Builder, reduces: list[tuple[Instruction, list[tuple[int, Buffer]]]],
+                   siblings: list[tuple[Instruction, int, Buffer]]) -> None:
+    """One loop nest computing every reduce in `reduces` (same input dims and reduced dims; each
+    with its (leaf, output buffer) list) and writing the input-shaped `siblings`."""
+    first = reduces[0][0]
+    in_dims, red = _split(first)
+    kept = [d for d in range(len(in_dims)) if d not in red]
+    last = max(red) if red else -1
+    minor = [d for d in kept if d > last and red]
+    outer = [d for d in kept if d not in minor]
+    row = math.prod(in_dims[d] for d in minor)
+    out_dims = tuple(in_dims[d] for d in kept)
+    if math.prod(out_dims) == 0:
+        return
+    full: list[Affine] = [ir.ZERO] * len(in_dims)
+    _outer(b, reduces, siblings, in_dims, red, minor, [d for d in outer if in_dims[d] != 1],
+           outer, row, full)
+
+
+def _outer(b: Builder, reduces: list[tuple[Instruction, list[tuple[int, Buffer]]]],
+           siblings: list[tuple[Instruction, int, Buffer]], in_dims: tuple[int, ...],
+           red: list[int], minor: list[int], loops: list[int], outer: list[int], row: int,
+           full: list[Affine]) -> None:
+    if loops:
+        d = loops[0]
+        with b.loop(in_dims[d], "i") as v:
+            full = list(full)
+            full[d] = ir.affine(v)
+            _outer(b, reduces, siblings, in_dims, red, minor, loops[1:], outer, row, full)
+        return
+    out_base = ix.linearize(tuple(full[d] for d in outer), tuple(in_dims[d] for d in outer))
+    accs = [Accumulators(b, r, row) for r, _ in reduces]
+    if row == 1:
+        for a in accs:
+            a.init()
+    else:
+        with b.loop(row, "j") as j:
+            for a in accs:
+                a.init(ir.affine(j))
+    _inner(b, accs, siblings, in_dims, [d for d in red if in_dims[d] != 1], minor, full)
+    if row == 1:
+        for a, (_r, outs) in zip(accs, reduces, strict=True):
+            vals = a.results()
+            for k, buf in outs:
+                b.emit(ir.Store(buf, out_base, vals[k]))
+    else:
+        with b.loop(row, "j") as j:
+            at = ir.affine(j)
+            for a, (_r, outs) in zip(accs, reduces, strict=True):
+                vals = a.results(at)
+                for k, buf in outs:
+                    b.emit(ir.Store(buf, out_base * row + at, vals[k]))
+
+
+def _inner(b: Builder, accs: list[Accumulators], siblings: list[tuple[Instruction, int, Buffer]],
+           in_dims: tuple[int, ...], loops: list[int], minor: list[int],
+           full: list[Affine]) -> None:
+    if loops:
+        d = loops[0]
+        with b.loop(in_dims[d], "r") as v:
+            full = list(full)
+            full[d] = ir.affine(v)
+            _inner(b, accs, siblings, in_dims, loops[1:], minor, full)
+        return
+    big_minor = [d for d in minor if in_dims[d] != 1]
+    if big_minor:
+        d = big_minor[0]
+        with b.loop(in_dims[d], "j") as v:
+            full = list(full)
+            full[d] = ir.affine(v)
+            _inner(b, accs, siblings, in_dims, [], [m for m in minor if m != d], full)
+        return
+    at = ix.of_vars(in_dims, full)
+    jrow = ix.linearize(tuple(full[d] for d in _minor_of(in_dims, accs)),
+                        tuple(in_dims[d] for d in _minor_of(in_dims, accs)))
+    for a in accs:
+        a.fold([b.value(x, at) for x in a.inputs], jrow if a.row > 1 else ir.ZERO)
+    for s, k, buf in siblings:
+        b.emit(ir.Store(buf, at.lin(), b.values(s, at)[k]))
+
+
+def _minor_of(in_dims: tuple[int, ...], accs: list[Accumulators]) -> list[int]:
+    red = sorted(int(d) for d in accs[0].instr.dimensions)
+    last = max(red) if red else -1
+    return [d for d in range(len(in_dims)) if d > last and d not in red and red]
+
+
+def result_leaves(instr: Instruction) -> int:
+    return len(leaves(instr.shape))

@@ -1,0 +1,35 @@
+"""Passes over the kernel IR, in the order `optimize` runs them:
+
+    split       cut loop ranges where pad/concatenate conditions change (branch-free pieces)
+    jam         merge adjacent sibling loops over one range (pieces share their values)
+    collapse    flatten perfect nests whose accesses are row-major compatible
+    vectorize   explicit SIMD for innermost loops (tiles, privatised locals, partial sums)
+    parallelize mark big, safe top-level loops parallel
+    hoist       compute loop invariants once, before their loop
+
+Each is `pass(kernel)` (mutating the kernel's statement lists) and keeps the kernel's results
+identical, except that `vectorize` may reassociate reductions whose reducer allows it.
+"""
+
+from __future__ import annotations
+
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.passes.collapse import collapse
+from hlofuse.backends.kernel_ir.passes.hoist import hoist
+from hlofuse.backends.kernel_ir.passes.jam import jam
+from hlofuse.backends.kernel_ir.passes.parallel import parallelize
+from hlofuse.backends.kernel_ir.passes.split import split
+from hlofuse.backends.kernel_ir.passes.vectorize import vectorize
+from hlofuse.backends.kernel_ir.target import Target
+
+__all__ = ["collapse", "hoist", "jam", "optimize", "parallelize", "split", "vectorize"]
+
+
+def optimize(kernel: ir.Kernel, target: Target) -> ir.Kernel:
+    split(kernel)
+    jam(kernel)
+    collapse(kernel)
+    vectorize(kernel, target)
+    parallelize(kernel)
+    hoist(kernel)
+    return kernel

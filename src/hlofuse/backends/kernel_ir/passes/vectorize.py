@@ -1,0 +1,357 @@
+"""Vectorize innermost loops explicitly: W lanes per step, then a scalar tail.
+
+    for i in [0, 2051): out[i] = sin(a[i]) * 2
+ -> for i in [0, 2048) vector 8: out[i] = sin(a[i]) * 2       (lanes: i .. i+7)
+    for i in [2048, 2051):       out[i] = sin(a[i]) * 2       (the tail, scalar)
+
+The width W comes from the target's vector register size (`target.Target`) and the narrowest
+compute type in the loop (4-byte lanes -> vbytes/4 lanes). Before a loop is vectorized, inner
+loops shorter than W (up to `UNROLL_MAX` iterations) are unrolled into it, so an [n, 4] layout
+vectorizes over n with the 4 columns as separate vectors instead of not at all. Then:
+
+* strided loads whose rows are read whole become `tile` values (a contiguous block of
+  `stride * W` elements loaded and transposed in registers), other non-contiguous loads stay
+  per-lane gathers;
+* a group of stores covering every offset of a stride-s row becomes one `StoreTile`
+  (transposed in registers, stored contiguously);
+* locals used only inside the loop (accumulators of small reductions, guarded temporaries) are
+  privatised: each becomes a `lanes` buffer, one register per lane;
+* a reduction into an accumulator the loop does not index (a row reduction) keeps W partial
+  accumulators in a `lanes` buffer that starts at the reducer's identity, combined lane by lane
+  after the loop (`lanes_reduce`) and before the scalar tail; only reducers that may be
+  reassociated (`COMMUTATIVE` ops on one type) are, others leave the loop scalar.
+
+Legality, checked before any change: the body holds only stores, lets and comments (no `If`, no
+inner loop after unrolling, no library call or copy); every store to a buffer that is not
+privatised either writes a lane-distinct address (the index has a nonzero coefficient on the
+loop variable and no value term that depends on it) with loads of that buffer only at the same
+address (read-modify-write per lane), or is a recognised reduction; a `cond` whose condition
+varies by lane may only guard values that read no memory (a select of loads would read out of
+bounds). Loops that fail stay scalar and correct.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Graph, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.rewrite import Rewriter
+from hlofuse.backends.kernel_ir.target import Target
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.opcodes import Opcode
+
+UNROLL_MAX = 16  # inner loops up to this many iterations may be unrolled into a vector loop
+REDUCERS = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND,
+                      Opcode.OR, Opcode.XOR})
+
+
+def vectorize(kernel: ir.Kernel, target: Target) -> None:
+    if target.vector_bytes <= 0:
+        return
+    kernel.body = _Vectorizer(kernel, target).block(kernel.body)
+
+
+def compute_bytes(dtype: DType) -> int:
+    if dtype.is_float:
+        return 8 if dtype.bits == 64 else 4
+    return max(1, dtype.bits // 8)
+
+
+def identity(op: Opcode, dtype: DType) -> object:
+    """The reducer's identity element (exact: -0.0 for float sums, so -0 sums stay -0)."""
+    if dtype.is_pred:
+        return op in (Opcode.AND, Opcode.MINIMUM, Opcode.MULTIPLY)
+    if dtype.is_float:
+        return {Opcode.ADD: -0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
+                Opcode.MINIMUM: math.inf}[op]
+    info = np.iinfo(dtype.np)
+    return {Opcode.ADD: 0, Opcode.MULTIPLY: 1, Opcode.MAXIMUM: int(info.min),
+            Opcode.MINIMUM: int(info.max), Opcode.AND: -1 if dtype.is_signed else int(info.max),
+            Opcode.OR: 0, Opcode.XOR: 0}[op]
+
+
+class _Vectorizer:
+    def __init__(self, kernel: ir.Kernel, target: Target) -> None:
+        self.k = kernel
+        self.g: Graph = kernel.graph
+        self.target = target
+        self._all: dict[Buffer, int] | None = None  # accesses of each buffer in the kernel
+
+    # ----- traversal ------------------------------------------------------------------------
+
+    def block(self, body: list[Stmt]) -> list[Stmt]:
+        out: list[Stmt] = []
+        for s in body:
+            if isinstance(s, ir.Loop):
+                out.extend(self.loop(s))
+            elif isinstance(s, ir.If):
+                out.append(ir.If(s.cond, self.block(s.then), self.block(s.orelse)))
+            else:
+                out.append(s)
+        return out
+
+    def loop(self, loop: ir.Loop) -> list[Stmt]:
+        if loop.vector:
+            return [loop]
+        width = self.width(loop)
+        private = self.accessed_only_in(loop.body)  # before unrolling changes the counts
+        inner = [s for s in loop.body if isinstance(s, ir.Loop)]
+        if inner:
+            n = loop.hi - loop.lo
+            if n >= width and all(_unrollable(s, width) for s in inner):
+                before = len(self.k.locals)
+                loop = ir.Loop(loop.var, loop.lo, loop.hi, self.unroll(loop.body), loop.parallel)
+                private |= set(self.k.locals[before:])
+            else:
+                loop.body = self.block(loop.body)
+                return [loop]
+        plan = self.plan(loop, self.width(loop), private)
+        return plan if plan is not None else [loop]
+
+    def width(self, loop: ir.Loop) -> int:
+        sizes = [compute_bytes(v.dtype) for v in self.body_vals(loop.body)
+                 if v.op in ("load", "alu", "cond", "tile")]
+        sizes += [compute_bytes(s.buf.dtype) for s in ir.walk(loop.body)
+                  if isinstance(s, ir.Store)]
+        narrow = min(sizes, default=4)
+        return self.target.vector_bytes // (4 if narrow <= 4 else 8)
+
+    @staticmethod
+    def body_vals(body: list[Stmt]) -> list[Val]:
+        roots: list[Val] = []
+        for s in ir.walk(body):
+            roots.extend(ir.stmt_vals(s))
+        return ir.postorder(roots)
+
+    def unroll(self, body: list[Stmt]) -> list[Stmt]:
+        """Inner loops fully unrolled; locals used only inside an unrolled loop get one copy per
+        iteration (so copies never share an accumulator)."""
+        out: list[Stmt] = []
+        for s in body:
+            if isinstance(s, ir.Loop):
+                mine = self.accessed_only_in(s.body)
+                for x in range(s.lo, s.hi):
+                    clones = {b: self.clone(b) for b in mine}
+                    copy = Rewriter(self.g, {s.var: ir.affine(x)}, clones).stmts(s.body)
+                    out.extend(self.unroll(copy))
+            else:
+                out.append(s)
+        return out
+
+    def new_buffer(self, name: str, dtype: DType, w: int) -> Buffer:
+        buf = Buffer(name, dtype, w, "lanes")
+        self.k.locals.append(buf)
+        return buf
+
+    def clone(self, buf: Buffer) -> Buffer:
+        new = Buffer(f"{buf.name}_{len(self.k.locals)}", buf.dtype, buf.size, buf.kind)
+        self.k.locals.append(new)
+        return new
+
+    # ----- legality and the plan ------------------------------------------------------------
+
+    def plan(self, loop: ir.Loop, w: int, inside: set[Buffer]) -> list[Stmt] | None:
+        v = loop.var
+        n = loop.hi - loop.lo
+        if n < w or w < 2:
+            return None
+        body = loop.body
+        if any(not isinstance(s, ir.Store | ir.Let | ir.Comment) for s in body):
+            return None
+        vals = self.body_vals(body)
+        if not self.conds_ok(vals, v):
+            return None
+        stores = [s for s in body if isinstance(s, ir.Store)]
+        stored = {s.buf for s in stores}
+        private: dict[Buffer, Buffer] = {}
+        reductions: dict[Buffer, tuple[Affine, Opcode]] = {}
+        for buf in stored:
+            mine = [s for s in stores if s.buf is buf]
+            loads = [x for x in vals if x.op in ("load", "tile") and x.buffer is buf]
+            if buf.kind == "local" and buf in inside and \
+                    len({s.index for s in mine} | {x.index for x in loads}) == 1 and \
+                    not _depends(mine[0].index, v):
+                private[buf] = self.new_buffer(buf.name + "v", buf.dtype, w)
+                continue
+            if all(s.index.coef(v) and not _varies(s.index, v) for s in mine):
+                if all(any(x.index == s.index for s in mine) for x in loads):
+                    continue
+                return None
+            red = self.reduction(buf, mine, loads, v)
+            if red is None:
+                return None
+            reductions[buf] = red
+        vec_hi = loop.lo + (n // w) * w
+        vbody = self.vector_body(body, v, w, private, reductions, (loop.lo, vec_hi - w))
+        out: list[Stmt] = []
+        partials: dict[Buffer, Buffer] = {}
+        for buf, (_at, op) in reductions.items():
+            p = self.new_buffer(buf.name + "p", buf.dtype, w)
+            partials[buf] = p
+            out.append(ir.Store(p, ir.ZERO, self.g.const(identity(op, buf.dtype), buf.dtype)))
+        if partials:
+            vbody = Rewriter(self.g, buffers=partials).stmts(vbody)
+        vvar = Var(v.name, loop.lo, vec_hi)
+        vbody = Rewriter(self.g, {v: ir.affine(vvar)}).stmts(vbody)
+        out.append(ir.Loop(vvar, loop.lo, vec_hi, vbody, loop.parallel, vector=w))
+        for buf, (at, op) in reductions.items():
+            acc = self.g.load(buf, at)
+            lanes = self.g.make("lanes_reduce", buf.dtype, (), (ir.ScalarOp(op, buf.dtype),
+                                                                 partials[buf]))
+            out.append(ir.Store(buf, at, self.g.alu(ir.ScalarOp(op, buf.dtype), acc, lanes)))
+        if vec_hi < loop.hi:
+            tvar = Var(v.name, vec_hi, loop.hi)
+            tail = Rewriter(self.g, {v: ir.affine(tvar)}).stmts(body)
+            out.append(ir.Loop(tvar, vec_hi, loop.hi, tail))
+        return out
+
+    def accessed_only_in(self, body: list[Stmt]) -> set[Buffer]:
+        """Local buffers every access of which is inside `body`."""
+        def accesses(stmts: list[Stmt]) -> dict[Buffer, int]:
+            count: dict[Buffer, int] = {}
+            for s in ir.walk(stmts):
+                if isinstance(s, ir.Store | ir.StoreTile):
+                    count[s.buf] = count.get(s.buf, 0) + 1
+                elif isinstance(s, ir.Copy):
+                    for b in (s.dst, s.src):
+                        count[b] = count.get(b, 0) + 1
+                elif isinstance(s, ir.LibCall):
+                    for b in s.ins + s.outs:
+                        count[b] = count.get(b, 0) + 1
+            for x in self.body_vals(stmts):
+                if x.op in ("load", "tile", "lanes_reduce"):
+                    count[x.buffer] = count.get(x.buffer, 0) + 1
+            return count
+
+        if self._all is None:
+            self._all = accesses(self.k.body)
+        mine = accesses(body)
+        return {b for b, c in mine.items() if b.kind == "local" and self._all.get(b) == c}
+
+    def reduction(self, buf: Buffer, stores: list[ir.Store], loads: list[Val], v: Var
+                  ) -> tuple[Affine, Opcode] | None:
+        """`buf[at] = op(buf[at], x)` with `at` independent of the loop and `op` reassociable."""
+        if len(stores) != 1 or len(loads) != 1 or buf.kind != "local":
+            return None
+        (s,) = stores
+        at = s.index
+        if v in at.vars() or _varies(at, v) or loads[0].index != at or loads[0].op != "load":
+            return None
+        val = s.value
+        if val.op != "alu" or val.arg.opcode not in REDUCERS or len(val.args) != 2:
+            return None
+        if val.arg.dtype != buf.dtype:
+            return None
+        acc = loads[0]
+        x = val.args[1] if val.args[0] is acc else val.args[0] if val.args[1] is acc else None
+        if x is None or buf in ir.reads(x):
+            return None
+        return at, val.arg.opcode
+
+    def vector_body(self, body: list[Stmt], v: Var, w: int, private: dict[Buffer, Buffer],
+                    reductions: dict[Buffer, tuple[Affine, Opcode]], starts: tuple[int, int]
+                    ) -> list[Stmt]:
+        body = Rewriter(self.g, buffers=private).stmts(body) if private else list(body)
+        out: list[Stmt] = []
+        groups: dict[tuple[int, Affine, int], dict[int, ir.Store]] = {}
+        for s in body:
+            if isinstance(s, ir.Store) and s.buf not in reductions and \
+                    s.buf.kind != "lanes" and s.index.coef(v) > 1:
+                stride = s.index.coef(v)
+                base, k = _tile_base(s.index, v, stride)
+                if base is not None:
+                    groups.setdefault((s.buf.uid, base, stride), {})[k] = s
+            out.append(s)
+        for (_uid, base, stride), members in groups.items():
+            if sorted(members) != list(range(stride)):
+                continue
+            # the tile is stored where its last member was: every member's value must read
+            # nothing stored between its own position and there
+            pos = {id(s): n for n, s in enumerate(out)}
+            last = max(pos[id(s)] for s in members.values())
+            if any(ir.reads(s.value) & ir.written(out[pos[id(s)] + 1:last + 1])
+                   for s in members.values()):
+                continue
+            tile = ir.StoreTile(members[0].buf, base, stride,
+                                [members[k].value for k in range(stride)])
+            gone = {id(s) for s in members.values()}
+            out[last] = tile
+            out = [s for s in out if id(s) not in gone]
+        return self.tiles(out, v, w, starts)
+
+    def tiles(self, body: list[Stmt], v: Var, w: int, starts: tuple[int, int]) -> list[Stmt]:
+        """Strided loads of whole rows -> `tile` values (when the block stays in bounds for
+        every vector step; `starts` is the range of the loop variable at a step's lane 0)."""
+        def hook_val(x: Val) -> Val | None:
+            if x.op != "load" or x.buffer.kind == "lanes":
+                return None
+            stride = x.index.coef(v)
+            if stride <= 1 or stride > 16 or _varies(x.index, v):
+                return None
+            base, k = _tile_base(x.index, v, stride)
+            if base is None:
+                return None
+            b = base.without(v).bounds()
+            if b is None:
+                return None
+            lo = b[0] + stride * starts[0]
+            hi = b[1] + stride * starts[1]
+            if lo < 0 or hi + stride * w > x.buffer.size:
+                return None
+            return self.g.make("tile", x.dtype, (), (x.buffer, base, stride, k))
+
+        roots: list[Val] = []
+        for s in body:
+            roots.extend(ir.stmt_vals(s))
+        mapping: dict[int, Val] = {}
+        for x in ir.postorder(roots):
+            new = hook_val(x)
+            if new is not None:
+                mapping[x.uid] = new
+        if not mapping:
+            return body
+        r = Rewriter(self.g)
+        r.memo.update(mapping)
+        return r.stmts(body)
+
+    def conds_ok(self, vals: list[Val], v: Var) -> bool:
+        for x in vals:
+            if x.op == "cond" and v in ir.deps(x.args[0]):
+                for side in x.args[1:]:
+                    if any(y.op in ("load", "tile") for y in ir.postorder([side])):
+                        return False
+        return True
+
+
+def _varies(a: Affine, v: Var) -> bool:
+    """Does a value term of `a` depend on `v` (a gather-like index)?"""
+    return any(v in ir.deps(t) for t in a.vals())
+
+
+def _depends(a: Affine, v: Var) -> bool:
+    return bool(a.coef(v)) or _varies(a, v)
+
+
+def _tile_base(index: Affine, v: Var, stride: int) -> tuple[Affine | None, int]:
+    """`index = base + k` with `base` a multiple of `stride` in every term and 0 <= k < stride;
+    (None, 0) if the other terms are not multiples of the stride."""
+    if any(c % stride for t, c in index.terms if t is not v):
+        return None, 0
+    k = index.const % stride
+    return index - k, k
+
+
+def _unrollable(loop: ir.Loop, width: int) -> bool:
+    n = loop.hi - loop.lo
+    if n >= width or n > UNROLL_MAX or loop.vector or loop.parallel:
+        return False
+    total = n
+    for s in ir.walk(loop.body):
+        if isinstance(s, ir.Loop):
+            total *= s.hi - s.lo
+        elif not isinstance(s, ir.Store | ir.Let | ir.Comment):
+            return False
+    return total <= UNROLL_MAX

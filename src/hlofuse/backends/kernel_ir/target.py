@@ -1,0 +1,80 @@
+"""The target a kernel is generated for: ISA name, vector register size, and the C compiler
+flag that selects it.
+
+    Target.detect()            the host, as the C compiler sees it with -march=native
+    Target.named("avx2")       x86-64-v3 (AVX2, FMA): 32-byte vectors
+    Target.named("avx512")     x86-64-v4 (AVX-512): 64-byte vectors
+    Target.named("sse2")       x86-64 baseline: 16-byte vectors
+    Target.named("neon")       AArch64: 16-byte vectors
+    Target.named("scalar")     no explicit vectors (the vectorize pass does nothing)
+
+Detection asks the compiler which macros `-march=native` defines (__AVX512F__, __AVX2__,
+__ARM_NEON, __SSE2__) rather than reading /proc/cpuinfo, so what is detected is what the
+compiler will generate code for. `HLOFUSE_TARGET` (one of the names above) overrides detection
+(tests use it to compile for x86-64-v3 and -v4 on any host). The answer is cached per compiler.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from dataclasses import dataclass
+
+from hlofuse.errors import HloError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    vector_bytes: int  # 0: no explicit vectorization
+    march: str  # the -march flag the generated C is compiled with
+
+    @staticmethod
+    def named(name: str) -> Target:
+        try:
+            return _NAMED[name]
+        except KeyError:
+            raise HloError(f"unknown target {name!r}; known: {', '.join(_NAMED)}") from None
+
+    @staticmethod
+    def detect() -> Target:
+        env = os.environ.get("HLOFUSE_TARGET")
+        if env:
+            return Target.named(env)
+        from hlofuse.backends.cpu import build
+
+        try:
+            argv = tuple(build.find_compiler())
+        except HloError:
+            return _NAMED["scalar"]
+        return _detect(argv)
+
+
+_NAMED = {
+    "avx512": Target("avx512", 64, "-march=x86-64-v4"),
+    "avx2": Target("avx2", 32, "-march=x86-64-v3"),
+    "sse2": Target("sse2", 16, "-march=x86-64"),
+    "neon": Target("neon", 16, "-march=armv8-a"),
+    "scalar": Target("scalar", 0, ""),
+}
+
+
+@functools.lru_cache(maxsize=4)
+def _detect(argv: tuple[str, ...]) -> Target:
+    try:
+        out = subprocess.run([*argv, "-march=native", "-dM", "-E", "-x", "c", os.devnull],
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    macros = {line.split()[1] for line in out.splitlines() if line.startswith("#define ")}
+    native = "-march=native"
+    if "__AVX512F__" in macros:
+        return Target("avx512", 64, native)
+    if "__AVX2__" in macros:
+        return Target("avx2", 32, native)
+    if "__ARM_NEON" in macros or "__aarch64__" in macros:
+        return Target("neon", 16, native)
+    if "__SSE2__" in macros:
+        return Target("sse2", 16, native)
+    return Target("scalar", 0, native if out else "")

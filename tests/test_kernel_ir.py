@@ -1,0 +1,344 @@
+"""The kernel IR (backends/kernel_ir): values, affine folding, lowering, and each pass's structure
+(split, jam, collapse, vectorize, parallelize, hoist). Numerical results of every pass are checked
+against the interpreter in tests/test_cpu_lower.py (at several vector widths); these tests pin
+what each transformation does and refuses to do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir import lower as kir_lower
+from hlofuse.backends.kernel_ir.passes import (
+    collapse,
+    hoist,
+    jam,
+    optimize,
+    parallelize,
+    split,
+    vectorize,
+)
+from hlofuse.backends.kernel_ir.printer import format_kernel
+from hlofuse.backends.kernel_ir.target import Target
+from hlofuse.ir.dtypes import F32, PRED, S64
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.fusion.kernels import is_kernel
+from hlofuse.passes.pipelines import run_pipeline
+from hlofuse.text import parse
+
+ADD = """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def kernels(text: str, pipeline: str = "xla") -> list[ir.Kernel]:
+    module = parse(text)
+    run_pipeline(module, pipeline)
+    used: set[str] = set()
+    return [kir_lower.lower_kernel(i, used) for i in module.entry.instructions if is_kernel(i)]
+
+
+def one(text: str, pipeline: str = "xla") -> ir.Kernel:
+    (k,) = kernels(text, pipeline)
+    return k
+
+
+def loops(k: ir.Kernel) -> list[ir.Loop]:
+    return [s for s in ir.walk(k.body) if isinstance(s, ir.Loop)]
+
+
+def vals(k: ir.Kernel) -> list[ir.Val]:
+    return ir.postorder([v for s in ir.walk(k.body) for v in ir.stmt_vals(s)])
+
+
+# ----- values and affine expressions -----------------------------------------------------------
+
+
+def test_values_are_interned_and_constants_keep_their_bits() -> None:
+    g = ir.Graph()
+    buf = ir.Buffer("in0", F32, 8, "in")
+    i = ir.Var("i", 0, 8)
+    a = g.load(buf, ir.affine(i) + 1)
+    assert g.load(buf, ir.affine(i) + 1) is a
+    op = ir.ScalarOp(Opcode.ADD, F32)
+    assert g.alu(op, a, a) is g.alu(op, a, a)
+    assert g.const(0.0, F32) is not g.const(-0.0, F32)
+    assert g.const(math.nan, F32) is g.const(math.nan, F32)
+
+
+def test_idiv_imod_fold_when_the_remainder_is_in_range() -> None:
+    g = ir.Graph()
+    i, k = ir.Var("i", 0, 100), ir.Var("k", 0, 4)
+    x = ir.affine(i) * 4 + ir.affine(k)
+    assert g.idiv(x, 4) == ir.affine(i)
+    assert g.imod(x, 4) == ir.affine(k)
+    wide = ir.Var("j", 0, 5)  # j may reach 4: no longer provably a remainder
+    y = ir.affine(i) * 4 + ir.affine(wide)
+    assert [t.op for t in g.idiv(y, 4).vals()] == ["idiv"]
+
+
+def test_deep_chains_need_no_recursion() -> None:
+    g = ir.Graph()
+    buf = ir.Buffer("in0", F32, 1, "in")
+    v = g.load(buf, ir.ZERO)
+    op = ir.ScalarOp(Opcode.NEGATE, F32)
+    for _ in range(20_000):
+        v = g.alu(op, v)
+    assert len(ir.postorder([v])) == 20_001
+    assert ir.reads(v) == {buf} and not ir.deps(v)
+
+
+def test_a_long_elementwise_fusion_lowers_and_prints() -> None:
+    from hlofuse.backends.cpu.kernels import lower_kernel
+
+    body = ["  p = f32[64] parameter(0)", "  v0 = f32[64] exponential(p)"]
+    body += [f"  v{n} = f32[64] exponential(v{n - 1})" for n in range(1, 3000)]
+    text = "ENTRY e {\n" + "\n".join(body) + "\n  ROOT r = f32[64] add(v2999, p)\n}"
+    module = parse(text)
+    run_pipeline(module, "xla")
+    (instr,) = [i for i in module.entry.instructions if is_kernel(i)]
+    k = lower_kernel(instr, set(), Target.named("avx2"))
+    assert k.source.count("hf_exp_f32(") == 3000  # one vector loop of 8 lanes, no tail
+
+
+# ----- split, jam, collapse --------------------------------------------------------------------
+
+CONCAT = """
+ENTRY e {
+  p0 = f32[1,300] parameter(0)
+  p1 = f32[1,300] parameter(1)
+  p2 = f32[1,300] parameter(2)
+  e = f32[1,300] exponential(p0)
+  c = f32[3,300] concatenate(e, p1, p2), dimensions={0}
+  z = f32[] constant(0)
+  ROOT p = f32[3,302] pad(c, z), padding=0_0x1_1
+}"""
+
+
+def test_split_makes_pieces_branch_free() -> None:
+    k = one(CONCAT)
+    assert any(v.op == "cond" for v in vals(k))
+    split(k)
+    assert not any(v.op == "cond" for v in vals(k))
+    # each row is its own piece (no loop over 1 row); columns: pad | body | pad
+    assert sorted((lp.lo, lp.hi) for lp in loops(k)) == [(1, 301)] * 3
+
+
+def test_jam_merges_siblings_and_refuses_dependences() -> None:
+    k = one(CONCAT)
+    split(k)
+    jam(k)
+    stores = [s for s in ir.walk(k.body) if isinstance(s, ir.Store)]
+    assert [(lp.lo, lp.hi) for lp in loops(k)] == [(1, 301)] and len(stores) == 9
+    # a loop reading what the previous one writes is not jammed
+    g = ir.Graph()
+    a, b = ir.Buffer("t0", F32, 8, "local"), ir.Buffer("out0", F32, 8, "out")
+    i, j = ir.Var("i", 0, 8), ir.Var("j", 0, 8)
+    first = ir.Loop(i, 0, 8, [ir.Store(a, ir.affine(i), g.const(1.0, F32))])
+    second = ir.Loop(j, 0, 8, [ir.Store(b, ir.affine(j), g.load(a, ir.affine(j) * 0 + 7))])
+    kern = ir.Kernel("k", [], [b], [first, second], g, locals=[a])
+    jam(kern)
+    assert len(kern.body) == 2
+
+
+def test_collapse_flattens_elementwise_nests_only() -> None:
+    k = one("""
+ENTRY e {
+  p0 = f32[64,33] parameter(0)
+  ROOT n = f32[64,33] negate(p0)
+}""")
+    collapse(k)
+    assert [(lp.lo, lp.hi) for lp in loops(k)] == [(0, 2112)]
+    k = one("""
+ENTRY e {
+  p0 = f32[33] parameter(0)
+  p1 = f32[64,33] parameter(1)
+  b = f32[64,33] broadcast(p0), dimensions={1}
+  ROOT a = f32[64,33] add(b, p1)
+}""")
+    collapse(k)
+    assert [(lp.lo, lp.hi) for lp in loops(k)] == [(0, 64), (0, 33)]
+
+
+# ----- vectorize -------------------------------------------------------------------------------
+
+ELEMENTWISE = """
+ENTRY e {
+  p0 = f32[1003] parameter(0)
+  ROOT s = f32[1003] sine(p0)
+}"""
+
+
+@pytest.mark.parametrize("target,width", [("avx512", 16), ("avx2", 8), ("sse2", 4),
+                                          ("neon", 4), ("scalar", 0)])
+def test_vector_width_follows_the_target(target: str, width: int) -> None:
+    k = optimize(one(ELEMENTWISE), Target.named(target))
+    shape = [(lp.lo, lp.hi, lp.vector) for lp in loops(k)]
+    if width:
+        main = 1003 // width * width
+        assert shape == [(0, main, width), (main, 1003, 0)]  # vector loop, scalar tail
+    else:
+        assert shape == [(0, 1003, 0)]
+
+
+def test_f64_loops_get_half_the_lanes() -> None:
+    k = optimize(one("""
+ENTRY e {
+  p0 = f64[1024] parameter(0)
+  ROOT s = f64[1024] sqrt(p0)
+}"""), Target.named("avx2"))
+    assert [lp.vector for lp in loops(k)] == [4]
+
+
+def test_interleaved_rows_become_tiles_within_bounds() -> None:
+    text = """
+ENTRY e {
+  s = f32[%d,4] parameter(0)
+  c0 = f32[%d,1] slice(s), slice={[0:%d], [0:1]}
+  c3 = f32[%d,1] slice(s), slice={[0:%d], [3:4]}
+  a = f32[%d,1] add(c0, c3)
+  ROOT r = f32[%d] reshape(a)
+}"""
+    k = optimize(one(text % ((64,) * 7)), Target.named("avx2"))
+    tiles = [v for v in vals(k) if v.op == "tile"]
+    assert {(v.arg[2], v.arg[3]) for v in tiles} == {(4, 0), (4, 3)}
+    # a strided read whose row is not whole (stride 2 over rows of 4) stays a per-lane gather
+    k = optimize(one("""
+ENTRY e {
+  s = f32[64] parameter(0)
+  ROOT c = f32[32] slice(s), slice={[0:64:2]}
+}"""), Target.named("avx2"))
+    assert [lp.vector for lp in loops(k)] == [8]
+    assert {v.arg[2] for v in vals(k) if v.op == "tile"} == {2}
+
+
+def test_small_inner_loops_are_unrolled_into_an_outer_vector_loop() -> None:
+    """Sum over the 4 columns of [n, 4]: vector over n, the columns unrolled, accumulators
+    privatised per lane."""
+    k = optimize(one(ADD + """
+ENTRY e {
+  p = f32[256,4] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[256] reduce(p, z), dimensions={1}, to_apply=add
+}"""), Target.named("avx2"))
+    assert [lp.vector for lp in loops(k)] == [8]
+    assert any(b.kind == "lanes" for b in k.locals)
+    assert any(v.op == "tile" for v in vals(k))
+
+
+def test_row_reduction_uses_partial_sums_of_the_identity() -> None:
+    k = optimize(one(ADD + """
+ENTRY e {
+  p = f32[1000] parameter(0)
+  z = f32[] constant(5)
+  ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add
+}"""), Target.named("avx2"))
+    partials = [b for b in k.locals if b.kind == "lanes"]
+    assert len(partials) == 1
+    init = [s for s in ir.walk(k.body) if isinstance(s, ir.Store) and s.buf is partials[0]
+            and s.value.op == "const"]
+    assert [ir.const_value(s.value) for s in init] == [-0.0]  # not the init value 5
+    assert any(v.op == "lanes_reduce" for v in vals(k))
+
+
+def test_guarded_reads_varying_by_lane_stay_scalar() -> None:
+    """An interior pad reads its operand only at even positions: a vector select would read
+    out of bounds, so the loop stays scalar (and correct)."""
+    k = optimize(one("""
+ENTRY e {
+  p = f32[64] parameter(0)
+  z = f32[] constant(0)
+  ROOT q = f32[127] pad(p, z), padding=0_0_1
+}"""), Target.named("avx2"))
+    assert any(v.op == "cond" for v in vals(k))
+    assert not any(lp.vector for lp in loops(k))
+
+
+def test_variadic_reductions_are_not_reassociated() -> None:
+    k = optimize(one("""
+argmax {
+  a = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  b = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GT
+  v = f32[] select(gt, a, b)
+  i = s32[] select(gt, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+ENTRY e {
+  p0 = f32[8,500] parameter(0)
+  io = s32[8,500] iota(), iota_dimension=1
+  ninf = f32[] constant(-inf)
+  z = s32[] constant(0)
+  ROOT r = (f32[8], s32[8]) reduce(p0, io, ninf, z), dimensions={1}, to_apply=argmax
+}"""), Target.named("avx2"))
+    assert not any(lp.vector for lp in loops(k))
+
+
+# ----- parallelize, hoist ----------------------------------------------------------------------
+
+
+def test_parallel_only_when_big_and_disjoint() -> None:
+    k = one("""
+ENTRY e {
+  p0 = f32[512,256] parameter(0)
+  ROOT n = f32[512,256] negate(p0)
+}""")
+    parallelize(k)
+    assert loops(k)[0].parallel
+    k = one("""
+ENTRY e {
+  p0 = f32[64] parameter(0)
+  ROOT n = f32[64] negate(p0)
+}""")
+    parallelize(k)
+    assert not loops(k)[0].parallel
+    k = one(ADD + """
+ENTRY e {
+  p = f32[100000] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add
+}""")
+    parallelize(k)  # every iteration folds into one accumulator: not parallel
+    assert not any(lp.parallel for lp in loops(k))
+
+
+def test_hoist_moves_invariants_but_not_guarded_or_written_reads() -> None:
+    g = ir.Graph()
+    x = ir.Buffer("in0", F32, 16, "in")
+    t = ir.Buffer("t0", F32, 1, "local")
+    out = ir.Buffer("out0", F32, 16, "out")
+    i = ir.Var("i", 0, 16)
+    neg = ir.ScalarOp(Opcode.NEGATE, F32)
+    add = ir.ScalarOp(Opcode.ADD, F32)
+    invariant = g.alu(neg, g.load(x, ir.affine(3)))
+    written = g.alu(neg, g.load(t, ir.ZERO))  # t is stored in the loop
+    lt = ir.ScalarOp(Opcode.COMPARE, PRED, (("direction", "LT"),))
+    first = g.alu(lt, g.index(ir.affine(i)), g.const(1, S64))
+    guarded = g.cond(first, g.alu(neg, g.load(x, ir.affine(15))), g.const(0.0, F32))
+    body = [ir.Store(t, ir.ZERO, g.load(x, ir.affine(i))),
+            ir.Store(out, ir.affine(i), g.alu(add, g.alu(add, invariant, written), guarded))]
+    k = ir.Kernel("k", [x], [out], [ir.Loop(i, 0, 16, body)], g, locals=[t])
+    hoist(k)
+    lets = [s.value for s in k.body if isinstance(s, ir.Let)]
+    assert lets == [invariant]
+
+
+def test_printed_kernels_read_like_the_ir() -> None:
+    k = optimize(one(ELEMENTWISE), Target.named("avx2"))
+    text = format_kernel(k)
+    assert "for i0 in [0, 1000) vector 8:" in text and "sine.f32(in0[i0])" in text
+
+
+def test_vectorize_does_nothing_for_the_scalar_target() -> None:
+    k = one(ELEMENTWISE)
+    vectorize(k, Target.named("scalar"))
+    assert not any(lp.vector for lp in loops(k))
