@@ -12,7 +12,7 @@ class HloParseError(HloError):
     offending snippet."""
 
     def __init__(self, message: str, line: int, column: int, snippet: str = "",
-                 source_name: str = "<text>") -> None:
+                 source_name: str = "<text>", *, caret: int | None = None) -> None:
         self.message = message
         self.line = line
         self.column = column
@@ -20,7 +20,9 @@ class HloParseError(HloError):
         self.source_name = source_name
         text = f"{source_name}:{line}:{column}: {message}"
         if snippet:
-            text += f"\n  {snippet}\n  {' ' * max(0, column - 1)}^"
+            # `caret`: the column within `snippet` when it is a window of a long line.
+            at = column if caret is None else caret
+            text += f"\n  {snippet}\n  {' ' * max(0, at - 1)}^"
         super().__init__(text)
 
 
@@ -58,3 +60,33 @@ class PassError(HloError):
 
 class CompileError(HloError):
     """The native backend could not build or load a module (or no C compiler was found)."""
+
+
+class LimitError(HloError):
+    """Input beyond one of the documented limits in `hlofuse.ir.limits` (nesting depth, rank,
+    dimension or byte size, call depth). Raised as `ParseLimitError` (with line:column),
+    `VerifyLimitError` (naming the instruction) or `InterpreterLimitError`; catch this class to
+    handle all three."""
+
+
+class ParseLimitError(HloParseError, LimitError):
+    """A limit exceeded while parsing: carries the line and column like every parse error."""
+
+
+class VerifyLimitError(HloVerifyError, LimitError):
+    """A limit exceeded by a module's structure: names the instruction and computation."""
+
+
+class InterpreterLimitError(InterpreterError, LimitError):
+    """A limit exceeded while interpreting (calls nested deeper than the limit)."""
+
+
+class AllocationError(HloError):
+    """An array that cannot be allocated: larger than the allocation limit, or the allocation
+    failed. Names what was being allocated (an instruction, a parameter) and the bytes."""
+
+    def __init__(self, message: str, nbytes: int, what: str = "") -> None:
+        self.message = message
+        self.nbytes = nbytes
+        self.what = what
+        super().__init__(message)

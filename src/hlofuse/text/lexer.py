@@ -16,14 +16,20 @@ Token kinds:
 
 Whitespace, `/* ... */` comments (`/*index=5*/`) and `// ...` line comments are skipped.
 Conditions enforced: an unterminated string or comment, or a character that starts no token, is
-an `HloParseError` at its line and column.
+an `HloParseError` at its line and column; an integer read by `parse_int` must fit int64
+(`ParseLimitError` otherwise, as XLA's ParseInt64). Error messages quote at most `SHOWN` chars
+of any token and of the offending line, so a hostile input cannot make a message huge.
 """
 
 from __future__ import annotations
 
 import re
 
-from hlofuse.errors import HloParseError
+from hlofuse.errors import HloParseError, ParseLimitError
+from hlofuse.ir import limits
+
+SHOWN = 60  # characters of a token an error message quotes
+_SNIPPET = 160  # characters of the offending line an error message shows
 
 _SKIP = re.compile(r"(?:\s+|/\*.*?\*/|//[^\n]*)*", re.S)
 _TOKEN = re.compile(
@@ -47,6 +53,21 @@ _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "
 OPEN_TO_CLOSE = {"{": "}", "(": ")", "[": "]"}
 
 
+def shorten(text: str, limit: int = SHOWN) -> str:
+    """`text`, cut to `limit` characters with `...` (for quoting input in messages)."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def int64(text: str) -> int | None:
+    """The value of a decimal integer token if it fits int64, else None (without converting
+    more digits than any int64 has)."""
+    digits = text.lstrip("+-")
+    if len(digits) > limits.MAX_INT_DIGITS:
+        return None
+    value = int(text)
+    return value if -(2**63) <= value <= 2**63 - 1 else None
+
+
 class Token:
     """One token: its kind, text (decoded for strings, without `%` for names) and span."""
 
@@ -62,11 +83,9 @@ class Token:
         """How an error message names this token: `','`, `name 'foo'`, `end of input`."""
         if self.kind == "eof":
             return "end of input"
-        if self.kind == "name":
-            return f"'{self.text}'"
         if self.kind == "str":
-            return "string " + encode_string(self.text)
-        return f"'{self.text}'"
+            return "string " + encode_string(shorten(self.text))
+        return f"'{shorten(self.text)}'"
 
     def __repr__(self) -> str:
         return f"Token({self.kind}, {self.text!r}, {self.start})"
@@ -121,11 +140,20 @@ class Lexer:
             end = len(self.text)
         return self.text[start:end]
 
-    def error(self, message: str, offset: int) -> HloParseError:
-        """An `HloParseError` at a character offset (returned, for the caller to raise)."""
+    def error(self, message: str, offset: int, *, limit: bool = False) -> HloParseError:
+        """An `HloParseError` at a character offset (returned, for the caller to raise); a
+        `ParseLimitError` when `limit` (the input exceeds one of `ir.limits`)."""
         offset = min(max(offset, 0), len(self.text))
         line, col = self.line_col(offset)
-        return HloParseError(message, line, col, self.line_text(offset), self.source_name)
+        snippet = self.line_text(offset)
+        caret = col
+        if len(snippet) > _SNIPPET:  # a window around the column
+            lo = max(0, col - 1 - _SNIPPET // 2)
+            snippet = ("..." if lo else "") + snippet[lo:lo + _SNIPPET] + "..."
+            caret = col - lo + (3 if lo else 0)
+        cls = ParseLimitError if limit else HloParseError
+        err = cls(message, line, col, snippet, self.source_name, caret=caret)
+        return err
 
     # ----- tokens -------------------------------------------------------------------------
 
@@ -245,8 +273,8 @@ class BaseParser:
     def __init__(self, text: str, source_name: str = "<text>") -> None:
         self.lexer = Lexer(text, source_name)
 
-    def error(self, message: str, offset: int) -> HloParseError:
-        return self.lexer.error(message, offset)
+    def error(self, message: str, offset: int, *, limit: bool = False) -> HloParseError:
+        return self.lexer.error(message, offset, limit=limit)
 
     def expect(self, kind: str, what: str) -> Token:
         """Consume a token of `kind` (a punctuation text, `name`, `num` or `str`) or fail with
@@ -275,8 +303,12 @@ class BaseParser:
     def parse_optional_int(self) -> int | None:
         tok = self.lexer.peek()
         if tok.kind == "num" and _is_int(tok.text):
+            value = int64(tok.text)
+            if value is None:
+                raise self.error(f"integer {shorten(tok.text)} does not fit in int64",
+                                 tok.start, limit=True)
             self.lexer.next()
-            return int(tok.text)
+            return value
         return None
 
     def parse_int(self, what: str = "an integer") -> int:
