@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 
 from hlofuse.errors import HloParseError, ParseLimitError
+from hlofuse.escape import terminal_unsafe
 from hlofuse.ir import limits
 
 SHOWN = 60  # characters of a token an error message quotes
@@ -46,7 +47,8 @@ _TOKEN = re.compile(
     """,
     re.X | re.S,
 )
-_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
+_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{1,2}|[0-7]{1,3}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)",
+                     re.S)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "?": "?",
                    "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
@@ -92,7 +94,9 @@ class Token:
 
 
 def decode_string(body: str) -> str:
-    """Decode the C escapes of a string token's body (without the quotes)."""
+    """Decode the C escapes of a string token's body (without the quotes): absl's CUnescape
+    set, `\\uXXXX` and `\\UXXXXXXXX` included (an escape naming no character, a surrogate or
+    a code point beyond U+10FFFF, is kept as written)."""
     if "\\" not in body:
         return body
 
@@ -102,17 +106,27 @@ def decode_string(body: str) -> str:
             return chr(int(esc[1:], 16))
         if esc[0] in "01234567":
             return chr(int(esc, 8))
+        if esc[0] in "uU" and len(esc) > 1:
+            code = int(esc[1:], 16)
+            if code > 0x10FFFF or 0xD800 <= code < 0xE000:
+                return "\\" + esc
+            return chr(code)
         return _SIMPLE_ESCAPES.get(esc, "\\" + esc)
 
     return _ESCAPE.sub(repl, body)
 
 
 def encode_string(text: str) -> str:
-    """The quoted, escaped text of a string (inverse of `decode_string`)."""
+    """The quoted, escaped text of a string (inverse of `decode_string`). Every character a
+    terminal would interpret (`escape.terminal_unsafe`) is escaped, so printed HLO is safe to
+    show: control characters as `\\n`, `\\t`, `\\r` or `\\xNN`, DEL as `\\x7f`, C1
+    controls, bidirectional overrides and separators as `\\uXXXX`."""
     out = text.replace("\\", "\\\\").replace('"', '\\"')
-    if any(c < " " for c in out):
+    if any(terminal_unsafe(c) for c in out):
         out = out.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-        out = "".join(c if c >= " " else f"\\x{ord(c):02x}" for c in out)
+        out = "".join(c if not terminal_unsafe(c) else
+                      f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}"
+                      for c in out)
     return '"' + out + '"'
 
 
@@ -232,7 +246,9 @@ class Lexer:
     def raw_value(self, *, stop_at_space: bool = True) -> tuple[str, int]:
         """Read verbatim text with balanced brackets and strings: up to a `,` (or, when
         `stop_at_space`, whitespace) at depth 0, or an unmatched closing bracket. Returns the
-        text and its start offset."""
+        text and its start offset. Verbatim text is printed back as is, so it may not hold a
+        character a terminal interprets (`escape.terminal_unsafe`; tab, CR and newline are
+        whitespace): that is an `HloParseError`."""
         self._peeked = None
         start = self.skip_space()
         text = self.text
@@ -244,11 +260,15 @@ class Lexer:
             if c == '"':
                 j = i + 1
                 while j < n and text[j] != '"':
+                    if terminal_unsafe(text[j]) and text[j] not in "\t":
+                        raise self._control_error(j)
                     j += 2 if text[j] == "\\" else 1
                 if j >= n:
                     raise self.error("unterminated string", i)
                 i = j + 1
                 continue
+            if terminal_unsafe(c) and c not in "\t\r\n":
+                raise self._control_error(i)
             if c in OPEN_TO_CLOSE:
                 stack.append(OPEN_TO_CLOSE[c])
             elif c in ")}]":
@@ -264,6 +284,11 @@ class Lexer:
             raise self.error(f"expected '{stack[-1]}' before end of input", n)
         self.pos = i
         return text[start:i], start
+
+    def _control_error(self, offset: int) -> HloParseError:
+        return self.error(f"unexpected control character U+{ord(self.text[offset]):04X} (text "
+                          "read verbatim may not hold control characters; inside a string, "
+                          "write an escape such as \\x1b)", offset)
 
 
 class BaseParser:
