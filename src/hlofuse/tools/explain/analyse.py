@@ -373,10 +373,17 @@ class _Analysis:
 
 
 def _feeds_rng_loop(instr: Instruction) -> list[bool]:
+    """Per final user of `instr` (through get-tuple-element, tuple and bitcast chains,
+    iteratively): is it an RNG loop?"""
     out = []
-    for user in instr.users:
+    stack = list(reversed(instr.users))
+    seen: set[int] = set()
+    while stack:
+        user = stack.pop()
         if user.opcode in (Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE, Opcode.BITCAST):
-            out.extend(_feeds_rng_loop(user))
+            if id(user) not in seen:
+                seen.add(id(user))
+                stack.extend(reversed(user.users))
         else:
             out.append(user.opcode is Opcode.WHILE and is_rng_loop(user))
     return out
