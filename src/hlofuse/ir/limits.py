@@ -21,6 +21,11 @@ beyond `allocation_limit()` raises `AllocationError` with the bytes.
                                       conditional, to_apply): each level costs the interpreter
                                       and the passes a few Python frames. XLA has no such limit
                                       (it has the same 500 for nested operands in the parser).
+    MAX_INLINED_INSTRUCTIONS      a computation after inlining its calls (`call-inliner`):
+                         1,000,000    a call graph that is a DAG (each computation calling
+                                      the one below twice) is linear in the text and
+                                      exponential inlined. About a GB of memory; XLA has no
+                                      such limit.
     allocation_limit()   physical     one array (a result, an input, a constant) may not exceed
                          memory       the machine's physical memory: with memory overcommit the
                                       allocation would succeed and the process die later.
@@ -42,6 +47,7 @@ MAX_SHAPE_BYTES = 2**63 - 1
 MAX_RANK = 64
 MAX_TUPLE_DEPTH = 64
 MAX_CALL_DEPTH = 64
+MAX_INLINED_INSTRUCTIONS = 1_000_000
 
 # Longest decimal integer the parser converts (int64 and uint64 need at most 20 digits; Python
 # refuses to convert more than 4300 digits at all). Longer numbers are out of range for every
