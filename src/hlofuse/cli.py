@@ -22,6 +22,7 @@ import argparse
 import importlib
 import sys
 import time
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Sequence
@@ -122,15 +123,20 @@ def _read_member(path: Path, zf: zipfile.ZipFile, member: str, i: int,
                          f".npz (it is {format_shape(shape, False)})" if shape is not None
                          else f"{what}: not an array parameter")
     with zf.open(member) as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            dims, fortran, dtype = np.lib.format.read_array_header_1_0(
-                f, max_header_size=NPY_MAX_HEADER)
-        elif version == (2, 0):
-            dims, fortran, dtype = np.lib.format.read_array_header_2_0(
-                f, max_header_size=NPY_MAX_HEADER)
-        else:
-            raise InputError(f"{what}: unsupported .npy format version {version}")
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                dims, fortran, dtype = np.lib.format.read_array_header_1_0(
+                    f, max_header_size=NPY_MAX_HEADER)
+            elif version == (2, 0):
+                dims, fortran, dtype = np.lib.format.read_array_header_2_0(
+                    f, max_header_size=NPY_MAX_HEADER)
+            else:
+                raise InputError(f"{what}: unsupported .npy format version {version}")
+        except (ValueError, SyntaxError, TypeError, tokenize.TokenError) as exc:
+            # numpy parses the header with tokenize and ast.literal_eval
+            raise InputError(f"{what}: not a readable .npy array (malformed header: "
+                             f"{type(exc).__name__}: {str(exc)[:200]})") from None
         expected = f"expected {format_shape(shape, False)}"
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
             raise InputError(f"{what}: {expected}, the file holds an array of {dtype} "

@@ -170,22 +170,23 @@ class AttrParser(BaseParser):
             raise self.error(f"unknown element type '{shorten(tok.text)}' in shape", tok.start)
         self.parse_punct("[", f"after element type {tok.text}")
         dims: list[int] = []
-        if self.parse_optional_punct("]") is None:
-            while True:
-                at = lexer.skip_space() if lexer._peeked is None else lexer._peeked.start
-                if lexer.text.startswith(("?", "<="), at):
-                    raise self.error("dynamic dimensions ('?', '<=N') are not supported: "
-                                     "hlofuse needs static shapes", at)
-                d = lexer.peek()
-                if d.kind != "num" or not d.text.isdigit():
-                    raise self.error(
-                        f"expected a dimension size (a non-negative integer), got {d.describe()}",
-                        d.start)
-                lexer.next()
-                dims.append(self._dimension(d.text, d.start))
-                if self.parse_optional_punct(",") is None:
-                    break
-            self.parse_punct("]", "to close the dimensions of a shape")
+        while True:
+            at = lexer.skip_space()  # no token is peeked here: `?` and `<` are not tokens
+            if lexer.text.startswith(("?", "<="), at):
+                raise self.error("dynamic dimensions ('?', '<=N') are not supported: "
+                                 "hlofuse needs static shapes", at)
+            if not dims and self.parse_optional_punct("]") is not None:
+                break
+            d = lexer.peek()
+            if d.kind != "num" or not d.text.isdigit():
+                raise self.error(
+                    f"expected a dimension size (a non-negative integer), got {d.describe()}",
+                    d.start)
+            lexer.next()
+            dims.append(self._dimension(d.text, d.start))
+            if self.parse_optional_punct(",") is None:
+                self.parse_punct("]", "to close the dimensions of a shape")
+                break
         layout: tuple[int, ...] | None = None
         attrs: LayoutAttrs | None = None
         if lexer.text.startswith("{", lexer.pos):
@@ -361,7 +362,8 @@ class AttrParser(BaseParser):
                 if text is not None:
                     items.append((key, decode_string(text)))
                 elif num is not None:
-                    items.append((key, self._int64_at(num, m.start(), "metadata")))
+                    at = m.start(1) + item.start(3)
+                    items.append((key, self._int64_at(num, at, f"metadata field {key}")))
                 else:
                     items.append((key, flag == "true"))
             return Metadata(tuple(items))
@@ -375,7 +377,8 @@ class AttrParser(BaseParser):
             if tok.kind == "str":
                 fields.append((key.text, lexer.next().text))
             elif tok.kind == "num" and tok.text.lstrip("-").isdigit():
-                fields.append((key.text, self._int64_at(tok.text, tok.start, "metadata")))
+                fields.append((key.text, self._int64_at(tok.text, tok.start,
+                                                        f"metadata field {key.text}")))
                 lexer.next()
             elif tok.kind == "name" and tok.text in ("true", "false"):
                 fields.append((key.text, lexer.next().text == "true"))
