@@ -59,6 +59,9 @@ def _read_module(path: str) -> Module:
         text = p.read_text()
     except UnicodeDecodeError:
         raise CliError(f"{path}: not a text file (expected HLO text)") from None
+    except MemoryError:
+        raise CliError(f"{path}: too large to read into memory "
+                       f"({limits.format_bytes(p.stat().st_size)})") from None
     return parse(text, source_name=path)
 
 

@@ -1,10 +1,21 @@
-"""The exceptions hlofuse raises for bad input. The CLI prints their message, never a traceback."""
+"""The exceptions hlofuse raises for bad input. The CLI prints their message, never a traceback.
+
+Messages quote the input (names, tokens, the offending line, file paths), so `str()` of every
+`HloError` goes through `escape.terminal`: whoever prints one cannot pass a control character
+of a hostile file to a terminal. The raw text stays available in the attributes (`message`,
+`snippet`, ...).
+"""
 
 from __future__ import annotations
+
+from hlofuse.escape import terminal
 
 
 class HloError(Exception):
     """Base class of every hlofuse error a user can cause."""
+
+    def __str__(self) -> str:
+        return terminal(super().__str__())
 
 
 class HloParseError(HloError):
@@ -20,9 +31,12 @@ class HloParseError(HloError):
         self.source_name = source_name
         text = f"{source_name}:{line}:{column}: {message}"
         if snippet:
-            # `caret`: the column within `snippet` when it is a window of a long line.
+            # `caret`: the column within `snippet` when it is a window of a long line. The
+            # caret goes under the character as printed (escaped characters are wider).
             at = column if caret is None else caret
-            text += f"\n  {snippet}\n  {' ' * max(0, at - 1)}^"
+            shown = terminal(snippet.replace("\t", " "))
+            width = len(terminal(snippet[:max(0, at - 1)].replace("\t", " ")))
+            text += f"\n  {shown}\n  {' ' * width}^"
         super().__init__(text)
 
 

@@ -282,3 +282,39 @@ def test_viz_refuses_a_page_that_cannot_render() -> None:
                    data.replace("{", "{\\!", 1), ""):
         with pytest.raises(HloError, match="cannot render"):
             viz.check_page(page.replace(data, broken))
+
+
+def test_every_hlo_error_prints_terminal_safe_with_the_caret_in_place() -> None:
+    text = "HloModule m\nENTRY e {\n  ROOT c = f32[] constant(\x1b\x9b1)\n}\n"
+    with pytest.raises(HloParseError) as info:
+        parse(text)
+    err = info.value
+    assert err.snippet == "  ROOT c = f32[] constant(\x1b\x9b1)"  # the raw line stays
+    printed = str(err)
+    assert not any(terminal_unsafe(c) and c != "\n" for c in printed)
+    shown, caret = printed.split("\n")[1:3]
+    assert shown == "    ROOT c = f32[] constant(\\x1b\\x9b1)"
+    assert shown[caret.index("^"):].startswith("\\x1b")
+    assert str(InputError("bad \u202e name")) == "bad \\u202e name"
+
+
+def test_deeply_nested_python_arguments(tmp_path: Path) -> None:
+    from hlofuse.backends import interpreter
+
+    module = parse("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n")
+    value: object = np.zeros(2, np.float32)
+    for _ in range(100000):
+        value = (value,)
+    with pytest.raises(InputError) as info:
+        interpreter.run(module, value)
+    assert "parameter 0 (p): expected f32[2], got (((((...)))))" in str(info.value)
+
+
+def test_input_file_too_large_for_memory(capsys: pytest.CaptureFixture[str], add_file: Path,
+                                         monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    def no_memory(self: Path, *args: object, **kwargs: object) -> str:
+        raise MemoryError
+
+    monkeypatch.setattr(Path, "read_text", no_memory)
+    code, _, err = _cli(capsys, "parse", str(add_file))
+    _one_clean_error(code, err, "add.hlo: too large to read into memory")
