@@ -207,8 +207,9 @@ class Interpreter:
                 if limits.is_allocation_failure(exc):
                     raise AllocationError(
                         f"interpreting {instr.opcode.value} ({where(instr)}) ran out of memory "
-                        f"(its result needs {limits.format_bytes(step.nbytes)}; "
-                        f"{type(exc).__name__}: {exc})", step.nbytes, where(instr)) from None
+                        f"({type(exc).__name__}: {exc}; the result itself is "
+                        f"{limits.format_bytes(step.nbytes)})", step.nbytes,
+                        where(instr)) from None
                 raise InterpreterError(
                     f"interpreting {instr.opcode.value} ({where(instr)}) failed: "
                     f"{type(exc).__name__}: {exc}"
