@@ -4,7 +4,16 @@
     hlofuse emit FILE [--pipeline xla] [-o out.c]      the C the cpu backend generates
 
 Every error a user can cause (bad HLO, missing files, bad inputs, unknown passes) is printed as
-one clear message on stderr with a non-zero exit status, never as a traceback.
+one clear message on stderr with a non-zero exit status, never as a traceback. `report_error`
+is the one place that prints it, through `escape.terminal` (messages quote input text: names,
+metadata, file paths). An exception that is not an `HloError` is a bug in hlofuse: it gets one
+line too, saying so, and exit status 3.
+
+Inputs from `--inputs FILE.npz` are untrusted: `read_npz` reads each member's header first and
+accepts only a plain array of exactly the parameter's element type and shape (no pickles, no
+object or structured dtypes), so what it allocates is bounded by the module's own parameter
+sizes, whatever the archive's sizes or compression claim. `--random-inputs` checks each input
+against `ir.limits.allocation_limit()` before generating it.
 """
 
 from __future__ import annotations
@@ -13,22 +22,29 @@ import argparse
 import importlib
 import sys
 import time
+import tokenize
 import zipfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from hlofuse.errors import HloError, PassError
+from hlofuse.errors import HloError, InputError, PassError
+from hlofuse.escape import terminal
+from hlofuse.ir import limits
 from hlofuse.ir.module import Module
 from hlofuse.ir.shape import ArrayShape, format_shape
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+# Largest .npy header accepted (numpy's own default for untrusted files is 10000 bytes).
+NPY_MAX_HEADER = 10000
 
 
-class CliError(Exception):
-    """A user error detected by the CLI itself (bad file, bad npz)."""
+class CliError(HloError):
+    """A user error detected by the CLI itself (bad file, bad arguments)."""
 
 
 def _read_module(path: str) -> Module:
@@ -43,6 +59,9 @@ def _read_module(path: str) -> Module:
         text = p.read_text()
     except UnicodeDecodeError:
         raise CliError(f"{path}: not a text file (expected HLO text)") from None
+    except MemoryError:
+        raise CliError(f"{path}: too large to read into memory "
+                       f"({limits.format_bytes(p.stat().st_size)})") from None
     return parse(text, source_name=path)
 
 
@@ -50,7 +69,8 @@ def _load_inputs(module: Module, path: str | None, seed: int | None) -> list[np.
     params = module.entry.parameters
     if path is None:
         if seed is not None:
-            return [_random_array(p.shape, seed + i) for i, p in enumerate(params)]
+            return [_random_array(p.shape, seed + i, f"random input in_{i} ({p.name})")
+                    for i, p in enumerate(params)]
         if params:
             names = ", ".join(f"in_{i}: {format_shape(p.shape, False)}" for i, p in
                               enumerate(params))
@@ -62,38 +82,94 @@ def _load_inputs(module: Module, path: str | None, seed: int | None) -> list[np.
     p = Path(path)
     if not p.exists():
         raise CliError(f"{path}: no such file")
+    return read_npz(p, params)
+
+
+def read_npz(path: Path, params: Sequence[object]) -> list[np.ndarray]:
+    """The arrays `in_0, in_1, ...` of the .npz at `path`, one per entry parameter, each
+    checked (header first) to be exactly the parameter's element type and shape."""
     try:
-        npz = np.load(p, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise CliError(f"{path}: not a readable .npz file ({exc})") from None
-    if not hasattr(npz, "files"):
-        raise CliError(f"{path}: expected an .npz archive with arrays in_0, in_1, ...")
-    expected = [f"in_{i}" for i in range(len(params))]
-    missing = [k for k in expected if k not in npz.files]
-    extra = sorted(set(npz.files) - set(expected))
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append("missing " + ", ".join(missing))
-        if extra:
-            parts.append("unexpected " + ", ".join(extra))
-        raise CliError(
-            f"{path}: {'; '.join(parts)} (the entry takes {len(params)} inputs named "
-            f"in_0..in_{len(params) - 1} in parameter order)"
-        )
-    return [npz[k] for k in expected]
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            members = {n[:-4]: n for n in names if n.endswith(".npy")}
+            if len(members) != len(names):
+                raise InputError(f"{path}: expected an .npz archive of .npy arrays in_0, "
+                                 "in_1, ...")
+            expected = [f"in_{i}" for i in range(len(params))]
+            missing = [k for k in expected if k not in members]
+            extra = sorted(set(members) - set(expected))
+            if missing or extra:
+                parts = []
+                if missing:
+                    parts.append("missing " + ", ".join(missing))
+                if extra:
+                    parts.append("unexpected " + ", ".join(extra[:10])
+                                 + (", ..." if len(extra) > 10 else ""))
+                raise InputError(
+                    f"{path}: {'; '.join(parts)} (the entry takes {len(params)} inputs named "
+                    f"in_0..in_{len(params) - 1} in parameter order)")
+            return [_read_member(path, zf, members[k], i, param)
+                    for i, (k, param) in enumerate(zip(expected, params, strict=True))]
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
+            NotImplementedError, RuntimeError, ValueError) as exc:
+        # RuntimeError: an encrypted member; NotImplementedError: an unknown compression.
+        raise InputError(f"{path}: not a readable .npz file ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})") from None
 
 
-def _random_array(shape: object, seed: int) -> np.ndarray:
+def _read_member(path: Path, zf: zipfile.ZipFile, member: str, i: int,
+                 param: object) -> np.ndarray:
+    shape = getattr(param, "shape", None)
+    what = f"{path}: in_{i} (parameter {i}, {getattr(param, 'name', '?')})"
+    if not isinstance(shape, ArrayShape):
+        raise InputError(f"{what}: tuple- and token-shaped parameters cannot be read from "
+                         f".npz (it is {format_shape(shape, False)})" if shape is not None
+                         else f"{what}: not an array parameter")
+    with zf.open(member) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                dims, fortran, dtype = np.lib.format.read_array_header_1_0(
+                    f, max_header_size=NPY_MAX_HEADER)
+            elif version == (2, 0):
+                dims, fortran, dtype = np.lib.format.read_array_header_2_0(
+                    f, max_header_size=NPY_MAX_HEADER)
+            else:
+                raise InputError(f"{what}: unsupported .npy format version {version}")
+        except (ValueError, SyntaxError, TypeError, tokenize.TokenError) as exc:
+            # numpy parses the header with tokenize and ast.literal_eval
+            raise InputError(f"{what}: not a readable .npy array (malformed header: "
+                             f"{type(exc).__name__}: {str(exc)[:200]})") from None
+        expected = f"expected {format_shape(shape, False)}"
+        if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+            raise InputError(f"{what}: {expected}, the file holds an array of {dtype} "
+                             "(object and structured arrays are not accepted)")
+        if dtype != shape.dtype.np or tuple(dims) != shape.dims:
+            raise InputError(f"{what}: {expected} (numpy {shape.dtype.np.str}"
+                             f"{list(shape.dims)}), the file holds numpy {dtype.str}"
+                             f"{list(dims)[:8]}")
+        nbytes = shape.size * dtype.itemsize
+        with limits.allocation_guard(what, nbytes):
+            data = f.read(nbytes)
+            if len(data) != nbytes:
+                raise InputError(f"{what}: the array data is truncated ({len(data)} of "
+                                 f"{nbytes} bytes)")
+            array = np.frombuffer(data, dtype=dtype, count=shape.size)
+            return array.reshape(shape.dims, order="F" if fortran else "C").copy(order="C")
+
+
+def _random_array(shape: object, seed: int, what: str = "a random input") -> np.ndarray:
     if not isinstance(shape, ArrayShape):
         raise CliError("--random-inputs supports only array-shaped parameters")
-    rng = np.random.default_rng(seed)
-    dt = shape.dtype
-    if dt.is_pred:
-        return rng.integers(0, 2, shape.dims).astype(np.bool_)
-    if dt.is_integral:
-        return rng.integers(0, 16, shape.dims).astype(dt.np)
-    return rng.standard_normal(shape.dims).astype(dt.np)
+    # The generators make 8-byte elements first (float64, int64), then convert.
+    with limits.allocation_guard(what, shape.nbytes + 8 * shape.size):
+        rng = np.random.default_rng(seed)
+        dt = shape.dtype
+        if dt.is_pred:
+            return rng.integers(0, 2, shape.dims).astype(np.bool_)
+        if dt.is_integral:
+            return rng.integers(0, 16, shape.dims).astype(dt.np)
+        return rng.standard_normal(shape.dims).astype(dt.np)
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
@@ -268,14 +344,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (HloError, CliError) as exc:
-        print(f"hlofuse {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except OSError as exc:
-        print(f"hlofuse {args.command}: error: {exc}", file=sys.stderr)
+    except (HloError, OSError) as exc:
+        report_error(args.command, exc)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # last resort: a bug in hlofuse, not a user error
+        report_error(args.command, exc, internal=True)
+        return EXIT_INTERNAL
+
+
+def report_error(command: str, exc: BaseException, *, internal: bool = False) -> None:
+    """Print `exc` as one message on stderr (through `escape.terminal`): the CLI's only error
+    printer. `internal`: an exception hlofuse should have turned into an `HloError`."""
+    if internal:
+        text = (f"hlofuse {command}: internal error: {type(exc).__name__}: {exc} (this is a "
+                "bug in hlofuse, not in your input; please report it with the input file)")
+    else:
+        text = f"hlofuse {command}: error: {exc}"
+    print(terminal(text), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,21 @@
-"""The exceptions hlofuse raises for bad input. The CLI prints their message, never a traceback."""
+"""The exceptions hlofuse raises for bad input. The CLI prints their message, never a traceback.
+
+Messages quote the input (names, tokens, the offending line, file paths), so `str()` of every
+`HloError` goes through `escape.terminal`: whoever prints one cannot pass a control character
+of a hostile file to a terminal. The raw text stays available in the attributes (`message`,
+`snippet`, ...).
+"""
 
 from __future__ import annotations
+
+from hlofuse.escape import terminal
 
 
 class HloError(Exception):
     """Base class of every hlofuse error a user can cause."""
+
+    def __str__(self) -> str:
+        return terminal(super().__str__())
 
 
 class HloParseError(HloError):
@@ -12,7 +23,7 @@ class HloParseError(HloError):
     offending snippet."""
 
     def __init__(self, message: str, line: int, column: int, snippet: str = "",
-                 source_name: str = "<text>") -> None:
+                 source_name: str = "<text>", *, caret: int | None = None) -> None:
         self.message = message
         self.line = line
         self.column = column
@@ -20,7 +31,12 @@ class HloParseError(HloError):
         self.source_name = source_name
         text = f"{source_name}:{line}:{column}: {message}"
         if snippet:
-            text += f"\n  {snippet}\n  {' ' * max(0, column - 1)}^"
+            # `caret`: the column within `snippet` when it is a window of a long line. The
+            # caret goes under the character as printed (escaped characters are wider).
+            at = column if caret is None else caret
+            shown = terminal(snippet.replace("\t", " "))
+            width = len(terminal(snippet[:max(0, at - 1)].replace("\t", " ")))
+            text += f"\n  {shown}\n  {' ' * width}^"
         super().__init__(text)
 
 
@@ -60,14 +76,40 @@ class CompileError(HloError):
     """The native backend could not build or load a module (or no C compiler was found)."""
 
 
-class ResourceLimitError(HloError):
-    """A module beyond one of hlofuse's documented limits (bytes of one array or of the work
-    arena, control-flow nesting, expression depth, integers that fit no C type): names the
+class LimitError(HloError):
+    """Input beyond one of the documented limits in `hlofuse.ir.limits` (nesting depth, rank,
+    dimension or byte size, call depth). Raised as `ParseLimitError` (with line:column),
+    `VerifyLimitError` (naming the instruction), `InterpreterLimitError` or, by the cpu backend,
+    `ResourceLimitError`; catch this class to handle all of them."""
+
+
+class ParseLimitError(HloParseError, LimitError):
+    """A limit exceeded while parsing: carries the line and column like every parse error."""
+
+
+class VerifyLimitError(HloVerifyError, LimitError):
+    """A limit exceeded by a module's structure: names the instruction and computation."""
+
+
+class InterpreterLimitError(InterpreterError, LimitError):
+    """A limit exceeded while interpreting (calls nested deeper than the limit)."""
+
+
+class ResourceLimitError(LimitError):
+    """A module beyond one of the cpu backend's documented limits (bytes of one array or of the
+    work arena, control-flow nesting, expression depth, integers that fit no C type): names the
     instruction, the value and the limit (docs/security.md)."""
 
 
 class AllocationError(HloError):
-    """Memory for a run could not be allocated: names the instruction (or buffer) and the bytes."""
+    """Memory for a run could not be allocated, or an array is larger than the allocation limit:
+    names what was being allocated (an instruction, a parameter, a buffer) and the bytes."""
+
+    def __init__(self, message: str, nbytes: int = 0, what: str = "") -> None:
+        self.message = message
+        self.nbytes = nbytes
+        self.what = what
+        super().__init__(message)
 
 
 class CacheDirError(HloError):

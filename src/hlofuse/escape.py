@@ -15,8 +15,14 @@ Conditions enforced:
 - `html_json` is `json.dumps` with `ensure_ascii` (U+2028/U+2029 and every non-ASCII character
   become `\\uXXXX`) and `<`, `>`, `&` as `\\u003c`, `\\u003e`, `\\u0026`, so neither `</script>`
   nor `<!--` can appear in the page, and the result is still valid JSON for any string.
+- `html_json` also maps floats that JSON cannot spell (nan, inf) to the strings "NaN",
+  "Infinity" and "-Infinity" (`JSON.parse` rejects bare NaN), and other non-JSON values to
+  their `str()`.
 - `terminal` keeps printable text (including non-ASCII letters) and escapes what a terminal
-  would interpret.
+  would interpret (`terminal_unsafe`): C0 controls but tab and newline, DEL, C1 controls
+  (U+0080..U+009F: 0x9B is CSI, an escape sequence on its own), the bidirectional overrides
+  and isolates, the line and paragraph separators, and lone surrogates (which cannot even be
+  encoded for output).
 """
 
 from __future__ import annotations
@@ -45,10 +51,42 @@ def c_comment(text: str) -> str:
     return "".join(out)
 
 
+class _Encoder(json.JSONEncoder):
+    def iterencode(self, o: Any, _one_shot: bool = False) -> Any:
+        return super().iterencode(_finite(o), _one_shot)
+
+    def default(self, o: Any) -> Any:
+        return str(o)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with nan/inf floats (at any depth of lists, tuples and dicts) as strings."""
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        if value in (float("inf"), float("-inf")):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def html_json(value: Any) -> str:
     """`value` as JSON safe to embed in an HTML `<script>` element (see the module docstring)."""
-    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"),
+                      cls=_Encoder)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def terminal_unsafe(ch: str) -> bool:
+    """Whether a terminal would interpret the character `ch` (tab and newline included: the
+    callers decide whether to keep those)."""
+    o = ord(ch)
+    return (o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0 or ch in _TERMINAL_EXTRA
+            or 0xD800 <= o < 0xE000)
 
 
 def terminal(text: str) -> str:
@@ -56,13 +94,10 @@ def terminal(text: str) -> str:
     (tab and newline are kept: callers print multi-line messages)."""
     out: list[str] = []
     for ch in text:
-        o = ord(ch)
-        if ch in "\n\t":
+        if ch in "\n\t" or not terminal_unsafe(ch):
             out.append(ch)
-        elif o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0:
-            out.append(f"\\x{o:02x}")
-        elif ch in _TERMINAL_EXTRA:
-            out.append(f"\\u{o:04x}")
+        elif ord(ch) < 0x100:
+            out.append(f"\\x{ord(ch):02x}")
         else:
-            out.append(ch)
+            out.append(f"\\u{ord(ch):04x}")
     return "".join(out)

@@ -113,24 +113,29 @@ class Module:
         comp.parent = None
 
     def computations_post_order(self) -> list[Computation]:
-        """Callees before callers; computations nothing calls (other than the entry) included."""
+        """Callees before callers; computations nothing calls (other than the entry) included.
+        Iterative (a call graph may be deep); a call cycle, which the verifier rejects, does
+        not loop: each computation is listed once."""
         order: list[Computation] = []
         seen: set[int] = set()
-
-        def visit(c: Computation) -> None:
-            if id(c) in seen:
-                return
-            seen.add(id(c))
-            for instr in c.instructions:
-                for callee in instr.called_computations():
-                    visit(callee)
-            order.append(c)
-
-        for c in self.computations:
-            if c is not self._entry:
-                visit(c)
+        roots = [c for c in self.computations if c is not self._entry]
         if self._entry is not None:
-            visit(self._entry)
+            roots.append(self._entry)
+        for root in roots:
+            if id(root) in seen:
+                continue
+            seen.add(id(root))
+            stack = [(root, iter(_callees(root)))]
+            while stack:
+                comp, pending = stack[-1]
+                for callee in pending:
+                    if id(callee) not in seen:
+                        seen.add(id(callee))
+                        stack.append((callee, iter(_callees(callee))))
+                        break
+                else:
+                    order.append(comp)
+                    stack.pop()
         return order
 
     def non_fusion_computations(self) -> list[Computation]:
@@ -186,6 +191,12 @@ class Module:
 
     def __repr__(self) -> str:
         return f"<Module {self.name}: {len(self.computations)} computations>"
+
+
+def _callees(comp: Computation) -> Iterator[Computation]:
+    for instr in comp.instructions:
+        if instr.attrs:
+            yield from instr.called_computations()
 
 
 def resolve_location(metadata: Metadata, debug: DebugInfo) -> SourceLocation | None:

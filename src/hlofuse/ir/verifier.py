@@ -4,17 +4,22 @@ Raises `HloVerifyError` naming the instruction and computation at fault. Conditi
 
 Module: an entry computation exists, belongs to the module and is not a fusion computation;
 computation names are unique, as are instruction names across the whole module; every
-computation's `parent` is the module.
+computation's `parent` is the module; the call graph is acyclic (no computation calls itself,
+directly or through others) and at most `limits.MAX_CALL_DEPTH` computations deep
+(`VerifyLimitError`).
 
 Computation structure: each computation has a root that belongs to it; every instruction's
 `parent` is its computation and appears once; operands and control predecessors belong to the
 same computation; use-def links agree (each operand lists the instruction among its users, users
 lists have no duplicates, and every user reads the instruction or has it as a control
-predecessor); parameters are numbered 0..n-1 without repeats; the graph has no cycles (a
+predecessor); parameters are numbered 0..n-1 without repeats; the graph has no cycles,
+self-loops included (an instruction that is its own operand or control predecessor; otherwise a
 post-order in which some operand comes after its user is reported as a cycle).
 
-Instructions (also available alone as `verify_instruction`): declared shapes are well formed
-(non-negative dimensions, layouts that are permutations); the declared shape agrees with
+Instructions (also available alone as `verify_instruction`): declared shapes pass
+`ir.shape.shape_problem` (non-negative dimensions, layouts that are permutations; and XLA's
+limits, as a `VerifyLimitError`: dimensions and byte sizes within int64, rank and tuple nesting
+within `ir.limits`); the declared shape agrees with
 `infer_shape` (ignoring layout; tuples and multi-output fusions compared element by element),
 which also checks operand counts, operand types, attributes and called-computation signatures
 (see `shape_inference`; with `allow_mixed_precision`, the default as in XLA's test harness,
@@ -34,14 +39,15 @@ from collections.abc import Set
 
 import numpy as np
 
-from hlofuse.errors import HloVerifyError
+from hlofuse.errors import HloVerifyError, VerifyLimitError
+from hlofuse.ir import limits
 from hlofuse.ir._shape_util import fmt, same_ignoring_fp
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.literal import Literal
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
+from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, shape_problem, tuple_depth
 from hlofuse.ir.shape_inference import infer_shape
 
 __all__ = ["verify", "verify_computation", "verify_instruction"]
@@ -78,7 +84,9 @@ def verify(module: Module, *, allow_mixed_precision: bool = True) -> None:
 
 
 def _verify_no_recursion(module: Module) -> None:
-    """The call graph must be acyclic: HLO has no recursion."""
+    """The call graph must be acyclic (HLO has no recursion) and at most
+    `limits.MAX_CALL_DEPTH` computations deep. An iterative DFS: a callee still on the stack
+    closes a cycle; a finished computation's depth is one more than its deepest callee's."""
     callees: dict[int, list[tuple[Instruction, Computation]]] = {}
     for comp in module.computations:
         edges = callees[id(comp)] = []
@@ -86,6 +94,7 @@ def _verify_no_recursion(module: Module) -> None:
             if instr.attrs:
                 edges.extend((instr, c) for c in instr.called_computations())
     state: dict[int, int] = {}  # 1 = on the DFS stack, 2 = done
+    depth: dict[int, int] = {}  # of a done computation: 1 + its deepest callee's depth
     for start in module.computations:
         if id(start) in state:
             continue
@@ -104,6 +113,16 @@ def _verify_no_recursion(module: Module) -> None:
                     break
             else:
                 state[id(comp)] = 2
+                deepest = 0
+                for instr, callee in callees.get(id(comp), ()):
+                    if depth[id(callee)] >= limits.MAX_CALL_DEPTH:
+                        raise VerifyLimitError(
+                            f"calls {callee.name}, which nests {depth[id(callee)]} "
+                            f"computations deep; the limit is {limits.MAX_CALL_DEPTH} "
+                            "(hlofuse.ir.limits.MAX_CALL_DEPTH)",
+                            instruction=instr.name, computation=comp.name)
+                    deepest = max(deepest, depth[id(callee)])
+                depth[id(comp)] = deepest + 1
                 stack.pop()
 
 
@@ -226,10 +245,14 @@ def _verify_acyclic(comp: Computation) -> None:
     position = {id(instr): i for i, instr in enumerate(order)}
     for i, instr in enumerate(order):
         for op in instr._operands:
+            if op is instr:
+                raise _err("instruction is its own operand", instr, comp)
             if position[id(op)] > i:
                 raise _err(f"instruction is part of a cycle through operand {op.name}", instr,
                            comp)
         for pred in instr.control_predecessors:
+            if pred is instr:
+                raise _err("instruction is its own control predecessor", instr, comp)
             if position[id(pred)] > i:
                 raise _err(f"instruction is part of a cycle through control predecessor "
                            f"{pred.name}", instr, comp)
@@ -242,9 +265,12 @@ def _verify_instruction(instr: Instruction, comp: Computation, comp_ids: Set[int
                         allow_mixed_precision: bool) -> None:
     opcode = instr.opcode
     declared = instr.shape
-    problem = _shape_problem(declared)
-    if problem:
-        raise _err(f"malformed shape {fmt(declared)}: {problem}", instr, comp)
+    problem = shape_problem(declared)
+    if problem is not None:
+        what = "invalid" if problem.limit else "malformed"
+        cls = VerifyLimitError if problem.limit else HloVerifyError
+        raise cls(f"{what} shape {_short(declared)}: {problem.message}",
+                  instruction=instr.name, computation=comp.name)
     called = instr.called_computations() if instr.attrs else []
     for callee in called:
         if not isinstance(callee, Computation):
@@ -285,22 +311,10 @@ def _verify_instruction(instr: Instruction, comp: Computation, comp_ids: Set[int
                    f"{fmt(inferred)} of {opcode}", instr, comp)
 
 
-def _shape_problem(shape: Shape) -> str:
-    if isinstance(shape, ArrayShape):
-        if any(d < 0 for d in shape.dims):
-            return "negative dimension"
-        if shape.layout is not None and sorted(shape.layout) != list(range(len(shape.dims))):
-            return f"layout {{{','.join(map(str, shape.layout))}}} is not a permutation"
-        return ""
-    if isinstance(shape, TupleShape):
-        for e in shape.elements:
-            problem = _shape_problem(e)
-            if problem:
-                return problem
-        return ""
-    if isinstance(shape, TokenShape):
-        return ""
-    return f"not a shape: {shape!r}"
+def _short(shape: Shape) -> str:
+    """A shape's text for a message, cut short (a hostile shape can be huge)."""
+    text = fmt(shape) if tuple_depth(shape) < 8 else "(...)"
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 def _literal_problem(value: Literal, shape: Shape) -> str:

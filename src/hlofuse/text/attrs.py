@@ -1,8 +1,9 @@
 """Parsing of shapes, instruction attributes (by the schema in `ir/attributes.py`) and metadata.
 
-Shapes: `f32[2,3]`, `f32[2,3]{1,0}`, `f32[8,128]{1,0:T(8,128)}` (the part after `:` is kept
-verbatim in `ArrayShape.layout_extra`), `(s32[], f32[4]{0})`, `()`, `token[]`. A layout is read
-only when its `{` directly follows the `]` (so `-> f32[4] {` opens a computation body).
+Shapes: `f32[2,3]`, `f32[2,3]{1,0}`, `f32[8,128]{1,0:T(8,128)}` (the part after `:` is parsed
+into `ir.shape.LayoutAttrs` by `text/layout.py`), `(s32[], f32[4]{0})`, `()`, `token[]`. A
+layout is read only when its `{` directly follows the `]` (so `-> f32[4] {` opens a computation
+body).
 
 Attribute values by kind (`AttrKind`): INT `3`; INTS `{0,1}`; BOOL `true`; ENUM `kLoop`; STRING
 `"foo"`; SLICE `{[0:2], [1:3:2]}`; PADDING `0_1x2_2_1`; WINDOW `{size=3x3 stride=2x2 pad=0_1x0_1
@@ -10,7 +11,10 @@ lhs_dilate=1x2 rhs_dilate=1x1 rhs_reversal=0x1}`; COMPUTATION `%add`; COMPUTATIO
 (or one bare name); RAW: verbatim balanced text.
 
 Conditions enforced (each an `HloParseError` at the offending token): known element types;
-non-negative dimensions; a layout that is a permutation of the dimensions; well-formed slices,
+non-negative dimensions; no dynamic dimensions (`?`, `<=N`); every array shape passes
+`ir.shape.array_problem` (rank, int64 dimensions and byte size: a `ParseLimitError` beyond
+`ir.limits`); tuples nested at most `ir.limits.MAX_TUPLE_DEPTH` deep; a layout that is a
+permutation of the dimensions; integers that fit int64; well-formed slices,
 paddings and windows (every window field has one entry per dimension, known field names only);
 metadata as `key=value` pairs of strings, integers or booleans.
 """
@@ -21,18 +25,29 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from hlofuse.ir import limits
 from hlofuse.ir.attributes import AttrKind, WindowDim
 from hlofuse.ir.dtypes import DTYPES
 from hlofuse.ir.instruction import Metadata
-from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
-from hlofuse.text.lexer import BaseParser, Token, decode_string
+from hlofuse.ir.shape import (
+    ArrayShape,
+    LayoutAttrs,
+    Shape,
+    TokenShape,
+    TupleShape,
+    array_problem,
+    format_shape,
+)
+from hlofuse.text.layout import parse_layout_attrs
+from hlofuse.text.lexer import BaseParser, Token, decode_string, int64, shorten
 
 _PADDING = re.compile(r"-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*")
 _WINDOW = re.compile(r"\{([^{}]*)\}")
 _WINDOW_ITEM = re.compile(r"\s*([A-Za-z_]+)=(\S+)")
 _WINDOW_FIELDS = ("size", "stride", "pad", "lhs_dilate", "rhs_dilate", "rhs_reversal")
 # Fast paths: a whole array shape, and a whole metadata block, in one regex match each.
-_ARRAY_SHAPE = re.compile(r"%?([a-z]+[0-9]*)\[([0-9,]*)\](?:\{([0-9,]*)(:[^{}]*)?\})?(?![\w.\-$])")
+# (A layout with `:` attributes is left to the slow path: the lookahead refuses a `{` after it.)
+_ARRAY_SHAPE = re.compile(r"%?([a-z]+[0-9]*)\[([0-9,]*)\](?:\{([0-9,]*)\})?(?![\w.\-${])")
 _METADATA = re.compile(
     r'\{((?:\s*[A-Za-z_]\w*=(?:"(?:[^"\\\n]|\\.)*"|-?\d+(?![\w.])|true|false))*)\s*\}')
 _METADATA_ITEM = re.compile(r'\s*([A-Za-z_]\w*)=(?:"((?:[^"\\\n]|\\.)*)"|(-?\d+)|(true|false))')
@@ -51,7 +66,8 @@ class AttrParser(BaseParser):
 
     def __init__(self, text: str, source_name: str = "<text>") -> None:
         super().__init__(text, source_name)
-        self._shape_cache: dict[str, ArrayShape] = {}
+        self._shape_cache: dict[str, Shape] = {}
+        self._tuple_depth = 0  # tuple shapes being parsed, one inside the other
 
     # ----- shapes -------------------------------------------------------------------------
 
@@ -67,6 +83,13 @@ class AttrParser(BaseParser):
             return self.parse_shape()
         return None
 
+    def _dimension(self, text: str, offset: int) -> int:
+        value = int64(text)
+        if value is None:
+            raise self.error(f"dimension size {shorten(text)} does not fit in int64 (XLA's "
+                             "limit is 2^63-1)", offset, limit=True)
+        return value
+
     def _array_shape_from_match(self, m: re.Match[str]) -> Shape:
         text = m.group()
         shape = self._shape_cache.get(text)
@@ -76,45 +99,64 @@ class AttrParser(BaseParser):
         if dtype is None:
             if m.group(1) == "token" and not m.group(2) and m.group(3) is None:
                 return TokenShape()
-            raise self.error(f"unknown element type '{m.group(1)}' in shape", m.start(1))
+            raise self.error(f"unknown element type '{shorten(m.group(1))}' in shape",
+                             m.start(1))
         parts = m.group(2).split(",") if m.group(2) else []
         offset = m.start(2)
+        dims: list[int] = []
         for part in parts:
             if not part:
                 got = self.lexer.text[offset]
                 raise self.error(f"expected a dimension size (a non-negative integer), got "
                                  f"'{got}'", offset)
+            dims.append(self._dimension(part, offset))
             offset += len(part) + 1
-        dims = tuple(int(d) for d in parts)
         layout: tuple[int, ...] | None = None
         if m.group(3) is not None:
             lparts = m.group(3).split(",") if m.group(3) else []
-            if "" in lparts:
-                raise self.error(f"expected dimension numbers in the layout {{{m.group(3)}}}",
-                                 m.start(3) - 1)
+            if "" in lparts or any(len(v) > limits.MAX_INT_DIGITS for v in lparts):
+                raise self.error(f"expected dimension numbers in the layout "
+                                 f"{{{shorten(m.group(3))}}}", m.start(3) - 1)
             layout = tuple(int(d) for d in lparts)
             if sorted(layout) != list(range(len(dims))):
                 raise self.error(
-                    f"layout {{{m.group(3)}}} is not a permutation of the {len(dims)} "
+                    f"layout {{{shorten(m.group(3))}}} is not a permutation of the {len(dims)} "
                     f"dimension(s) of the shape", m.start(3) - 1)
-        shape = ArrayShape(dtype, dims, layout, m.group(4) or "")
+        shape = self._checked(ArrayShape(dtype, tuple(dims), layout), m.start())
         self._shape_cache[text] = shape
         return shape
 
+    def _checked(self, shape: ArrayShape, offset: int) -> ArrayShape:
+        """`shape` if `ir.shape.array_problem` finds nothing, else the error at `offset`."""
+        problem = array_problem(shape)
+        if problem is not None:
+            raise self.error(f"invalid shape {shorten(format_shape(shape, False))}: "
+                             f"{problem.message}", offset, limit=problem.limit)
+        return shape
+
     def parse_shape(self) -> Shape:
+        """A shape; tuples nest at most `ir.limits.MAX_TUPLE_DEPTH` deep (`ParseLimitError`
+        at the `(` that goes deeper)."""
         lexer = self.lexer
         m = lexer.match_here(_ARRAY_SHAPE)
         if m is not None:
             return self._array_shape_from_match(m)
         tok = lexer.peek()
         if tok.kind == "(":
+            if self._tuple_depth >= limits.MAX_TUPLE_DEPTH:
+                raise self.error(f"tuple shapes nested more than {limits.MAX_TUPLE_DEPTH} deep "
+                                 "(hlofuse.ir.limits.MAX_TUPLE_DEPTH)", tok.start, limit=True)
             lexer.next()
-            elements: list[Shape] = []
-            if self.parse_optional_punct(")") is None:
-                elements.append(self.parse_shape())
-                while self.parse_optional_punct(",") is not None:
+            self._tuple_depth += 1
+            try:
+                elements: list[Shape] = []
+                if self.parse_optional_punct(")") is None:
                     elements.append(self.parse_shape())
-                self.parse_punct(")", "to close a tuple shape")
+                    while self.parse_optional_punct(",") is not None:
+                        elements.append(self.parse_shape())
+                    self.parse_punct(")", "to close a tuple shape")
+            finally:
+                self._tuple_depth -= 1
             return TupleShape(tuple(elements))
         if tok.kind != "name":
             raise self.error(f"expected a shape, got {tok.describe()}", tok.start)
@@ -125,32 +167,37 @@ class AttrParser(BaseParser):
             return TokenShape()
         dtype = DTYPES.get(tok.text)
         if dtype is None:
-            raise self.error(f"unknown element type '{tok.text}' in shape", tok.start)
+            raise self.error(f"unknown element type '{shorten(tok.text)}' in shape", tok.start)
         self.parse_punct("[", f"after element type {tok.text}")
         dims: list[int] = []
-        if self.parse_optional_punct("]") is None:
-            while True:
-                d = lexer.peek()
-                if d.kind != "num" or not d.text.isdigit():
-                    raise self.error(
-                        f"expected a dimension size (a non-negative integer), got {d.describe()}",
-                        d.start)
-                lexer.next()
-                dims.append(int(d.text))
-                if self.parse_optional_punct(",") is None:
-                    break
-            self.parse_punct("]", "to close the dimensions of a shape")
+        while True:
+            at = lexer.skip_space()  # no token is peeked here: `?` and `<` are not tokens
+            if lexer.text.startswith(("?", "<="), at):
+                raise self.error("dynamic dimensions ('?', '<=N') are not supported: "
+                                 "hlofuse needs static shapes", at)
+            if not dims and self.parse_optional_punct("]") is not None:
+                break
+            d = lexer.peek()
+            if d.kind != "num" or not d.text.isdigit():
+                raise self.error(
+                    f"expected a dimension size (a non-negative integer), got {d.describe()}",
+                    d.start)
+            lexer.next()
+            dims.append(self._dimension(d.text, d.start))
+            if self.parse_optional_punct(",") is None:
+                self.parse_punct("]", "to close the dimensions of a shape")
+                break
         layout: tuple[int, ...] | None = None
-        extra = ""
+        attrs: LayoutAttrs | None = None
         if lexer.text.startswith("{", lexer.pos):
-            layout, extra = self._parse_layout(len(dims))
-        return ArrayShape(dtype, tuple(dims), layout, extra)
+            layout, attrs = self._parse_layout(len(dims))
+        return self._checked(ArrayShape(dtype, tuple(dims), layout, attrs), tok.start)
 
-    def _parse_layout(self, rank: int) -> tuple[tuple[int, ...], str]:
+    def _parse_layout(self, rank: int) -> tuple[tuple[int, ...], LayoutAttrs | None]:
         lexer = self.lexer
         open_tok = lexer.next()
         values: list[int] = []
-        extra = ""
+        attrs: LayoutAttrs | None = None
         if self.parse_optional_punct("}") is None:
             if lexer.peek().kind != ":":
                 values.append(self.parse_int("a dimension number in the layout"))
@@ -159,15 +206,14 @@ class AttrParser(BaseParser):
             colon = lexer.peek()
             if colon.kind == ":":
                 lexer.next()
-                raw, _ = lexer.raw_value(stop_at_space=False)
-                extra = ":" + raw
+                attrs = parse_layout_attrs(lexer, rank)
             self.parse_punct("}", "to close the layout")
         if sorted(values) != list(range(rank)):
             layout_text = "{" + ",".join(str(v) for v in values) + "}"
             raise self.error(
-                f"layout {layout_text} is not a permutation of the {rank} dimension(s) "
-                f"of the shape", open_tok.start)
-        return tuple(values), extra
+                f"layout {shorten(layout_text)} is not a permutation of the {rank} "
+                f"dimension(s) of the shape", open_tok.start)
+        return tuple(values), attrs
 
     # ----- attribute values ---------------------------------------------------------------
 
@@ -244,7 +290,7 @@ class AttrParser(BaseParser):
             raise self.error(f"expected a padding like 0_1x2_2_1 for {what}", pos)
         dims: list[tuple[int, int, int]] = []
         for part in m.group().split("x"):
-            nums = [int(v) for v in re.findall(r"-?\d+", part)]
+            nums = [self._int64_at(v, m.start(), what) for v in re.findall(r"-?\d+", part)]
             dims.append((nums[0], nums[1], nums[2] if len(nums) > 2 else 0))
         return tuple(dims)
 
@@ -258,7 +304,7 @@ class AttrParser(BaseParser):
         for item in _WINDOW_ITEM.finditer(m.group(1)):
             key, value = item.group(1), item.group(2)
             if key not in _WINDOW_FIELDS:
-                raise self.error(f"unknown window field '{key}' (expected one of "
+                raise self.error(f"unknown window field '{shorten(key)}' (expected one of "
                                  f"{', '.join(_WINDOW_FIELDS)})", body_start + item.start(1))
             fields[key] = value.split("x")
         if m.group(1).strip() and not fields:
@@ -272,6 +318,10 @@ class AttrParser(BaseParser):
             if len(values) != rank:
                 raise self.error(f"window field {key} has {len(values)} entries, expected "
                                  f"{rank} (one per window dimension)", m.start())
+        for values in fields.values():
+            for v in values:
+                for num in re.findall(r"-?\d+", v):
+                    self._int64_at(num, m.start(), what)
         try:
             dims = []
             for i in range(rank):
@@ -289,8 +339,16 @@ class AttrParser(BaseParser):
                     else False,
                 ))
         except ValueError as exc:
-            raise self.error(f"malformed window value '{exc.args[0]}'", m.start()) from None
+            raise self.error(f"malformed window value '{shorten(str(exc.args[0]))}'",
+                             m.start()) from None
         return tuple(dims)
+
+    def _int64_at(self, text: str, offset: int, what: str) -> int:
+        value = int64(text)
+        if value is None:
+            raise self.error(f"integer {shorten(text)} in {what} does not fit in int64",
+                             offset, limit=True)
+        return value
 
     # ----- metadata -----------------------------------------------------------------------
 
@@ -304,7 +362,8 @@ class AttrParser(BaseParser):
                 if text is not None:
                     items.append((key, decode_string(text)))
                 elif num is not None:
-                    items.append((key, int(num)))
+                    at = m.start(1) + item.start(3)
+                    items.append((key, self._int64_at(num, at, f"metadata field {key}")))
                 else:
                     items.append((key, flag == "true"))
             return Metadata(tuple(items))
@@ -318,7 +377,9 @@ class AttrParser(BaseParser):
             if tok.kind == "str":
                 fields.append((key.text, lexer.next().text))
             elif tok.kind == "num" and tok.text.lstrip("-").isdigit():
-                fields.append((key.text, int(lexer.next().text)))
+                fields.append((key.text, self._int64_at(tok.text, tok.start,
+                                                        f"metadata field {key.text}")))
+                lexer.next()
             elif tok.kind == "name" and tok.text in ("true", "false"):
                 fields.append((key.text, lexer.next().text == "true"))
             else:

@@ -12,7 +12,9 @@ Steps, after the whole text is parsed (so uses may come before definitions):
 3. Computations named by attributes (`to_apply=`, `calls=`, `branch_computations={...}`, ...);
    `calls=` of a fusion sets the fused computation's `fusion_instruction`.
 4. Shapes the short form leaves out (`t = tuple(a, b)`), by `ir.shape_inference.infer_shape`,
-   operands and called computations' roots first.
+   operands and called computations' roots first; an inferred shape must pass
+   `ir.shape.shape_problem` like a written one (e.g. a chain of `tuple`s nests deeper than
+   `ir.limits.MAX_TUPLE_DEPTH`: a `ParseLimitError`).
 5. Roots (the ROOT instruction, else the last one) and the entry (the ENTRY computation, else
    the last one). A module without `HloModule` takes the entry computation's name.
 
@@ -29,7 +31,7 @@ from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, format_shape
+from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, format_shape, shape_problem
 from hlofuse.text.attrs import CompRef
 
 if TYPE_CHECKING:
@@ -192,6 +194,10 @@ def _infer(parser: HloParser, p: PendingInstr) -> Shape:
     except HloVerifyError as exc:
         raise parser.error(f"cannot infer the shape of '{instr.name}' (write it): "
                            f"{exc.message}", p.opcode_offset) from None
+    problem = shape_problem(shape)
+    if problem is not None:
+        raise parser.error(f"the inferred shape of '{instr.name}' is invalid: "
+                           f"{problem.message}", p.opcode_offset, limit=problem.limit)
     return shape
 
 

@@ -16,14 +16,21 @@ Token kinds:
 
 Whitespace, `/* ... */` comments (`/*index=5*/`) and `// ...` line comments are skipped.
 Conditions enforced: an unterminated string or comment, or a character that starts no token, is
-an `HloParseError` at its line and column.
+an `HloParseError` at its line and column; an integer read by `parse_int` must fit int64
+(`ParseLimitError` otherwise, as XLA's ParseInt64). Error messages quote at most `SHOWN` chars
+of any token and of the offending line, so a hostile input cannot make a message huge.
 """
 
 from __future__ import annotations
 
 import re
 
-from hlofuse.errors import HloParseError
+from hlofuse.errors import HloParseError, ParseLimitError
+from hlofuse.escape import terminal_unsafe
+from hlofuse.ir import limits
+
+SHOWN = 60  # characters of a token an error message quotes
+_SNIPPET = 160  # characters of the offending line an error message shows
 
 _SKIP = re.compile(r"(?:\s+|/\*.*?\*/|//[^\n]*)*", re.S)
 _TOKEN = re.compile(
@@ -40,11 +47,27 @@ _TOKEN = re.compile(
     """,
     re.X | re.S,
 )
-_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
+_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{1,2}|[0-7]{1,3}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)",
+                     re.S)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "?": "?",
                    "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 OPEN_TO_CLOSE = {"{": "}", "(": ")", "[": "]"}
+
+
+def shorten(text: str, limit: int = SHOWN) -> str:
+    """`text`, cut to `limit` characters with `...` (for quoting input in messages)."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def int64(text: str) -> int | None:
+    """The value of a decimal integer token if it fits int64, else None (without converting
+    more digits than any int64 has)."""
+    digits = text.lstrip("+-")
+    if len(digits) > limits.MAX_INT_DIGITS:
+        return None
+    value = int(text)
+    return value if -(2**63) <= value <= 2**63 - 1 else None
 
 
 class Token:
@@ -62,18 +85,18 @@ class Token:
         """How an error message names this token: `','`, `name 'foo'`, `end of input`."""
         if self.kind == "eof":
             return "end of input"
-        if self.kind == "name":
-            return f"'{self.text}'"
         if self.kind == "str":
-            return "string " + encode_string(self.text)
-        return f"'{self.text}'"
+            return "string " + encode_string(shorten(self.text))
+        return f"'{shorten(self.text)}'"
 
     def __repr__(self) -> str:
         return f"Token({self.kind}, {self.text!r}, {self.start})"
 
 
 def decode_string(body: str) -> str:
-    """Decode the C escapes of a string token's body (without the quotes)."""
+    """Decode the C escapes of a string token's body (without the quotes): absl's CUnescape
+    set, `\\uXXXX` and `\\UXXXXXXXX` included (an escape naming no character, a surrogate or
+    a code point beyond U+10FFFF, is kept as written)."""
     if "\\" not in body:
         return body
 
@@ -83,17 +106,27 @@ def decode_string(body: str) -> str:
             return chr(int(esc[1:], 16))
         if esc[0] in "01234567":
             return chr(int(esc, 8))
+        if esc[0] in "uU" and len(esc) > 1:
+            code = int(esc[1:], 16)
+            if code > 0x10FFFF or 0xD800 <= code < 0xE000:
+                return "\\" + esc
+            return chr(code)
         return _SIMPLE_ESCAPES.get(esc, "\\" + esc)
 
     return _ESCAPE.sub(repl, body)
 
 
 def encode_string(text: str) -> str:
-    """The quoted, escaped text of a string (inverse of `decode_string`)."""
+    """The quoted, escaped text of a string (inverse of `decode_string`). Every character a
+    terminal would interpret (`escape.terminal_unsafe`) is escaped, so printed HLO is safe to
+    show: control characters as `\\n`, `\\t`, `\\r` or `\\xNN`, DEL as `\\x7f`, C1
+    controls, bidirectional overrides and separators as `\\uXXXX`."""
     out = text.replace("\\", "\\\\").replace('"', '\\"')
-    if any(c < " " for c in out):
+    if any(terminal_unsafe(c) for c in out):
         out = out.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-        out = "".join(c if c >= " " else f"\\x{ord(c):02x}" for c in out)
+        out = "".join(c if not terminal_unsafe(c) else
+                      f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}"
+                      for c in out)
     return '"' + out + '"'
 
 
@@ -121,11 +154,20 @@ class Lexer:
             end = len(self.text)
         return self.text[start:end]
 
-    def error(self, message: str, offset: int) -> HloParseError:
-        """An `HloParseError` at a character offset (returned, for the caller to raise)."""
+    def error(self, message: str, offset: int, *, limit: bool = False) -> HloParseError:
+        """An `HloParseError` at a character offset (returned, for the caller to raise); a
+        `ParseLimitError` when `limit` (the input exceeds one of `ir.limits`)."""
         offset = min(max(offset, 0), len(self.text))
         line, col = self.line_col(offset)
-        return HloParseError(message, line, col, self.line_text(offset), self.source_name)
+        snippet = self.line_text(offset)
+        caret = col
+        if len(snippet) > _SNIPPET:  # a window around the column
+            lo = max(0, col - 1 - _SNIPPET // 2)
+            snippet = ("..." if lo else "") + snippet[lo:lo + _SNIPPET] + "..."
+            caret = col - lo + (3 if lo else 0)
+        cls = ParseLimitError if limit else HloParseError
+        err = cls(message, line, col, snippet, self.source_name, caret=caret)
+        return err
 
     # ----- tokens -------------------------------------------------------------------------
 
@@ -204,7 +246,9 @@ class Lexer:
     def raw_value(self, *, stop_at_space: bool = True) -> tuple[str, int]:
         """Read verbatim text with balanced brackets and strings: up to a `,` (or, when
         `stop_at_space`, whitespace) at depth 0, or an unmatched closing bracket. Returns the
-        text and its start offset."""
+        text and its start offset. Verbatim text is printed back as is, so it may not hold a
+        character a terminal interprets (`escape.terminal_unsafe`; tab, CR and newline are
+        whitespace): that is an `HloParseError`."""
         self._peeked = None
         start = self.skip_space()
         text = self.text
@@ -216,11 +260,15 @@ class Lexer:
             if c == '"':
                 j = i + 1
                 while j < n and text[j] != '"':
+                    if terminal_unsafe(text[j]) and text[j] not in "\t":
+                        raise self._control_error(j)
                     j += 2 if text[j] == "\\" else 1
                 if j >= n:
                     raise self.error("unterminated string", i)
                 i = j + 1
                 continue
+            if terminal_unsafe(c) and c not in "\t\r\n":
+                raise self._control_error(i)
             if c in OPEN_TO_CLOSE:
                 stack.append(OPEN_TO_CLOSE[c])
             elif c in ")}]":
@@ -237,6 +285,11 @@ class Lexer:
         self.pos = i
         return text[start:i], start
 
+    def _control_error(self, offset: int) -> HloParseError:
+        return self.error(f"unexpected control character U+{ord(self.text[offset]):04X} (text "
+                          "read verbatim may not hold control characters; inside a string, "
+                          "write an escape such as \\x1b)", offset)
+
 
 class BaseParser:
     """Token-level helpers in xDSL's style: `parse_optional_x` returns None when the next
@@ -245,8 +298,8 @@ class BaseParser:
     def __init__(self, text: str, source_name: str = "<text>") -> None:
         self.lexer = Lexer(text, source_name)
 
-    def error(self, message: str, offset: int) -> HloParseError:
-        return self.lexer.error(message, offset)
+    def error(self, message: str, offset: int, *, limit: bool = False) -> HloParseError:
+        return self.lexer.error(message, offset, limit=limit)
 
     def expect(self, kind: str, what: str) -> Token:
         """Consume a token of `kind` (a punctuation text, `name`, `num` or `str`) or fail with
@@ -275,8 +328,12 @@ class BaseParser:
     def parse_optional_int(self) -> int | None:
         tok = self.lexer.peek()
         if tok.kind == "num" and _is_int(tok.text):
+            value = int64(tok.text)
+            if value is None:
+                raise self.error(f"integer {shorten(tok.text)} does not fit in int64",
+                                 tok.start, limit=True)
             self.lexer.next()
-            return int(tok.text)
+            return value
         return None
 
     def parse_int(self, what: str = "an integer") -> int:

@@ -18,10 +18,11 @@ import re
 
 import numpy as np
 
+from hlofuse.ir import limits
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.literal import Literal
 from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape, format_shape
-from hlofuse.text.lexer import Lexer
+from hlofuse.text.lexer import Lexer, shorten
 
 _LIT_TOKEN = re.compile(r"-?nan\(0x[0-9a-fA-F]+\)|[{}(),]|[^\s{}(),/]+|/\*.*?\*/|/", re.S)
 _FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|-?(?:inf|nan)")
@@ -34,14 +35,18 @@ _ELIDED = re.compile(r"\{\s*\.\.\.\s*\}")
 
 
 def parse_literal(lexer: Lexer, shape: Shape, opcode_text: str = "constant", *,
-                  allow_elided: bool = False) -> Literal:
+                  allow_elided: bool = False, name: str = "") -> Literal:
     """Read a literal of `shape` at the lexer's position, up to (not including) the `)` that
-    closes `constant(`. With `allow_elided`, an elided value `{...}` reads as zeros."""
+    closes `constant(`. With `allow_elided`, an elided value `{...}` reads as zeros (an
+    `AllocationError` naming the constant `name` if they do not fit in memory)."""
     text, start = lexer.raw_value(stop_at_space=False)
     m = _ELIDED.search(text)
     if m is not None:
         if allow_elided and text.strip() == "{...}" and not isinstance(shape, TokenShape):
-            return _zeros(shape)
+            line, col = lexer.line_col(start)
+            with limits.allocation_guard(f"constant {name} ({lexer.source_name}:{line}:{col})",
+                                         shape.nbytes):
+                return _zeros(shape)
         raise lexer.error(
             "the dump elided this constant's value ('{...}'); re-dump it with large "
             "constants printed (XLA flag --xla_dump_large_constants), or parse with "
@@ -54,7 +59,7 @@ def parse_literal(lexer: Lexer, shape: Shape, opcode_text: str = "constant", *,
     value = reader.literal(shape)
     if reader.i < len(tokens):
         tok, off = tokens[reader.i]
-        raise lexer.error(f"unexpected '{tok}' after the literal of {opcode_text}", off)
+        raise lexer.error(f"unexpected '{shorten(tok)}' after the literal of {opcode_text}", off)
     return value
 
 
@@ -80,7 +85,7 @@ class _LiteralReader:
     def _expect(self, text: str, what: str) -> int:
         tok, off = self._peek()
         if tok != text:
-            got = f"'{tok}'" if tok else "')'"
+            got = f"'{shorten(tok)}'" if tok else "')'"
             raise self.lexer.error(f"expected '{text}' {what}, got {got}", off)
         self.i += 1
         return off
@@ -103,7 +108,8 @@ class _LiteralReader:
             tok, off = self._peek()
             if tok in ("", "{", "}", "(", ")", ","):
                 raise self.lexer.error(
-                    f"expected a scalar literal of type {shape.dtype}, got '{tok or ')'}'", off)
+                    f"expected a scalar literal of type {shape.dtype}, got "
+                    f"'{shorten(tok) or ')'}'", off)
             self.i += 1
             flat.append(tok)
             offsets.append(off)
@@ -126,7 +132,8 @@ class _LiteralReader:
             if last:
                 if tok in ("", "{", "}", "(", ")", ","):
                     raise self.lexer.error(
-                        f"expected a literal element of type {shape.dtype}, got '{tok or ')'}'",
+                        f"expected a literal element of type {shape.dtype}, got "
+                        f"'{shorten(tok) or ')'}'",
                         off)
                 flat.append(tok)
                 offsets.append(off)
@@ -153,13 +160,17 @@ def _to_array(lexer: Lexer, flat: list[str], offsets: list[int], shape: ArraySha
             elif tok in ("false", "0"):
                 values.append(False)
             else:
-                raise lexer.error(f"expected true or false in a pred literal, got '{tok}'", off)
+                raise lexer.error(f"expected true or false in a pred literal, got "
+                                  f"'{shorten(tok)}'", off)
     elif dt.is_integral:
         info = np.iinfo(dt.np)
         values = []
         for tok, off in zip(flat, offsets):
             if not _INT.fullmatch(tok):
-                raise lexer.error(f"expected an integer literal of type {dt}, got '{tok}'", off)
+                raise lexer.error(f"expected an integer literal of type {dt}, got "
+                                  f"'{shorten(tok)}'", off)
+            if len(tok.lstrip("+-")) > limits.MAX_INT_DIGITS:  # int() refuses 4300+ digits
+                raise lexer.error(f"value {shorten(tok)} is out of range for {dt}", off)
             v = int(tok)
             if v < info.min or v > info.max:
                 raise lexer.error(f"value {v} is out of range for {dt}", off)
@@ -172,7 +183,8 @@ def _to_array(lexer: Lexer, flat: list[str], offsets: list[int], shape: ArraySha
                 m = _NAN_PAYLOAD.fullmatch(tok)
                 if m is None:
                     raise lexer.error(
-                        f"expected a floating-point literal of type {dt}, got '{tok}'", off)
+                        f"expected a floating-point literal of type {dt}, got "
+                        f"'{shorten(tok)}'", off)
                 payloads.append((k, m.group(1) == "-", int(m.group(2), 16), off))
                 values.append(float("nan"))
                 continue
@@ -191,7 +203,7 @@ def _set_nan_payloads(lexer: Lexer, arr: np.ndarray, dt: DType,
     bits = arr.view(np.dtype(f"u{arr.itemsize}"))
     for k, negative, payload, off in payloads:
         if payload == 0 or payload >> mantissa_bits:
-            raise lexer.error(f"nan payload 0x{payload:x} does not fit the {mantissa_bits}-bit "
-                              f"mantissa of {dt} (and must not be 0)", off)
+            raise lexer.error(f"nan payload 0x{shorten(f'{payload:x}')} does not fit the "
+                              f"{mantissa_bits}-bit mantissa of {dt} (and must not be 0)", off)
         sign = 1 << (dt.bits - 1) if negative else 0
         bits[k] = sign | exponent | payload

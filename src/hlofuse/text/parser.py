@@ -274,7 +274,8 @@ class HloParser(AttrParser):
                 if number < 0:
                     raise self.error("a parameter number must be >= 0", lexer.pos)
             else:
-                literal = parse_literal(lexer, shape, allow_elided=self.allow_elided_constants)
+                literal = parse_literal(lexer, shape, allow_elided=self.allow_elided_constants,
+                                        name=name)
             self.parse_punct(")", f"to close {op_tok.text}(...)")
         else:
             operands = self._parse_operands(op_tok.text)

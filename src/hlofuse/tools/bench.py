@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from hlofuse.escape import terminal
+
 BENCHMARKS: dict[str, str] = {
     "cartpole": "cartpole.py",
     "programs": "programs.py",
@@ -81,11 +83,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         module = load(args.benchmark)
     except BenchmarkNotFoundError as exc:
-        print(exc, file=sys.stderr)
+        print(terminal(str(exc)), file=sys.stderr)
         return 2
     except ImportError as exc:
-        print(f"hlofuse bench {args.benchmark}: missing dependency ({exc}); "
-              "install the bench extra: pip install -e '.[bench]'", file=sys.stderr)
+        print(terminal(f"hlofuse bench {args.benchmark}: missing dependency ({exc}); "
+                       "install the bench extra: pip install -e '.[bench]'"), file=sys.stderr)
         return 2
     result = module.main(list(args.options))
     return int(result or 0)

@@ -24,6 +24,9 @@ that hold the pattern's instructions or read their results under `xla` ("2 of 74
 iteration"), for an RNG loop its kernels times its trip count plus the kernels that only prepare
 its inputs. For the built-in CartPole variants the shipped rewrite (`cartpole_precomputed`,
 `cartpole_separate`) is also run and its kernels per iteration reported beside.
+
+The text report quotes the input (names, source locations), so `to_text` returns it through
+`escape.terminal`. Walks along user chains are iterative.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.escape import terminal
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -95,9 +99,10 @@ class Finding:
     measured: dict[str, Any] = field(default_factory=dict)
 
     def to_text(self) -> str:
+        """The finding as text for a terminal (`escape.terminal`: it quotes input text)."""
         where = self.location or "(no source location)"
-        return (f"{where}: {self.kind}: {self.message}\n    fix:  {self.fix}\n"
-                f"    cost: {self.kernels}")
+        return terminal(f"{where}: {self.kind}: {self.message}\n    fix:  {self.fix}\n"
+                        f"    cost: {self.kernels}")
 
 
 @dataclass
@@ -112,8 +117,9 @@ class LintReport:
         return {"module": self.module, "findings": [asdict(f) for f in self.findings]}
 
     def to_text(self) -> str:
+        """The report as text for a terminal (`escape.terminal`: it quotes input text)."""
         head = f"hlofuse lint: {self.module}: {len(self.findings)} finding(s)"
-        return "\n".join([head, *(f.to_text() for f in self.findings)])
+        return terminal("\n".join([head, *(f.to_text() for f in self.findings)]))
 
 
 # ----- the fused module: where each original instruction ended up ---------------------------
@@ -174,10 +180,17 @@ class _Fused:
 
 
 def _kernel_users(k: Instruction) -> list[Instruction]:
+    """The kernels reading `k`, through get-tuple-element and bitcast chains (iterative: a
+    chain may be long)."""
     out: list[Instruction] = []
-    for u in k.users:
+    stack = list(reversed(k.users))
+    seen: set[int] = set()
+    while stack:
+        u = stack.pop()
         if u.opcode in (Opcode.GET_TUPLE_ELEMENT, Opcode.BITCAST):
-            out.extend(_kernel_users(u))
+            if id(u) not in seen:
+                seen.add(id(u))
+                stack.extend(reversed(u.users))
         elif is_kernel(u):
             out.append(u)
     return out
@@ -187,10 +200,16 @@ def _kernel_users(k: Instruction) -> list[Instruction]:
 
 
 def _users(instr: Instruction) -> list[Instruction]:
+    """The users of `instr`, looking through bitcasts (iterative)."""
     out: list[Instruction] = []
-    for u in instr.users:
+    stack = list(reversed(instr.users))
+    seen: set[int] = set()
+    while stack:
+        u = stack.pop()
         if u.opcode is Opcode.BITCAST:
-            out.extend(_users(u))
+            if id(u) not in seen:
+                seen.add(id(u))
+                stack.extend(reversed(u.users))
         elif u not in out:
             out.append(u)
     return out

@@ -24,6 +24,12 @@ What this module computes (the page's JS only lays out and draws it):
 * the generated C per kernel, when `hlofuse.backends.cpu` is importable and lowers the kernel
   (best effort: any failure leaves the C out, it never fails the page).
 
+Every string of the input (names, metadata, HLO text, C) reaches the page only inside the data
+block, as `escape.html_json` (valid JSON with no `<`, `>`, `&` or U+2028/9, so no `</script>` or
+`<!--` can end the block early); the page's JS shows it with `textContent` only. `render`
+checks the finished page (`check_page`) and raises instead of returning a page that would not
+render.
+
 The boundaries come from `hlofuse.tools.explain` (its rule, plain reading, category and fixes)
 when `viz()` runs the pipeline; `render()` of an already fused module without an explanation
 falls back to `boundaries()` here, a simpler version (trace events matched by names).
@@ -35,6 +41,7 @@ import argparse
 import html
 import itertools
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
@@ -42,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from hlofuse.errors import HloError
+from hlofuse.escape import html_json, terminal
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -408,9 +416,25 @@ def _asset(name: str) -> str:
     return (resources.files("hlofuse.tools") / "viz_assets" / name).read_text(encoding="utf-8")
 
 
-def _script_json(data: Any) -> str:
-    text = json.dumps(data, separators=(",", ":"), default=str)
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+_MARKER = re.compile(r"/\*(TITLE|CSS|DAGRE|VIZ|DATA)\*/")
+_DATA_SCRIPT = re.compile(r'<script type="application/json" id="viz-data">(.*?)</script>', re.S)
+
+
+def check_page(page: str) -> None:
+    """Raise `HloError` unless the page's embedded data is one valid JSON document that the
+    HTML parser cannot end early (no `<`, so no `</script>` or `<!--` inside it)."""
+    found = _DATA_SCRIPT.findall(page)
+    if len(found) != 1:
+        raise HloError(f"viz built a page with {len(found)} data blocks instead of 1: it "
+                       "cannot render")
+    text = found[0]
+    if "<" in text:
+        raise HloError("viz built a page whose data contains '<': it cannot render")
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise HloError(f"viz built a page whose data is not valid JSON ({exc}): it cannot "
+                       "render") from None
 
 
 def render(module_before: Module, module_after: Module, *, title: str,
@@ -431,16 +455,16 @@ def render(module_before: Module, module_after: Module, *, title: str,
                                 boundary_data=bdata),
         },
     }
-    page = _asset("template.html")
     replacements = {
-        "/*TITLE*/": html.escape(title),
-        "/*CSS*/": _asset("viz.css"),
-        "/*DAGRE*/": _asset("dagre.min.js").replace("//# sourceMappingURL=dagre.min.js.map", ""),
-        "/*VIZ*/": _asset("viz.js"),
-        "/*DATA*/": _script_json(data),
+        "TITLE": html.escape(terminal(title)),
+        "CSS": _asset("viz.css"),
+        "DAGRE": _asset("dagre.min.js").replace("//# sourceMappingURL=dagre.min.js.map", ""),
+        "VIZ": _asset("viz.js"),
+        "DATA": html_json(data),
     }
-    for key, value in replacements.items():
-        page = page.replace(key, value, 1)
+    # One pass over the template: inserted text is never searched for markers again.
+    page = _MARKER.sub(lambda m: replacements[m.group(1)], _asset("template.html"))
+    check_page(page)
     return page
 
 
@@ -512,18 +536,18 @@ def main(args: argparse.Namespace) -> int:
         else:
             path = Path(args.file)
             if not path.is_file():
-                print(f"hlofuse viz: {args.file}: no such file", file=sys.stderr)
+                print(terminal(f"hlofuse viz: {args.file}: no such file"), file=sys.stderr)
                 return 1
             text, source_name, stem = path.read_text(), str(path), path.stem
         module = parse(text, source_name=source_name)
         page = viz(module, args.pipeline, title=args.title, with_c=not args.no_c)
     except KeyError as e:
-        print(f"hlofuse viz: {e.args[0]}", file=sys.stderr)
+        print(terminal(f"hlofuse viz: {e.args[0]}"), file=sys.stderr)
         return 1
     except HloError as e:
-        print(f"hlofuse viz: {e}", file=sys.stderr)
+        print(terminal(f"hlofuse viz: {e}"), file=sys.stderr)
         return 1
     out = Path(args.output or f"{stem}.html")
     out.write_text(page, encoding="utf-8")
-    print(f"wrote {out} ({len(page) // 1024} KiB): open it in a browser")
+    print(terminal(f"wrote {out} ({len(page) // 1024} KiB): open it in a browser"))
     return 0

@@ -58,7 +58,9 @@ __all__ = [
 ]
 
 
-def _describe(value: object) -> str:
+def _describe(value: object, depth: int = 0) -> str:
+    """A value's type and shape for a message (nested tuples cut off: the value is the
+    caller's, and may be arbitrarily deep)."""
     if isinstance(value, np.ndarray):
         try:
             dt = from_numpy(value.dtype).name
@@ -66,11 +68,16 @@ def _describe(value: object) -> str:
             dt = f"numpy {value.dtype}"
         return f"{dt}[{','.join(str(d) for d in value.shape)}]"
     if isinstance(value, tuple):
-        return "(" + ", ".join(_describe(v) for v in value) + ")"
+        if depth >= 4:
+            return "(...)"
+        inner = [_describe(v, depth + 1) for v in value[:8]]
+        return "(" + ", ".join(inner) + (", ..." if len(value) > 8 else "") + ")"
     return f"a Python {type(value).__name__}"
 
 
 def _check_value(value: object, shape: Shape) -> bool:
+    """Does `value` match `shape`? Recursion follows the shape (bounded by the verifier's
+    tuple nesting limit), never the value."""
     if isinstance(shape, TokenShape):
         return True
     if isinstance(shape, TupleShape):
@@ -87,12 +94,13 @@ def _check_value(value: object, shape: Shape) -> bool:
     )
 
 
-def _normalise(value: object) -> object:
-    """numpy scalars become 0-d arrays (nothing else is converted)."""
+def _normalise(value: object, shape: Shape) -> object:
+    """numpy scalars become 0-d arrays (nothing else is converted); follows `shape`."""
     if isinstance(value, np.generic):
         return np.asarray(value)
-    if isinstance(value, tuple):
-        return tuple(_normalise(v) for v in value)
+    if (isinstance(value, tuple) and isinstance(shape, TupleShape)
+            and len(value) == len(shape.elements)):
+        return tuple(_normalise(v, s) for v, s in zip(value, shape.elements, strict=True))
     return value
 
 
@@ -107,7 +115,7 @@ def check_args(module: Module, args: Sequence[Literal]) -> list[Literal]:
         )
     out: list[Literal] = []
     for i, (p, a) in enumerate(zip(params, args, strict=True)):
-        a = _normalise(a)
+        a = _normalise(a, p.shape)
         if not _check_value(a, p.shape):
             raise InputError(
                 f"parameter {i} ({p.name}): expected {format_shape(p.shape, False)}, "

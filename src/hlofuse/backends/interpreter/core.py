@@ -10,6 +10,11 @@ Parameters are bound by the evaluation loop. Each computation is compiled once p
 Values are literals: numpy arrays of the HLO element type (`DType.np`) and Python tuples for
 tuple shapes. A token is the empty tuple `()`.
 
+Bounds (`ir.limits`): computations evaluate nested at most `MAX_CALL_DEPTH` deep (each level is
+a few Python frames; `InterpreterLimitError` beyond), and no result larger than
+`allocation_limit()` is attempted; a `MemoryError` (or numpy's "array is too big") from any
+handler becomes an `AllocationError` naming the instruction and the bytes of its result.
+
 Scalar computations (reducers, comparators, combiners, `map` functions) are evaluated
 *vectorised*: when every instruction of the computation is elementwise (or a parameter, a
 scalar constant, a tuple or a get-tuple-element), it is run once on whole numpy arrays instead
@@ -24,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from hlofuse.errors import HloError, InterpreterError
+from hlofuse.errors import AllocationError, HloError, InterpreterError, InterpreterLimitError
+from hlofuse.ir import limits
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.literal import Literal
@@ -107,7 +113,7 @@ _SCALAR_SAFE = {
 class _Step:
     """One instruction of a computation's evaluation plan."""
 
-    __slots__ = ("dims", "dtype", "fn", "instr", "operands", "slot")
+    __slots__ = ("dims", "dtype", "fn", "instr", "nbytes", "operands", "slot")
 
     def __init__(self, instr: Instruction, slot: int, operands: list[int]) -> None:
         self.instr = instr
@@ -117,6 +123,7 @@ class _Step:
         shape = instr.shape
         self.dims = shape.dims if isinstance(shape, ArrayShape) else None
         self.dtype = shape.dtype.np if isinstance(shape, ArrayShape) else None
+        self.nbytes = shape.nbytes if isinstance(shape, ArrayShape) else 0
 
 
 class _Plan:
@@ -135,6 +142,7 @@ class _Plan:
                 self.steps.append(_Step(instr, i, [slots[id(o)] for o in instr.operands]))
         self.root = slots[id(comp.root)]
         self.param_count = len(self.params)
+        self.max_nbytes = max((step.nbytes for step in self.steps), default=0)
 
 
 class Interpreter:
@@ -145,6 +153,8 @@ class Interpreter:
         self._plans: dict[int, _Plan] = {}
         self._vectorizable: dict[int, bool] = {}
         self._vectorised_depth = 0  # > 0 while a scalar computation runs on whole arrays
+        self._depth = 0  # computations being evaluated, one inside the other
+        self._allocation_limit = limits.allocation_limit()
 
     # ----- computations -------------------------------------------------------------------
 
@@ -159,6 +169,17 @@ class Interpreter:
 
         With `check`, every array result is checked against its instruction's shape (always
         off while a scalar computation runs vectorised on whole arrays)."""
+        if self._depth >= limits.MAX_CALL_DEPTH:
+            raise InterpreterLimitError(
+                f"computations nest deeper than {limits.MAX_CALL_DEPTH} (calling {comp.name}); "
+                "the limit is hlofuse.ir.limits.MAX_CALL_DEPTH")
+        self._depth += 1
+        try:
+            return self._run(comp, args, check)
+        finally:
+            self._depth -= 1
+
+    def _run(self, comp: Computation, args: Sequence[Literal], check: bool) -> Literal:
         plan = self.plan(comp)
         check = check and not self._vectorised_depth
         if plan.param_count != len(args):
@@ -166,6 +187,7 @@ class Interpreter:
                 f"computation {comp.name} takes {plan.param_count} parameters, "
                 f"called with {len(args)}"
             )
+        big = plan.max_nbytes > self._allocation_limit
         env: list[Any] = [None] * plan.size
         for slot, number in plan.params:
             env[slot] = args[number]
@@ -175,11 +197,19 @@ class Interpreter:
             if fn is None:
                 reason = NO_RULE.get(instr.opcode, "the interpreter has no rule for this opcode")
                 raise unsupported(instr, reason)
+            if big and step.nbytes > self._allocation_limit:
+                limits.check_allocation(step.nbytes, f"the result of {where(instr)}")
             try:
                 value = fn(self, instr, [env[i] for i in step.operands])
             except HloError:
                 raise
             except Exception as exc:  # a bug or an unexpected input: name the instruction
+                if limits.is_allocation_failure(exc):
+                    raise AllocationError(
+                        f"interpreting {instr.opcode.value} ({where(instr)}) ran out of memory "
+                        f"({type(exc).__name__}: {exc}; the result itself is "
+                        f"{limits.format_bytes(step.nbytes)})", step.nbytes,
+                        where(instr)) from None
                 raise InterpreterError(
                     f"interpreting {instr.opcode.value} ({where(instr)}) failed: "
                     f"{type(exc).__name__}: {exc}"

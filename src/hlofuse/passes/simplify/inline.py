@@ -12,7 +12,10 @@ this pass runs first. Conditions:
 * instructions of the callee the root does not reach are inlined too (they may have side
   effects; DCE removes them otherwise);
 * calls inside fusion computations are left alone;
-* a callee is deleted only when no instruction anywhere still names it.
+* a callee is deleted only when no instruction anywhere still names it;
+* before inlining anything, the size of every computation once inlined is computed (callees
+  first); more than `ir.limits.MAX_INLINED_INSTRUCTIONS` is a `LimitError` naming the call
+  (a call graph that is a DAG grows exponentially when inlined).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hlofuse.errors import LimitError
+from hlofuse.ir import limits
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -53,6 +58,27 @@ def inline_call(comp: Computation, call: Instruction, *, sort: bool = True) -> I
     return new_root
 
 
+def check_inlined_size(post_order: list[Computation]) -> None:
+    """Raise `LimitError` if inlining every call would make a computation larger than
+    `limits.MAX_INLINED_INSTRUCTIONS` (`post_order`: callees before callers)."""
+    size: dict[int, int] = {}
+    for comp in post_order:
+        n = len(comp.instructions)
+        if not comp.is_fusion_computation:
+            for instr in comp.instructions:
+                if instr.opcode is not Opcode.CALL:
+                    continue
+                callee = instr.attrs.get("to_apply")
+                n += size.get(id(callee), 0)
+                if n > limits.MAX_INLINED_INSTRUCTIONS:
+                    raise LimitError(
+                        f"inlining call {instr.name} in computation {comp.name} would make "
+                        f"{comp.name} more than {limits.MAX_INLINED_INSTRUCTIONS} instructions "
+                        "(hlofuse.ir.limits.MAX_INLINED_INSTRUCTIONS): its calls form a DAG "
+                        "that grows exponentially when inlined")
+        size[id(comp)] = n
+
+
 @register("call-inliner", "inline")
 @dataclass(frozen=True)
 class CallInliner:
@@ -61,8 +87,10 @@ class CallInliner:
     name: ClassVar[str] = "call-inliner"
 
     def run(self, module: Module) -> bool:
+        order = module.computations_post_order()
+        check_inlined_size(order)
         callees: list[Computation] = []
-        for comp in module.computations_post_order():
+        for comp in order:
             if comp.is_fusion_computation:
                 continue
             calls = [i for i in comp.instructions if i.opcode is Opcode.CALL]

@@ -243,6 +243,7 @@ class _Analysis:
             if e.verdict == "refused":
                 self.events.setdefault(e.computation, []).append((index, e))
         self._resolved: dict[tuple[int, str], set[str]] = {}
+        self.walked: dict[str, Section] = {}  # section title -> section (see `_walk`)
 
     def resolve(self, index: int, name: str) -> set[str]:
         key = (index, name)
@@ -373,10 +374,17 @@ class _Analysis:
 
 
 def _feeds_rng_loop(instr: Instruction) -> list[bool]:
+    """Per final user of `instr` (through get-tuple-element, tuple and bitcast chains,
+    iteratively): is it an RNG loop?"""
     out = []
-    for user in instr.users:
+    stack = list(reversed(instr.users))
+    seen: set[int] = set()
+    while stack:
+        user = stack.pop()
         if user.opcode in (Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE, Opcode.BITCAST):
-            out.extend(_feeds_rng_loop(user))
+            if id(user) not in seen:
+                seen.add(id(user))
+                stack.extend(reversed(user.users))
         else:
             out.append(user.opcode is Opcode.WHILE and is_rng_loop(user))
     return out
@@ -384,12 +392,21 @@ def _feeds_rng_loop(instr: Instruction) -> list[bool]:
 
 def _walk(an: _Analysis, comp: Computation, title: str, per: str, sections: list[Section],
           cond: Computation | None = None, trips: int | None = None) -> Section:
+    """The section of `comp` (and, nested, of every loop body, branch and call in it), each
+    walked once: a computation several loops share (a call graph that is a DAG) is reached
+    by many paths but its title (`<instruction> body`) is the same on each, so the walk is
+    linear in the module, not exponential in its nesting. Recursion depth is the call depth,
+    which the verifier bounds (`ir.limits.MAX_CALL_DEPTH`)."""
+    done = an.walked.get(title)
+    if done is not None:
+        return done
     m = an.module
     section = Section(title, comp.name, per, [kernel_info(m, k) for k in kernels_of(comp)],
                       trip_count=trips)
     if cond is not None:
         section.condition_kernels = [kernel_info(m, k) for k in kernels_of(cond)]
     sections.append(section)
+    an.walked[title] = section
     section.boundaries = an.computation_boundaries(comp, is_body=cond is not None)
     for instr in comp.instructions:
         if instr.opcode is Opcode.WHILE:
@@ -410,24 +427,31 @@ def _walk(an: _Analysis, comp: Computation, title: str, per: str, sections: list
     return section
 
 
-def kernels_per_run(comp: Computation, cond: Computation | None = None) -> int | None:
+def kernels_per_run(comp: Computation, cond: Computation | None = None,
+                    memo: dict[tuple[int, int], int | None] | None = None) -> int | None:
     """Kernels one run of `comp` launches (plus `cond`'s), nested loops times their trip
-    count, the largest branch of a conditional, calls inline; None if a trip count is unknown."""
+    count, the largest branch of a conditional, calls inline; None if a trip count is unknown.
+    Memoized per (computation, condition), so shared computations are counted once each."""
+    memo = {} if memo is None else memo
+    key = (id(comp), id(cond))
+    if key in memo:
+        return memo[key]
     n: int | None = len(kernels_of(comp)) + (len(kernels_of(cond)) if cond is not None else 0)
     for instr in comp.instructions:
         sub: int | None = 0
         if instr.opcode is Opcode.WHILE:
-            inner = kernels_per_run(instr.attrs["body"], instr.attrs["condition"])
+            inner = kernels_per_run(instr.attrs["body"], instr.attrs["condition"], memo)
             trips = trip_count(instr)
             sub = None if inner is None or trips is None else inner * trips
         elif instr.opcode is Opcode.CONDITIONAL:
             branches = list(instr.attrs.get("branch_computations") or (
                 instr.attrs["true_computation"], instr.attrs["false_computation"]))
-            counts = [kernels_per_run(b) for b in branches]
+            counts = [kernels_per_run(b, None, memo) for b in branches]
             sub = None if None in counts else max((c or 0 for c in counts), default=0)
         elif instr.opcode is Opcode.CALL:
-            sub = kernels_per_run(instr.attrs["to_apply"])
+            sub = kernels_per_run(instr.attrs["to_apply"], None, memo)
         n = None if n is None or sub is None else n + sub
+    memo[key] = n
     return n
 
 

@@ -1,7 +1,13 @@
-"""Text rendering of `Explanation` and `Comparison` (see `model.py` for the layout)."""
+"""Text rendering of `Explanation` and `Comparison` (see `model.py` for the layout).
+
+The text quotes the input (instruction names, source files and lines from metadata, function
+names from the stack-frame tables), so both renderers return it through `escape.terminal`:
+control characters in any of those print as `\\xNN`, never reach the terminal.
+"""
 
 from __future__ import annotations
 
+from hlofuse.escape import terminal
 from hlofuse.tools.explain.model import (
     Boundary,
     Comparison,
@@ -121,7 +127,7 @@ def render_text(expl: Explanation, *, history: bool = True) -> str:
                 src = f" from {b.source}" if b.source else ""
                 out.append(f"    {b.producer} -> {b.consumer}: value {b.value} "
                            f"({human_bytes(b.bytes)}){src}")
-    return "\n".join(out)
+    return terminal("\n".join(out))
 
 
 def render_comparison(c: Comparison) -> str:
@@ -142,4 +148,4 @@ def render_comparison(c: Comparison) -> str:
                                for i, (cell, w) in enumerate(zip(r, widths, strict=True))))
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return terminal("\n".join(lines))
