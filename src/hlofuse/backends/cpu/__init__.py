@@ -7,16 +7,23 @@
 
 The pieces, in the order a module flows through them:
 
-    lower/         one kernel (a kLoop/kInput/kOutput fusion, or an unfused op that does work, seen
-                   as a fusion of one op) -> a C function with a fixed signature (`contract.Kernel`)
+    kernels.py     one kernel (a kLoop/kInput/kOutput fusion, or an unfused op that does work,
+                   seen as a fusion of one op) -> kernel IR (backends/kernel_ir: lowering and
+                   passes) -> a C function with a fixed signature (`contract.Kernel`), printed by
+    cprint.py      the C printer of the kernel IR, explicit SIMD through
+    cvec.py        vector types and helpers (GCC/Clang vector extensions)
     cexpr.py       scalar semantics: storage/compute C types per dtype, every elementwise opcode
                    as a C expression with the interpreter's exact semantics, literals
-    mathlib.py     vectorizable polynomial sin/cos/exp/log/tanh/... (libm's scalar calls would
-                   block SIMD), with their documented ulp error
-    driver.py      the whole file (`contract.Program`): prelude, kernels, and the native driver
-                   `hf_entry` for the entry computation, while/conditional/call included, so no
-                   Python runs between kernels
-    buffers.py     the driver's buffer assignment (which values share memory, what is in place)
+    mathlib.py     branch-free polynomial sin/cos/exp/log/tanh/... that compile to packed code,
+                   with their documented ulp error
+    library/       routines kernels call: GEMM, convolution, sort, RNG, select-and-scatter
+    buffers.py     aliasing: which values share memory, what is updated in place, how while
+                   loops carry their state
+    schedule.py    the driver IR: what hf_entry runs, in order, over logical locations
+    assign.py      buffer assignment: liveness on the driver IR, arena offsets
+    driver.py      prints the whole file (`contract.Program`): prelude, kernels, constants and
+                   the native driver `hf_entry`, while/conditional/call included, so no Python
+                   runs between kernels
     build.py       find the C compiler, compile with fixed flags (never -ffast-math, never -w),
                    cache the .so by content hash (atomic writes, safe across processes), load
                    with ctypes

@@ -1,9 +1,8 @@
-"""Buffer assignment for the native driver: which array values share storage, which kernels
-may write in place, how while loops carry their state, and where every buffer lives in the arena.
+"""Aliasing for the native driver: which array values share storage, which kernels may write in
+place, and how while loops carry their state (where each buffer then lives in the arena is
+`assign.py`'s business, on the driver IR `schedule.py` builds from this analysis).
 
-Two parts:
-
-* `Analyzer` / `CompAnalysis` (static, per computation): every array leaf value is traced to its
+`Analyzer` / `CompAnalysis` (static, per computation): every array leaf value is traced to its
   *source* `(instruction, leaf)`, the instruction that really produces it; tuple,
   get-tuple-element, bitcast, reshape, copy, opt-barrier, add-dependency and identity custom
   calls only rename a source (they alias, never copy). Each source records its last reader (the
@@ -17,12 +16,6 @@ Two parts:
   producer writes the spare directly, then the pointers swap). A dead, owned init buffer becomes
   one of the two; an init buffer the loop may not write is copied once before the loop when the
   body updates that leaf in place.
-
-* `Arena` (dynamic, filled while the driver emits C): internal buffers are `Slot`s with a live
-  interval on one linear timeline (nested computations are laid out inline; a slot created
-  before a loop and touched inside it stays live until the loop ends). `assign` packs them
-  greedily, first fit, largest first, at 64-byte aligned offsets of one arena; two slots share
-  bytes only if their intervals are disjoint.
 """
 
 from __future__ import annotations
@@ -30,14 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, leaves
-
-ALIGN = 64
+from hlofuse.ir.shape import leaves
 
 Src = tuple[Instruction, int]  # (defining instruction, leaf index of its result)
 
@@ -47,7 +36,6 @@ _FORWARD_FIRST = frozenset({Opcode.BITCAST, Opcode.RESHAPE, Opcode.COPY, Opcode.
 IDENTITY_CUSTOM_CALLS = frozenset(
     {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice"}
 )
-INF = 1 << 60
 
 
 def is_alias(instr: Instruction) -> bool:
@@ -276,99 +264,3 @@ class Analyzer:
         for k, s in enumerate(an.srcs[instr]):
             if s[0] is instr:
                 an.owned[s] = k in writable
-
-
-# ---------------------------------------------------------------------------------------------
-# The arena
-
-
-class Slot:
-    """One internal buffer: `nbytes` at `offset` of the arena, live over [first, last]."""
-
-    __slots__ = ("first", "id", "label", "last", "nbytes", "offset")
-
-    def __init__(self, id: int, nbytes: int, now: int, label: str) -> None:
-        self.id = id
-        self.nbytes = nbytes
-        self.first = now
-        self.last = now
-        self.offset = -1
-        self.label = label
-
-    @property
-    def size(self) -> int:
-        return max(ALIGN, -(-self.nbytes // ALIGN) * ALIGN)
-
-
-@dataclass(frozen=True)
-class Ref:
-    """Where an array value is at run time: a C expression of pointer type, and the arena
-    slots it may point to (a loop variable may point to any of several)."""
-
-    expr: str
-    slots: tuple[Slot, ...] = ()
-
-
-@dataclass
-class _Scope:
-    start: int
-    captured: list[Slot] = field(default_factory=list)
-
-
-class Arena:
-    def __init__(self) -> None:
-        self.slots: list[Slot] = []
-        self.now = 0
-        self._scopes: list[_Scope] = []
-
-    def tick(self) -> None:
-        self.now += 1
-
-    def new(self, shape: ArrayShape, label: str) -> Slot:
-        slot = Slot(len(self.slots), shape.nbytes, self.now, label)
-        self.slots.append(slot)
-        return slot
-
-    def touch(self, *refs: Ref) -> None:
-        for ref in refs:
-            for slot in ref.slots:
-                self._touch(slot)
-
-    def _touch(self, slot: Slot) -> None:
-        if self.now > slot.last:
-            slot.last = self.now
-        for scope in self._scopes:
-            if slot.first < scope.start:
-                scope.captured.append(slot)
-
-    def open_loop(self) -> None:
-        self.tick()
-        self._scopes.append(_Scope(self.now))
-
-    def close_loop(self) -> None:
-        self.tick()
-        scope = self._scopes.pop()
-        for slot in dict.fromkeys(scope.captured):
-            self._touch(slot)
-
-    def assign(self) -> int:
-        """Give every slot an offset; returns the arena's size in bytes."""
-        order = sorted(self.slots, key=lambda s: (-s.size, s.first, s.id))
-        n = len(order)
-        first = np.empty(n, np.int64)
-        last = np.empty(n, np.int64)
-        lo = np.empty(n, np.int64)
-        hi = np.empty(n, np.int64)
-        total = 0
-        for i, slot in enumerate(order):
-            live = (first[:i] <= slot.last) & (last[:i] >= slot.first)
-            busy = sorted(zip(lo[:i][live].tolist(), hi[:i][live].tolist(), strict=True))
-            offset = 0
-            for b_lo, b_hi in busy:
-                if offset + slot.size <= b_lo:
-                    break
-                offset = max(offset, b_hi)
-            slot.offset = offset
-            first[i], last[i], lo[i], hi[i] = slot.first, slot.last, offset, offset + slot.size
-            total = max(total, offset + slot.size)
-        return total

@@ -1,10 +1,12 @@
 """The native driver: a whole (optimised) module as one C file whose `hf_entry` runs the entry
 computation, while loops, conditionals and calls included, with no Python between kernels.
 
-    prelude (cexpr)  |  one C function per kernel (lower)  |  static const arrays (constants)
+    schedule (schedule.py) -> buffer assignment (assign.py) -> print (here)
+
+    prelude (cexpr)  |  one C function per kernel (kernels.py)  |  static const arrays
     |  profiling counters  |  int hf_entry(void *const *args, void *const *results)
 
-What each instruction becomes:
+What each instruction becomes (decided by schedule.py, printed here):
 
 * a kernel (`is_kernel`): one line, `HF_CALL(k, NAME(in..., out...));` (timed under HF_PROFILE);
 * parameter, constant, tuple, get-tuple-element, bitcast, reshape, copy, opt-barrier,
@@ -36,22 +38,35 @@ calls, bitcasts of non-default layouts) raise `UnsupportedOpError` naming the in
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from hlofuse.backends.cpu import cexpr, limits
-from hlofuse.backends.cpu.buffers import Analyzer, Arena, CompAnalysis, Ref, Src, is_alias
+from hlofuse.backends.cpu.assign import assign
+from hlofuse.backends.cpu.buffers import is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
-from hlofuse.backends.cpu.contract import ENTRY_SYMBOL, Kernel, Program
+from hlofuse.backends.cpu.contract import ENTRY_SYMBOL, Program
 from hlofuse.backends.cpu.ctext import check_integers, comment
+from hlofuse.backends.cpu.schedule import (
+    Arg,
+    Branch,
+    Buf,
+    Call,
+    Carried,
+    Const,
+    KernelLowering,
+    Loc,
+    MemCopy,
+    Note,
+    Result,
+    Schedule,
+    Spare,
+    Stmt,
+    While,
+    schedule,
+)
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
-from hlofuse.passes.fusion.kernels import is_kernel
-
-KernelLowering = Callable[[Instruction, set[str]], Kernel]
+from hlofuse.ir.shape import ArrayShape
 
 _UNSUPPORTED = {
     Opcode.INFEED: "infeed reads from a host queue",
@@ -139,8 +154,8 @@ def generate(module: Module, *, kernel_lowering: KernelLowering | None = None) -
     """The C program for `module` (already through its pipeline; no passes run here)."""
     limits.check_module(module)
     _check_supported(module)
-    gen = _Generator(kernel_lowering or _default_lowering())
-    return gen.program(module)
+    sched = schedule(module, kernel_lowering or _default_lowering(), set(_RESERVED))
+    return _Printer(sched).program(module)
 
 
 def _reachable(module: Module) -> list[Computation]:
@@ -175,7 +190,7 @@ def _check_supported(module: Module) -> None:
 
 
 def _default_layout(shape: ArrayShape) -> bool:
-    return not shape.layout_extra and (
+    return shape.layout_attrs is None and (
         shape.layout is None or shape.layout == tuple(range(shape.rank - 1, -1, -1)))
 
 
@@ -190,337 +205,149 @@ def _bitcast_problem(instr: Instruction) -> str | None:
     return None
 
 
-class _Generator:
-    def __init__(self, lowering: KernelLowering) -> None:
-        self._lowering = lowering
-        self._used: set[str] = set(_RESERVED)
-        self.kernels: list[Kernel] = []
-        self._kernel_of: dict[Instruction, int] = {}
-        self.analyzer = Analyzer(lambda instr: self.kernel(instr)[1].inplace)
-        self.arena = Arena()
+class _Printer:
+    """Prints a scheduled, assigned program as C."""
+
+    def __init__(self, sched: Schedule) -> None:
+        self.s = sched
         self.lines: list[str] = []
         self._depth = 1
-        self._consts: dict[tuple[Instruction, int], Ref] = {}
-        self._const_defs: list[str] = []
-        self._zeros: dict[str, Ref] = {}
-        self._n = 0
-
-    # -- helpers --------------------------------------------------------------------------------
-
-    def kernel(self, instr: Instruction) -> tuple[int, Kernel]:
-        if instr not in self._kernel_of:
-            k = self._lowering(instr, self._used)
-            self._used.add(k.name)
-            self._kernel_of[instr] = len(self.kernels)
-            self.kernels.append(k)
-        i = self._kernel_of[instr]
-        return i, self.kernels[i]
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self._depth + line)
 
-    def fresh(self, prefix: str) -> str:
-        self._n += 1
-        return f"{prefix}{self._n}"
-
-    def slot(self, shape: ArrayShape, label: str) -> Ref:
-        s = self.arena.new(shape, f"{shape} {label}")
-        return Ref(f"hf_b{s.id}", (s,))
-
-    def constant(self, instr: Instruction, k: int) -> Ref:
-        key = (instr, k)
-        if key not in self._consts:
-            shape = leaves(instr.shape)[k]
-            value = instr.literal
-            if isinstance(instr.shape, TupleShape):
-                value = _flat_literal(value)[k]
-            name = self.fresh("hf_const")
-            self._const_defs.append(
-                comment(instr.name, "" if k == 0 else f" leaf {k}", f": {shape}") + "\n"
-                f"static const {cexpr.ctype(shape.dtype)} {name}[{max(1, shape.size)}] "
-                f"__attribute__((aligned(64))) = {cexpr.array_initializer(value, shape.dtype)};")
-            self._consts[key] = Ref(f"(void *){name}")
-        return self._consts[key]
-
-    def zero(self, dtype: DType) -> Ref:
-        ct = cexpr.ctype(dtype)
-        if ct not in self._zeros:
-            name = self.fresh("hf_zero")
-            self._const_defs.append(f"static const {ct} {name}[1] = {{0}};")
-            self._zeros[ct] = Ref(f"(void *){name}")
-        return self._zeros[ct]
-
-    def memcpy(self, dst: Ref, src: Ref, shape: ArrayShape, why: str) -> None:
-        self.arena.touch(dst, src)
-        if dst.expr != src.expr and shape.nbytes:
-            self.emit(f"memcpy({dst.expr}, {src.expr}, {shape.nbytes});  {comment(why)}")
-
-    # -- the program ----------------------------------------------------------------------------
+    def loc(self, x: Loc) -> str:
+        if isinstance(x, Arg):
+            return f"args[{x.index}]"
+        if isinstance(x, Result):
+            return f"results[{x.index}]"
+        if isinstance(x, Const):
+            return f"(void *)hf_const{x.index}"
+        if isinstance(x, Buf):
+            return f"hf_b{x.id}"
+        if isinstance(x, Carried):
+            return f"hf_w{x.id}_{x.leaf}"
+        if isinstance(x, Spare):
+            return f"hf_w{x.of.id}_{x.of.leaf}s"
+        raise TypeError(x)
 
     def program(self, module: Module) -> Program:
-        entry = module.entry
-        in_shapes = [s for p in entry.parameters for s in leaves(p.shape)]
-        out_shapes = leaves(entry.root.shape)
-        params = [Ref(f"args[{i}]") for i in range(len(in_shapes))]
-        dests: list[Ref | None] = [Ref(f"results[{j}]") for j in range(len(out_shapes))]
-        self.emit_computation(self.analyzer.analyze(entry), params, dests)
-        labels = [(s.nbytes, s.label) for s in self.arena.slots]
-        bound = sum(s.size for s in self.arena.slots)
+        sched = self.s
+        labels = [(b.nbytes, b.label) for b in sched.buffers]
+        bound = sum(max(64, b.nbytes) for b in sched.buffers)
         if bound > 1 << 62:  # assign() computes in int64
             limits.check_arena(bound, labels)
-        size = self.arena.assign()
+        size = assign(sched)
         limits.check_arena(size, labels)
-        size = size if self.arena.slots else 0
+        self.block(sched.body)
         head = ["static __attribute__((noinline)) int hf_run(void *const *args, "
                 "void *const *results, char *hf_arena, volatile int64_t *hf_at) {",
                 "  const int *const hf_stop = hf_stop_ptr;",
                 "  const int hf_stop0 = __atomic_load_n(hf_stop, __ATOMIC_RELAXED);",
                 "  (void)args; (void)results; (void)hf_arena; (void)hf_at; (void)hf_stop0;"]
-        for s in self.arena.slots:
-            head.append(f"  void *const hf_b{s.id} = hf_arena + {s.offset};  "
-                        + comment(s.label))
+        for b in sched.buffers:
+            head.append(f"  void *const hf_b{b.id} = hf_arena + {b.offset};  "
+                        + comment(b.label))
         tail = ["  return 0;", "}", _ENTRY.format(entry=ENTRY_SYMBOL, size=size)]
-        consts = "\n".join(self._const_defs)
+        consts = "\n".join(self._const(i, c) for i, c in enumerate(sched.consts))
         entry = "\n".join(head + self.lines + tail)
-        for k in self.kernels:
+        for k in sched.kernels:
             check_integers(k.source, f"kernel {k.name} (instruction {k.instruction})")
         check_integers(consts + "\n" + entry, f"the driver of module {module.name}")
         parts = [
             cexpr.prelude(),
             "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n",
-            _RUNTIME.format(n=max(1, len(self.kernels))),
-            *(k.source for k in self.kernels),
+            _RUNTIME.format(n=max(1, len(sched.kernels))),
+            *(k.source for k in sched.kernels),
             consts,
-            comment(module.name, f": {len(self.kernels)} kernels, arena {size} bytes"),
+            comment(module.name, f": {len(sched.kernels)} kernels, arena {size} bytes"),
             entry,
         ]
-        big = max(self.arena.slots, key=lambda s: s.nbytes, default=None)
+        big = max(sched.buffers, key=lambda b: b.nbytes, default=None)
         return Program(
             source="\n\n".join(p.strip("\n") for p in parts if p) + "\n",
-            inputs=tuple(in_shapes),
-            outputs=tuple(out_shapes),
-            kernels=tuple(self.kernels),
+            inputs=tuple(sched.inputs),
+            outputs=tuple(sched.outputs),
+            kernels=tuple(sched.kernels),
             arena_bytes=size,
             arena_largest=f"{big.label} ({big.nbytes} bytes)" if big is not None else "",
         )
 
-    # -- computations ---------------------------------------------------------------------------
+    @staticmethod
+    def _const(i: int, c: object) -> str:
+        from hlofuse.backends.cpu.schedule import ConstData
 
-    def emit_computation(self, an: CompAnalysis, params: list[Ref],
-                         dests: list[Ref | None] | None = None) -> list[Ref]:
-        """Emit `an.comp` inline with its parameter leaves at `params`; returns where its root
-        leaves are. A root leaf with a destination ends up there (written by its producer when
-        it can be, else copied at the end)."""
-        env: dict[Src, Ref] = {}
-        comp = an.comp
-        root_srcs = an.root_srcs
-        direct: dict[Src, Ref] = {}  # producers that write a destination directly
-        if dests is not None:
-            for j, d in enumerate(dests):
-                if d is None:
-                    continue
-                h = an.head(root_srcs[j])
-                if h not in direct and h[0].parent is comp and _can_write_dest(h[0]):
-                    direct[h] = d
-        for instr in comp.instructions:
-            self.arena.tick()
-            op = instr.opcode
-            if op is Opcode.PARAMETER:
-                base = an.param_offset[instr]
-                for k in range(len(leaves(instr.shape))):
-                    env[(instr, k)] = params[base + k]
-            elif op is Opcode.CONSTANT:
-                for k in range(len(leaves(instr.shape))):
-                    env[(instr, k)] = self.constant(instr, k)
-            elif op in (Opcode.PARTITION_ID, Opcode.REPLICA_ID):
-                env[(instr, 0)] = self.zero(instr.shape.dtype)  # type: ignore[union-attr]
-            elif is_alias(instr):
-                continue
-            elif op is Opcode.WHILE:
-                self.emit_while(an, instr, env, direct)
-            elif op is Opcode.CONDITIONAL:
-                self.emit_conditional(an, instr, env, direct)
-            elif op is Opcode.CALL:
-                self.emit_call(an, instr, env, direct)
-            elif is_kernel(instr):
-                self.emit_kernel(an, instr, env, direct)
+        assert isinstance(c, ConstData)
+        return (comment(c.label) + "\n" + f"static const {cexpr.ctype(c.dtype)} hf_const{i}"
+                f"[{c.size}] __attribute__((aligned(64))) = "
+                f"{cexpr.array_initializer(c.value, c.dtype)};")
+
+    # -- statements -----------------------------------------------------------------------------
+
+    def block(self, body: list[Stmt]) -> None:
+        for s in body:
+            if isinstance(s, Call):
+                k = self.s.kernels[s.kernel]
+                args = ", ".join(self.loc(x) for x in s.ins + s.outs)
+                self.emit(f"HF_CALL({s.kernel}, {k.name}({args}));  {comment(s.note)}")
+            elif isinstance(s, MemCopy):
+                d, src = self.loc(s.dst), self.loc(s.src)
+                guard = f"if ({src} != {d}) " if s.if_distinct else ""
+                self.emit(f"{guard}memcpy({d}, {src}, {s.nbytes});  {comment(s.note)}")
+            elif isinstance(s, Note):
+                self.emit(comment(s.text))
+            elif isinstance(s, Branch):
+                self.branch(s)
+            elif isinstance(s, While):
+                self.loop(s)
             else:
-                raise UnsupportedOpError(
-                    f"instruction {instr.name}: the cpu driver cannot run {op.value}")
-        out = [env[s] for s in root_srcs]
-        if dests is not None:
-            shapes = leaves(comp.root.shape)
-            for j, d in enumerate(dests):
-                if d is not None and out[j].expr != d.expr:
-                    self.memcpy(d, out[j], shapes[j], f"{comp.name} root leaf {j}")
-                    out[j] = d
-        return out
+                raise TypeError(s)
 
-    def emit_kernel(self, an: CompAnalysis, instr: Instruction, env: dict[Src, Ref],
-                    direct: dict[Src, Ref]) -> None:
-        idx, kernel = self.kernel(instr)
-        ins = [env[s] for s in an.operand_srcs(instr)]
-        if len(ins) != len(kernel.inputs):
-            raise UnsupportedOpError(
-                f"instruction {instr.name}: kernel {kernel.name} takes {len(kernel.inputs)} "
-                f"inputs, the instruction has {len(ins)} operand leaves")
-        pairs = an.inplace.get(instr, {})
-        outs: list[Ref] = []
-        for o, shape in enumerate(leaves(instr.shape)):
-            if o in pairs:
-                ref = ins[pairs[o]]
-            elif (instr, o) in direct:
-                ref = direct[(instr, o)]
-            else:
-                ref = self.slot(shape, instr.name)
-            env[(instr, o)] = ref
-            outs.append(ref)
-        self.arena.touch(*ins, *outs)
-        call_args = ", ".join(r.expr for r in ins + outs)
-        note = f"{instr.name}" + (" (in place)" if pairs else "")
-        self.emit(f"HF_CALL({idx}, {kernel.name}({call_args}));  {comment(note)}")
+    def nested(self, body: list[Stmt]) -> None:
+        self._depth += 1
+        self.block(body)
+        self._depth -= 1
 
-    def emit_call(self, an: CompAnalysis, instr: Instruction, env: dict[Src, Ref],
-                  direct: dict[Src, Ref]) -> None:
-        callee = an.calls[instr]
-        params = [env[s] for s in an.operand_srcs(instr)]
-        mine = [s[0] is instr for s in an.srcs[instr]]
-        dests = [direct.get((instr, k)) if m else None for k, m in enumerate(mine)]
-        self.emit(comment(instr.name, ": call ", callee.comp.name))
-        roots = self.emit_computation(callee, params, dests)
-        for k, m in enumerate(mine):
-            if m:
-                env[(instr, k)] = roots[k]
-
-    def emit_conditional(self, an: CompAnalysis, instr: Instruction, env: dict[Src, Ref],
-                         direct: dict[Src, Ref]) -> None:
-        outs = []
-        for k, shape in enumerate(leaves(instr.shape)):
-            ref = direct.get((instr, k)) or self.slot(shape, instr.name)
-            env[(instr, k)] = ref
-            outs.append(ref)
-        branches = an.branches[instr]
-        sel_shape = instr.operand(0).shape
-        assert isinstance(sel_shape, ArrayShape)
-        sel = env[an.srcs[instr.operand(0)][0]]
-        self.arena.touch(sel, *outs)
-        sel_value = f"*(const {cexpr.ctype(sel_shape.dtype)} *){sel.expr}"
-        bodies = []
-        for i, b in enumerate(branches):
-            params = [env[s] for s in an.srcs[instr.operand(1 + i)]]
-            bodies.append((b, params))
-        if "branch_computations" not in instr.attrs:
-            self.emit(f"if ({sel_value}) {{  " + comment(instr.name, ": true branch"))
-            self._branch(*bodies[0], outs)
-            self.emit("} else {  " + comment(instr.name, ": false branch"))
-            self._branch(*bodies[1], outs)
+    def branch(self, s: Branch) -> None:
+        sel = f"*(const {cexpr.ctype(s.selector_dtype)} *){self.loc(s.selector)}"
+        if s.count is None:
+            self.emit(f"if ({sel}) {{  " + comment(s.note, ": true branch"))
+            self.nested(s.branches[0])
+            self.emit("} else {  " + comment(s.note, ": false branch"))
+            self.nested(s.branches[1])
             self.emit("}")
             return
-        n = len(bodies)
-        var = self.fresh("hf_i")
-        self.emit("{  " + comment(instr.name, f": {n} branches"))
+        n = s.count
+        self.emit("{  " + comment(s.note, f": {n} branches"))
         self._depth += 1
-        self.emit(f"int64_t {var} = (int64_t){sel_value};")
-        self.emit(f"switch ({var} >= 0 && {var} < {n} ? {var} : {n - 1}) {{")
-        for i, (b, params) in enumerate(bodies):
-            self.emit(f"case {i}: {{  " + comment(b.comp.name))
-            self._branch(b, params, outs)
+        self.emit(f"int64_t hf_i = (int64_t){sel};")
+        self.emit(f"switch (hf_i >= 0 && hf_i < {n} ? hf_i : {n - 1}) {{")
+        for i, body in enumerate(s.branches):
+            self.emit(f"case {i}: {{")
+            self.nested(body)
             self.emit("  break;")
             self.emit("}")
         self.emit("}")
         self._depth -= 1
         self.emit("}")
 
-    def _branch(self, an: CompAnalysis, params: list[Ref], outs: list[Ref]) -> None:
-        self._depth += 1
-        self.emit_computation(an, params, list(outs))
-        self._depth -= 1
-
-    def emit_while(self, an: CompAnalysis, instr: Instruction, env: dict[Src, Ref],
-                   direct: dict[Src, Ref]) -> None:
-        """The loop over carried leaf pointers (see buffers.LoopPlan). A leaf with a destination
-        (e.g. `results[j]`) uses it as one of its two buffers, so at the end it is either
-        already there or copied once."""
-        plan = an.loops[instr]
-        init = [env[s] for s in an.operand_srcs(instr)]
-        shapes = leaves(instr.shape)
-        w = self.fresh("hf_w")
-        self.emit(comment(instr.name, ": while ", plan.cond.comp.name, " do ",
-                          plan.body.comp.name, "; carried leaves: ",
-                          ", ".join(plan.kinds) or "none"))
-        cur: list[Ref] = []
-        spare: dict[int, tuple[Ref, Ref, Ref]] = {}  # leaf -> (spare var, A, B)
-        for k, kind in enumerate(plan.kinds):
-            if kind == "pass":
-                cur.append(init[k])
-                continue
-            dest = direct.get((instr, k))
-            label = f"{instr.name} leaf {k}"
-            if plan.reuse_init[k]:
-                a = init[k]
-            else:
-                a = dest or self.slot(shapes[k], label)
-                dest = None if a is dest else dest
-            if plan.copy_init[k]:
-                self.memcpy(a, init[k], shapes[k], f"{label}: owned copy of init")
-            if kind == "inplace":
-                cur.append(a)
-                continue
-            b = dest or self.slot(shapes[k], f"{label} (second)")
-            owned = plan.reuse_init[k] or plan.copy_init[k]
-            first, sp = (a, b) if owned else (init[k], a)
-            var = f"{w}_{k}"
-            self.emit(f"void *{var} = {first.expr}, *{var}s = {sp.expr};")
-            slots = a.slots + b.slots + (() if owned else init[k].slots)
-            cur.append(Ref(var, slots))
-            spare[k] = (Ref(f"{var}s", a.slots + b.slots), a, b)
-        self.arena.touch(*init, *cur)
-        self.arena.open_loop()
-        self.emit("for (;;) {  " + comment(instr.name))
+    def loop(self, s: While) -> None:
+        """`for (;;) { poll; condition; if (!pred) break; body; swap }` over carried pointers:
+        each swapped leaf's body writes the spare buffer, then the two pointers swap."""
+        self.emit(comment(s.note))
+        for c in s.carried:
+            spare = c.b if c.owned else c.a
+            self.emit(f"void *{self.loc(c)} = {self.loc(c.first)}, "
+                      f"*{self.loc(Spare(c))} = {self.loc(spare)};")
+        self.emit("for (;;) {  " + comment(s.name))
         self._depth += 1
         self.emit(POLL)
-        pred = self.emit_computation(plan.cond, cur)[0]
-        self.emit(f"if (!*(const uint8_t *){pred.expr}) break;")
-        self.arena.touch(pred)
-        dests: list[Ref | None] = [spare[k][0] if k in spare else None
-                                   for k in range(len(plan.kinds))]
-        roots = self.emit_computation(plan.body, cur, dests)
-        for k, kind in enumerate(plan.kinds):
-            if kind != "swap" and roots[k].expr != cur[k].expr:
-                raise AssertionError(f"{instr.name} leaf {k} ({kind}) left its buffer")
-        for k, (sp, a, b) in spare.items():
-            var = cur[k].expr
-            self.emit(f"{var} = {sp.expr}; {sp.expr} = {var} == {a.expr} ? {b.expr} : {a.expr};")
-        self.arena.touch(*cur, *(s[0] for s in spare.values()))
+        self.block(s.cond)
+        self.emit(f"if (!*(const uint8_t *){self.loc(s.pred)}) break;")
+        self.block(s.body)
+        for c in s.carried:
+            var, sp = self.loc(c), self.loc(Spare(c))
+            self.emit(f"{var} = {sp}; {sp} = {var} == {self.loc(c.a)} ? {self.loc(c.b)} : "
+                      f"{self.loc(c.a)};")
         self._depth -= 1
         self.emit("}")
-        self.arena.close_loop()
-        out = dict(enumerate(cur))
-        for k in spare:
-            dest = direct.get((instr, k))
-            if dest is not None:  # the final state is in `dest` or in the other buffer
-                self.arena.touch(dest, cur[k])
-                self.emit(f"if ({cur[k].expr} != {dest.expr}) memcpy({dest.expr}, "
-                          f"{cur[k].expr}, {shapes[k].nbytes});  "
-                          + comment(instr.name, f" leaf {k}"))
-                out[k] = dest
-        for k, s in enumerate(an.srcs[instr]):
-            if s[0] is instr:
-                env[s] = out[k]
-
-
-def _can_write_dest(instr: Instruction) -> bool:
-    """Can `instr`'s output be placed in a buffer chosen by the caller?"""
-    op = instr.opcode
-    if op in (Opcode.CONDITIONAL, Opcode.CALL, Opcode.WHILE):
-        return True
-    return is_kernel(instr) and not is_alias(instr)
-
-
-def _flat_literal(value: object) -> list[object]:
-    if isinstance(value, tuple):
-        out: list[object] = []
-        for v in value:
-            out.extend(_flat_literal(v))
-        return out
-    return [value]
