@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu import build, cexpr
 from hlofuse.backends.cpu.contract import Kernel
@@ -26,7 +27,6 @@ from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
-from hlofuse.passes.fusion.kernels import is_kernel
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends.cpu import build, cexpr, mathlib
 from hlofuse.backends.cpu.kernels import lower_kernel
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir import lower as kir_lower
 from hlofuse.backends.kernel_ir.passes import optimize
 from hlofuse.backends.kernel_ir.target import Target
-from hlofuse.passes.fusion.kernels import is_kernel
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
 

@@ -6,10 +6,10 @@ and the interpreter's outputs unchanged."""
 from __future__ import annotations
 
 from fusion_helpers import fusions, run_and_check
+from hlofuse.analysis.kernels import count_kernels
 from hlofuse.ir.fusion import is_multi_output_fusion
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
-from hlofuse.passes.fusion.kernels import count_kernels
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.text import parse
 

@@ -1,9 +1,9 @@
-"""Kernel accounting (passes/fusion/kernels.py) and the fusion trace helpers."""
+"""Kernel accounting (analysis/kernels.py) and the fusion trace helpers."""
 
 from __future__ import annotations
 
+from hlofuse.analysis.kernels import count_kernels
 from hlofuse.passes.fusion.decision import FusionDecision
-from hlofuse.passes.fusion.kernels import count_kernels
 from hlofuse.passes.fusion.trace import FusionTrace, TraceEvent
 from hlofuse.text import parse
 

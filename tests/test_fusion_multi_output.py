@@ -5,10 +5,10 @@ trace, and the interpreter's outputs unchanged."""
 from __future__ import annotations
 
 from fusion_helpers import fusions, run_and_check
+from hlofuse.analysis.kernels import count_kernels
 from hlofuse.ir.fusion import is_multi_output_fusion
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.graph import ReachabilityMap
-from hlofuse.passes.fusion.kernels import count_kernels
 from hlofuse.passes.fusion.multi_output import (
     MultiOutputFusion,
     fusion_priority,

@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir import lower as kir_lower
 from hlofuse.backends.kernel_ir.passes import (
@@ -25,7 +26,6 @@ from hlofuse.backends.kernel_ir.printer import format_kernel
 from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.dtypes import F32, PRED, S64
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.passes.fusion.kernels import is_kernel
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
 

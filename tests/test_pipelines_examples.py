@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from hlofuse import examples
+from hlofuse.analysis.kernels import count_kernels
 from hlofuse.backends import interpreter
 from hlofuse.ir.fusion import is_multi_output_fusion
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.verifier import verify
-from hlofuse.passes.fusion.kernels import count_kernels
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
 from pass_testing import random_args

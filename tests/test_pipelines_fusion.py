@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("jax")
 
+from hlofuse.analysis.kernels import KernelReport, count_kernels
 from hlofuse.backends import interpreter
 from hlofuse.ir.module import Module
 from hlofuse.ir.verifier import verify
-from hlofuse.passes.fusion.kernels import KernelReport, count_kernels
 from hlofuse.passes.pipelines import PIPELINES, run_pipeline
 from hlofuse.text import parse, print_module
 from programs import PROGRAMS, Program, lower_to_hlo

@@ -203,7 +203,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
         print(f"# {spec}: {elapsed * 1e3:.1f} ms", file=sys.stderr)
         print(str(report), file=sys.stderr)
     if args.kernels:
-        from hlofuse.passes.fusion.kernels import count_kernels
+        from hlofuse.analysis.kernels import count_kernels
 
         print(count_kernels(module).summary(), file=sys.stderr)
     return 0
@@ -212,9 +212,9 @@ def cmd_opt(args: argparse.Namespace) -> int:
 def _backend(args: argparse.Namespace) -> str:
     if args.backend is not None:
         return str(args.backend)
-    from hlofuse.backends import cpu
+    from hlofuse.backends import registry
 
-    return "cpu" if cpu.available() else "interpreter"
+    return registry.default()
 
 
 def _pipeline(name: str) -> str | None:
@@ -222,12 +222,13 @@ def _pipeline(name: str) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hlofuse.api import check_backend, compile
+    from hlofuse.api import compile
+    from hlofuse.backends import registry
 
     backend = _backend(args)
-    check_backend(backend)
-    if args.profile and backend != "cpu":
-        raise CliError(f"--profile needs the cpu backend (this run uses {backend!r})")
+    if args.profile and not registry.get(backend).profiles:
+        raise CliError(f"--profile needs a backend that profiles, such as cpu (this run uses "
+                       f"{backend!r})")
     module = _read_module(args.file)
     inputs = _load_inputs(module, args.inputs, args.random_inputs)
     exe = compile(module, pipeline=_pipeline(args.pipeline), backend=backend)
@@ -246,14 +247,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
-    from hlofuse.backends import cpu
+    from hlofuse.backends import registry
     from hlofuse.passes.pipelines import run_pipeline
 
     module = _read_module(args.file)
     pipeline = _pipeline(args.pipeline)
     if pipeline is not None:
         run_pipeline(module, pipeline)
-    source = cpu.generate(module).source
+    generate = registry.get("cpu").generate
+    assert generate is not None
+    source = generate(module)
     if args.output:
         Path(args.output).write_text(source)
         print(f"# wrote {len(source.splitlines())} lines of C to {args.output}", file=sys.stderr)
@@ -313,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run on deterministic random inputs instead of --inputs")
     p.add_argument("--output", help="write outputs out_0, out_1, ... to this .npz")
     p.add_argument("--backend", default=None,
-                   help="cpu or interpreter (default cpu when a C compiler exists)")
+                   help="a backend of hlofuse.backends.registry: cpu or interpreter "
+                        "(default: cpu when a C compiler exists)")
     p.add_argument("--pipeline", default="xla",
                    help="pipeline to run before executing (default xla; '' for none)")
     p.add_argument("--profile", action="store_true",

@@ -79,10 +79,10 @@ class _Compiled:
 
 
 def default_backend() -> str:
-    """"cpu" when a C compiler exists, else "interpreter"."""
-    from hlofuse.backends import cpu
+    """The first available backend (`backends.registry`: cpu when a C compiler exists)."""
+    from hlofuse.backends import registry
 
-    return "cpu" if cpu.available() else "interpreter"
+    return registry.default()
 
 
 def _build(

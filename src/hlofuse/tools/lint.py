@@ -39,17 +39,16 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.analysis.kernels import is_kernel, kernels_per_run
 from hlofuse.escape import terminal
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape
-from hlofuse.passes.fusion.kernels import is_kernel
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.passes.simplify.while_loops import trip_count
 from hlofuse.tools.explain import load_input
-from hlofuse.tools.explain.analyse import kernels_per_run
 from hlofuse.tools.explain.origins import origin, origins, strip_origins, tag_origins
 from hlofuse.tools.explain.patterns import (
     CONTROL,

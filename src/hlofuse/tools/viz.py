@@ -48,6 +48,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hlofuse.analysis.kernels import count_kernels, is_kernel
 from hlofuse.errors import HloError
 from hlofuse.escape import html_json, terminal
 from hlofuse.ir.computation import Computation
@@ -55,7 +56,6 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape
-from hlofuse.passes.fusion.kernels import count_kernels, is_kernel
 from hlofuse.passes.fusion.trace import TRACE_KEY, FusionTrace, TraceEvent
 
 _CONTROL = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
@@ -379,35 +379,21 @@ def graph_data(module: Module, *, label: str, kernel_sources: dict[str, str] | N
 # ----- generated C (optional) -----------------------------------------------------------------
 
 def generated_c(module: Module) -> dict[str, str]:
-    """Kernel instruction name -> C source from the CPU backend, or {} when it is unavailable.
+    """Kernel instruction name -> C source from the cpu backend, or {} when the backend is not
+    available here or cannot compile the module (its error says why; the page only leaves the
+    sources out)."""
+    from hlofuse.backends import registry
 
-    Tries the whole-module driver first, then lowers kernel by kernel; any failure only leaves
-    sources out."""
+    backend = registry.get("cpu")
+    if not backend.available():
+        return {}
+    from hlofuse.backends.cpu import driver
+
     try:
-        from hlofuse.backends.cpu import driver  # type: ignore[attr-defined]
-
         program = driver.generate(module.clone())
-        return {k.instruction: k.source for k in program.kernels}
-    except Exception:
-        pass
-    sources: dict[str, str] = {}
-    try:
-        from hlofuse.backends.cpu.lower import lower  # type: ignore[attr-defined]
-    except Exception:
-        return sources
-    used: set[str] = set()
-    for comp in module.computations:
-        if comp.is_fusion_computation:
-            continue
-        for instr in comp.instructions:
-            if not is_kernel(instr):
-                continue
-            try:
-                kernel = lower.lower_kernel(instr, used)
-            except Exception:
-                continue
-            sources[instr.name] = kernel.source
-    return sources
+    except HloError:
+        return {}
+    return {k.instruction: k.source for k in program.kernels}
 
 
 # ----- the page -------------------------------------------------------------------------------

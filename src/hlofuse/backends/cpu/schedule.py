@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends.cpu.buffers import Analyzer, CompAnalysis, Src, is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 from hlofuse.backends.cpu.contract import Kernel
@@ -41,7 +42,6 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
-from hlofuse.passes.fusion.kernels import is_kernel
 
 KernelLowering = Callable[[Instruction, set[str]], Kernel]
 

@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from hlofuse.analysis.kernels import is_kernel, kernels_of
 from hlofuse.errors import HloError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
@@ -34,7 +35,6 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape, leaves
 from hlofuse.passes.base import Context
 from hlofuse.passes.fusion.config import FusionConfig
-from hlofuse.passes.fusion.kernels import is_kernel
 from hlofuse.passes.fusion.pipelines import RELAXATIONS
 from hlofuse.passes.fusion.trace import TraceEvent, trace_of
 from hlofuse.passes.simplify.while_loops import trip_count
@@ -94,10 +94,6 @@ def to_module(target: Any, *args: Any) -> Module:
 
 
 # ----- kernels ---------------------------------------------------------------------------------
-
-
-def kernels_of(comp: Computation) -> list[Instruction]:
-    return [i for i in comp.instructions if is_kernel(i)]
 
 
 def _leaf_bytes(shape: Any) -> int:
@@ -425,34 +421,6 @@ def _walk(an: _Analysis, comp: Computation, title: str, per: str, sections: list
             sub = _walk(an, instr.attrs["to_apply"], f"{instr.name} call", "call", sections)
             section.nested.append((instr.name, sub.kernels_per_run or 0, 1))
     return section
-
-
-def kernels_per_run(comp: Computation, cond: Computation | None = None,
-                    memo: dict[tuple[int, int], int | None] | None = None) -> int | None:
-    """Kernels one run of `comp` launches (plus `cond`'s), nested loops times their trip
-    count, the largest branch of a conditional, calls inline; None if a trip count is unknown.
-    Memoized per (computation, condition), so shared computations are counted once each."""
-    memo = {} if memo is None else memo
-    key = (id(comp), id(cond))
-    if key in memo:
-        return memo[key]
-    n: int | None = len(kernels_of(comp)) + (len(kernels_of(cond)) if cond is not None else 0)
-    for instr in comp.instructions:
-        sub: int | None = 0
-        if instr.opcode is Opcode.WHILE:
-            inner = kernels_per_run(instr.attrs["body"], instr.attrs["condition"], memo)
-            trips = trip_count(instr)
-            sub = None if inner is None or trips is None else inner * trips
-        elif instr.opcode is Opcode.CONDITIONAL:
-            branches = list(instr.attrs.get("branch_computations") or (
-                instr.attrs["true_computation"], instr.attrs["false_computation"]))
-            counts = [kernels_per_run(b, None, memo) for b in branches]
-            sub = None if None in counts else max((c or 0 for c in counts), default=0)
-        elif instr.opcode is Opcode.CALL:
-            sub = kernels_per_run(instr.attrs["to_apply"], None, memo)
-        n = None if n is None or sub is None else n + sub
-    memo[key] = n
-    return n
 
 
 def _bytes(sections: list[Section]) -> dict[str, int | None]:

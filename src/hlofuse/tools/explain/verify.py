@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from hlofuse.analysis.kernels import is_kernel, kernels_per_run
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.base import Context
 from hlofuse.passes.fusion import pipelines as fusion_pipelines
-from hlofuse.passes.fusion.kernels import is_kernel
-from hlofuse.tools.explain.analyse import kernels_per_run
 from hlofuse.tools.explain.model import Explanation
 from hlofuse.tools.explain.origins import origins, tag_origins
 

@@ -1,7 +1,11 @@
-"""Kernel accounting: how many kernels one execution launches.
+"""Kernel accounting: what a kernel is, and how many kernels one execution launches. The one
+definition passes (fusion's profitability), backends (what to lower), and tools (explain, lint,
+viz, the CLI) all use.
 
-    entry: 3 kernels                 fusion, fusion.1, dot
-    while.7 body: 2 per iteration    fusion.4, reduce.2
+    is_kernel(instr)                 a fusion, or an unfused instruction that does work
+    kernels_of(comp)                 the kernels of one computation, in order
+    count_kernels(module)            entry: 3 kernels; while.7 body: 2 per iteration; ...
+    kernels_per_run(comp, cond)      one run, nested loops times their trip counts
 
 A kernel is a fusion or an unfused instruction that does work: ops in the op table's
 `NON_KERNEL_OPS` (parameter, constant, tuple, get-tuple-element, bitcast, ...) are not kernels,
@@ -56,6 +60,40 @@ class KernelReport:
 
 def is_kernel(instr: Instruction) -> bool:
     return instr.is_kernel and instr.opcode not in _CONTROL
+
+
+def kernels_of(comp: Computation) -> list[Instruction]:
+    return [i for i in comp.instructions if is_kernel(i)]
+
+
+def kernels_per_run(comp: Computation, cond: Computation | None = None,
+                    memo: dict[tuple[int, int], int | None] | None = None) -> int | None:
+    """Kernels one run of `comp` launches (plus `cond`'s), nested loops times their trip
+    count, the largest branch of a conditional, calls inline; None if a trip count is unknown.
+    Memoized per (computation, condition), so shared computations are counted once each."""
+    from hlofuse.passes.simplify.while_loops import trip_count
+
+    memo = {} if memo is None else memo
+    key = (id(comp), id(cond))
+    if key in memo:
+        return memo[key]
+    n: int | None = len(kernels_of(comp)) + (len(kernels_of(cond)) if cond is not None else 0)
+    for instr in comp.instructions:
+        sub: int | None = 0
+        if instr.opcode is Opcode.WHILE:
+            inner = kernels_per_run(instr.attrs["body"], instr.attrs["condition"], memo)
+            trips = trip_count(instr)
+            sub = None if inner is None or trips is None else inner * trips
+        elif instr.opcode is Opcode.CONDITIONAL:
+            branches = list(instr.attrs.get("branch_computations") or (
+                instr.attrs["true_computation"], instr.attrs["false_computation"]))
+            counts = [kernels_per_run(b, None, memo) for b in branches]
+            sub = None if None in counts else max((c or 0 for c in counts), default=0)
+        elif instr.opcode is Opcode.CALL:
+            sub = kernels_per_run(instr.attrs["to_apply"], None, memo)
+        n = None if n is None or sub is None else n + sub
+    memo[key] = n
+    return n
 
 
 def count_kernels(module: Module) -> KernelReport:

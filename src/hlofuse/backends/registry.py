@@ -1,0 +1,133 @@
+"""The backends hlofuse can run a module on, by name: what `hlofuse.compile(..., backend=)`,
+`hlofuse.jit`, `hlofuse run --backend` and `hlofuse emit` dispatch through.
+
+    get("cpu").compile(module)      an optimised module -> a runner (callable on numpy arrays)
+    default()                       the first available backend in preference order
+
+A `Backend` says whether it can run here (`require` raises the error that says why not, e.g. no
+C compiler), turns an optimised module into a runner, and optionally: compiles HLO text through
+a cache (`compile_text`: (module, runner) or None to compile normally), prints the code it
+generates (`generate`), and profiles (`profiles`: runners have `.profile(*arrays)`). Adding a
+backend (Triton, say) is one `register` call; nothing else dispatches on backend names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hlofuse.errors import HloError
+from hlofuse.ir.module import Module
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    description: str
+    require: Callable[[], None]  # raises an HloError saying why this backend cannot run here
+    compile: Callable[[Module], Any]  # optimised module -> runner: runner(*arrays) -> [arrays]
+    compile_text: Callable[[str, str | None], tuple[Module, Any] | None] | None = None
+    generate: Callable[[Module], str] | None = None  # the source it would compile
+    profiles: bool = False  # runners have .profile(*arrays, repeat=)
+
+    def available(self) -> bool:
+        try:
+            self.require()
+        except HloError:
+            return False
+        return True
+
+
+_BACKENDS: dict[str, Backend] = {}
+PREFERENCE: list[str] = []  # default() picks the first available
+
+
+def register(backend: Backend, *, preferred: bool = False) -> None:
+    _BACKENDS[backend.name] = backend
+    if preferred:
+        PREFERENCE.insert(0, backend.name)
+    else:
+        PREFERENCE.append(backend.name)
+
+
+def names() -> list[str]:
+    return list(_BACKENDS)
+
+
+def get(name: str) -> Backend:
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise HloError(f"unknown backend {name!r}; available: {', '.join(_BACKENDS)}") from None
+
+
+def default() -> str:
+    for name in PREFERENCE:
+        if _BACKENDS[name].available():
+            return name
+    raise HloError("no backend can run here")
+
+
+# ----- the built-in backends -------------------------------------------------------------------
+
+
+def _interpreter_compile(module: Module) -> Any:
+    from hlofuse.backends import interpreter
+
+    def run(*args: Any) -> list[Any]:
+        return interpreter.run(module, *args)
+
+    return run
+
+
+def _cpu_require() -> None:
+    from hlofuse.backends.cpu import build
+
+    try:
+        build.find_compiler()
+    except build.CompilerNotFoundError as exc:
+        if "interpreter" in str(exc):
+            raise
+        raise build.CompilerNotFoundError(
+            f"{exc} (the 'interpreter' backend needs no compiler: pass backend='interpreter', "
+            "or --backend interpreter on the command line)") from None
+
+
+def _cpu_compile(module: Module) -> Any:
+    from hlofuse.backends import cpu
+
+    return cpu.compile_module(module)
+
+
+def _cpu_compile_text(text: str, pipeline: str | None) -> tuple[Module, Any] | None:
+    """HLO text through the compile cache (`backends.cpu.artifacts`): a warm compile skips the
+    pipeline and the C generation; a cold one compiles and stores."""
+    from hlofuse.backends.cpu import artifacts
+    from hlofuse.backends.cpu.executable import CpuExecutable
+
+    hit = artifacts.lookup(text, pipeline)
+    if hit is not None:
+        module, program = hit
+        return module, CpuExecutable(module, program)
+    from hlofuse.passes.pipelines import run_pipeline
+    from hlofuse.text import parse
+
+    module = parse(text)
+    if pipeline is not None:
+        run_pipeline(module, pipeline)
+    exe = _cpu_compile(module)
+    artifacts.store(text, pipeline, module, exe.program)
+    return module, exe
+
+
+def _cpu_generate(module: Module) -> str:
+    from hlofuse.backends import cpu
+
+    return cpu.generate(module).source
+
+
+register(Backend("cpu", "generated C with explicit SIMD and a native driver (needs a C compiler)",
+                 _cpu_require, _cpu_compile, _cpu_compile_text, _cpu_generate, profiles=True))
+register(Backend("interpreter", "the numpy reference (always available)", lambda: None,
+                 _interpreter_compile))
