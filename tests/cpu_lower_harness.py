@@ -111,7 +111,8 @@ class Harness:
         from hlofuse.backends.kernel_ir import lower
         from hlofuse.backends.kernel_ir.passes import optimize
 
-        return optimize(lower.lower_kernel(self.entries[kid].instr, set()), Target.named(target))
+        return optimize(lower.lower_kernel(self.entries[kid].instr, set()), Target.named(target),
+                        threads=2)
 
     def run(self, lib: ctypes.CDLL, kid: int, args: list[np.ndarray],
             alias: bool = False) -> list[np.ndarray]:

@@ -292,14 +292,14 @@ ENTRY e {
   p0 = f32[512,256] parameter(0)
   ROOT n = f32[512,256] negate(p0)
 }""")
-    parallelize(k)
+    parallelize(k, threads=2)
     assert loops(k)[0].parallel
     k = one("""
 ENTRY e {
   p0 = f32[64] parameter(0)
   ROOT n = f32[64] negate(p0)
 }""")
-    parallelize(k)
+    parallelize(k, threads=2)
     assert not loops(k)[0].parallel
     k = one(ADD + """
 ENTRY e {
@@ -307,7 +307,7 @@ ENTRY e {
   z = f32[] constant(0)
   ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add
 }""")
-    parallelize(k)  # every iteration folds into one accumulator: not parallel
+    parallelize(k, threads=2)  # every iteration folds into one accumulator: not parallel
     assert not any(lp.parallel for lp in loops(k))
 
 

@@ -44,21 +44,30 @@ def check_backend(backend: str) -> None:
 
 
 def build_runner(
-    module: Module, *, pipeline: str | None = None, backend: str = "interpreter"
+    module: Module, *, pipeline: str | None = None, backend: str = "interpreter",
+    threads: int | None = None,
 ) -> tuple[Module, Callable[..., list[np.ndarray]]]:
     """Run `pipeline` (a name or a pass spec) on `module`, then bind it to `backend`."""
-    module, runner = _build(module, pipeline, backend)
+    module, runner = _build(module, pipeline, backend, threads)
     return module, runner
 
 
-def _build(module: Module, pipeline: str | None, backend: str) -> tuple[Module, Any]:
+def _build(module: Module, pipeline: str | None, backend: str, threads: int | None = None
+           ) -> tuple[Module, Any]:
     b = registry.get(backend)
     b.require()
+    _check_threads(threads)
     if pipeline is not None:
         from hlofuse.passes.pipelines import run_pipeline
 
         run_pipeline(module, pipeline)
-    return module, b.compile(module)
+    return module, b.compile(module, threads=threads)
+
+
+def _check_threads(threads: int | None) -> None:
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise HloError(f"threads={threads!r}: expected a positive integer (or None: "
+                       "HLOFUSE_THREADS, else the CPUs this process may run on)")
 
 
 @dataclass
@@ -93,18 +102,22 @@ def compile(
     module_or_text: Module | str,
     pipeline: str | None = DEFAULT_PIPELINE,
     backend: str = DEFAULT_BACKEND,
+    threads: int | None = None,
 ) -> Executable:
     """Parse (if needed), optimise with `pipeline` (None: none at all) and bind to `backend`.
-    HLO text goes through the backend's compile cache when it has one.
+    HLO text goes through the backend's compile cache when it has one. `threads`: how many
+    threads the cpu backend's parallel loops may use (default: HLOFUSE_THREADS, else the CPUs
+    this process may run on; 1: no threads).
 
     The module is optimised in place; pass `module.clone()` to keep the original.
     """
     b = registry.get(backend)
+    _check_threads(threads)
     if isinstance(module_or_text, str) and b.compile_text is not None:
         b.require()
-        cached = b.compile_text(module_or_text, pipeline)
+        cached = b.compile_text(module_or_text, pipeline, threads)
         if cached is not None:
             module, runner = cached
             return Executable(module, pipeline, backend, runner)
-    module, runner = _build(_as_module(module_or_text), pipeline, backend)
+    module, runner = _build(_as_module(module_or_text), pipeline, backend, threads)
     return Executable(module, pipeline, backend, runner)

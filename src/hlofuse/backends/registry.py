@@ -26,8 +26,10 @@ class Backend:
     name: str
     description: str
     require: Callable[[], None]  # raises an HloError saying why this backend cannot run here
-    compile: Callable[[Module], Any]  # optimised module -> runner: runner(*arrays) -> [arrays]
-    compile_text: Callable[[str, str | None], tuple[Module, Any] | None] | None = None
+    # optimised module, options -> runner: runner(*arrays) -> [arrays]. Options every backend
+    # accepts (and may ignore): threads (int | None)
+    compile: Callable[..., Any]
+    compile_text: Callable[..., tuple[Module, Any] | None] | None = None  # (text, pipeline, opts)
     generate: Callable[[Module], str] | None = None  # the source it would compile
     profiles: bool = False  # runners have .profile(*arrays, repeat=)
 
@@ -72,7 +74,7 @@ def default() -> str:
 # ----- the built-in backends -------------------------------------------------------------------
 
 
-def _interpreter_compile(module: Module) -> Any:
+def _interpreter_compile(module: Module, threads: int | None = None) -> Any:
     from hlofuse.backends import interpreter
 
     def run(*args: Any) -> list[Any]:
@@ -94,19 +96,21 @@ def _cpu_require() -> None:
             "or --backend interpreter on the command line)") from None
 
 
-def _cpu_compile(module: Module) -> Any:
+def _cpu_compile(module: Module, threads: int | None = None) -> Any:
     from hlofuse.backends import cpu
 
-    return cpu.compile_module(module)
+    return cpu.compile_module(module, threads)
 
 
-def _cpu_compile_text(text: str, pipeline: str | None) -> tuple[Module, Any] | None:
+def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = None
+                      ) -> tuple[Module, Any] | None:
     """HLO text through the compile cache (`backends.cpu.artifacts`): a warm compile skips the
     pipeline and the C generation; a cold one compiles and stores."""
-    from hlofuse.backends.cpu import artifacts
+    from hlofuse.backends.cpu import artifacts, runtime
     from hlofuse.backends.cpu.executable import CpuExecutable
 
-    hit = artifacts.lookup(text, pipeline)
+    threads = threads or runtime.default_threads()
+    hit = artifacts.lookup(text, pipeline, threads)
     if hit is not None:
         module, program = hit
         return module, CpuExecutable(module, program)
@@ -116,8 +120,8 @@ def _cpu_compile_text(text: str, pipeline: str | None) -> tuple[Module, Any] | N
     module = parse(text)
     if pipeline is not None:
         run_pipeline(module, pipeline)
-    exe = _cpu_compile(module)
-    artifacts.store(text, pipeline, module, exe.program)
+    exe = _cpu_compile(module, threads)
+    artifacts.store(text, pipeline, module, exe.program, threads)
     return module, exe
 
 

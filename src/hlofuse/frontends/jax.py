@@ -86,7 +86,8 @@ def default_backend() -> str:
 
 
 def _build(
-    module: Module, pipeline: str | None, backend: str | None, name: str
+    module: Module, pipeline: str | None, backend: str | None, name: str,
+    threads: int | None = None,
 ) -> tuple[Module, Callable[..., list[np.ndarray]], str]:
     """Optimise and bind `module`; with backend None, pick one and fall back to the interpreter
     (with a warning) when the cpu backend does not support an op of the module."""
@@ -94,7 +95,7 @@ def _build(
 
     if backend is not None:
         check_backend(backend)
-        module, run = build_runner(module, pipeline=pipeline, backend=backend)
+        module, run = build_runner(module, pipeline=pipeline, backend=backend, threads=threads)
         return module, run, backend
     backend = default_backend()
     if backend == "interpreter":
@@ -107,7 +108,7 @@ def _build(
 
         run_pipeline(module, pipeline)
     try:
-        module, run = build_runner(module, pipeline=None, backend="cpu")
+        module, run = build_runner(module, pipeline=None, backend="cpu", threads=threads)
         return module, run, "cpu"
     except (build.CCompileError, build.CompilerNotFoundError):
         raise
@@ -130,6 +131,7 @@ class JittedFunction:
     static_argnums: tuple[int, ...] = ()
     pipeline: str | None = "xla"
     backend: str | None = None
+    threads: int | None = None
     _cache: dict[Any, _Compiled] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -178,7 +180,7 @@ class JittedFunction:
         out_shape = jax.eval_shape(jitted, *args, **kwargs)
         out_tree = jax.tree_util.tree_structure(out_shape)
         return _Compiled(*_build(module, self.pipeline, self.backend,
-                                 getattr(self.fn, "__name__", "fn")), out_tree)
+                                 getattr(self.fn, "__name__", "fn"), self.threads), out_tree)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         compiled, arrays = self._compiled(args, kwargs)
@@ -197,15 +199,17 @@ def jit(
     static_argnums: int | Sequence[int] | None = None,
     pipeline: str | None = "xla",
     backend: str | None = None,
+    threads: int | None = None,
 ) -> Any:
     """Like `jax.jit`, but hlofuse compiles and runs the function.
 
     Usable as `@jit` or `@jit(static_argnums=1, pipeline="simplify")`. `pipeline` is a pipeline
     name or pass spec (None: run the module as lowered); `backend` is "cpu", "interpreter" or
-    None (cpu if a C compiler exists, with an interpreter fallback for unsupported ops).
+    None (cpu if a C compiler exists, with an interpreter fallback for unsupported ops);
+    `threads` as for `hlofuse.compile`.
     """
 
     def wrap(f: Callable[..., Any]) -> JittedFunction:
-        return JittedFunction(f, _normalize_static(static_argnums), pipeline, backend)
+        return JittedFunction(f, _normalize_static(static_argnums), pipeline, backend, threads)
 
     return wrap(fn) if fn is not None else wrap

@@ -64,15 +64,17 @@ def available() -> bool:
     return True
 
 
-def generate(module: Module) -> Program:
-    """The C program for an (optimised) module, without compiling it."""
-    from hlofuse.backends.cpu import driver
+def generate(module: Module, threads: int | None = None) -> Program:
+    """The C program for an (optimised) module, without compiling it. `threads`: how many
+    threads parallel loops may use (default `runtime.default_threads()`: HLOFUSE_THREADS, else
+    the CPUs this process may run on)."""
+    from hlofuse.backends.cpu import driver, runtime
 
-    return driver.generate(module)
+    return driver.generate(module, threads=threads or runtime.default_threads())
 
 
-def compile_module(module: Module) -> CpuExecutable:
+def compile_module(module: Module, threads: int | None = None) -> CpuExecutable:
     """Generate, compile (through the cache) and load an already optimised module."""
     from hlofuse.backends.cpu.executable import CpuExecutable
 
-    return CpuExecutable(module, generate(module))
+    return CpuExecutable(module, generate(module, threads))

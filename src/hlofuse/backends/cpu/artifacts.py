@@ -1,6 +1,7 @@
 """The compile cache above the library cache: HLO text + pipeline -> optimised module + Program.
 
-    compile(text, pipeline) ──sha256(text, pipeline, hlofuse code)──▶ <cache>/programs/<key>.json
+    compile(text, pipeline, threads)
+        ──sha256(text, pipeline, threads, hlofuse code)──▶ <cache>/programs/<key>.json
                                   holds: the optimised module as HLO text, the Program as JSON
                                   (C source, kernel table, shapes as HLO shape text)
 
@@ -46,9 +47,15 @@ def code_version() -> str:
     return h.hexdigest()
 
 
-def key(text: str, pipeline: str | None) -> str:
+def key(text: str, pipeline: str | None, threads: int | None = None) -> str:
+    """The entry's name: hlofuse's code, the pipeline, the threads (default: the runtime's
+    default) and the text."""
+    if threads is None:
+        from hlofuse.backends.cpu import runtime
+
+        threads = runtime.default_threads()
     h = hashlib.sha256()
-    for part in (code_version(), repr(pipeline), text):
+    for part in (code_version(), repr(pipeline), f"threads={threads}", text):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -143,11 +150,12 @@ def program_from_data(data: Any) -> Program:
 # ----- the cache --------------------------------------------------------------------------------
 
 
-def lookup(text: str, pipeline: str | None) -> tuple[Module, Program] | None:
+def lookup(text: str, pipeline: str | None, threads: int | None = None
+           ) -> tuple[Module, Program] | None:
     """The optimised module and program compiled earlier from this text, or None."""
     from hlofuse.text import parse
 
-    payload = cachefs.read_entry(_path(key(text, pipeline)), KIND)
+    payload = cachefs.read_entry(_path(key(text, pipeline, threads)), KIND)
     if payload is None:
         return None
     try:
@@ -159,14 +167,15 @@ def lookup(text: str, pipeline: str | None) -> tuple[Module, Program] | None:
         return None
 
 
-def store(text: str, pipeline: str | None, module: Module, program: Program) -> None:
+def store(text: str, pipeline: str | None, module: Module, program: Program,
+          threads: int | None = None) -> None:
     """Remember `module` (after its pipeline) and `program` for this text; best effort."""
     from hlofuse.text import print_module
 
     data = {"format": FORMAT, "module": print_module(module),
             "program": program_to_data(program)}
     payload = json.dumps(data, separators=(",", ":")).encode()
-    path = _path(key(text, pipeline))
+    path = _path(key(text, pipeline, threads))
     try:
         cachefs.write_entry(path, KIND, payload)
     except OSError as exc:

@@ -54,6 +54,20 @@ __attribute__((unused)) static void *hf_alloc(size_t align, size_t bytes) {
 }
 """
 
+# Parallel loops: a kernel's parallel loop is outlined into `fn(args, lo, hi)` and run through
+# this pointer. It starts serial; the executable points it at the runtime's thread pool
+# (runtime.py: bounded spin, then sleep; chunks claimed from a counter).
+_PARALLEL = r"""
+typedef void (*hf_task_fn)(void *const *args, int64_t lo, int64_t hi);
+static void hf_parallel_serial(hf_task_fn fn, void *const *args, int64_t lo, int64_t hi,
+                               int64_t step, int threads) {
+  (void)step; (void)threads;
+  if (lo < hi) fn(args, lo, hi);
+}
+__attribute__((unused)) void (*hf_parallel_ptr)(hf_task_fn, void *const *, int64_t, int64_t,
+                                                int64_t, int) = hf_parallel_serial;
+"""
+
 _FLOAT_CORE = r"""
 #define HF_INF __builtin_inff()
 #define HF_NAN __builtin_nanf("")
@@ -314,7 +328,7 @@ def _rp_helpers() -> str:
 @functools.cache
 def helpers() -> str:
     """The helper functions (no includes, no mathlib)."""
-    parts = [_ALLOC, _FLOAT_CORE, _float_helpers("f32"), _float_helpers("f64")]
+    parts = [_ALLOC, _PARALLEL, _FLOAT_CORE, _float_helpers("f32"), _float_helpers("f64")]
     parts += [_cvt_helpers("f32"), _cvt_helpers("f64")]
     parts += [_int_helpers(name) for name in _INT_TYPES]
     parts.append(_rp_helpers())

@@ -118,6 +118,16 @@ class KernelPrinter:
             self.defs.append(f"static const {ct} {name}[{max(1, b.size)}] "
                              f"__attribute__((aligned(64))) = "
                              f"{cexpr.array_initializer(b.data, b.dtype)};\n")
+        self.args = self.parameters()
+        head = [comment(k.label or k.name)]
+        head += [comment(s) for s in k.source_lines]
+        self.block(k.body, id(k.body))
+        body = "\n".join(self.lines)
+        sig = f"static void {k.name}({', '.join(self.args)})"
+        return "".join(self.defs) + "\n".join(head) + f"\n{sig}\n{{\n{body}\n}}\n"
+
+    def parameters(self) -> list[str]:
+        k = self.k
         aliased_in = set(k.inplace.values())
         args = []
         for b in k.inputs:
@@ -126,12 +136,33 @@ class KernelPrinter:
         for b in k.outputs:
             r = "" if b.index in k.inplace else "restrict "
             args.append(f"{cexpr.ctype(b.dtype)} *{r}{b.name}")
-        head = [comment(k.label or k.name)]
-        head += [comment(s) for s in k.source_lines]
-        self.block(k.body, id(k.body))
-        body = "\n".join(self.lines)
-        sig = f"static void {k.name}({', '.join(args)})"
-        return "".join(self.defs) + "\n".join(head) + f"\n{sig}\n{{\n{body}\n}}\n"
+        return args
+
+    def parallel_loop(self, s: ir.Loop) -> None:
+        """A parallel loop runs as `fn(args, lo, hi)` chunks on the runtime's thread pool: it is
+        printed as its own function of a range (values it needs are recomputed there; locals it
+        uses are declared inside it), then called through `hf_parallel_ptr`."""
+        self.n_par = getattr(self, "n_par", 0) + 1
+        name = f"{self.k.name}_p{self.n_par}"
+        sub = KernelPrinter(self.k, self.lib, self.used)
+        sub.cname, sub.decls, sub.defs = self.cname, self.decls, self.defs
+        sub.loop(s, bounds=("hf_lo", "hf_hi"))
+        body = "\n".join(sub.lines)
+        bufs = self.k.inputs + self.k.outputs
+        casts = ", ".join(f"({'const ' if b.kind == 'in' else ''}{cexpr.ctype(b.dtype)} *)a[{i}]"
+                          for i, b in enumerate(bufs))
+        self.defs.append(
+            f"static void {name}({', '.join([*self.args, 'int64_t hf_lo', 'int64_t hf_hi'])})\n"
+            f"{{\n{body}\n}}\n"
+            f"static void {name}_t(void *const *a, int64_t lo, int64_t hi) "
+            f"{{ {name}({casts}{', ' if casts else ''}lo, hi); }}\n")
+        ptrs = ", ".join(f"(void *){b.name}" for b in bufs) or "0"
+        self.line("{")
+        self.line(f"    void *const hf_a[] = {{{ptrs}}};")
+        self.line(f"    hf_parallel_ptr({name}_t, hf_a, {c_int(s.lo)}, {c_int(s.hi)}, "
+                  f"{max(1, s.vector)}, {self.k.threads});")
+        self.line("}")
+        self.invalidate(ir.written(s.body))
 
     def block(self, body: list[Stmt], key: int) -> None:
         frees = self.declare(key)
@@ -194,13 +225,15 @@ class KernelPrinter:
         else:
             raise CompileError(f"{self.where}: cannot print {type(s).__name__}")
 
-    def loop(self, s: ir.Loop) -> None:
+    def loop(self, s: ir.Loop, bounds: tuple[str, str] | None = None) -> None:
+        if s.parallel and bounds is None:
+            self.parallel_loop(s)
+            return
         self.invalidate(ir.written(s.body))
         v = s.var.name
-        if s.parallel:
-            self.line("#pragma omp parallel for")
         step = f"{v} += {s.vector}" if s.vector else f"++{v}"
-        self.line(f"for (int64_t {v} = {c_int(s.lo)}; {v} < {c_int(s.hi)}; {step}) {{")
+        lo, hi = bounds or (c_int(s.lo), c_int(s.hi))
+        self.line(f"for (int64_t {v} = {lo}; {v} < {hi}; {step}) {{")
         saved = self.vec
         if s.vector:
             self.vec = (s.var, s.vector)

@@ -144,17 +144,19 @@ int hf_failure(int64_t *info) {{
 POLL = "if (__atomic_load_n(hf_stop, __ATOMIC_RELAXED) != hf_stop0) return 2;"
 
 
-def _default_lowering() -> KernelLowering:
+def _default_lowering(threads: int) -> KernelLowering:
     from hlofuse.backends.cpu.kernels import lower_kernel
 
-    return lower_kernel
+    return lambda instr, used: lower_kernel(instr, used, threads=threads)
 
 
-def generate(module: Module, *, kernel_lowering: KernelLowering | None = None) -> Program:
-    """The C program for `module` (already through its pipeline; no passes run here)."""
+def generate(module: Module, *, kernel_lowering: KernelLowering | None = None,
+             threads: int = 1) -> Program:
+    """The C program for `module` (already through its pipeline; no passes run here). Its
+    parallel loops may use `threads` threads of the runtime's pool (1: none)."""
     limits.check_module(module)
     _check_supported(module)
-    sched = schedule(module, kernel_lowering or _default_lowering(), set(_RESERVED))
+    sched = schedule(module, kernel_lowering or _default_lowering(threads), set(_RESERVED))
     return _Printer(sched).program(module)
 
 

@@ -226,6 +226,10 @@ class CpuExecutable:
         if counter is not None:
             with contextlib.suppress(ValueError):
                 ctypes.c_void_p.in_dll(lib, "hf_stop_ptr").value = counter
+        pool = runtime.parallel_address()
+        if pool is not None:  # without it parallel loops run serially
+            with contextlib.suppress(ValueError):
+                ctypes.c_void_p.in_dll(lib, "hf_parallel_ptr").value = pool
         return fn
 
     def _inputs(self, arrays: Sequence[Any]) -> list[np.ndarray]:

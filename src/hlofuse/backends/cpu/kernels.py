@@ -1,6 +1,6 @@
 """One HLO kernel (a fusion, or an unfused op that does work) -> one C function.
 
-    lower_kernel(instr, used_names, target) -> Kernel      (backends/cpu/contract.py)
+    lower_kernel(instr, used_names, target, threads) -> Kernel      (contract.py)
 
 The kernel is lowered to kernel IR (`backends/kernel_ir/lower`), optimised for the target
 (`kernel_ir.passes.optimize`: split, jam, collapse, vectorize, parallelize, hoist; the host's
@@ -30,19 +30,20 @@ from hlofuse.ir.shape import leaves
 __all__ = ["LoweringError", "lower_kernel"]
 
 
-def lower_kernel(instr: Instruction, used_names: set[str], target: Target | None = None
-                 ) -> Kernel:
+def lower_kernel(instr: Instruction, used_names: set[str], target: Target | None = None,
+                 threads: int = 1) -> Kernel:
     """The C function computing the kernel `instr`: lowered to kernel IR, optimised for
     `target` (the host by default), printed. Lowering recurses through index maps (elementwise
     chains are walked iteratively), so a deep kernel runs on a large stack (`limits.deep_call`);
     one beyond `limits.MAX_EXPRESSION_DEPTH` is refused."""
     depth = limits.expression_depth(instr)
-    return limits.deep_call(lambda: _lower_kernel(instr, used_names, target), depth)
+    return limits.deep_call(lambda: _lower_kernel(instr, used_names, target, threads), depth)
 
 
-def _lower_kernel(instr: Instruction, used_names: set[str], target: Target | None) -> Kernel:
+def _lower_kernel(instr: Instruction, used_names: set[str], target: Target | None,
+                  threads: int) -> Kernel:
     kernel = kir_lower.lower_kernel(instr, used_names)
-    optimize(kernel, target or Target.detect())
+    optimize(kernel, target or Target.detect(), threads)
     lib = VecLib()
     text = KernelPrinter(kernel, lib, used_names).print()
     if instr.opcode is Opcode.FUSION:

@@ -532,6 +532,7 @@ class Kernel:
     inplace: dict[int, int] = field(default_factory=dict)
     label: str = ""
     source_lines: list[str] = field(default_factory=list)
+    threads: int = 1  # threads a `parallel` loop may use (set by the parallelize pass)
 
 
 def walk(body: list[Stmt]) -> Iterator[Stmt]:

@@ -25,11 +25,11 @@ from hlofuse.backends.kernel_ir.target import Target
 __all__ = ["collapse", "hoist", "jam", "optimize", "parallelize", "split", "vectorize"]
 
 
-def optimize(kernel: ir.Kernel, target: Target) -> ir.Kernel:
+def optimize(kernel: ir.Kernel, target: Target, threads: int = 1) -> ir.Kernel:
     split(kernel)
     jam(kernel)
     collapse(kernel)
     vectorize(kernel, target)
-    parallelize(kernel)
+    parallelize(kernel, threads)
     hoist(kernel)
     return kernel

@@ -1,35 +1,64 @@
 """Mark loops whose iterations may run on different threads.
 
-A top-level loop (not inside another loop) becomes `parallel` when its work (iterations of its
-innermost statements) is at least `PARALLEL_MIN` elements and it is safe: every store to a
-buffer that is not a local writes an address with a nonzero coefficient on the loop variable and
-no value term that depends on it (iterations write disjoint elements), every local it stores to
+A top-level loop (not inside another loop) becomes `parallel` when `threads` > 1, its estimated
+single-thread time (`estimate_ns`: iterations times loads, stores and ops, transcendentals
+weighted, divided by the vector width) is at least `PARALLEL_NS`, and it is safe: every store to
+a buffer that is not a local writes an address with a nonzero coefficient on the loop variable
+and no value term that depends on it (iterations write disjoint elements), every local it
+stores to
 is accessed only inside it (so each thread declares its own copy) and fits on the stack
 (`ir.STACK_LOCAL_BYTES`: heap scratch is allocated outside parallel regions only), and it
-contains no copy or library call. Smaller loops stay serial: a fork/join costs microseconds.
+contains no copy or library call. Smaller loops stay serial: waking the pool costs microseconds
+(benchmarks/threads.py measured the threshold).
 """
 
 from __future__ import annotations
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Buffer, Stmt
+from hlofuse.ir.opcodes import Opcode
 
-PARALLEL_MIN = 1 << 16
+PARALLEL_NS = 20_000.0  # below this estimated time a loop is not worth waking the pool for
+_EXPENSIVE = {Opcode.SIN: 20, Opcode.COS: 20, Opcode.TAN: 30, Opcode.EXP: 12, Opcode.EXPM1: 12,
+              Opcode.LOG: 12, Opcode.LOG1P: 14, Opcode.TANH: 16, Opcode.LOGISTIC: 14,
+              Opcode.POWER: 30, Opcode.ATAN2: 30, Opcode.ERF: 24, Opcode.CBRT: 20,
+              Opcode.DIVIDE: 4, Opcode.REMAINDER: 8, Opcode.SQRT: 4, Opcode.RSQRT: 4}
+NS_PER_OP = 0.25  # one scalar op (a lane: vector loops divide by their width)
+NS_PER_BYTE = 0.08  # memory traffic of one thread, streaming
 
 
-def parallelize(kernel: ir.Kernel, threshold: int = PARALLEL_MIN) -> None:
+def parallelize(kernel: ir.Kernel, threads: int = 1, threshold: float = PARALLEL_NS) -> None:
+    kernel.threads = threads
+    if threads <= 1:
+        return
     counts = access_counts(kernel.body)
     for s in kernel.body:
-        if isinstance(s, ir.Loop) and work(s) >= threshold and _safe(s, counts):
+        if isinstance(s, ir.Loop) and estimate_ns(s) >= threshold and _safe(s, counts):
             s.parallel = True
 
 
-def work(loop: ir.Loop) -> int:
-    inner = 0
+def estimate_ns(loop: ir.Loop) -> float:
+    """A rough single-thread time of `loop`: per value of its variable, the bytes its
+    statements load and store and their ops (a vector loop's ops shared by its lanes), plus
+    its inner loops."""
+    own = 0.0
+    nested = 0.0
+    roots = []
     for s in loop.body:
-        inner += work(s) if isinstance(s, ir.Loop) else 1
-    n = loop.hi - loop.lo
-    return n * max(inner, 1)
+        if isinstance(s, ir.Loop):
+            nested += estimate_ns(s)
+        elif isinstance(s, ir.Store | ir.StoreTile):
+            count = len(s.values) if isinstance(s, ir.StoreTile) else 1
+            own += NS_PER_BYTE * s.buf.dtype.itemsize * count
+            roots.extend(ir.stmt_vals(s))
+    ops = 0.0
+    for v in ir.postorder(roots):
+        if v.op == "alu":
+            ops += _EXPENSIVE.get(v.arg.opcode, 1)
+        elif v.op in ("load", "tile"):
+            own += NS_PER_BYTE * v.buffer.dtype.itemsize
+    own += NS_PER_OP * ops / max(1, loop.vector)
+    return (loop.hi - loop.lo) * (own + nested)
 
 
 def access_counts(body: list[Stmt]) -> dict[Buffer, int]:
