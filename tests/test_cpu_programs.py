@@ -1,5 +1,5 @@
 """The cpu backend against the interpreter on every JAX test program (tests/programs.py), under the
-pipelines `none` (one kernel per op), `xla` and `xla-relaxed`.
+pipelines `none` (one kernel per op), `xla`, `xla-relaxed` and `hlofuse` (whole loops).
 
 Each program is lowered once (`programs.lower_to_hlo`), optimised with the pipeline, compiled to C
 (through the build cache) and run on the program's own inputs (`make_args`, as in
@@ -37,7 +37,7 @@ from programs import PROGRAMS, Program, lower_to_hlo  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="no C compiler")
 
-PIPELINES = ("none", "xla", "xla-relaxed")
+PIPELINES = ("none", "xla", "xla-relaxed", "hlofuse")
 
 # dtype name -> (rtol, atol); see the table in the module docstring.
 TOLERANCES: dict[str, tuple[float, float]] = {

@@ -20,7 +20,7 @@ from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
 from pass_testing import random_args
 
-PIPELINES = ("none", "xla", "xla-relaxed")
+PIPELINES = ("none", "xla", "xla-relaxed", "hlofuse")
 
 
 @cache

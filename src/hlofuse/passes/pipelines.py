@@ -53,6 +53,7 @@ PIPELINES: dict[str, Callable[[], Pass]] = {
     "none": fusion_pipelines.none,
     "xla": fusion_pipelines.xla,
     "xla-relaxed": fusion_pipelines.xla_relaxed,
+    "hlofuse": fusion_pipelines.hlofuse,
 }
 
 

@@ -9,6 +9,8 @@
                  horizontal fixpoint:  horizontal-loop-fusion, horizontal-input-fusion, cse, dce
     xla-relaxed  xla with the study's relaxations: allow_multi_user_concatenate,
                  relax_code_duplication
+    hlofuse      xla, then beyond XLA: whole-loop-fusion (a per-element loop becomes one
+                 kernel with the time loop inside)
 
 This is XLA's GPU pass order of era E2 (spec section 9, `FusionPipeline` and
 `HorizontalFusionPipeline` in gpu_compiler.cc / fusion_pipeline.cc), each fixpoint limited to 25
@@ -76,3 +78,11 @@ def xla(name: str = "xla", **settings: Any) -> Pipeline:
 def xla_relaxed(**settings: Any) -> Pipeline:
     """`xla` with the study's relaxations switched on."""
     return xla("xla-relaxed", **{**RELAXATIONS, **settings})
+
+
+def hlofuse(**settings: Any) -> Pipeline:
+    """`xla`, then the transformations XLA cannot make (docs/beyond-xla.md)."""
+    from hlofuse.passes.fusion.loop_fusion import WholeLoopFusion
+
+    return Pipeline("hlofuse", [_simplify(), fusion_fixpoint(**settings),
+                                horizontal_fixpoint(**settings), WholeLoopFusion()])

@@ -107,8 +107,18 @@ def lower_kernel(instr: Instruction, used_names: set[str]) -> ir.Kernel:
         outputs.append(buf)
         planned.setdefault(id(r), (r, []))[1].append((k, buf))
 
+    from hlofuse.passes.fusion.loop_fusion import is_whole_loop
+
+    if is_whole_loop(instr):
+        from hlofuse.backends.kernel_ir.lower.whole_loop import lower_whole_loop
+
+        pairs = lower_whole_loop(b, instr, inputs, outputs)
+        label, lines = _label(instr)
+        return ir.Kernel(name=name, inputs=inputs, outputs=outputs, body=b.pre + b.body,
+                         graph=g, locals=b.locals, consts=b.consts, funcs=b.funcs,
+                         inplace=pairs, label=label, source_lines=lines)
     inplace_of: dict[int, dict[int, Buffer]] = {}
-    pairs: dict[int, int] = {}
+    pairs = {}
     for r, outs in planned.values():
         if r.opcode is Opcode.SCATTER:
             cands = inplace.scatter_candidates(r, b.params, fused)

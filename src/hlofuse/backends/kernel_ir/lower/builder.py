@@ -75,6 +75,14 @@ class Builder:
         self.consts: list[Buffer] = []
         self.funcs: list[ir.Func] = []
         self._n: dict[str, int] = {}
+        # instructions whose values a caller supplies (a whole loop's counter)
+        self.fixed: dict[int, Callable[[Index], list[Val]]] = {}
+        # fused-computation parameters standing for the fusion's operands (a fusion lowered
+        # inside another computation: a whole loop's body)
+        self.alias: dict[int, Instruction] = {}
+        # size-1 values do not depend on the loops in a plain kernel: lower them once, in the
+        # preamble (a whole loop's scalars may depend on the iteration: off there)
+        self.hoist_scalars = True
 
     # ----- names, buffers, statements ---------------------------------------------------------
 
@@ -159,14 +167,15 @@ class Builder:
 
     def values(self, instr: Instruction, idx: Index) -> list[Val]:
         """One value per array leaf of `instr` at `idx`."""
-        hoist = math.prod(idx.dims) == 1
-        if hoist:
+        if math.prod(idx.dims) == 1:
             idx = zero(idx.dims)
+        hoist = self.hoist_scalars and math.prod(idx.dims) == 1
         key = (id(instr), idx.key())
         found = self.lookup(key)
         if found is not None:
             return found  # type: ignore[return-value]
-        if instr.is_elementwise and not hoist and id(instr) not in self.params:
+        if instr.is_elementwise and not hoist and id(instr) not in self.params \
+                and id(instr) not in self.alias and id(instr) not in self.fixed:
             self._prefetch(instr, idx)
         if hoist and not self.in_preamble():
             with self.at_preamble():
@@ -202,8 +211,16 @@ class Builder:
             self.values(x, idx)
 
     def _compute(self, instr: Instruction, idx: Index) -> list[Val]:
+        if id(instr) in self.fixed:
+            return self.fixed[id(instr)](idx)
+        if id(instr) in self.alias:
+            return self.values(self.alias[id(instr)], idx)
         if id(instr) in self.params:
             return [self.load_param(instr, idx)]
+        if instr.opcode is Opcode.DOT and not self.hoist_scalars:
+            from hlofuse.backends.kernel_ir.lower.reduce import dot_value
+
+            return dot_value(self, instr, idx)  # per element, inside a whole loop
         handler = HANDLERS.get(instr.opcode)
         if handler is not None:
             return handler(self, instr, idx)
@@ -213,6 +230,8 @@ class Builder:
             return [elementwise(self, instr, idx)]
         from hlofuse.backends.kernel_ir.lower import library
 
+        if not self.hoist_scalars:
+            raise LoweringError(f"{where(instr)}: a library routine inside a whole loop")
         return library.values(self, instr, idx)
 
     def load(self, buf: Buffer, idx: Index) -> Val:

@@ -165,6 +165,16 @@ def _gte(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
     return b.values(src, idx)[first:first + count]
 
 
+@handles(Opcode.FUSION)
+def _fusion(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
+    """A fusion inside the computation being lowered (a whole loop's body): its fused
+    computation, with its parameters standing for the operands."""
+    comp = instr.fused_computation
+    for param in comp.parameters:
+        b.alias[id(param)] = instr.operand(param.parameter_number or 0)
+    return b.values(comp.root, idx)
+
+
 @handles(Opcode.MAP)
 def _map(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
     from hlofuse.backends.kernel_ir.lower import scalar

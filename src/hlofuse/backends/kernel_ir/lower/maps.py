@@ -14,6 +14,7 @@ pieces, least significant first; a wider one consumes the source's minor dimensi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from hlofuse.backends.kernel_ir import ir
@@ -69,12 +70,12 @@ def _slice(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
 def _starts(b: Builder, instr: Instruction, first: int, od: tuple[int, ...],
             sizes: tuple[int, ...]) -> list[Affine]:
     """Clamped start indices (scalar operands, or one rank-1 operand), lowered once in the
-    preamble (they never depend on the loops)."""
+    preamble when scalars cannot depend on the loops (`Builder.hoist_scalars`)."""
     key = ("starts", id(instr))
     found = b.lookup(key)
     if isinstance(found, list):
         return found
-    with b.at_preamble():
+    with b.at_preamble() if b.hoist_scalars else contextlib.nullcontext():
         ops = instr.operands[first:]
         rank = len(od)
         if len(ops) == 1 and dims_of(ops[0]) == (rank,) and rank != 1:

@@ -278,3 +278,57 @@ def _minor_of(in_dims: tuple[int, ...], accs: list[Accumulators]) -> list[int]:
 
 def result_leaves(instr: Instruction) -> int:
     return len(leaves(instr.shape))
+
+
+def dot_value(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
+    """A dot's element at `idx` as its own reduction over the contracting dimensions (used
+    inside a whole loop, where each batch element computes its own matrix-vector product;
+    elsewhere a dot is a library GEMM). Accumulates in f32 for f32/f16/bf16, f64 for f64, and in
+    the result type for integers (wrapping), like the GEMM."""
+    from hlofuse.ir.dtypes import F64, S32, S64
+
+    lhs, rhs = instr.operand(0), instr.operand(1)
+    ld, rd = dims_of(lhs), dims_of(rhs)
+    a = instr.attrs
+    lb = [int(d) for d in a.get("lhs_batch_dims", ())]
+    rb = [int(d) for d in a.get("rhs_batch_dims", ())]
+    lc = [int(d) for d in a.get("lhs_contracting_dims", ())]
+    rc = [int(d) for d in a.get("rhs_contracting_dims", ())]
+    lf = [d for d in range(len(ld)) if d not in lb and d not in lc]
+    rf = [d for d in range(len(rd)) if d not in rb and d not in rc]
+    out = array_shape(instr).dtype
+    acc_t = (F64 if out.bits == 64 else F32) if out.is_float else (S64 if out.bits == 64
+                                                                  else S32)
+    if not out.is_float:
+        acc_t = out
+    m = idx.coords(b.g)
+    lm: list[Affine] = [ir.ZERO] * len(ld)
+    rm: list[Affine] = [ir.ZERO] * len(rd)
+    for i, (x, y) in enumerate(zip(lb, rb, strict=True)):
+        lm[x] = rm[y] = m[i]
+    for i, x in enumerate(lf):
+        lm[x] = m[len(lb) + i]
+    for i, y in enumerate(rf):
+        rm[y] = m[len(lb) + len(lf) + i]
+    acc = b.local(acc_t, 1, "dot")
+    g = b.g
+    b.emit(ir.Store(acc, ir.ZERO, g.const(0, acc_t)))
+
+    def cvt(v: Val) -> Val:
+        return v if v.dtype == acc_t else g.alu(ir.ScalarOp(Opcode.CONVERT, acc_t), v)
+
+    def fold(k: int) -> None:
+        if k == len(lc):
+            x = cvt(b.value(lhs, ix.of_multi(ld, lm)))
+            y = cvt(b.value(rhs, ix.of_multi(rd, rm)))
+            prod = g.alu(ir.ScalarOp(Opcode.MULTIPLY, acc_t), x, y)
+            b.emit(ir.Store(acc, ir.ZERO, g.alu(ir.ScalarOp(Opcode.ADD, acc_t),
+                                                g.load(acc, ir.ZERO), prod)))
+            return
+        with b.loop(ld[lc[k]], "c") as c:
+            lm[lc[k]] = rm[rc[k]] = ir.affine(c)
+            fold(k + 1)
+
+    fold(0)
+    result = g.load(acc, ir.ZERO)
+    return [result if acc_t == out else g.alu(ir.ScalarOp(Opcode.CONVERT, out), result)]

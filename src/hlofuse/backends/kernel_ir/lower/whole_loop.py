@@ -1,0 +1,239 @@
+"""A whole-loop fusion (`passes/fusion/loop_fusion.py`) as one kernel: the time loop inside.
+
+    copy state and outputs from the inputs (skipped when the driver runs them in place)
+    for blk in [0, N / B):                      parallel over blocks of B batch elements
+        uniform state u = its init              (a per-block copy: a random key, ...)
+        for t in [0, S):                        the loop's iterations, in order
+            u' = uniform part of the body(u, t)
+            for j in [0, B):                    vector: n = B*blk + j
+                state_k[.., n, ..] = body_k(state[n], tables[.., n], u, t)  every coordinate
+                output_k[row(t), .., n, ..] = ...                           of element n
+            u = u'
+    a tail nest for the last N % B elements; then the uniform state's and the counter's final
+    values (the uniform part replayed once: it does not depend on the batch)
+
+Each element's trajectory depends only on its own state and on uniform values, so running
+element by element gives the loop's results (`batch_axes.infer` checked that every instruction
+keeps batch elements apart). A block's state stays in L1 across all S iterations instead of
+streaming through memory once per iteration, and one kernel call replaces S times the body's
+kernels. Batch state lives in the kernel's output buffers (each paired in place with its input,
+so the driver may pass the same memory); the counter at iteration t is `init + step*t`, so a
+table row read at the counter is an affine index.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Val
+from hlofuse.backends.kernel_ir.lower import index as ix
+from hlofuse.backends.kernel_ir.lower.builder import Builder, LoweringError, array_shape, where
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+
+BLOCK = 256  # elements per block: a block's state stays in L1 across the iterations
+
+
+def lower_whole_loop(b: Builder, fusion: Instruction, inputs: list[Buffer],
+                     outputs: list[Buffer]) -> dict[int, int]:
+    """Emit the kernel into `b`; returns its in-place pairs (output -> input)."""
+    return _WholeLoop(b, fusion, inputs, outputs).emit()
+
+
+class _WholeLoop:
+    def __init__(self, b: Builder, fusion: Instruction, inputs: list[Buffer],
+                 outputs: list[Buffer]) -> None:
+        from hlofuse.passes.fusion.loop_fusion import fused_loop, whole_loop_legal
+        from hlofuse.passes.simplify.while_loops import body_of, induction_variable, trip_count
+
+        self.b = b
+        self.w = w = fused_loop(fusion)
+        plan, decision = whole_loop_legal(w)
+        iv = induction_variable(w)
+        trips = trip_count(w)
+        if plan is None or iv is None or trips is None:
+            raise LoweringError(f"{where(fusion)}: not a whole-fusible loop ({decision})")
+        self.plan, self.iv, self.trips = plan, iv, trips
+        self.body = body_of(w)
+        self.root = self.body.root
+        self.shapes = [array_shape(o) for o in self.root.operands]
+        init = w.operand(0)
+        self.init = init
+        self.ins: list[Buffer | None] = [
+            inputs[leaf.parameter_number or 0] if leaf.opcode is Opcode.PARAMETER else None
+            for leaf in init.operands]
+        kept = [int(o.attrs["index"]) for o in fusion.fused_computation.root.operands]
+        self.kept = kept
+        self.outs: dict[int, Buffer] = {k: outputs[j] for j, k in enumerate(kept)}
+        self.t: list[ir.Var] = []
+        self.where = where(fusion)
+
+    # ----- bindings -------------------------------------------------------------------------
+
+    def counter(self, idx: ix.Index) -> list[Val]:
+        g = self.b.g
+        value = g.index(ir.affine(self.iv.init) + ir.affine(self.t[-1]) * self.iv.step)
+        dtype = self.shapes[self.iv.index].dtype
+        return [value if dtype.name == "s64" else
+                g.alu(ir.ScalarOp(Opcode.CONVERT, dtype), value)]
+
+    def bind(self, uniform: dict[int, Buffer]) -> None:
+        """Point the body's reads of its parameter at this kernel's buffers."""
+        b = self.b
+        p = self.body.parameter(0)
+        for user in p.users:
+            if user.opcode is not Opcode.GET_TUPLE_ELEMENT:
+                raise LoweringError(f"{where(user)}: the loop parameter used other than by "
+                                    "get-tuple-element")
+            k = int(user.attrs["index"])
+            kind = self.plan.kinds[k]
+            b.fixed.pop(id(user), None)
+            b.params.pop(id(user), None)
+            b.alias.pop(id(user), None)
+            if kind == "counter":
+                b.fixed[id(user)] = self.counter
+            elif kind in ("state", "output"):
+                b.params[id(user)] = [self.outs[k]]
+            elif kind == "uniform":
+                b.params[id(user)] = [uniform[k]]
+            elif self.ins[k] is not None:
+                b.params[id(user)] = [self.ins[k]]  # type: ignore[list-item]
+            else:
+                b.alias[id(user)] = self.init.operand(k)  # an inlined constant
+
+    # ----- the kernel -------------------------------------------------------------------------
+
+    def emit(self) -> dict[int, int]:
+        b = self.b
+        b.hoist_scalars = False  # scalars may depend on the iteration: the hoist pass moves them
+        pairs: dict[int, int] = {}
+        for k, kind in enumerate(self.plan.kinds):
+            if kind in ("state", "output"):
+                src = self.ins[k]
+                if src is None:
+                    raise LoweringError(f"{self.where}: carried leaf {k} starts as a constant")
+                b.emit(ir.Copy(self.outs[k], src, if_distinct=True))
+                pairs[self.kept.index(k)] = src.index
+        n = self.plan.batch
+        full = n // BLOCK
+        if full > 1:
+            with b.loop(full, "blk") as blk:
+                self.block(ir.affine(blk) * BLOCK, BLOCK)
+        elif full == 1:
+            self.block(ir.ZERO, BLOCK)
+        if n % BLOCK:
+            self.block(ir.affine(full * BLOCK), n % BLOCK)
+        self.finals()
+        return pairs
+
+    def uniform_buffers(self) -> dict[int, Buffer]:
+        """Per-block copies of the uniform state, initialised from the loop's init."""
+        b = self.b
+        out: dict[int, Buffer] = {}
+        for k, kind in enumerate(self.plan.kinds):
+            if kind != "uniform":
+                continue
+            shape = self.shapes[k]
+            buf = b.local(shape.dtype, shape.size, "u")
+            out[k] = buf
+            src = self.ins[k]
+            for i in range(shape.size):
+                at = ir.affine(i)
+                value = b.g.load(src, at) if src is not None else b.value(
+                    self.init.operand(k), ix.of_linear(tuple(shape.dims), at))
+                b.emit(ir.Store(buf, at, value))
+        return out
+
+    def block(self, start: Affine, size: int) -> None:
+        b = self.b
+        uniform = self.uniform_buffers()
+        self.bind(uniform)
+        with b.loop(self.trips, "t") as t:
+            self.t.append(t)
+            new_uniform = self.uniform_updates(uniform)
+            with b.loop(size, "j") as j:
+                self.element(start + ir.affine(j))
+            b.assign(new_uniform)
+            self.t.pop()
+
+    def uniform_updates(self, uniform: dict[int, Buffer]) -> list[tuple[Buffer, Affine, Val]]:
+        """The uniform state's next values, snapshot before the elements run (they read the
+        current ones)."""
+        b = self.b
+        out = []
+        for k, buf in uniform.items():
+            shape = self.shapes[k]
+            for i in range(shape.size):
+                at = ir.affine(i)
+                v = b.value(self.root.operand(k), ix.of_linear(tuple(shape.dims), at))
+                tmp = b.local(v.dtype, 1, "un")
+                b.emit(ir.Store(tmp, ir.ZERO, v))
+                out.append((buf, at, b.g.load(tmp, ir.ZERO)))
+        return out
+
+    def element(self, n: Affine) -> None:
+        """Every coordinate of batch element `n` of every state and output leaf."""
+        b = self.b
+        new: list[tuple[Buffer, Affine, Val]] = []
+        for k, kind in enumerate(self.plan.kinds):
+            if kind == "state":
+                shape = self.shapes[k]
+                for coords in _coords(tuple(shape.dims), self.plan.axes[k], n):
+                    idx = ix.of_multi(tuple(shape.dims), coords)
+                    new.append((self.outs[k], idx.lin(), b.value(self.root.operand(k), idx)))
+            elif kind == "output":
+                new.extend(self.row(k, n))
+        b.assign(new)
+
+    def row(self, k: int, n: Affine) -> list[tuple[Buffer, Affine, Val]]:
+        """A dynamic-update-slice's update region for element `n`: where it lands (starts
+        clamped like the interpreter's) and its values."""
+        b = self.b
+        dus = self.root.operand(k)
+        upd = dus.operand(1)
+        od, ud = tuple(array_shape(dus).dims), tuple(array_shape(upd).dims)
+        axis = self.plan.axes[k]
+        assert axis is not None
+        starts = []
+        for d, s in enumerate(dus.operands[2:]):
+            starts.append(b.clamp(b.value(s, ix.zero(())), od[d] - ud[d]))
+        out = []
+        for coords in _coords(ud, axis, n):
+            target = ix.linearize(tuple(starts[d] + coords[d] for d in range(len(od))), od)
+            out.append((self.outs[k], target, b.value(upd, ix.of_multi(ud, coords))))
+        return out
+
+    def finals(self) -> None:
+        """The counter's final value; the uniform state's, by replaying its updates once."""
+        b = self.b
+        iv = self.iv
+        out_c = self.outs[iv.index]
+        b.emit(ir.Store(out_c, ir.ZERO, b.g.const(iv.init + iv.step * self.trips, out_c.dtype)))
+        if "uniform" not in self.plan.kinds:
+            return
+        uniform = self.uniform_buffers()
+        self.bind(uniform)
+        with b.loop(self.trips, "t") as t:
+            self.t.append(t)
+            b.assign(self.uniform_updates(uniform))
+            self.t.pop()
+        for k, buf in uniform.items():
+            b.emit(ir.Copy(self.outs[k], buf))
+
+
+def _coords(dims: tuple[int, ...], axis: int | None, n: Affine) -> list[tuple[Affine, ...]]:
+    """Every multi-index of `dims` whose batch coordinate is `n` (others unrolled)."""
+    assert axis is not None
+    others = [range(d) if i != axis else [0] for i, d in enumerate(dims)]
+    out = []
+    for c in itertools.product(*others):
+        out.append(tuple(n if i == axis else ir.affine(int(v)) for i, v in enumerate(c)))
+    if math.prod(dims) == 0:
+        return []
+    return out
+
+
+Coords = Callable[[int], list[tuple[Affine, ...]]]

@@ -1,0 +1,293 @@
+"""Whole-loop fusion (beyond XLA): a while loop whose body is a per-element map over a batch
+becomes one kernel that runs the time loop inside.
+
+    while (i < S) { x = f(x, xs[i]); ys[i] = g(x); i += 1 }          S kernels' worth of calls
+ -> fusion(kind=kCustom) { while ... }                               one kernel: for each block of
+                                                                     the batch, every iteration,
+                                                                     state in L1 / registers
+
+XLA runs a scan's body as one or more kernels per iteration, with the loop on the host (the
+study's limit: "loop control runs on the host, loop bodies stay several kernels"). When every
+element of the batch evolves independently, the iterations can run element by element instead:
+`backends/kernel_ir/lower/whole_loop.py` lowers the fused loop as
+
+    for each block of B elements:            (parallel)
+        for t in [0, S):
+            for n in the block:              (vector)
+                state[n] = body(state[n], xs[t, n], t);  ys[t, n] = ...
+
+Legality (`whole_loop_legal`, each refusal names its rule):
+
+- `whole_loop.trip_count`: the trip count is known (an induction variable i += c, i < S).
+- `whole_loop.leaf`: the batch size N is the largest dimension of the leaves the loop changes;
+  every carried leaf is the induction variable, passed through unchanged (read any way: a
+  table, a parameter), a batch leaf with exactly one dimension of size N (the state; or an
+  output whose only update is a `dynamic-update-slice` of a slice of N elements per
+  iteration), or a leaf without that dimension whose new value depends on no batch value (a
+  random key split every step: computed once per iteration, not per element).
+- `whole_loop.op`: every instruction of the body, and of the fusions it calls, keeps batch
+  elements apart (`batch_axes.infer`: elementwise ops, broadcasts, reshapes and transposes that
+  keep the batch dimension, slices and concatenates along other dimensions, reductions over
+  other dimensions, ...). No reduction over the batch, no gather indexed by batch values.
+- `whole_loop.side_effect`: no instruction with a side effect.
+
+Profitability (`whole_loop_profitable`): at least `min_trips` iterations (one iteration gains
+nothing over a kernel call). The rewrite wraps the while into a kCustom fusion whose fused
+computation is `params -> tuple -> while -> tuple(changed leaves)` (leaves the loop passes
+through are read from its init by their users): the interpreter runs it unchanged
+(results identical by construction), kernel accounting counts one kernel, and the cpu backend
+lowers it as above. Every decision is recorded in the fusion trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, TupleShape
+from hlofuse.passes.fusion import batch_axes
+from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.fusion.trace import trace_of
+from hlofuse.passes.registry import register
+from hlofuse.passes.simplify.while_loops import body_of, condition_of, induction_variable
+
+PASS = "whole-loop-fusion"
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """How a whole-fusible loop's carried leaves behave (for the lowering)."""
+
+    batch: int  # N
+    counter: int  # leaf index of the induction variable
+    kinds: tuple[str, ...]  # per leaf: counter | state | uniform | invariant | output
+    axes: tuple[int | None, ...]  # per leaf: its batch axis (None: no batch dimension)
+
+
+def _shape(instr: Instruction) -> ArrayShape | None:
+    s = instr.shape
+    return s if isinstance(s, ArrayShape) else None
+
+
+def _gte_of(instr: Instruction, param: Instruction) -> int | None:
+    if instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operand(0) is param:
+        return int(instr.attrs["index"])
+    return None
+
+
+def _no(why: str, rule: str) -> tuple[None, FusionDecision]:
+    return None, FusionDecision.no(why, rule)
+
+
+def whole_loop_legal(w: Instruction) -> tuple[LoopPlan | None, FusionDecision]:
+    """The leaf plan of while `w`, or why it is not a per-element loop (module docstring).
+    The batch is the first dimension size of the state, largest first, under which every
+    instruction keeps elements apart (a state [4 envs, 8 features] is batched over the 4)."""
+    iv = induction_variable(w)
+    if iv is None:
+        return _no("the trip count is not known (no induction variable i += c compared with a "
+                   "bound)", "whole_loop.trip_count")
+    shape = w.shape
+    assert isinstance(shape, TupleShape)
+    body = body_of(w)
+    p = body.parameter(0)
+    root = body.root
+    if root.opcode is not Opcode.TUPLE:
+        return _no("the body's root is not a tuple", "whole_loop.leaf")
+    elems = list(shape.elements)
+    if any(not isinstance(e, ArrayShape) for e in elems):
+        return _no("a carried leaf is itself a tuple", "whole_loop.leaf")
+    arrays: list[ArrayShape] = [e for e in elems if isinstance(e, ArrayShape)]
+    changing = [k for k in range(len(arrays)) if k != iv.index
+                and _gte_of(root.operand(k), p) != k]
+    # leaves written one slice per iteration have a dimension per iteration, not the batch
+    rows = {k for k in changing if root.operand(k).opcode is Opcode.DYNAMIC_UPDATE_SLICE
+            and _gte_of(root.operand(k).operand(0), p) == k}
+    sizes = sorted({d for k in changing if k not in rows for d in arrays[k].dims if d > 1},
+                   reverse=True)
+    if not sizes:
+        return _no("no carried leaf that changes has a batch dimension", "whole_loop.leaf")
+    first: tuple[None, FusionDecision] | None = None
+    for n in sizes:
+        plan, decision = _plan_for(w, n, iv.index, arrays, changing)
+        if plan is not None:
+            cond = condition_of(w)
+            if any(i.has_side_effect for i in cond.instructions):
+                return _no("the condition has a side effect", "whole_loop.side_effect")
+            return plan, decision
+        if first is None:
+            first = (None, decision)
+    assert first is not None
+    return first
+
+
+def _plan_for(w: Instruction, n: int, counter: int, arrays: list[ArrayShape],
+              changing: list[int]) -> tuple[LoopPlan | None, FusionDecision]:
+    body = body_of(w)
+    p = body.parameter(0)
+    root = body.root
+    kinds: list[str] = []
+    axes: list[int | None] = []
+    for k, s in enumerate(arrays):
+        dims = tuple(s.dims)
+        if k == counter:
+            kinds.append("counter")
+            axes.append(None)
+        elif k not in changing:
+            kinds.append("invariant")
+            axes.append(None)
+        elif dims.count(n) > 1:
+            return _no(f"carried leaf {k} ({s}) has more than one dimension of the batch size "
+                       f"{n}", "whole_loop.leaf")
+        elif n not in dims:
+            kinds.append("uniform")
+            axes.append(None)
+        else:
+            new = root.operand(k)
+            gte = [u for u in p.users if _gte_of(u, p) == k]
+            row = new.opcode is Opcode.DYNAMIC_UPDATE_SLICE and gte and \
+                new.operand(0) is gte[0] and len(gte[0].users) == 1 and dims.index(n) > 0
+            kinds.append("output" if row else "state")
+            axes.append(dims.index(n))
+    try:
+        found = batch_axes.infer(body, axes, n)
+    except batch_axes.Refused as exc:
+        return None, exc.decision
+    out = found[id(root)]
+    for k, kind in enumerate(kinds):
+        if kind == "uniform" and out[k] is not None:
+            return _no(f"carried leaf {k} ({arrays[k]}) has no batch dimension, but its new value "
+                       "depends on the batch (a reduction over the elements?)", "whole_loop.op")
+        if kind in ("state", "output") and out[k] not in (None, axes[k]):
+            return _no(f"carried leaf {k} ({arrays[k]}) comes back with its batch along another "
+                       "dimension", "whole_loop.op")
+    return LoopPlan(n, counter, tuple(kinds), tuple(axes)), FusionDecision.ok(batch=n)
+
+
+def whole_loop_profitable(w: Instruction, min_trips: int = 2) -> FusionDecision:
+    from hlofuse.passes.simplify.while_loops import trip_count
+
+    trips = trip_count(w)
+    return FusionDecision.check(trips is not None and trips >= min_trips,
+                                f"only {trips} iteration(s): nothing to gain",
+                                "whole_loop.min_trips", trips=trips)
+
+
+def fuse_whole_loop(w: Instruction, plan: LoopPlan) -> Instruction:
+    """Wrap while `w` (whose init is a tuple instruction) into a kCustom fusion; returns it.
+
+    Scalar constants of the init are cloned into the fused computation (so the loop's
+    induction variable is visible there); the fusion's results are the leaves the loop changes
+    (counter, state, outputs); users of a leaf the loop passes through read the init instead
+    (a table need not be copied out of the kernel)."""
+    from hlofuse.ir.fusion import _place_computation  # the one place fusions get positioned
+
+    comp = w.parent
+    assert comp is not None and comp.parent is not None
+    module = comp.parent
+    init = w.operand(0)
+    assert init.opcode is Opcode.TUPLE
+    shape = w.shape
+    assert isinstance(shape, TupleShape)
+    fused = Computation("fused_loop")
+    operands: list[Instruction] = []
+    leaves: list[Instruction] = []
+    for leaf in init.operands:
+        s = _shape(leaf)
+        if leaf.opcode is Opcode.CONSTANT and s is not None and s.size == 1:
+            inner = Instruction.create(Opcode.CONSTANT, leaf.shape, name=leaf.name,
+                                       literal=leaf.literal)
+        else:
+            inner = Instruction.create(Opcode.PARAMETER, leaf.shape,
+                                       name=f"param_{len(operands)}",
+                                       parameter_number=len(operands))
+            operands.append(leaf)
+        inner.parent = fused
+        fused.instructions.append(inner)
+        leaves.append(inner)
+    tup = fused.add(Instruction.create(Opcode.TUPLE, shape, leaves, name="init"))
+    loop = fused.add(Instruction.create(Opcode.WHILE, shape, [tup], name=w.name,
+                                        attrs=dict(w.attrs), metadata=w.metadata))
+    kept = [k for k, kind in enumerate(plan.kinds) if kind != "invariant"]
+    outs = [fused.add(Instruction.create(Opcode.GET_TUPLE_ELEMENT, shape.elements[k], [loop],
+                                         name=f"{w.name}_leaf{k}", attrs={"index": k}))
+            for k in kept]
+    out_shape = TupleShape(tuple(o.shape for o in outs))
+    fused.root = fused.add(Instruction.create(Opcode.TUPLE, out_shape, outs, name="results"))
+    fusion = Instruction.create(Opcode.FUSION, out_shape, operands, name="fusion",
+                                attrs={"kind": "kCustom", "calls": (fused,)},
+                                metadata=w.metadata)
+    comp.add(fusion, before=w)
+    results = []
+    for k, leaf in enumerate(init.operands):
+        if k in kept:
+            results.append(comp.add(Instruction.create(
+                Opcode.GET_TUPLE_ELEMENT, shape.elements[k], [fusion], name="leaf",
+                attrs={"index": kept.index(k)}), before=w))
+        else:
+            results.append(leaf)
+    whole = comp.add(Instruction.create(Opcode.TUPLE, shape, results, name="loop_result"),
+                     before=w)
+    w.replace_all_uses_with(whole)
+    comp.remove(w)
+    loop.name = w.name
+    module.add_computation(fused)
+    fused.fusion_instruction = fusion
+    _place_computation(module, fused, comp)
+    return fusion
+
+
+def _fused_loop(fusion: Instruction) -> Instruction | None:
+    """The while a whole-loop fusion runs (its root is a tuple of the while's leaves)."""
+    root = fusion.fused_computation.root
+    if root.opcode is Opcode.TUPLE and root.operands and all(
+            o.opcode is Opcode.GET_TUPLE_ELEMENT for o in root.operands):
+        w = root.operand(0).operand(0)
+        if w.opcode is Opcode.WHILE and all(o.operand(0) is w for o in root.operands):
+            return w
+    return None
+
+
+def is_whole_loop(instr: Instruction) -> bool:
+    """Is `instr` a fusion made by this pass (its fused computation runs one while)?"""
+    return instr.opcode is Opcode.FUSION and instr.fusion_kind == "kCustom" and \
+        _fused_loop(instr) is not None
+
+
+def fused_loop(fusion: Instruction) -> Instruction:
+    w = _fused_loop(fusion)
+    assert w is not None, f"{fusion.name} is not a whole-loop fusion"
+    return w
+
+
+@register(PASS)
+@dataclass(frozen=True)
+class WholeLoopFusion:
+    """Fuse per-element while loops into one kernel each (see the module docstring)."""
+
+    name: ClassVar[str] = PASS
+    min_trips: int = 2
+
+    def run(self, module: Module) -> bool:
+        trace = trace_of(module)
+        changed = False
+        for comp in list(module.non_fusion_computations()):
+            for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
+                plan, decision = whole_loop_legal(w)
+                if decision:
+                    decision = whole_loop_profitable(w, self.min_trips)
+                if decision and w.operand(0).opcode is not Opcode.TUPLE:
+                    decision = FusionDecision.no("the loop's init is not a tuple of arrays",
+                                                 "whole_loop.leaf")
+                if not decision:
+                    trace.record(PASS, w.name, w.name, decision, comp.name)
+                    continue
+                assert plan is not None
+                fusion = fuse_whole_loop(w, plan)
+                trace.record(PASS, fusion.name, w.name, decision, comp.name, True)
+                changed = True
+        return changed
