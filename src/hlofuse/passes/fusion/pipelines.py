@@ -9,8 +9,9 @@
                  horizontal fixpoint:  horizontal-loop-fusion, horizontal-input-fusion, cse, dce
     xla-relaxed  xla with the study's relaxations: allow_multi_user_concatenate,
                  relax_code_duplication
-    hlofuse      xla, then beyond XLA: whole-loop-fusion (a per-element loop becomes one
-                 kernel with the time loop inside)
+    hlofuse      beyond XLA: small fixed loops (threefry's rounds) unrolled completely, so
+                 random numbers are elementwise code; xla; then whole-loop-fusion (a
+                 per-element loop becomes one kernel with the time loop inside)
 
 This is XLA's GPU pass order of era E2 (spec section 9, `FusionPipeline` and
 `HorizontalFusionPipeline` in gpu_compiler.cc / fusion_pipeline.cc), each fixpoint limited to 25
@@ -33,6 +34,9 @@ from hlofuse.passes.simplify.dce import Dce
 # The study's relaxations (paper.md, CartPole step 2): one switch each.
 RELAXATIONS: dict[str, Any] = {"allow_multi_user_concatenate": True,
                                "relax_code_duplication": True}
+# Loops of at most this many iterations are unrolled completely by the hlofuse pipeline
+# (JAX lowers threefry2x32 on CPU to a loop of 5 iterations of 4 rounds each).
+RNG_ROUNDS = 8
 
 
 def _simplify() -> Fixpoint:
@@ -83,6 +87,8 @@ def xla_relaxed(**settings: Any) -> Pipeline:
 def hlofuse(**settings: Any) -> Pipeline:
     """`xla`, then the transformations XLA cannot make (docs/beyond-xla.md)."""
     from hlofuse.passes.fusion.loop_fusion import WholeLoopFusion
+    from hlofuse.passes.simplify.unroll import WhileLoopUnroller
 
-    return Pipeline("hlofuse", [_simplify(), fusion_fixpoint(**settings),
+    return Pipeline("hlofuse", [_simplify(), WhileLoopUnroller(RNG_ROUNDS, complete_only=True),
+                                _simplify(), fusion_fixpoint(**settings),
                                 horizontal_fixpoint(**settings), WholeLoopFusion()])

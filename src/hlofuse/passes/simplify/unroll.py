@@ -11,7 +11,9 @@
   because the induction variable now passes it only every k steps, at the same values;
 * loops with n <= k are unrolled completely: the while disappears;
 * the condition must be free of side effects (unrolling skips evaluations of it);
-* it unrolls every loop it sees once per run: do not put it inside a fixpoint.
+* it unrolls every loop it sees once per run: do not put it inside a fixpoint;
+* `complete_only=true` leaves loops of more than k iterations alone (hlofuse's pipeline uses it
+  to unroll the few rounds of JAX's threefry loops, not the time loops around them).
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ def unrolled_body(module: Module, body: Computation, k: int) -> Computation:
     return new
 
 
-def unroll(module: Module, comp: Computation, w: Instruction, k: int) -> bool:
+def unroll(module: Module, comp: Computation, w: Instruction, k: int,
+           complete_only: bool = False) -> bool:
     n = trip_count(w)
-    if n is None or k <= 1 or n <= 1:
+    if n is None or k <= 1 or n <= 1 or (complete_only and n > k):
         return False
     if any(has_side_effect(i) for i in condition_of(w).instructions):
         return False
@@ -74,9 +77,12 @@ def unroll(module: Module, comp: Computation, w: Instruction, k: int) -> bool:
 @register("while-loop-unroller", "unroll-while")
 @dataclass(frozen=True)
 class WhileLoopUnroller:
-    """Unroll each loop with a known trip count `factor` times."""
+    """Unroll each loop with a known trip count `factor` times; with `complete_only`, only
+    loops of at most `factor` iterations, completely (JAX's threefry rounds: the random bits
+    become elementwise code that fuses into their consumers)."""
 
     factor: int = 4
+    complete_only: bool = False
 
     name: ClassVar[str] = "while-loop-unroller"
 
@@ -89,5 +95,5 @@ class WhileLoopUnroller:
         for comp in reachable_computations(module):
             for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
                 if w.parent is comp:
-                    changed |= unroll(module, comp, w, self.factor)
+                    changed |= unroll(module, comp, w, self.factor, self.complete_only)
         return changed
