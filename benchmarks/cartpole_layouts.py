@@ -35,12 +35,12 @@ CHECK_STEPS = 12
 
 def vectorized(exe: Any, envs: int) -> bool:
     """Is every loop over `envs` or more iterations in the while body's kernels a vector loop?"""
+    from hlofuse.analysis.kernels import is_kernel
     from hlofuse.backends.kernel_ir import ir
     from hlofuse.backends.kernel_ir import lower as kir_lower
     from hlofuse.backends.kernel_ir.passes import optimize
     from hlofuse.backends.kernel_ir.target import Target
     from hlofuse.ir.opcodes import Opcode
-    from hlofuse.passes.fusion.kernels import is_kernel
 
     module = exe.module
     bodies = [i.attrs["body"] for c in module.computations_post_order()

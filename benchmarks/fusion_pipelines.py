@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from hlofuse import examples
+from hlofuse.analysis.kernels import count_kernels
 from hlofuse.ir.module import Module
-from hlofuse.passes.fusion.kernels import count_kernels
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
 

@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from hlofuse import examples
+from hlofuse.analysis.kernels import is_kernel
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -35,7 +36,6 @@ from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.fusion_merger import should_merge
 from hlofuse.passes.fusion.graph import ReachabilityMap
 from hlofuse.passes.fusion.instruction_fusion import should_fuse
-from hlofuse.passes.fusion.kernels import is_kernel
 from hlofuse.passes.fusion.multi_output import (
     producer_consumer_legal,
     producer_consumer_profitable,
