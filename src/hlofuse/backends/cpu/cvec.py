@@ -326,7 +326,28 @@ def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str
         return f"(({vt})(-({ut}){a[0]}))"
     if code in (Opcode.MAXIMUM, Opcode.MINIMUM):
         return f"{lib.minmax(short, w, code is Opcode.MAXIMUM)}({a[0]}, {a[1]})"
+    if code in _SHIFTS:
+        return _shift(lib, code, short, a, w)
     return None
+
+
+_SHIFTS = (Opcode.SHIFT_LEFT, Opcode.SHIFT_RIGHT_LOGICAL, Opcode.SHIFT_RIGHT_ARITHMETIC)
+
+
+def _shift(lib: VecLib, code: Opcode, short: str, a: list[str], w: int) -> str:
+    """XLA's shifts lane by lane: the amount is read unsigned; at or beyond the width a logical
+    shift gives 0 and an arithmetic one the sign in every bit (C leaves both undefined, so the
+    amount is masked in range and the out-of-range lanes selected afterwards)."""
+    vt, ut, it = lib.t(short, w), lib.t(_utype(short), w), lib.t(_itype(short), w)
+    bits = 8 * CTYPES[short][1]
+    usplat = lib.splat(_utype(short), w)
+    amount = f"(({ut}){a[1]})"
+    inside = f"(({ut})({amount} < {usplat}({bits})))"  # all ones where the amount is in range
+    if code is Opcode.SHIFT_RIGHT_ARITHMETIC:
+        clamped = f"(({amount} & {inside}) | ({usplat}({bits - 1}) & ~{inside}))"
+        return f"(({vt})((({it}){a[0]}) >> (({it}){clamped})))"
+    sym = "<<" if code is Opcode.SHIFT_LEFT else ">>"
+    return f"(({vt})(((({ut}){a[0]}) {sym} ({amount} & {usplat}({bits - 1}))) & {inside}))"
 
 
 def _compare(lib: VecLib, op: ScalarOp, src: DType, a: list[str], w: int) -> str | None:
