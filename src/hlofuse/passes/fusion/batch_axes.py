@@ -51,9 +51,16 @@ class Refused(Exception):
 
 
 def _refuse(instr: Instruction, why: str) -> Refused:
-    comp = instr.parent.name if instr.parent is not None else "?"
-    return Refused(FusionDecision.no(f"{instr.name} ({instr.opcode.value}) in {comp}: {why}",
-                                     "whole_loop.op"))
+    """The refusal naming `instr`, its computation and, when the module knows it, its line."""
+    comp = instr.parent
+    figures: dict[str, str] = {"instruction": instr.name, "opcode": instr.opcode.value}
+    module = comp.parent if comp is not None else None
+    loc = module.source_location(instr) if module is not None else None
+    if loc is not None:
+        figures["instruction_source"] = f"{loc.file}:{loc.line}"
+    where = comp.name if comp is not None else "?"
+    return Refused(FusionDecision.no(f"{instr.name} ({instr.opcode.value}) in {where}: {why}",
+                                     "whole_loop.op", **figures))
 
 
 def _dims(instr: Instruction) -> tuple[int, ...]:

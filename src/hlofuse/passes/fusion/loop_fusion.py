@@ -29,12 +29,14 @@ Legality (`whole_loop_legal`, each refusal names its rule):
   elements apart (`batch_axes.infer`: elementwise ops, broadcasts, reshapes and transposes that
   keep the batch dimension, slices and concatenates along other dimensions, reductions over
   other dimensions, ...). No reduction over the batch, no gather indexed by batch values.
+- `whole_loop.uniform`: the leaves without the batch dimension hold fewer elements than the
+  batch (every block computes them again).
 - `whole_loop.side_effect`: no instruction with a side effect.
 
-Profitability (`whole_loop_profitable`): at least `min_trips` iterations (one iteration gains
-nothing over a kernel call). The rewrite wraps the while into a kCustom fusion whose fused
-computation is `params -> tuple -> while -> tuple(changed leaves)` (leaves the loop passes
-through are read from its init by their users): the interpreter runs it unchanged
+Profitability (`whole_loop_profitable`): at least `whole_loop_min_trips` iterations (one
+iteration gains nothing over a kernel call). The rewrite wraps the while into a kCustom fusion
+whose fused computation is `params -> tuple -> while -> tuple(changed leaves)` (leaves the loop
+passes through are read from its init by their users): the interpreter runs it unchanged
 (results identical by construction), kernel accounting counts one kernel, and the cpu backend
 lowers it as above. Every decision is recorded in the fusion trace.
 """
@@ -44,16 +46,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hlofuse.analysis.kernels import kernels_per_run
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
 from hlofuse.passes.fusion import batch_axes
+from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
-from hlofuse.passes.fusion.trace import trace_of
+from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
-from hlofuse.passes.simplify.while_loops import body_of, condition_of, induction_variable
+from hlofuse.passes.simplify.while_loops import (
+    body_of,
+    condition_of,
+    induction_variable,
+    trip_count,
+)
 
 PASS = "whole-loop-fusion"
 
@@ -77,6 +87,30 @@ def _gte_of(instr: Instruction, param: Instruction) -> int | None:
     if instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operand(0) is param:
         return int(instr.attrs["index"])
     return None
+
+
+def row_write(new: Instruction, param: Instruction, k: int
+              ) -> tuple[Instruction, list[Instruction]] | None:
+    """(the dynamic-update-slice, the fusions it sits in, outermost first) when carried leaf
+    `k`'s new value `new` is that leaf with one slice written in place (`ys[i] = y` of a scan,
+    as such or fused into a kLoop fusion rooted at the update), and nothing else reads the
+    leaf; else None."""
+    fusions: list[Instruction] = []
+    x = new
+    while x.opcode is Opcode.FUSION:
+        fusions.append(x)
+        x = x.fused_computation.root
+    if x.opcode is not Opcode.DYNAMIC_UPDATE_SLICE:
+        return None
+    base = x.operand(0)
+    for f in reversed(fusions):
+        if base.opcode is not Opcode.PARAMETER or len(base.users) != 1 or \
+                base.parent is not f.fused_computation:
+            return None
+        base = f.operand(base.parameter_number or 0)
+    if _gte_of(base, param) != k or len(base.users) != 1:
+        return None
+    return x, fusions
 
 
 def _no(why: str, rule: str) -> tuple[None, FusionDecision]:
@@ -105,8 +139,7 @@ def whole_loop_legal(w: Instruction) -> tuple[LoopPlan | None, FusionDecision]:
     changing = [k for k in range(len(arrays)) if k != iv.index
                 and _gte_of(root.operand(k), p) != k]
     # leaves written one slice per iteration have a dimension per iteration, not the batch
-    rows = {k for k in changing if root.operand(k).opcode is Opcode.DYNAMIC_UPDATE_SLICE
-            and _gte_of(root.operand(k).operand(0), p) == k}
+    rows = {k for k in changing if row_write(root.operand(k), p, k) is not None}
     sizes = sorted({d for k in changing if k not in rows for d in arrays[k].dims if d > 1},
                    reverse=True)
     if not sizes:
@@ -147,12 +180,13 @@ def _plan_for(w: Instruction, n: int, counter: int, arrays: list[ArrayShape],
             kinds.append("uniform")
             axes.append(None)
         else:
-            new = root.operand(k)
-            gte = [u for u in p.users if _gte_of(u, p) == k]
-            row = new.opcode is Opcode.DYNAMIC_UPDATE_SLICE and gte and \
-                new.operand(0) is gte[0] and len(gte[0].users) == 1 and dims.index(n) > 0
+            row = row_write(root.operand(k), p, k) is not None and dims.index(n) > 0
             kinds.append("output" if row else "state")
             axes.append(dims.index(n))
+    uniform = sum(s.size for s, kind in zip(arrays, kinds, strict=True) if kind == "uniform")
+    if uniform >= n:
+        return _no(f"batched over {n} elements, {uniform} elements of the state would not depend "
+                   "on the batch (computed again in every block)", "whole_loop.uniform")
     try:
         found = batch_axes.infer(body, axes, n)
     except batch_axes.Refused as exc:
@@ -168,13 +202,25 @@ def _plan_for(w: Instruction, n: int, counter: int, arrays: list[ArrayShape],
     return LoopPlan(n, counter, tuple(kinds), tuple(axes)), FusionDecision.ok(batch=n)
 
 
-def whole_loop_profitable(w: Instruction, min_trips: int = 2) -> FusionDecision:
-    from hlofuse.passes.simplify.while_loops import trip_count
-
+def whole_loop_profitable(w: Instruction, plan: LoopPlan, config: FusionConfig
+                          ) -> FusionDecision:
+    """Enough iterations to gain over a kernel call, and a uniform part small beside the batch
+    (each block recomputes it every iteration)."""
     trips = trip_count(w)
-    return FusionDecision.check(trips is not None and trips >= min_trips,
-                                f"only {trips} iteration(s): nothing to gain",
-                                "whole_loop.min_trips", trips=trips)
+    if trips is None or trips < config.whole_loop_min_trips:
+        return FusionDecision.no(f"only {trips} iteration(s): nothing to gain",
+                                 "whole_loop_min_trips", trips=trips)
+    shape = w.shape
+    assert isinstance(shape, TupleShape)
+    uniform = sum(e.size for k, e in enumerate(shape.elements) if plan.kinds[k] == "uniform"
+                  and isinstance(e, ArrayShape))
+    limit = config.whole_loop_max_uniform_elements
+    if uniform > limit:
+        return FusionDecision.no(
+            f"{uniform} elements of the state do not depend on the batch: every block would "
+            f"compute them again each iteration (more than {limit})",
+            "whole_loop_max_uniform_elements", batch=plan.batch, uniform=uniform, limit=limit)
+    return FusionDecision.ok(trips=trips, batch=plan.batch)
 
 
 def fuse_whole_loop(w: Instruction, plan: LoopPlan) -> Instruction:
@@ -266,28 +312,36 @@ def fused_loop(fusion: Instruction) -> Instruction:
 
 @register(PASS)
 @dataclass(frozen=True)
-class WholeLoopFusion:
-    """Fuse per-element while loops into one kernel each (see the module docstring)."""
+class WholeLoopFusion(FusionOptions):  # type: ignore[misc]
+    """Fuse per-element while loops into one kernel each (see the module docstring); off
+    unless the `whole_loop_fusion` setting is on (the `hlofuse` pipeline)."""
 
     name: ClassVar[str] = PASS
-    min_trips: int = 2
 
     def run(self, module: Module) -> bool:
+        config: FusionConfig = self.config()
+        if not config.whole_loop_fusion:
+            return False
         trace = trace_of(module)
         changed = False
         for comp in list(module.non_fusion_computations()):
             for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
                 plan, decision = whole_loop_legal(w)
-                if decision:
-                    decision = whole_loop_profitable(w, self.min_trips)
+                if plan is not None:
+                    decision = whole_loop_profitable(w, plan, config)
                 if decision and w.operand(0).opcode is not Opcode.TUPLE:
                     decision = FusionDecision.no("the loop's init is not a tuple of arrays",
                                                  "whole_loop.leaf")
+                figures = {"kernels_per_iteration": kernels_per_run(body_of(w),
+                                                                    condition_of(w)),
+                           "trips": trip_count(w), **source_figure(module, w)}
                 if not decision:
-                    trace.record(PASS, w.name, w.name, decision, comp.name)
+                    trace.record(PASS, w.name, w.name, decision.with_figures(**figures),
+                                 comp.name)
                     continue
                 assert plan is not None
                 fusion = fuse_whole_loop(w, plan)
-                trace.record(PASS, fusion.name, w.name, decision, comp.name, True)
+                trace.record(PASS, fusion.name, w.name,
+                             decision.with_figures(**figures, kernels_after=1), comp.name, True)
                 changed = True
         return changed

@@ -191,8 +191,15 @@ class _WholeLoop:
     def row(self, k: int, n: Affine) -> list[tuple[Buffer, Affine, Val]]:
         """A dynamic-update-slice's update region for element `n`: where it lands (starts
         clamped like the interpreter's) and its values."""
+        from hlofuse.passes.fusion.loop_fusion import row_write
+
         b = self.b
-        dus = self.root.operand(k)
+        found = row_write(self.root.operand(k), self.body.parameter(0), k)
+        assert found is not None, f"{self.where}: leaf {k} is not written one slice at a time"
+        dus, fusions = found
+        for f in fusions:  # the fused computations' parameters stand for their operands
+            for param in f.fused_computation.parameters:
+                b.alias[id(param)] = f.operand(param.parameter_number or 0)
         upd = dus.operand(1)
         od, ud = tuple(array_shape(dus).dims), tuple(array_shape(upd).dims)
         axis = self.plan.axes[k]
