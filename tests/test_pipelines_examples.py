@@ -20,7 +20,8 @@ from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
 from pass_testing import random_args
 
-PIPELINES = ("none", "xla", "xla-relaxed", "hlofuse")
+PIPELINES = ("none", "xla", "xla-relaxed", "hlofuse", "hlofuse{whole_loop_fusion=false}",
+             "hlofuse{whole_loop_fusion=false,unstack_loop_state=false}")
 
 
 @cache

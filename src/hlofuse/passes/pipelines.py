@@ -5,18 +5,22 @@
 
 `run_pipeline(module, name_or_spec)` is what the CLI and `hlofuse.compile` call: a name from
 `PIPELINES`, or a pass spec (`"inline,dce,unroll-while{factor=4}"`, see `registry.py`) whose
-items may also name pipelines.
+items may also name pipelines, with FusionConfig settings: `hlofuse{whole_loop_fusion=false}`,
+`xla{max_operands_and_outputs=96}`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from pathlib import Path
 
+from hlofuse.errors import PassError
 from hlofuse.ir.module import Module
 from hlofuse.passes.base import Context, Fixpoint, Pass, Pipeline, PipelineReport
 from hlofuse.passes.fusion import pipelines as fusion_pipelines
+from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.registry import parse_pass_spec
 from hlofuse.passes.simplify.algebraic import AlgebraicSimplifier
 from hlofuse.passes.simplify.constant_fold import ConstantFolding
@@ -65,12 +69,36 @@ def build(name_or_spec: str) -> Pipeline | Fixpoint:
         return p if isinstance(p, (Pipeline, Fixpoint)) else Pipeline(name_or_spec, [p])
     items: list[Pass] = []
     for part in _spec_items(name_or_spec):
-        sub = PIPELINES.get(part.strip())
+        sub = _pipeline_item(part.strip())
         if sub is not None:
-            items.append(sub())
+            items.append(sub)
         else:
             items.extend(parse_pass_spec(part))
+    if len(items) == 1 and isinstance(items[0], (Pipeline, Fixpoint)):
+        return items[0]
     return Pipeline(name_or_spec, items)
+
+
+def _pipeline_item(text: str) -> Pass | None:
+    """A pipeline named in a spec, with `{setting=value,...}` FusionConfig overrides
+    (`hlofuse{whole_loop_fusion=false}`); None if `text` names no pipeline."""
+    m = re.fullmatch(r"([a-z][a-z0-9-]*)\s*(?:\{(.*)\})?", text, re.S)
+    if m is None or m.group(1) not in PIPELINES:
+        return None
+    name, body = m.group(1), m.group(2)
+    if not body or not body.strip():
+        return PIPELINES[name]()
+    settings: dict[str, str] = {}
+    for opt in body.split(","):
+        key, eq, value = opt.partition("=")
+        if not eq or not key.strip():
+            raise PassError(f"setting {opt.strip()!r} of pipeline {name!r} needs the form "
+                            "key=value")
+        settings[key.strip().replace("-", "_")] = value.strip()
+    if name in ("none", "simplify"):
+        raise PassError(f"pipeline {name!r} takes no settings (it does not fuse)")
+    config = FusionConfig.from_options(settings)  # unknown settings and bad values fail here
+    return PIPELINES[name](**{k: getattr(config, k) for k in settings})
 
 
 def _spec_items(spec: str) -> list[str]:

@@ -99,6 +99,29 @@ class FusionConfig:
     fpus_per_sm: int = 128
     clock_ghz: float = 1.41
 
+    # --- beyond XLA: the hlofuse pipeline's transformations (docs/beyond-xla.md) -------------
+    # Off here, as XLA has none of them; the `hlofuse` pipeline switches them on
+    # (`pipelines.BEYOND_XLA`), and `hlofuse{whole_loop_fusion=false}` switches one off again.
+    # Loops of at most this many iterations are unrolled completely, so JAX's threefry2x32
+    # (on CPU a loop of 5 iterations of 4 rounds) becomes elementwise code; 0 = off.
+    unroll_small_loops: int = 0
+    # Loop state stacked from rows (a [K, N] carried array rebuilt by a concatenate each
+    # iteration and read back row by row) is carried as K arrays instead (the paper's step 3).
+    unstack_loop_state: bool = False
+    unstack_max_rows: int = 16
+    # Loops that stay on the host (not whole-loop fused) are unrolled by the factor the cost
+    # model picks, at most `max_unroll` (the paper's step 4, chosen instead of fixed).
+    auto_unroll: bool = False
+    max_unroll: int = 8
+    # With auto_unroll: compile and time the candidate factors, and cache the fastest.
+    autotune: bool = False
+    # A loop whose body keeps batch elements apart becomes one kernel, time loop inside.
+    whole_loop_fusion: bool = False
+    whole_loop_min_trips: int = 2
+    # ... and recomputes per block the state that does not depend on the batch (a random key):
+    # at most this many elements of it, and fewer than the batch.
+    whole_loop_max_uniform_elements: int = 64
+
     # -------------------------------------------------------------------------------------------
     @property
     def is_gpu(self) -> bool:

@@ -9,9 +9,12 @@
                  horizontal fixpoint:  horizontal-loop-fusion, horizontal-input-fusion, cse, dce
     xla-relaxed  xla with the study's relaxations: allow_multi_user_concatenate,
                  relax_code_duplication
-    hlofuse      beyond XLA: small fixed loops (threefry's rounds) unrolled completely, so
-                 random numbers are elementwise code; xla; then whole-loop-fusion (a
-                 per-element loop becomes one kernel with the time loop inside)
+    hlofuse      beyond XLA (`BEYOND_XLA`, docs/beyond-xla.md): simplify
+                 unroll-small-loops            threefry's rounds become elementwise code
+                 simplify, unstack-loop-state  stacked loop state carried as rows
+                 simplify, xla's fusion and horizontal fixpoints
+                 whole-loop-fusion             a per-element loop becomes one kernel, time
+                                               loop inside
 
 This is XLA's GPU pass order of era E2 (spec section 9, `FusionPipeline` and
 `HorizontalFusionPipeline` in gpu_compiler.cc / fusion_pipeline.cc), each fixpoint limited to 25
@@ -34,9 +37,13 @@ from hlofuse.passes.simplify.dce import Dce
 # The study's relaxations (paper.md, CartPole step 2): one switch each.
 RELAXATIONS: dict[str, Any] = {"allow_multi_user_concatenate": True,
                                "relax_code_duplication": True}
-# Loops of at most this many iterations are unrolled completely by the hlofuse pipeline
-# (JAX lowers threefry2x32 on CPU to a loop of 5 iterations of 4 rounds each).
-RNG_ROUNDS = 8
+# The hlofuse pipeline's transformations, each a FusionConfig setting (off in `xla`), so
+# `hlofuse{whole_loop_fusion=false}` leaves one out. 8 iterations: JAX lowers threefry2x32 on
+# CPU to a loop of 5 (of 4 rounds each).
+BEYOND_XLA: dict[str, Any] = {"unroll_small_loops": 8, "unstack_loop_state": True,
+                              "whole_loop_fusion": True}
+# The passes that make those transformations (their trace events are what `explain` lists).
+BEYOND_PASSES = ("unroll-small-loops", "unstack-loop-state", "auto-unroll", "whole-loop-fusion")
 
 
 def _simplify() -> Fixpoint:
@@ -85,10 +92,14 @@ def xla_relaxed(**settings: Any) -> Pipeline:
 
 
 def hlofuse(**settings: Any) -> Pipeline:
-    """`xla`, then the transformations XLA cannot make (docs/beyond-xla.md)."""
+    """`xla` with the transformations XLA cannot make (docs/beyond-xla.md); `settings` are
+    FusionConfig overrides on top of `BEYOND_XLA`."""
     from hlofuse.passes.fusion.loop_fusion import WholeLoopFusion
-    from hlofuse.passes.simplify.unroll import WhileLoopUnroller
+    from hlofuse.passes.fusion.small_loops import UnrollSmallLoops
+    from hlofuse.passes.fusion.unstack import UnstackLoopState
 
-    return Pipeline("hlofuse", [_simplify(), WhileLoopUnroller(RNG_ROUNDS, complete_only=True),
-                                _simplify(), fusion_fixpoint(**settings),
-                                horizontal_fixpoint(**settings), WholeLoopFusion()])
+    s = {**BEYOND_XLA, **settings}
+    return Pipeline("hlofuse", [_simplify(), UnrollSmallLoops(**s), _simplify(),
+                                UnstackLoopState(**s), _simplify(),
+                                fusion_fixpoint(**s), horizontal_fixpoint(**s),
+                                WholeLoopFusion(**s)])

@@ -6,7 +6,8 @@ import importlib
 import importlib.util
 
 PASS_MODULES = ("instruction_fusion", "fusion_merger", "multi_output", "horizontal",
-                "priority_fusion", "loop_fusion")
+                "priority_fusion", "loop_fusion", "small_loops", "unstack",
+                "auto_unroll")
 _PACKAGE = "hlofuse.passes.fusion"
 
 for _name in PASS_MODULES:

@@ -91,6 +91,13 @@ class FusionTrace:
         return FusionTrace([TraceEvent.from_json(line) for line in lines if line.strip()])
 
 
+def source_figure(module: Module, instr: Any) -> dict[str, str]:
+    """`{"source": "file:line"}` of `instr` when the module knows it (for a decision's
+    figures, so tools read the location the pass saw instead of looking the name up again)."""
+    loc = module.source_location(instr)
+    return {"source": f"{loc.file}:{loc.line}"} if loc is not None else {}
+
+
 def trace_of(module: Module) -> FusionTrace:
     """The module's fusion trace, created on first use."""
     trace = module.annotations.get(TRACE_KEY)

@@ -242,8 +242,8 @@ def inline_body_once(comp: Computation, w: Instruction) -> Instruction:
     return new_root
 
 
-def _own(module: Module, w: Instruction, key: str, counts: dict[int, list[Instruction]]
-         ) -> Computation:
+def own_computation(module: Module, w: Instruction, key: str,
+                    counts: dict[int, list[Instruction]]) -> Computation:
     """The computation `w.attrs[key]`, copied first if anything else calls it."""
     comp: Computation = w.attrs[key]
     if len(counts.get(id(comp), [])) > 1:
@@ -280,7 +280,7 @@ def sink_invariants(module: Module, comp: Computation, w: Instruction,
             reads = [u for u in param.users if gte_index(u, param) == i and _has_real_use(u, i)]
             if not reads:
                 continue
-            target = _own(module, w, key, counts)
+            target = own_computation(module, w, key, counts)
             param = target.parameter(0)
             for g in [u for u in param.users if gte_index(u, param) == i]:
                 _sink_into(target, g, i, init_op)
@@ -388,8 +388,8 @@ def remove_dead_elements(module: Module, comp: Computation, w: Instruction,
     if len(keep) == n or not keep:
         return False
 
-    body = _own(module, w, "body", counts)
-    cond = _own(module, w, "condition", counts)
+    body = own_computation(module, w, "body", counts)
+    cond = own_computation(module, w, "condition", counts)
     new_index = {old: new for new, old in enumerate(keep)}
     old_shape = w.shape
     new_shape = TupleShape(tuple(old_shape.elements[i] for i in keep))

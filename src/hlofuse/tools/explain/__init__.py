@@ -28,10 +28,12 @@ from hlofuse.tools.explain.model import (
     KernelInfo,
     Refusal,
     Section,
+    Transformation,
 )
 
 __all__ = ["Boundary", "Comparison", "ExplainError", "Explanation", "Fix", "KernelInfo",
-           "Refusal", "Section", "add_arguments", "compare", "explain", "load_input", "main"]
+           "Refusal", "Section", "Transformation", "add_arguments", "compare", "explain",
+           "load_input", "main"]
 
 
 def explain(target: Module | str | Any, *args: Any, pipeline: str = "xla",

@@ -35,7 +35,7 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape, leaves
 from hlofuse.passes.base import Context
 from hlofuse.passes.fusion.config import FusionConfig
-from hlofuse.passes.fusion.pipelines import RELAXATIONS
+from hlofuse.passes.fusion.pipelines import BEYOND_PASSES, BEYOND_XLA, RELAXATIONS
 from hlofuse.passes.fusion.trace import TraceEvent, trace_of
 from hlofuse.passes.simplify.while_loops import trip_count
 from hlofuse.tools.explain import fixes as fx
@@ -236,7 +236,7 @@ class _Analysis:
         self.config = config
         self.events: dict[str, list[tuple[int, TraceEvent]]] = {}
         for index, e in enumerate(trace_of(module)):
-            if e.verdict == "refused":
+            if e.verdict == "refused" and e.pass_name not in BEYOND_PASSES:
                 self.events.setdefault(e.computation, []).append((index, e))
         self._resolved: dict[tuple[int, str], set[str]] = {}
         self.walked: dict[str, Section] = {}  # section title -> section (see `_walk`)
@@ -444,15 +444,22 @@ def _bytes(sections: list[Section]) -> dict[str, int | None]:
 
 
 def config_for(pipeline: str) -> FusionConfig:
-    return FusionConfig(**(RELAXATIONS if pipeline == "xla-relaxed" else {}))
+    """The XLA rules `pipeline` fuses with (for asking instruction fusion again)."""
+    if pipeline == "xla-relaxed":
+        return FusionConfig(**RELAXATIONS)
+    if pipeline == "hlofuse":
+        return FusionConfig(**BEYOND_XLA)
+    return FusionConfig()
 
 
 def analyse(module: Module, pipeline: str = "xla", *, verify_fixes: bool = False
             ) -> Explanation:
     """Run `pipeline` on `module` (in place: pass a copy) and explain the result."""
-    from hlofuse.passes.pipelines import run_pipeline
+    from hlofuse.passes.pipelines import build, run_pipeline
+    from hlofuse.tools.explain import beyond
 
-    original = module.clone() if verify_fixes else None
+    beyond_xla = beyond.has_beyond_passes(build(pipeline))
+    original = module.clone() if verify_fixes or beyond_xla else None
     inherit_call_site_locations(module)
     tag_origins(module)
     history = NameHistory()
@@ -464,9 +471,16 @@ def analyse(module: Module, pipeline: str = "xla", *, verify_fixes: bool = False
     if not any(loc for s in sections for k in s.kernels for loc in k.sources):
         expl.notes.append("the module carries no source locations (metadata source_file/"
                           "source_line or stack frames): no lines to show")
-    if original is not None:
+    if beyond_xla:
+        assert original is not None
+        expl.transformations = beyond.transformations(module)
+        base = analyse(original.clone(), "xla")
+        expl.baseline = {"pipeline": "xla", "kernels": base.kernels_per_run,
+                         "bytes": base.bytes_per_run.get("entry")}
+    if verify_fixes:
         from hlofuse.tools.explain.verify import verify_setting_fixes
 
+        assert original is not None
         verify_setting_fixes(expl, original, pipeline)
     strip_origins(module)
     return expl

@@ -142,6 +142,24 @@ class Section:
 
 
 @dataclass
+class Transformation:
+    """One decision of a beyond-XLA pass (the `hlofuse` pipeline) about one loop."""
+
+    pass_name: str
+    subject: str  # the loop, as named when the decision was taken
+    fired: bool
+    reason: str = ""  # why not, when refused
+    rule: str = ""  # the setting or rule that decided it
+    figures: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # file:line of the loop
+    text: str = ""  # what it did and saved, or why not (one sentence)
+
+    def __str__(self) -> str:
+        where = f" ({self.source})" if self.source else ""
+        return f"{self.pass_name}: {self.subject}{where}: {self.text}"
+
+
+@dataclass
 class Explanation:
     module: str
     pipeline: str
@@ -149,6 +167,13 @@ class Explanation:
     bytes_per_run: dict[str, int | None] = field(default_factory=dict)  # title -> bytes
     notes: list[str] = field(default_factory=list)
     fused_module: Any = None  # the Module after the pipeline (not serialised)
+    transformations: list[Transformation] = field(default_factory=list)
+    # with beyond-XLA passes: the same input under `xla`, {"pipeline", "kernels", "bytes"}
+    baseline: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kernels_per_run(self) -> int | None:
+        return self.sections[0].kernels_per_run if self.sections else 0
 
     def section(self, title_or_computation: str) -> Section:
         for s in self.sections:
@@ -168,7 +193,11 @@ class Explanation:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"module": self.module, "pipeline": self.pipeline,
-                               "notes": list(self.notes), "sections": []}
+                               "notes": list(self.notes), "sections": [],
+                               "kernels_per_run": self.kernels_per_run,
+                               "bytes_per_run": self.bytes_per_run.get("entry"),
+                               "transformations": [asdict(t) for t in self.transformations],
+                               "baseline": dict(self.baseline)}
         for s in self.sections:
             d = asdict(s)
             d["kernels_per_run"] = s.kernels_per_run

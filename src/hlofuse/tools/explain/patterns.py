@@ -1,7 +1,7 @@
 """Structural recognisers shared by `explain` and `lint`.
 
-* `is_rng_loop(w)`: a while loop whose body is threefry2x32 rounds (u32 rotations: shift-left,
-  shift-right-logical and xor, looked up through fusions): JAX's CPU lowering of `jax.random`.
+* `is_rng_loop(w)` (from `passes.fusion.small_loops`): a while whose body is threefry2x32
+  rounds (u32 rotations, looked up through fusions): JAX's CPU lowering of `jax.random`.
 * `RNG_OPCODES`: the HLO random-number ops (`rng`, `rng-bit-generator`, ...).
 * `all_ops(instr)`: an instruction and, for a fusion, everything fused inside it.
 * `value_location(module, instr)`: the source line of `instr`, else of the nearest operand
@@ -10,19 +10,17 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape
+from hlofuse.passes.fusion.small_loops import is_rng_loop
 
 RNG_OPCODES = frozenset(op for op in Opcode if op.value in (
     "rng", "rng-bit-generator", "rng-get-and-update-state"))
 CONTROL = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
-_ROTATION = (Opcode.SHIFT_LEFT, Opcode.SHIFT_RIGHT_LOGICAL, Opcode.XOR)
 
 
 def all_ops(instr: Instruction) -> Iterator[Instruction]:
@@ -35,20 +33,6 @@ def all_ops(instr: Instruction) -> Iterator[Instruction]:
 def computation_ops(comp: Computation) -> Iterator[Instruction]:
     for instr in comp.instructions:
         yield from all_ops(instr)
-
-
-def is_rng_loop(w: Instruction) -> bool:
-    """A while whose body looks like threefry2x32 rounds: u32 shift-left, shift-right-logical
-    and xor, at least twice each (JAX's CPU lowering of `jax.random`)."""
-    if w.opcode is not Opcode.WHILE:
-        return False
-    counts: Counter[Opcode] = Counter()
-    for op in computation_ops(w.attrs["body"]):
-        shape = op.shape
-        if (op.opcode in _ROTATION and isinstance(shape, ArrayShape)
-                and shape.dtype.name == "u32"):
-            counts[op.opcode] += 1
-    return all(counts[o] >= 2 for o in _ROTATION)
 
 
 def is_rng(instr: Instruction) -> bool:

@@ -127,7 +127,28 @@ def render_text(expl: Explanation, *, history: bool = True) -> str:
                 src = f" from {b.source}" if b.source else ""
                 out.append(f"    {b.producer} -> {b.consumer}: value {b.value} "
                            f"({human_bytes(b.bytes)}){src}")
+    if expl.transformations or expl.baseline:
+        out.append("")
+        out.extend(_beyond_lines(expl))
     return terminal("\n".join(out))
+
+
+def _beyond_lines(expl: Explanation) -> list[str]:
+    fired = sum(t.fired for t in expl.transformations)
+    refused = len(expl.transformations) - fired
+    out = [f"beyond XLA: {fired} transformation(s) fired, {refused} refused"]
+    width = max((len(t.pass_name) for t in expl.transformations), default=0)
+    for t in expl.transformations:
+        where = f" ({t.source})" if t.source else ""
+        out.append(f"  {t.pass_name:<{width}}  {t.subject}{where}: {t.text}")
+    b = expl.baseline
+    if b:
+        def fmt(k: int | None, n: int | None) -> str:
+            return ("?" if k is None else str(k)) + " kernels / " + (
+                "?" if n is None else human_bytes(n))
+        out.append(f"  against `{b['pipeline']}`: per run {fmt(b['kernels'], b['bytes'])} -> "
+                   f"{fmt(expl.kernels_per_run, expl.bytes_per_run.get('entry'))}")
+    return out
 
 
 def render_comparison(c: Comparison) -> str:
