@@ -27,6 +27,7 @@ import math
 
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
+from hlofuse.backends.cpu.library import blas
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.backends.kernel_ir.naming import fresh
 from hlofuse.ir.dtypes import DType
@@ -225,22 +226,26 @@ def emit_dot(
     ]
     scratch: list[str] = []
 
-    def operand(src: str, shape: ArrayShape, groups: list[list[int]], role: str) -> tuple[str, ...]:
+    def operand(src: str, shape: ArrayShape, groups: list[list[int]], role: str
+                ) -> tuple[str, int, int, int]:
         """The operand as (pointer, batch stride, row stride, column stride)."""
         ct = cexpr.ctype(shape.dtype)
         strides = [_group_stride(shape.dims, g) for g in groups]
         same_repr = ct == acc_t or _same_integer(shape.dtype, acc_t)
         if same_repr and all(s is not None for s in strides):
-            return (f"(const {acc_t} *)({src})", *(str(s[1]) for s in strides))  # type: ignore[index]
+            sb, sr, sc = (s[1] for s in strides)  # type: ignore[index]
+            return f"(const {acc_t} *)({src})", sb, sr, sc
         name = fresh(f"{role}_packed", names)
         body.extend(_copy_canonical(name, src, ct, shape.dtype, shape.dims,
                                     [a for g in groups for a in g], acc_t))
         scratch.append(name)
         e = [math.prod(shape.dims[a] for a in g) for g in groups]
-        return name, str(e[1] * e[2]), str(e[2]), "1"
+        return name, e[1] * e[2], e[2], 1
 
-    a, sab, sam, sak = operand(ins[0], lhs_shape, [lb, lf, lc], "lhs")
-    b, sbb, sbk, sbn = operand(ins[1], rhs_shape, [rb, rc, rf], "rhs")
+    a_op = operand(ins[0], lhs_shape, [lb, lf, lc], "lhs")
+    b_op = operand(ins[1], rhs_shape, [rb, rc, rf], "rhs")
+    a, sab, sam, sak = a_op
+    b, sbb, sbk, sbn = b_op
     out_ct = cexpr.ctype(out_shape.dtype)
     direct = out_ct == acc_t or _same_integer(out_shape.dtype, acc_t)
     if direct:
@@ -249,8 +254,12 @@ def emit_dot(
         c = fresh("acc", names)
         body.append(f"{acc_t} *{c} = hf_alloc(0, sizeof({acc_t}) * {max(1, out_shape.size)});")
         scratch.append(c)
-    body.append(f"hflib_gemm_{suffix}({batch}, {m}, {n}, {k}, {a}, {sab}, {sam}, {sak},")
-    body.append(f"               {b}, {sbb}, {sbk}, {sbn}, {c});")
+    own = (f"hflib_gemm_{suffix}({batch}, {m}, {n}, {k}, {a}, {sab}, {sam}, {sak}, "
+           f"{b}, {sbb}, {sbk}, {sbn}, {c});")
+    via_blas = blas.call(suffix, batch, m, n, k, a_op, b_op, c, own)
+    if via_blas is not None:
+        defs = blas.DECLARATIONS + defs
+    body.extend(via_blas or [own])
     if not direct:
         dt = out_shape.dtype
         if dt.is_pred:
