@@ -39,6 +39,15 @@ SHAPES = [
      "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
      "rhs_contracting_dims={2}"),
     ("matvec", "8,20", "20", "8", "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
+    # large enough to be cut into tasks on a machine with several threads: row blocks,
+    # column blocks (few rows), batch ranges
+    ("split_rows", "300,64", "64,70", "300,70",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
+    ("split_cols_t", "8,400", "400,400", "8,400",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
+    ("split_batch", "6,64,64", "6,64,64", "6,64,64",
+     "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+     "rhs_contracting_dims={1}"),
 ]
 
 
@@ -78,7 +87,7 @@ class FakeBlas:
 
     def _batch(self, order, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
                count) -> None:
-        self.calls.append(("batch", ta, tb, m, n, k, lda, sa, ldb, sb, count))
+        self.calls.append(("batch", order, ta, tb, m, n, k, lda, sa, ldb, sb, count))
         for t in range(count):
             self._gemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                        t * sa, t * sb, t * sc)
@@ -119,12 +128,14 @@ def test_generated_c_does_not_depend_on_the_blas(monkeypatch: pytest.MonkeyPatch
     with_blas = gemm.emit_dot(instr, ["in0", "in1"], ["out0"], set())
     monkeypatch.setenv("HLOFUSE_BLAS", "0")
     blas.find.cache_clear()
+    blas.active.cache_clear()
     try:
-        assert blas.find() is None
+        assert blas.find() is None and blas.active() is None
         assert gemm.emit_dot(instr, ["in0", "in1"], ["out0"], set()) == with_blas
     finally:
         monkeypatch.delenv("HLOFUSE_BLAS")
         blas.find.cache_clear()
+        blas.active.cache_clear()
     assert "hf_blas_sgemm" in with_blas[0] and "hflib_gemm_f32" in with_blas[1]
 
 
@@ -151,28 +162,56 @@ def test_blas_arguments(shape: tuple, dtype: str, with_batch: bool) -> None:
     assert fake.calls, "the dot did not call the BLAS"
     if name == "batch":
         assert fake.calls[0][0] == ("batch" if with_batch else "single")
+    covered = sum(c[4] * c[5] * (c[-1] if c[0] == "batch" else 1) for c in fake.calls)
+    assert covered == want.size  # the tasks cover the result exactly once
     tol = 1e-5 if dtype == "f32" else 1e-12
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
 def test_installed_openblas_is_bound_and_correct() -> None:
     pytest.importorskip("scipy_openblas32")
-    blas.find.cache_clear()
-    found = blas.find()
     if not blas.enabled():
         pytest.skip("HLOFUSE_BLAS turns the BLAS off")
+    found = blas.find()
     assert found is not None and found.addresses["hf_blas_sgemm"]
     module = parse(_module("3,40,70", "3,70,50", "3,40,50",
                            "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
                            "rhs_contracting_dims={1}"))
     exe = hlofuse.compile(module, pipeline="none", backend="cpu")
-    pointer = ctypes.c_void_p.in_dll(exe._native._lib, "hf_blas_sgemm").value
-    assert pointer == found.addresses["hf_blas_sgemm"]
+    lib = exe._native._lib
+    used = blas.active()
+    pointer = ctypes.c_void_p.in_dll(lib, "hf_blas_sgemm").value
+    assert pointer == (used.addresses["hf_blas_sgemm"] if used is not None else None)
     rng = np.random.default_rng(1)
     args = [rng.uniform(-1, 1, (3, 40, 70)).astype(np.float32),
             rng.uniform(-1, 1, (3, 70, 50)).astype(np.float32)]
-    np.testing.assert_allclose(exe(*args)[0], interpreter.run(module, *args)[0],
-                               rtol=1e-4, atol=1e-4)
+    want = interpreter.run(module, *args)[0]
+    assert blas.bind(lib, found)  # the real OpenBLAS, whatever `active` decided
+    try:
+        np.testing.assert_allclose(exe(*args)[0], want, rtol=1e-4, atol=1e-4)
+    finally:
+        blas.bind(lib)
+
+
+@pytest.mark.parametrize(("corename", "host", "setting", "uses_blas"), [
+    ("SkylakeX", 64, "", True),
+    ("Haswell", 64, "", False),     # forced to narrower kernels than the CPU has: own GEMM
+    ("Haswell", 32, "", True),
+    ("NeoverseN1", 32, "", True),   # unknown width: trust the BLAS
+    ("Haswell", 64, "force", True),
+])
+def test_active_blas_rule(monkeypatch: pytest.MonkeyPatch, corename: str, host: int,
+                          setting: str, uses_blas: bool) -> None:
+    fake = blas.Blas("fake", "0", "", corename, {"hf_blas_sgemm": 1, "hf_blas_dgemm": 2})
+    monkeypatch.setattr(blas, "find", lambda: fake)
+    monkeypatch.setattr(blas, "host_gemm_vector_bytes", lambda: host)
+    monkeypatch.setenv("HLOFUSE_BLAS", setting)
+    blas.active.cache_clear()
+    try:
+        assert (blas.active() is fake) == uses_blas
+    finally:
+        monkeypatch.undo()
+        blas.active.cache_clear()
 
 
 def test_library_without_dots_is_left_alone() -> None:

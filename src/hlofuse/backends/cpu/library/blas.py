@@ -18,13 +18,19 @@ Conditions:
   through the package's own API (`get_lib_dir`, `get_library`) and loaded by path; nothing is
   searched on the system. `scipy_openblas64` (64-bit ints) is not used: the pointer types here
   are the 32-bit ABI.
-- `HLOFUSE_BLAS=0` (or `off`, `none`, `false`) turns it off; read once per process.
+- Which GEMM runs (`active`), read once per process: `HLOFUSE_BLAS=0` (or `off`, `none`,
+  `false`) never uses the BLAS, `HLOFUSE_BLAS=1` (or `on`, `force`) always does when it is
+  installed; unset, the BLAS is used unless the kernel set OpenBLAS picked when it loaded is
+  narrower than this CPU's vectors (`OPENBLAS_CORETYPE=Haswell` on an AVX-512 machine: our
+  GEMM, compiled for the CPU, is then 1.5-1.7x faster on medium shapes; docs/cpu-backend.md).
 - A call goes to the BLAS only when every extent, leading dimension and batch stride fits in
   32 bits, every extent is positive, and each operand is row- or column-major in its two
   dimensions (`layout`); otherwise the generated code calls our GEMM directly.
-- OpenBLAS runs its own thread pool. `HLOFUSE_THREADS=N` (when set) also sets its thread count;
-  OpenBLAS's own environment variables (OPENBLAS_NUM_THREADS, OPENBLAS_CORETYPE, ...) are the
-  user's and are left alone.
+- Threads: OpenBLAS is set to one thread (its pthread pool would be a second thread runtime,
+  with static work splits that wait for a descheduled thread); the generated code cuts a large
+  dot into tasks (batch items, row or column blocks) and runs them on hlofuse's threads,
+  handed out dynamically (`hflib_dot_split`). OpenBLAS's other environment variables
+  (OPENBLAS_CORETYPE, ...) are the user's and are left alone.
 - Numerics: OpenBLAS accumulates in the operand type (float for f32, double for f64), as our GEMM
   does, in its own blocked order: results match the interpreter within the dot tolerances.
 """
@@ -44,6 +50,10 @@ CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
 DECLARATIONS = r"""
 #ifndef HFLIB_BLAS_DECLS
 #define HFLIB_BLAS_DECLS
+#include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 /* Set by hlofuse when the library is loaded (cpu/library/blas.py): OpenBLAS's CBLAS entry points
    from the scipy-openblas32 wheel, or 0, in which case the dots run hflib_gemm_*. */
 typedef void (*hf_blas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
@@ -60,8 +70,80 @@ hf_blas_sgemm_fn hf_blas_sgemm = 0;
 hf_blas_dgemm_fn hf_blas_dgemm = 0;
 hf_blas_sgemm_batch_fn hf_blas_sgemm_batch = 0;
 hf_blas_dgemm_batch_fn hf_blas_dgemm_batch = 0;
+
+/* How a dot is cut into tasks for the threads (OpenBLAS itself runs single-threaded): batch
+   items first, then row (or, for few rows, column) blocks of multiples of 16, at most 4 tasks
+   per thread and at least HFLIB_TASK_WORK multiply-adds each. Tasks are handed out
+   dynamically, so a thread the OS has descheduled delays only the task it holds. */
+enum { HFLIB_TASK_WORK = 1 << 19 };
+typedef struct { int64_t bt, mt, nt, mc, nc; } hflib_split;
+static hflib_split hflib_dot_split(int64_t batch, int64_t M, int64_t N, int64_t K,
+                                   double parallel_work) {
+    hflib_split s = {1, 1, 1, M, N};
+    const double work = (double)batch * M * N * K;
+    int threads = 1;
+#ifdef _OPENMP
+    if (work >= parallel_work) threads = omp_get_max_threads();
+#endif
+    double want = work / HFLIB_TASK_WORK;
+    if (want > 4.0 * threads) want = 4.0 * threads;
+    int64_t tasks = threads > 1 && want > 1 ? (int64_t)want : 1;
+    s.bt = batch < tasks ? batch : tasks;
+    int64_t rest = (tasks + s.bt - 1) / s.bt;
+    if (rest > 1) {
+        if (M >= N) {
+            int64_t blocks = (M + 15) / 16;
+            s.mt = rest < blocks ? rest : blocks;
+            s.mc = ((M + s.mt - 1) / s.mt + 15) / 16 * 16;
+            s.mt = (M + s.mc - 1) / s.mc;
+        } else {
+            int64_t blocks = (N + 15) / 16;
+            s.nt = rest < blocks ? rest : blocks;
+            s.nc = ((N + s.nt - 1) / s.nt + 15) / 16 * 16;
+            s.nt = (N + s.nc - 1) / s.nc;
+        }
+    }
+    return s;
+}
 #endif
 """
+
+# The task driver per element type: c[batch][M][N] = a x b through the bound BLAS.
+_DRIVER = r"""
+#ifndef HFLIB_BLAS_{S}
+#define HFLIB_BLAS_{S}
+static void hflib_blas_{S}(int ta, int tb, int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const {T} *a, int64_t sab, int64_t sam, int lda,
+                           const {T} *b, int64_t sbb, int64_t sbn, int ldb, {T} *c) {{
+    const hflib_split s = hflib_dot_split(batch, M, N, K, {PARALLEL_WORK});
+    const int64_t total = s.bt * s.mt * s.nt;
+    #pragma omp parallel for schedule(dynamic, 1) if (total > 1)
+    for (int64_t q = 0; q < total; q++) {{
+        const int64_t ib = q / (s.mt * s.nt), im = q / s.nt % s.mt, in = q % s.nt;
+        const int64_t t0 = ib * batch / s.bt, t1 = (ib + 1) * batch / s.bt;
+        const int64_t m0 = im * s.mc, n0 = in * s.nc;
+        const int64_t m = M - m0 < s.mc ? M - m0 : s.mc, n = N - n0 < s.nc ? N - n0 : s.nc;
+        const {T} *at = a + t0 * sab + m0 * sam, *bt = b + t0 * sbb + n0 * sbn;
+        {T} *ct = c + t0 * M * N + m0 * N + n0;
+        if (t1 - t0 > 1 && hf_blas_{t}gemm_batch)
+            hf_blas_{t}gemm_batch({ROW_MAJOR}, ta, tb, m, n, K, 1, at, lda, sab, bt, ldb, sbb, 0,
+                                  ct, N, M * N, t1 - t0);
+        else
+            for (int64_t t = t0; t < t1; t++)
+                hf_blas_{t}gemm({ROW_MAJOR}, ta, tb, m, n, K, 1, at + (t - t0) * sab, lda,
+                                bt + (t - t0) * sbb, ldb, 0, ct + (t - t0) * M * N, N);
+    }}
+}}
+#endif
+"""
+
+
+def declarations(suffix: str, parallel_work: int) -> str:
+    """File-scope C for dots of `suffix` (f32/f64) through the BLAS (include-guarded)."""
+    ctype, t = ("float", "s") if suffix == "f32" else ("double", "d")
+    return DECLARATIONS + _DRIVER.format(S=suffix, T=ctype, t=t, ROW_MAJOR=CBLAS_ROW_MAJOR,
+                                         PARALLEL_WORK=parallel_work)
+
 
 # pointer global in the generated C -> CBLAS symbol (without the wheel's `scipy_` prefix)
 _SYMBOLS = {
@@ -72,6 +154,17 @@ _SYMBOLS = {
 }
 _PREFIX = "scipy_"
 _OFF = ("0", "off", "none", "false", "no")
+_FORCE = ("1", "on", "force", "true", "yes")
+# OpenBLAS's x86 kernel sets (`openblas_get_corename`, lower case) by vector width in bytes;
+# anything else (ARM, older x86, unknown names) counts as not narrower than the host.
+_CORE_VECTOR_BYTES = {
+    **dict.fromkeys(("skylakex", "cooperlake", "sapphirerapids"), 64),
+    **dict.fromkeys(("haswell", "zen", "sandybridge", "excavator", "steamroller",
+                     "piledriver", "bulldozer"), 32),
+    **dict.fromkeys(("nehalem", "core2", "penryn", "dunnington", "prescott", "atom",
+                     "barcelona", "opteron", "opteron_sse3", "athlon", "bobcat", "katmai",
+                     "coppermine", "northwood", "banias", "nano"), 16),
+}
 
 
 @dataclass(frozen=True)
@@ -84,16 +177,46 @@ class Blas:
     corename: str    # the kernel set OpenBLAS picked for this CPU (e.g. "SkylakeX", "Haswell")
     addresses: dict[str, int]  # pointer global -> function address (missing: not provided)
 
+    @property
+    def vector_bytes(self) -> int | None:
+        """The SIMD width of its kernel set, when known."""
+        return _CORE_VECTOR_BYTES.get(self.corename.strip().lower())
+
+
+def _setting() -> str:
+    return os.environ.get("HLOFUSE_BLAS", "").strip().lower()
+
 
 def enabled() -> bool:
     """Is the BLAS allowed (`HLOFUSE_BLAS` is not one of 0/off/none/false/no)?"""
-    return os.environ.get("HLOFUSE_BLAS", "").strip().lower() not in _OFF
+    return _setting() not in _OFF
+
+
+def host_gemm_vector_bytes() -> int:
+    """The vector width our own GEMM is compiled with on this host (`gemm.py`: 64 with
+    AVX-512, else 32)."""
+    from hlofuse.backends.kernel_ir.target import Target
+
+    return 64 if Target.detect().vector_bytes >= 64 else 32
+
+
+@functools.lru_cache(maxsize=1)
+def active() -> Blas | None:
+    """The BLAS the dots of this process use, or None: our own GEMM (see the module
+    docstring for the rule). Decided once per process."""
+    found = find()
+    if found is None or _setting() in _FORCE:
+        return found
+    width = found.vector_bytes
+    if width is not None and width < host_gemm_vector_bytes():
+        return None
+    return found
 
 
 @functools.lru_cache(maxsize=1)
 def find() -> Blas | None:
-    """The BLAS this process uses, or None (not installed, not loadable, or turned off).
-    Looked up once per process."""
+    """The installed BLAS, loaded, or None (not installed, not loadable, or turned off by
+    `HLOFUSE_BLAS`). Looked up once per process; `active()` says whether dots use it."""
     if not enabled():
         return None
     try:
@@ -117,10 +240,8 @@ def find() -> Blas | None:
         get = lib.scipy_openblas_get_corename
         get.restype = ctypes.c_char_p
         corename = (get() or b"").decode("ascii", "replace")
-    threads = os.environ.get("HLOFUSE_THREADS", "").strip()
-    if threads.isdigit() and int(threads) > 0:
-        with contextlib.suppress(AttributeError):
-            lib.scipy_openblas_set_num_threads(ctypes.c_int(int(threads)))
+    with contextlib.suppress(AttributeError):  # threads are ours (see the module docstring)
+        lib.scipy_openblas_set_num_threads(ctypes.c_int(1))
     version = str(getattr(pkg, "__version__", "unknown"))
     # keep the CDLL alive for the process: the addresses point into it
     _KEEP.append(lib)
@@ -131,14 +252,15 @@ _KEEP: list[ctypes.CDLL] = []
 
 
 def bind(lib: ctypes.CDLL, blas: Blas | None = None) -> bool:
-    """Point a freshly loaded library's `hf_blas_*` globals at the BLAS (`find()` unless given),
-    or at nothing. True if the library has such globals and they now point at a BLAS."""
+    """Point a freshly loaded library's `hf_blas_*` globals at the BLAS (`active()` unless
+    given), or at nothing. True if the library has such globals and they now point at a
+    BLAS."""
     try:
         ctypes.c_void_p.in_dll(lib, "hf_blas_sgemm")
     except ValueError:
         return False  # no float dot in this library
     if blas is None:
-        blas = find()
+        blas = active()
     for glob in _SYMBOLS:
         with contextlib.suppress(ValueError):
             ctypes.c_void_p.in_dll(lib, glob).value = (
@@ -180,17 +302,6 @@ def call(
     if max(m, n, k, batch, la[1], lb[1], sab, sbb, m * n) > INT32_MAX or min(sab, sbb) < 0:
         return None
     t = "s" if suffix == "f32" else "d"
-    one, zero = ("1.0f", "0.0f") if suffix == "f32" else ("1.0", "0.0")
-    head = f"{CBLAS_ROW_MAJOR}, {la[0]}, {lb[0]}, {m}, {n}, {k}, {one}"
-    single = f"hf_blas_{t}gemm({head}, {a[0]}, {la[1]}, {b[0]}, {lb[1]}, {zero}, {c}, {n});"
-    if batch == 1:
-        return [f"if (hf_blas_{t}gemm) {single}", f"else {own}"]
-    looped = (f"for (int64_t hf_t = 0; hf_t < {batch}; hf_t++) hf_blas_{t}gemm({head}, "
-              f"{a[0]} + hf_t * {a[1]}, {la[1]}, {b[0]} + hf_t * {b[1]}, {lb[1]}, {zero}, "
-              f"{c} + hf_t * {m * n}, {n});")
-    return [
-        f"if (hf_blas_{t}gemm_batch) hf_blas_{t}gemm_batch({head}, {a[0]}, {la[1]}, {sab}, "
-        f"{b[0]}, {lb[1]}, {sbb}, {zero}, {c}, {n}, {m * n}, {batch});",
-        f"else if (hf_blas_{t}gemm) {looped}",
-        f"else {own}",
-    ]
+    return [f"if (hf_blas_{t}gemm) hflib_blas_{suffix}({la[0]}, {lb[0]}, {batch}, {m}, {n}, "
+            f"{k}, {a[0]}, {sab}, {a[2]}, {la[1]}, {b[0]}, {sbb}, {b[3]}, {lb[1]}, {c});",
+            f"else {own}"]

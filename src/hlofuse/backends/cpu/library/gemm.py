@@ -115,7 +115,7 @@ static void hflib_gemm_{S}(int64_t batch, int64_t M, int64_t N, int64_t K,
                 #pragma omp parallel if (parallel)
                 {{
                     {T} apack[MC * KC] __attribute__((aligned(64)));
-                    #pragma omp for schedule(static)
+                    #pragma omp for schedule(dynamic, 1)
                     for (int64_t ic = 0; ic < M; ic += MC) {{
                         const int64_t mc = M - ic < MC ? M - ic : MC;
                         /* pack A[ic:ic+mc, pc:pc+kc] into MR-row panels, zero-padded */
@@ -258,7 +258,7 @@ def emit_dot(
            f"{b}, {sbb}, {sbk}, {sbn}, {c});")
     via_blas = blas.call(suffix, batch, m, n, k, a_op, b_op, c, own)
     if via_blas is not None:
-        defs = blas.DECLARATIONS + defs
+        defs = blas.declarations(suffix, PARALLEL_WORK) + defs
     body.extend(via_blas or [own])
     if not direct:
         dt = out_shape.dtype
