@@ -1,10 +1,12 @@
 """Benchmark: GFLOP/s of hlofuse's dots (own GEMM vs the OpenBLAS wheel) vs numpy and jax.jit,
 on the dot shapes of real programs (small M, batch dimensions, transposed operands).
 
-Each shape is a one-dot HLO module compiled by hlofuse (pipeline `none`) and run with the BLAS
-pointers bound (`blas`) and unbound (`own`: hlofuse's packed, register-blocked GEMM); numpy is
-`np.matmul` (its own bundled OpenBLAS), jax.jit the same dot under XLA. Times are per call,
-Python call overhead included for every peer, best of --repeat interleaved samples.
+`own` (hlofuse's packed, register-blocked GEMM) and `blas` (OpenBLAS from the scipy-openblas32
+wheel, through the task driver the cpu backend emits) are the C routines the backend generates,
+timed in C: the best of many calls, so no Python overhead and little noise from a loaded
+machine. numpy (`np.matmul`, its own bundled OpenBLAS) and jax.jit (the same dot_general under
+XLA) are timed from Python, their call overhead included (it dominates the smallest shapes):
+best of --repeat interleaved samples, by wall or (--cpu-time) process CPU time.
 
     python benchmarks/gemm.py [--repeat 7]          # writes results/gemm.json
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/gemm.py --out gemm_1thread
@@ -16,6 +18,7 @@ records it and the kernel set it chose, `corename`). Compare columns within one 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import math
 import os
 import sys
@@ -29,7 +32,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import harness  # noqa: E402
 
-import hlofuse  # noqa: E402
 from hlofuse.backends.cpu.library import blas  # noqa: E402
 
 # (name, batch, M, N, K, lhs transposed, rhs transposed): where they come from
@@ -48,24 +50,51 @@ SHAPES = [
 ]
 
 
-def module(batch: int, m: int, n: int, k: int, ta: bool, tb: bool) -> str:
-    bd = [batch] if batch > 1 else []
-    lhs = [*bd, *((k, m) if ta else (m, k))]
-    rhs = [*bd, *((n, k) if tb else (k, n))]
-    off = len(bd)
-    dims = (f"lhs_contracting_dims={{{off + (0 if ta else 1)}}}, "
-            f"rhs_contracting_dims={{{off + (1 if tb else 0)}}}")
-    if bd:
-        dims = "lhs_batch_dims={0}, rhs_batch_dims={0}, " + dims
+_HARNESS = r"""
+#include <time.h>
+static double hf_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+/* The best of `reps` timed calls of our GEMM (which = 0) or the bound BLAS (which = 1) on
+   c[batch][M][N] = op(a) x op(b), a stored K x M when ta, b stored N x K when tb. */
+double hf_bench(int which, int64_t reps, int64_t batch, int64_t M, int64_t N, int64_t K,
+                int ta, int tb, const float *a, const float *b, float *c) {
+    const int64_t sam = ta ? 1 : K, sak = ta ? M : 1, sbk = tb ? 1 : N, sbn = tb ? K : 1;
+    double best = 1e30;
+    for (int64_t r = 0; r < reps; r++) {
+        const double t0 = hf_now();
+        if (which == 0)
+            hflib_gemm_f32(batch, M, N, K, a, M * K, sam, sak, b, K * N, sbk, sbn, c);
+        else
+            hflib_blas_f32(ta ? 112 : 111, tb ? 112 : 111, batch, M, N, K, a, M * K, sam,
+                           ta ? M : K, b, K * N, sbn, tb ? K : N, c);
+        const double dt = hf_now() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+"""
 
-    def t(d: list[int]) -> str:
-        return "f32[" + ",".join(map(str, d)) + "]"
 
-    return (f"ENTRY e {{\n  a = {t(lhs)} parameter(0)\n  b = {t(rhs)} parameter(1)\n"
-            f"  ROOT d = {t([*bd, m, n])} dot(a, b), {dims}\n}}\n"), lhs, rhs  # type: ignore
+def kernels() -> ctypes.CDLL:
+    """Our GEMM and the BLAS driver, exactly as the cpu backend emits them, with a timing loop
+    (the library's BLAS pointers are bound when it loads, as for any module)."""
+    from hlofuse.backends.cpu import build, cexpr
+    from hlofuse.backends.cpu.library import gemm
+
+    src = "\n".join([cexpr.prelude(), gemm.gemm_helper("f32"),
+                     blas.declarations("f32", gemm.PARALLEL_WORK), _HARNESS])
+    lib = build.load_library(src, name="bench_gemm")
+    lib.hf_bench.restype = ctypes.c_double
+    lib.hf_bench.argtypes = [ctypes.c_int, *[ctypes.c_int64] * 5, ctypes.c_int, ctypes.c_int,
+                             *[ctypes.c_void_p] * 3]
+    return lib
 
 
 def per_call(fn: Any, min_s: float) -> tuple[Any, int]:
+    """A sample of `fn`: as many calls as last about `min_s`, and that count."""
     fn()
     t0 = time.perf_counter()
     fn()
@@ -103,51 +132,44 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     found = blas.find()
     rows = []
+    lib = kernels()
     for name, batch, m, n, k, ta, tb in SHAPES:
-        text, lhs, rhs = module(batch, m, n, k, ta, tb)  # type: ignore[misc]
-        exe = hlofuse.compile(text, pipeline="none", backend="cpu")
-        lib = exe._native._lib  # type: ignore[union-attr]
+        bd = (batch,) if batch > 1 else ()
         rng = np.random.default_rng(0)
-        a = rng.standard_normal(lhs).astype(np.float32)
-        b = rng.standard_normal(rhs).astype(np.float32)
+        a = rng.standard_normal((*bd, *((k, m) if ta else (m, k)))).astype(np.float32)
+        b = rng.standard_normal((*bd, *((n, k) if tb else (k, n)))).astype(np.float32)
         an = np.swapaxes(a, -1, -2) if ta else a
         bn = np.swapaxes(b, -1, -2) if tb else b
         want = an @ bn
-        contract = ([[len(lhs) - (2 if ta else 1)], [len(rhs) - (1 if tb else 2)]])
+        flops = 2.0 * batch * m * n * k
+        reps = max(20, int(args.min_ms * 1e-3 * 100e9 / flops) * args.repeat)
+        gf: dict[str, float] = {}
+        for which, peer in ((0, "own"), (1, "blas")):
+            if peer == "blas":
+                if found is None:
+                    continue
+                blas.bind(lib, found)
+            else:
+                blas.unbind(lib)
+            c = np.empty(want.shape, np.float32)
+            t = lib.hf_bench(which, reps, batch, m, n, k, int(ta), int(tb), a.ctypes.data,
+                             b.ctypes.data, c.ctypes.data)
+            np.testing.assert_allclose(c, want, rtol=1e-3, atol=1e-3 * math.sqrt(k))
+            gf[peer] = flops / t / 1e9
+        blas.bind(lib)
+        contract = ([[a.ndim - (2 if ta else 1)], [b.ndim - (1 if tb else 2)]])
         batch_dims = ([[0], [0]] if batch > 1 else [[], []])
         jfn = jax.jit(lambda x, y, c=contract, bd=batch_dims: jax.lax.dot_general(
             x, y, (c, bd)))
         ja, jb = jnp.asarray(a), jnp.asarray(b)
-
-        def own(exe: Any = exe, lib: Any = lib, a: Any = a, b: Any = b) -> Any:
-            blas.unbind(lib)
-            try:
-                return exe(a, b)
-            finally:
-                blas.bind(lib)
-
-        peers = {"own": own, "numpy": lambda an=an, bn=bn: np.matmul(an, bn),
+        peers = {"numpy": lambda an=an, bn=bn: np.matmul(an, bn),
                  "jax.jit": lambda ja=ja, jb=jb, f=jfn: f(ja, jb).block_until_ready()}
-        if found is not None:
-            def with_blas(exe: Any = exe, lib: Any = lib, a: Any = a, b: Any = b) -> Any:
-                blas.bind(lib, found)
-                try:
-                    return exe(a, b)
-                finally:
-                    blas.bind(lib)
-
-            peers["blas"] = with_blas
-        for peer in ("own", "blas"):
-            if peer in peers:
-                got = peers[peer]()[0]
-                np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * math.sqrt(k))
         samples, calls = {}, {}
         for p, fn in peers.items():
             samples[p], calls[p] = per_call(fn, args.min_ms / 1e3)
         best = interleaved(samples, args.repeat,
                            time.process_time if args.cpu_time else time.perf_counter)
-        flops = 2.0 * batch * m * n * k
-        gf = {p: flops / (best[p] / calls[p]) / 1e9 for p in peers}
+        gf.update({p: flops / (best[p] / calls[p]) / 1e9 for p in peers})
         row = {"shape": name, "batch": batch, "m": m, "n": n, "k": k, "lhs_t": ta,
                "rhs_t": tb, "gflops": gf}
         if "blas" in gf:

@@ -50,10 +50,6 @@ CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
 DECLARATIONS = r"""
 #ifndef HFLIB_BLAS_DECLS
 #define HFLIB_BLAS_DECLS
-#include <stdint.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 /* Set by hlofuse when the library is loaded (cpu/library/blas.py): OpenBLAS's CBLAS entry points
    from the scipy-openblas32 wheel, or 0, in which case the dots run hflib_gemm_*. */
 typedef void (*hf_blas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
@@ -71,44 +67,11 @@ hf_blas_dgemm_fn hf_blas_dgemm = 0;
 hf_blas_sgemm_batch_fn hf_blas_sgemm_batch = 0;
 hf_blas_dgemm_batch_fn hf_blas_dgemm_batch = 0;
 
-/* How a dot is cut into tasks for the threads (OpenBLAS itself runs single-threaded): batch
-   items first, then row (or, for few rows, column) blocks of multiples of 16, at most 4 tasks
-   per thread and at least HFLIB_TASK_WORK multiply-adds each. Tasks are handed out
-   dynamically, so a thread the OS has descheduled delays only the task it holds. */
-enum { HFLIB_TASK_WORK = 1 << 19 };
-typedef struct { int64_t bt, mt, nt, mc, nc; } hflib_split;
-static hflib_split hflib_dot_split(int64_t batch, int64_t M, int64_t N, int64_t K,
-                                   double parallel_work) {
-    hflib_split s = {1, 1, 1, M, N};
-    const double work = (double)batch * M * N * K;
-    int threads = 1;
-#ifdef _OPENMP
-    if (work >= parallel_work) threads = omp_get_max_threads();
-#endif
-    double want = work / HFLIB_TASK_WORK;
-    if (want > 4.0 * threads) want = 4.0 * threads;
-    int64_t tasks = threads > 1 && want > 1 ? (int64_t)want : 1;
-    s.bt = batch < tasks ? batch : tasks;
-    int64_t rest = (tasks + s.bt - 1) / s.bt;
-    if (rest > 1) {
-        if (M >= N) {
-            int64_t blocks = (M + 15) / 16;
-            s.mt = rest < blocks ? rest : blocks;
-            s.mc = ((M + s.mt - 1) / s.mt + 15) / 16 * 16;
-            s.mt = (M + s.mc - 1) / s.mc;
-        } else {
-            int64_t blocks = (N + 15) / 16;
-            s.nt = rest < blocks ? rest : blocks;
-            s.nc = ((N + s.nt - 1) / s.nt + 15) / 16 * 16;
-            s.nt = (N + s.nc - 1) / s.nc;
-        }
-    }
-    return s;
-}
 #endif
 """
 
-# The task driver per element type: c[batch][M][N] = a x b through the bound BLAS.
+# The task driver per element type: c[batch][M][N] = a x b through the bound BLAS, cut into
+# tasks by `hflib_dot_split` (gemm.py, which is always emitted first).
 _DRIVER = r"""
 #ifndef HFLIB_BLAS_{S}
 #define HFLIB_BLAS_{S}
