@@ -179,21 +179,31 @@ def kernel_class(kernel: str, kind: str) -> str:
     return "elementwise"
 
 
-def profile_case(case: Case, top: int = 8) -> dict[str, Any]:
-    prof = case.exe.profile(*case.flat, repeat=5)
-    rows = prof.sorted_rows()
-    total = prof.kernel_ns or 1
+def profile_case(case: Case, top: int = 8, runs: int = 7) -> dict[str, Any]:
+    """hlofuse's per-kernel profile: each kernel's best time per call over `runs` profiled runs
+    (on a loaded machine the best run of a kernel is the one the OS did not interrupt)."""
+    best: dict[str, Any] = {}
+    wall = math.inf
+    for _ in range(runs):
+        prof = case.exe.profile(*case.flat)
+        wall = min(wall, prof.wall_ns)
+        for r in prof.rows:
+            if r.calls and (r.kernel not in best or r.ns_per_call < best[r.kernel][0]):
+                best[r.kernel] = (r.ns_per_call, r)
+    rows = sorted(best.values(), key=lambda x: -x[0] * x[1].calls)
+    total = sum(ns * r.calls for ns, r in rows) or 1.0
     by_class: dict[str, float] = {}
-    for r in rows:
+    for ns, r in rows:
         c = kernel_class(r.kernel, r.kind)
-        by_class[c] = by_class.get(c, 0.0) + r.total_ns / total
+        by_class[c] = by_class.get(c, 0.0) + ns * r.calls / total
     return {
-        "wall_ms": prof.wall_ns / 1e6 / prof.repeat,
-        "kernel_ms": prof.kernel_ns / 1e6 / prof.repeat,
+        "wall_ms": wall / 1e6,
+        "kernel_ms": total / 1e6,
         "share_by_class": by_class,
         "top": [{"kernel": r.kernel, "kind": r.kind, "class": kernel_class(r.kernel, r.kind),
-                 "calls_per_run": r.calls / prof.repeat, "us_per_call": r.ns_per_call / 1e3,
-                 "share": r.total_ns / total, "gb_per_s": r.gb_per_s} for r in rows[:top]],
+                 "calls_per_run": r.calls, "us_per_call": ns / 1e3,
+                 "share": ns * r.calls / total,
+                 "gb_per_s": r.bytes_per_call / ns if ns else 0.0} for ns, r in rows[:top]],
     }
 
 
@@ -283,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="samples per peer (default 7)")
     ap.add_argument("--min-ms", type=float, default=None, help="length of a sample")
     ap.add_argument("--gemm", choices=("default", "both"), default="both")
-    ap.add_argument("--conditions", nargs="*", default=list(CONDITIONS), choices=CONDITIONS)
+    ap.add_argument("--conditions", nargs="*", default=list(CONDITIONS), choices=CONDITIONS,
+                    help="conditions to time (none: only check, and --profile)")
     ap.add_argument("--profile", action="store_true", help="per-kernel profiles (quiet)")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--out", default=None, help="results name (default dl or dl_quick)")
@@ -330,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_before_after": [load_before, os.getloadavg()],
         "wall_s": time.perf_counter() - t_start,
     }
-    text = table(rows, peers)
+    text = table(rows, peers) if peers else ""
     name = args.out or ("dl_quick" if args.quick else "dl")
     out = harness.save(name, {**info, "table": text, "rows": rows}, args.results_dir)
     print(text)

@@ -8,9 +8,18 @@ when its batch, free and contracting dimensions each flatten to one stride (dime
 1 are ignored); otherwise, or when its element type is not the accumulator type, it is first
 copied (transposed and converted) into a canonical scratch buffer.
 
-The GEMM is BLIS-shaped: B is packed into KC x NR panels, A (per thread) into MR x KC panels, and
-an MR x NR micro-kernel written with GCC/clang vector extensions keeps its accumulators in
-registers (NR = two SIMD vectors). OpenMP splits the M blocks when M*N*K >= PARALLEL_WORK.
+f32 and f64 accumulators (f16/bf16 operands are converted to f32 first) go to OpenBLAS when
+`blas.py` has bound it (the scipy-openblas32 wheel, through function pointers; the rule for when
+is there), else to our GEMM; integer accumulators always to ours. Both run through one task
+split (`hflib_dot_split`): below PARALLEL_WORK multiply-adds one task, else batch items, then
+row or column blocks, handed out dynamically to the threads (OpenBLAS runs single-threaded).
+
+Our GEMM is BLIS-shaped: B packed into KC x NR panels, A into MR x KC panels (per thread, in
+scratch allocated before the threads start), and micro-kernels of 2, 4, 6 (MR) or 8 rows x NR
+columns (two SIMD vectors, GCC/clang vector extensions) keep their accumulators in registers and
+store whole tiles as vectors. Operands that few panels reuse (small M, narrow N, small B) are
+read where they are instead of packed. Single-threaded it reaches 0.88-1.1x OpenBLAS's
+AVX-512 kernels on the shapes of benchmarks/gemm.py (docs/cpu-backend.md, "Dots").
 
 Accumulation, against the interpreter (which contracts floats in f64 and integers in 64 bits):
 * f32/f16/bf16 results accumulate in float (FMA where the CPU has it), f64 in double; f16/bf16
@@ -34,7 +43,7 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape
 
-PARALLEL_WORK = 1_000_000  # M*N*K per batch from which the M blocks run on several threads
+PARALLEL_WORK = 1_000_000  # batch*M*N*K from which a dot is cut into tasks for several threads
 
 # Accumulator: (C type, helper suffix) by result kind.
 _ACC = {"f64": ("double", "f64"), "f32": ("float", "f32"), "u32": ("uint32_t", "u32"),
