@@ -17,7 +17,7 @@ Peers: `--gemm both` (the default) adds hlofuse with the GEMM it does not use by
 bound by hand; torch.compile is not included (no torch version of the flax programs).
 
     python benchmarks/dl.py [--quick] [--only NAME ...] [--repeat 7] [--gemm default|both]
-                            [--profile] [--no-plot]
+                            [--conditions quiet busy] [--profile] [--no-plot] [--update-readme]
 
 Writes results/dl.json (results/dl_quick.json with --quick) and results/dl.png. `--profile`
 adds hlofuse's per-kernel profile (quiet) of every program, its top kernels by class (dot,
@@ -283,6 +283,23 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def update_readme(text: str, info: dict[str, Any], m: dict[str, Any]) -> None:
+    path = HERE / "README.md"
+    readme = path.read_text()
+    begin, end = "<!-- dl-table:begin -->", "<!-- dl-table:end -->"
+    if begin not in readme or end not in readme:
+        return
+    load = " / ".join(", ".join(f"{x:.1f}" for x in la) for la in info["load_before_after"])
+    head = (f"Latest run: {m['cpu']}, {m['cores']} cores; {m['date']}; hlofuse "
+            f"{m.get('hlofuse_commit')}, jax {m.get('jax')}; dots: {info['default_gemm']}; "
+            f"best of {info['repeat']} interleaved samples of >= {info['min_sample_s'] * 1e3:.0f}"
+            f" ms; load average before/after {load}; whole run {info['wall_s']:.0f} s. "
+            "Times in ms; \"vs jax.jit\" = jax.jit time / hlofuse time.")
+    a, rest = readme.split(begin, 1)
+    _, b = rest.split(end, 1)
+    path.write_text(f"{a}{begin}\n{head}\n\n{text}\n{end}{b}")
+
+
 # ----- main ---------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="conditions to time (none: only check, and --profile)")
     ap.add_argument("--profile", action="store_true", help="per-kernel profiles (quiet)")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--update-readme", action="store_true",
+                    help="rewrite the table in benchmarks/README.md (between its dl-table marks)")
     ap.add_argument("--out", default=None, help="results name (default dl or dl_quick)")
     ap.add_argument("--results-dir", default=None)
     args = ap.parse_args(argv)
@@ -336,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeat": repeat, "min_sample_s": min_s, "quick": args.quick,
         "blas": None if found is None else {"name": found.name, "version": found.version,
                                             "corename": found.corename},
-        "default_gemm": "own" if blas.active() is None else "OpenBLAS",
+        "default_gemm": "own GEMM" if blas.active() is None else "OpenBLAS",
         "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")},
         "load_before_after": [load_before, os.getloadavg()],
         "wall_s": time.perf_counter() - t_start,
@@ -349,10 +368,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_plot and all(c in rows[0]["time_s"] for c in CONDITIONS):
         png = out.with_suffix(".png")
         m = harness.machine()
-        plot(rows, png, f"{m['cpu']}, {m['cores']} cores; hlofuse {m.get('hlofuse_commit')}, "
-             f"jax {m.get('jax')}; BLAS: "
-             f"{info['blas']['corename'] if info['blas'] else 'own GEMM'}")
+        gemm = info["default_gemm"] + (f" (OpenBLAS kernels: {info['blas']['corename']})"
+                                       if info["blas"] else "")
+        load = ", ".join(f"{x:.1f}" for x in info["load_before_after"][0])
+        plot(rows, png, f"{m['cpu']}, {m['cores']} cores, load average before {load}; "
+             f"hlofuse {m.get('hlofuse_commit')}, jax {m.get('jax')}; dots: {gemm}")
         print(f"wrote {png}")
+    if args.update_readme and text:
+        update_readme(text, info, harness.machine())
     if args.profile:
         for row in rows:
             pr = row["profile"]
