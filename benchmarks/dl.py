@@ -273,6 +273,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax2.bar_label(bars, fmt="%.2f", fontsize=7)
     ax2.axhline(1.0, color="black", lw=0.8)
     ax2.axhline(2.0, color="grey", lw=0.8, ls="--")
+    ax2.set_yscale("log")
     ax2.set_ylabel("busy time / quiet time")
     ax2.set_title("slowdown with one core busy")
     ax2.set_xticks(x, names, rotation=35, ha="right", fontsize=8)
@@ -281,6 +282,25 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def title(info: dict[str, Any], m: dict[str, Any]) -> str:
+    gemm = info["default_gemm"] + (f" (OpenBLAS kernels: {info['blas']['corename']})"
+                                   if info["blas"] else "")
+    load = ", ".join(f"{x:.1f}" for x in info["load_before_after"][0])
+    env = "".join(f"; {k}={v}" for k, v in sorted(info.get("env", {}).items()))
+    return (f"{m['cpu']}, {m['cores']} cores, load average before {load}; hlofuse "
+            f"{m.get('hlofuse_commit')}, jax {m.get('jax')}; dots: {gemm}{env}")
+
+
+def replot(path: Path) -> int:
+    import json
+
+    data = json.loads(path.read_text())
+    png = path.with_suffix(".png")
+    plot(data["rows"], png, title(data, data["machine"]))
+    print(f"wrote {png}")
+    return 0
 
 
 def update_readme(text: str, info: dict[str, Any], m: dict[str, Any]) -> None:
@@ -314,11 +334,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="conditions to time (none: only check, and --profile)")
     ap.add_argument("--profile", action="store_true", help="per-kernel profiles (quiet)")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--replot", metavar="JSON", help="only redraw the plot of a results file")
     ap.add_argument("--update-readme", action="store_true",
                     help="rewrite the table in benchmarks/README.md (between its dl-table marks)")
     ap.add_argument("--out", default=None, help="results name (default dl or dl_quick)")
     ap.add_argument("--results-dir", default=None)
     args = ap.parse_args(argv)
+    if args.replot:
+        return replot(Path(args.replot))
     repeat = args.repeat or (3 if args.quick else 7)
     min_s = (args.min_ms or (20 if args.quick else 50)) / 1e3
     progs = [p for p in dl_programs.PROGRAMS
@@ -357,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                                             "corename": found.corename},
         "default_gemm": "own GEMM" if blas.active() is None else "OpenBLAS",
         "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")},
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "HLOFUSE_"))},
         "load_before_after": [load_before, os.getloadavg()],
         "wall_s": time.perf_counter() - t_start,
     }
@@ -367,12 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {out}")
     if not args.no_plot and all(c in rows[0]["time_s"] for c in CONDITIONS):
         png = out.with_suffix(".png")
-        m = harness.machine()
-        gemm = info["default_gemm"] + (f" (OpenBLAS kernels: {info['blas']['corename']})"
-                                       if info["blas"] else "")
-        load = ", ".join(f"{x:.1f}" for x in info["load_before_after"][0])
-        plot(rows, png, f"{m['cpu']}, {m['cores']} cores, load average before {load}; "
-             f"hlofuse {m.get('hlofuse_commit')}, jax {m.get('jax')}; dots: {gemm}")
+        plot(rows, png, title(info, harness.machine()))
         print(f"wrote {png}")
     if args.update_readme and text:
         update_readme(text, info, harness.machine())
