@@ -14,7 +14,10 @@ For each program:
    it) and stops it afterwards.
 Peers: `--gemm both` (the default) adds hlofuse with the GEMM it does not use by default
 (`blas.active()`: OpenBLAS, or our own when OpenBLAS's kernels are narrower than the CPU)
-bound by hand; torch.compile is not included (no torch version of the flax programs).
+bound by hand. torch.compile runs the programs that have a torch version (softmax, the
+layernorms, the GELU MLP, attention: not the flax/optax ones) where torch is installed
+(`pip install torch==2.13.0`, the CPU wheel; not with --quick or --no-torch), checked against
+jax.jit like hlofuse.
 
     python benchmarks/dl.py [--quick] [--only NAME ...] [--repeat 7] [--gemm default|both]
                             [--conditions quiet busy] [--profile] [--no-plot] [--update-readme]
@@ -90,7 +93,7 @@ def _sampled(fn: Callable[[], Any], n: int) -> Callable[[], None]:
 class Case:
     """A program compiled by hlofuse and jax.jit, its inputs, and the callables to time."""
 
-    def __init__(self, p: dl_programs.Program) -> None:
+    def __init__(self, p: dl_programs.Program, with_torch: bool) -> None:
         import jax
 
         self.p = p
@@ -108,6 +111,20 @@ class Case:
         self.dev = jax.device_put(args)
         self.lib = self.exe._native._lib if self.exe._native is not None else None
         self.kernels = len(self.exe._native.program.kernels) if self.exe._native else 0
+        self.torch: Callable[[], Any] | None = None
+        if with_torch and p.torch_fn is not None:
+            import torch
+
+            tensors = [torch.from_numpy(a.copy()) for a in self.flat]
+            compiled = torch.compile(p.torch_fn)
+
+            def run_torch() -> Any:
+                with torch.inference_mode():
+                    return compiled(*tensors)
+            t4 = time.perf_counter()
+            run_torch()  # compiles
+            self.compile_s["torch.compile"] = time.perf_counter() - t4
+            self.torch = run_torch
 
     def hlofuse(self) -> Any:
         return self.exe(*self.flat)
@@ -147,6 +164,10 @@ class Case:
                                        err_msg=f"{self.p.name}: hlofuse vs jax.jit")
             if g64.size:
                 worst = max(worst, float(np.max(np.abs(g64 - w64))))
+        if self.torch is not None:
+            np.testing.assert_allclose(self.torch().numpy(), np.asarray(want[0]),
+                                       rtol=self.p.rtol, atol=self.p.atol,
+                                       err_msg=f"{self.p.name}: torch.compile vs jax.jit")
         return {"outputs": len(got), "max_abs_err": worst, "atol": self.p.atol,
                 "rtol": self.p.rtol}
 
@@ -157,6 +178,8 @@ class Case:
                 out["hlofuse (OpenBLAS)"] = self.hlofuse_openblas
             else:
                 out["hlofuse (own GEMM)"] = self.hlofuse_own_gemm
+        if self.torch is not None:
+            out["torch.compile"] = self.torch
         return out
 
 
@@ -333,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conditions", nargs="*", default=list(CONDITIONS), choices=CONDITIONS,
                     help="conditions to time (none: only check, and --profile)")
     ap.add_argument("--profile", action="store_true", help="per-kernel profiles (quiet)")
+    ap.add_argument("--no-torch", action="store_true",
+                    help="no torch.compile peers (default: where torch is installed)")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--replot", metavar="JSON", help="only redraw the plot of a results file")
     ap.add_argument("--update-readme", action="store_true",
@@ -351,11 +376,20 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     load_before = os.getloadavg()
     found = blas.find()
+    with_torch = False
+    if not args.no_torch and not args.quick:
+        try:
+            import torch
+
+            with_torch = True
+            torch_version = torch.__version__
+        except ImportError:
+            pass
     cases: list[Case] = []
     rows: list[dict[str, Any]] = []
     for p in progs:
         print(f"compiling {p.name} ...", file=sys.stderr, flush=True)
-        case = Case(p)
+        case = Case(p, with_torch)
         row: dict[str, Any] = {"program": p.name, "kernels": case.kernels,
                                "compile_s": case.compile_s, "check": case.check(),
                                "time_s": {}}
@@ -379,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         "blas": None if found is None else {"name": found.name, "version": found.version,
                                             "corename": found.corename},
         "default_gemm": "own GEMM" if blas.active() is None else "OpenBLAS",
+        "torch": torch_version if with_torch else None,
         "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")},
         "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "HLOFUSE_"))},
         "load_before_after": [load_before, os.getloadavg()],

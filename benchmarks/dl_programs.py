@@ -36,6 +36,7 @@ class Program:
     rtol: float = 1e-4
     quick: bool = True  # part of --quick
     note: str = ""
+    torch_fn: Callable[..., Any] | None = None  # the same program on torch tensors, if written
 
 
 def _rng(seed: int) -> np.random.Generator:
@@ -226,14 +227,55 @@ def _adamw_args() -> tuple[Any, ...]:
     return params, state, grads
 
 
+# ----- the same programs in torch (torch.compile peers; torch is optional) -------------------
+
+def torch_softmax(x: Any) -> Any:
+    import torch
+
+    return torch.softmax(x, dim=-1)
+
+
+def _torch_layernorm(x: Any, g: Any, b: Any) -> Any:
+    import torch
+
+    mean = x.mean(dim=-1, keepdim=True)
+    var = (x - mean).square().mean(dim=-1, keepdim=True)
+    return (x - mean) * torch.rsqrt(var + 1e-5) * g + b
+
+
+def torch_layernorm(x: Any, g: Any, b: Any) -> Any:
+    return _torch_layernorm(x, g, b)
+
+
+def torch_layernorm_gelu(x: Any, g: Any, b: Any) -> Any:
+    import torch
+
+    return torch.nn.functional.gelu(_torch_layernorm(x, g, b), approximate="tanh")
+
+
+def torch_gelu_mlp(x: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> Any:
+    import torch
+
+    return torch.nn.functional.gelu(x @ w1 + b1, approximate="tanh") @ w2 + b2
+
+
+def torch_attention(q: Any, k: Any, v: Any) -> Any:
+    import torch
+
+    s = (q @ k.transpose(-1, -2)) / float(np.sqrt(q.shape[-1]))
+    mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+    return torch.softmax(torch.where(mask, s, -1e9), dim=-1) @ v
+
+
 STEP_TOL = {"atol": 3 * LR, "rtol": 1e-3}
 
 PROGRAMS: list[Program] = [
-    Program("softmax", softmax, lambda: (_f32(_rng(7), 512, 384),), atol=1e-6, rtol=1e-4),
-    Program("layernorm", layernorm, _rows_args),
-    Program("layernorm_gelu", layernorm_gelu, _rows_args),
-    Program("gelu_mlp", gelu_mlp, _mlp_args),
-    Program("attention", attention, _attention_args),
+    Program("softmax", softmax, lambda: (_f32(_rng(7), 512, 384),), atol=1e-6, rtol=1e-4,
+            torch_fn=torch_softmax),
+    Program("layernorm", layernorm, _rows_args, torch_fn=torch_layernorm),
+    Program("layernorm_gelu", layernorm_gelu, _rows_args, torch_fn=torch_layernorm_gelu),
+    Program("gelu_mlp", gelu_mlp, _mlp_args, torch_fn=torch_gelu_mlp),
+    Program("attention", attention, _attention_args, torch_fn=torch_attention),
     Program("flax_mlp_forward", mlp_forward, _mlp_forward_args),
     Program("flax_mlp_train_step", mlp_train_step, _mlp_train_args, **STEP_TOL),
     Program("optax_adamw_update", adamw_update, _adamw_args, atol=1e-6, rtol=1e-5),
