@@ -193,6 +193,21 @@ def test_installed_openblas_is_bound_and_correct() -> None:
         blas.bind(lib)
 
 
+def test_missing_wheel_means_own_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy_openblas32", None)  # import raises ImportError
+    monkeypatch.delenv("HLOFUSE_BLAS", raising=False)
+    blas.find.cache_clear()
+    blas.active.cache_clear()
+    try:
+        assert blas.find() is None and blas.active() is None
+    finally:
+        monkeypatch.undo()
+        blas.find.cache_clear()
+        blas.active.cache_clear()
+
+
 @pytest.mark.parametrize(("corename", "host", "setting", "uses_blas"), [
     ("SkylakeX", 64, "", True),
     ("Haswell", 64, "", False),     # forced to narrower kernels than the CPU has: own GEMM
