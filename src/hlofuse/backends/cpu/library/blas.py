@@ -1,10 +1,12 @@
-"""The optional BLAS behind f32/f64 dots: OpenBLAS from the `scipy-openblas32` wheel.
+"""The BLAS behind f32/f64 dots: OpenBLAS from the `scipy-openblas32` wheel, when it is used.
 
     generated C                                   this module, when a library is loaded
     ───────────                                   ──────────────────────────────────────
     hf_blas_sgemm_fn hf_blas_sgemm = 0;    ◀────  bind(lib): the wheel's scipy_cblas_sgemm
-    if (hf_blas_sgemm) hf_blas_sgemm(...);        (and dgemm, the batch_strided forms), or 0
-    else hflib_gemm_f32(...);                     when no BLAS is installed or it is turned off
+    if (hf_blas_sgemm) hflib_blas_f32(...);       (and dgemm, the batch_strided forms), or 0
+    else hflib_gemm_f32(...);                     when no BLAS is installed or it is not used
+                                                  (`active`)
+    hflib_blas_f32: the dot cut into tasks, each one single-threaded OpenBLAS call
 
 Why function pointers and not linking: the generated C, and so the compiled library and its
 cache key, do not depend on whether or which BLAS is installed. Nothing is linked, no system
@@ -22,7 +24,7 @@ Conditions:
   `false`) never uses the BLAS, `HLOFUSE_BLAS=1` (or `on`, `force`) always does when it is
   installed; unset, the BLAS is used unless the kernel set OpenBLAS picked when it loaded is
   narrower than this CPU's vectors (`OPENBLAS_CORETYPE=Haswell` on an AVX-512 machine: our
-  GEMM, compiled for the CPU, is then 1.5-1.7x faster on medium shapes; docs/cpu-backend.md).
+  GEMM, compiled for the CPU, is then 1.5-3.3x faster; docs/cpu-backend.md, "Dots").
 - A call goes to the BLAS only when every extent, leading dimension and batch stride fits in
   32 bits, every extent is positive, and each operand is row- or column-major in its two
   dimensions (`layout`); otherwise the generated code calls our GEMM directly.
