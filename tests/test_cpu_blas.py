@@ -174,7 +174,8 @@ def test_installed_openblas_is_bound_and_correct() -> None:
         pytest.skip("HLOFUSE_BLAS turns the BLAS off")
     found = blas.find()
     assert found is not None and found.addresses["hf_blas_sgemm"]
-    module = parse(_module("3,40,70", "3,70,50", "3,40,50",
+    # large enough (8.4e6 multiply-adds) to be cut into tasks that call OpenBLAS concurrently
+    module = parse(_module("4,130,120", "4,120,135", "4,130,135",
                            "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
                            "rhs_contracting_dims={1}"))
     exe = hlofuse.compile(module, pipeline="none", backend="cpu")
@@ -183,8 +184,8 @@ def test_installed_openblas_is_bound_and_correct() -> None:
     pointer = ctypes.c_void_p.in_dll(lib, "hf_blas_sgemm").value
     assert pointer == (used.addresses["hf_blas_sgemm"] if used is not None else None)
     rng = np.random.default_rng(1)
-    args = [rng.uniform(-1, 1, (3, 40, 70)).astype(np.float32),
-            rng.uniform(-1, 1, (3, 70, 50)).astype(np.float32)]
+    args = [rng.uniform(-1, 1, (4, 130, 120)).astype(np.float32),
+            rng.uniform(-1, 1, (4, 120, 135)).astype(np.float32)]
     want = interpreter.run(module, *args)[0]
     assert blas.bind(lib, found)  # the real OpenBLAS, whatever `active` decided
     try:
