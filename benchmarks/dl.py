@@ -316,13 +316,27 @@ def title(info: dict[str, Any], m: dict[str, Any]) -> str:
             f"{m.get('hlofuse_commit')}, jax {m.get('jax')}; dots: {gemm}{env}")
 
 
-def replot(path: Path) -> int:
+def all_peers(rows: list[dict[str, Any]]) -> list[str]:
+    peers: list[str] = []
+    for r in rows:
+        for t in r["time_s"].values():
+            peers += [p for p in t if p not in peers]
+    return peers
+
+
+def replot(path: Path, readme: bool) -> int:
+    """Redraw the plot (and the table; with `readme`, README's) from a results file."""
     import json
 
     data = json.loads(path.read_text())
     png = path.with_suffix(".png")
     plot(data["rows"], png, title(data, data["machine"]))
     print(f"wrote {png}")
+    data["table"] = table(data["rows"], all_peers(data["rows"]))
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(data["table"])
+    if readme:
+        update_readme(data["table"], data, data["machine"])
     return 0
 
 
@@ -366,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results-dir", default=None)
     args = ap.parse_args(argv)
     if args.replot:
-        return replot(Path(args.replot))
+        return replot(Path(args.replot), args.update_readme)
     repeat = args.repeat or (3 if args.quick else 7)
     min_s = (args.min_ms or (20 if args.quick else 50)) / 1e3
     progs = [p for p in dl_programs.PROGRAMS
@@ -402,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             for case, row in zip(cases, rows, strict=True):
                 print(f"timing {case.p.name} ({cond}) ...", file=sys.stderr, flush=True)
                 row["time_s"][cond] = time_case(case, args.gemm, repeat, min_s)
-                peers = list(row["time_s"][cond])
+                peers += [p for p in row["time_s"][cond] if p not in peers]
     if args.profile:
         for case, row in zip(cases, rows, strict=True):
             row["profile"] = profile_case(case)
