@@ -17,7 +17,7 @@ import pytest
 
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu import build, cexpr, library
-from hlofuse.backends.cpu.library import scalar
+from hlofuse.backends.cpu.library import blas, scalar
 from hlofuse.errors import CompileError
 from hlofuse.ir.shape import ArrayShape, leaves
 from hlofuse.text import parse
@@ -111,6 +111,55 @@ DOT_CASES = [
     _dot("dot_bf16_to_f32", "bf16[8,30]", "bf16[30,5]", "f32[8,5]",
          "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
          [_rand((8, 30), "f4", 29).astype(BF16), _rand((30, 5), "f4", 30).astype(BF16)]),
+    # the shapes of real programs: small M, transposed operands (backward passes), batches
+    _dot("dot_small_m", "f32[8,128]", "f32[128,200]", "f32[8,200]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((8, 128), "f4", 31), _rand((128, 200), "f4", 32)], rtol=1e-4, atol=1e-4),
+    _dot("dot_weight_grad", "f32[70,24]", "f32[70,40]", "f32[24,40]",  # x^T g: lhs transposed
+         "lhs_contracting_dims={0}, rhs_contracting_dims={0}",
+         [_rand((70, 24), "f4", 33), _rand((70, 40), "f4", 34)], rtol=1e-4, atol=1e-4),
+    _dot("dot_input_grad", "f32[13,40]", "f32[24,40]", "f32[13,24]",  # g W^T: rhs transposed
+         "lhs_contracting_dims={1}, rhs_contracting_dims={1}",
+         [_rand((13, 40), "f4", 35), _rand((24, 40), "f4", 36)], rtol=1e-4, atol=1e-4),
+    _dot("dot_both_transposed", "f32[30,9]", "f32[11,30]", "f32[9,11]",
+         "lhs_contracting_dims={0}, rhs_contracting_dims={1}",
+         [_rand((30, 9), "f4", 37), _rand((11, 30), "f4", 38)], rtol=1e-4, atol=1e-4),
+    # attention scores q k^T per (batch, head) and the weighted sum p v
+    _dot("dot_batch_scores", "f32[6,16,8]", "f32[6,16,8]", "f32[6,16,16]",
+         "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+         "rhs_contracting_dims={2}",
+         [_rand((6, 16, 8), "f4", 39), _rand((6, 16, 8), "f4", 40)], rtol=1e-4, atol=1e-4),
+    _dot("dot_batch_two_dims", "f32[2,3,16,16]", "f32[2,3,16,8]", "f32[2,3,16,8]",
+         "lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, "
+         "rhs_contracting_dims={2}",
+         [_rand((2, 3, 16, 16), "f4", 41), _rand((2, 3, 16, 8), "f4", 42)], rtol=1e-4,
+         atol=1e-4),
+    # batch dimension not leading: strided operands (no BLAS layout), batch of a transposed lhs
+    _dot("dot_batch_middle", "f32[16,4,8]", "f32[4,8,5]", "f32[4,16,5]",
+         "lhs_batch_dims={1}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+         "rhs_contracting_dims={1}",
+         [_rand((16, 4, 8), "f4", 43), _rand((4, 8, 5), "f4", 44)], rtol=1e-4, atol=1e-4),
+    _dot("dot_batch_lhs_transposed", "f32[3,20,7]", "f32[3,20,5]", "f32[3,7,5]",
+         "lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, "
+         "rhs_contracting_dims={1}",
+         [_rand((3, 20, 7), "f4", 45), _rand((3, 20, 5), "f4", 46)], rtol=1e-4, atol=1e-4),
+    _dot("dot_f64_batch_transposed", "f64[4,9,30]", "f64[4,12,30]", "f64[4,9,12]",
+         "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+         "rhs_contracting_dims={2}",
+         [_rand((4, 9, 30), "f8", 47), _rand((4, 12, 30), "f8", 48)], rtol=1e-12,
+         atol=1e-12),
+    # integer tiles of every height: 8 rows (one 8-row panel where vectors are 64 bytes), 7
+    _dot("dot_s32_eight_rows", "s32[8,50]", "s32[50,40]", "s32[8,40]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((8, 50), "i4", 51, -1000, 1000), _rand((50, 40), "i4", 52, -1000, 1000)],
+         rtol=0),
+    _dot("dot_s64_seven_rows_transposed", "s64[30,7]", "s64[9,30]", "s64[7,9]",
+         "lhs_contracting_dims={0}, rhs_contracting_dims={1}",
+         [_rand((30, 7), "i8", 53, -(2**40), 2**40), _rand((9, 30), "i8", 54, -(2**40), 2**40)],
+         rtol=0),
+    _dot("dot_one_row_one_col", "f32[1,50]", "f32[50,1]", "f32[1,1]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         [_rand((1, 50), "f4", 49), _rand((50, 1), "f4", 50)], rtol=1e-5, atol=1e-5),
 ]
 
 
@@ -337,6 +386,27 @@ def test_matches_interpreter(compiled: ctypes.CDLL, i: int) -> None:
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype
+        if case.rtol == 0 and case.atol == 0:
+            np.testing.assert_array_equal(_bits(g), _bits(w))
+        else:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
+                                       rtol=case.rtol, atol=case.atol)
+
+
+DOT_INDICES = [i for i, c in enumerate(CASES) if c.name.startswith("dot_")]
+
+
+@pytest.mark.parametrize("i", DOT_INDICES, ids=[CASES[i].name for i in DOT_INDICES])
+def test_dot_own_gemm_matches_interpreter(compiled: ctypes.CDLL, i: int) -> None:
+    """With the BLAS pointers null, every dot runs our own GEMM (the fallback) correctly."""
+    case = CASES[i]
+    blas.unbind(compiled)
+    try:
+        got = _run(compiled, i, case)
+    finally:
+        blas.bind(compiled)
+    want = interpreter.run(case.module, *case.inputs)
+    for g, w in zip(got, want, strict=True):
         if case.rtol == 0 and case.atol == 0:
             np.testing.assert_array_equal(_bits(g), _bits(w))
         else:

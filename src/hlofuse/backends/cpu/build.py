@@ -26,6 +26,8 @@ Conditions this module enforces:
   loaded only if its bytes match the digest kept in its `.digest` entry. Writes are atomic
   (temporary name, then `os.replace`), library first: concurrent processes never load a
   half-written library, and a damaged entry of any kind is rebuilt.
+- A loaded library's BLAS entry points (`library/blas.py`: function pointers, never linked) are
+  set once, when it is loaded; the generated C and so the cache key do not depend on the BLAS.
 - A compile failure raises `CCompileError` with the compiler's message and the path of the C file,
   which is kept for inspection.
 """
@@ -270,6 +272,9 @@ def load_library(
         break
     if lib is None:
         raise CompileError(f"no usable cache directory to build {name} in")
+    from hlofuse.backends.cpu.library import blas
+
+    blas.bind(lib)  # a float dot's BLAS pointers (none: it runs our own GEMM)
     _LOADED[key] = lib
     return lib
 

@@ -8,9 +8,18 @@ when its batch, free and contracting dimensions each flatten to one stride (dime
 1 are ignored); otherwise, or when its element type is not the accumulator type, it is first
 copied (transposed and converted) into a canonical scratch buffer.
 
-The GEMM is BLIS-shaped: B is packed into KC x NR panels, A (per thread) into MR x KC panels, and
-an MR x NR micro-kernel written with GCC/clang vector extensions keeps its accumulators in
-registers (NR = two SIMD vectors). OpenMP splits the M blocks when M*N*K >= PARALLEL_WORK.
+f32 and f64 accumulators (f16/bf16 operands are converted to f32 first) go to OpenBLAS when
+`blas.py` has bound it (the scipy-openblas32 wheel, through function pointers; the rule for when
+is there), else to our GEMM; integer accumulators always to ours. Both run through one task
+split (`hflib_dot_split`): below PARALLEL_WORK multiply-adds one task, else batch items, then
+row or column blocks, handed out dynamically to the threads (OpenBLAS runs single-threaded).
+
+Our GEMM is BLIS-shaped: B packed into KC x NR panels, A into MR x KC panels (per thread, in
+scratch allocated before the threads start), and micro-kernels of 2, 4, 6 (MR) or 8 rows x NR
+columns (two SIMD vectors, GCC/clang vector extensions) keep their accumulators in registers and
+store whole tiles as vectors. Operands that few panels reuse (small M, narrow N, small B) are
+read where they are instead of packed. Single-threaded it reaches 0.88-1.1x OpenBLAS's
+AVX-512 kernels on the shapes of benchmarks/gemm.py (docs/cpu-backend.md, "Dots").
 
 Accumulation, against the interpreter (which contracts floats in f64 and integers in 64 bits):
 * f32/f16/bf16 results accumulate in float (FMA where the CPU has it), f64 in double; f16/bf16
@@ -27,17 +36,62 @@ import math
 
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
+from hlofuse.backends.cpu.library import blas
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.backends.kernel_ir.naming import fresh
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape
 
-PARALLEL_WORK = 1_000_000  # M*N*K per batch from which the M blocks run on several threads
+PARALLEL_WORK = 1_000_000  # batch*M*N*K from which a dot is cut into tasks for several threads
 
 # Accumulator: (C type, helper suffix) by result kind.
 _ACC = {"f64": ("double", "f64"), "f32": ("float", "f32"), "u32": ("uint32_t", "u32"),
         "u64": ("uint64_t", "u64")}
+
+_SPLIT = r"""
+#ifndef HFLIB_DOT_SPLIT
+#define HFLIB_DOT_SPLIT
+#include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+/* How a dot is cut into tasks for the threads: batch items first, then row (or, for fewer rows
+   than columns, column) blocks of multiples of 16, at most 4 tasks per thread and about
+   HFLIB_TASK_WORK multiply-adds or more each; one task below `parallel_work`. Tasks are handed
+   out dynamically, so a thread the OS has descheduled delays only the task it holds. */
+enum { HFLIB_TASK_WORK = 1 << 19 };
+typedef struct { int64_t bt, mt, nt, mc, nc; } hflib_split;
+static hflib_split hflib_dot_split(int64_t batch, int64_t M, int64_t N, int64_t K,
+                                   double parallel_work) {
+    hflib_split s = {1, 1, 1, M, N};
+    const double work = (double)batch * M * N * K;
+    int threads = 1;
+#ifdef _OPENMP
+    if (work >= parallel_work) threads = omp_get_max_threads();
+#endif
+    double want = work / HFLIB_TASK_WORK;
+    if (want > 4.0 * threads) want = 4.0 * threads;
+    const int64_t tasks = threads > 1 && want > 1 ? (int64_t)want : 1;
+    s.bt = batch < tasks ? batch : tasks;
+    const int64_t rest = (tasks + s.bt - 1) / s.bt;
+    if (rest > 1) {
+        if (M >= N) {
+            const int64_t blocks = (M + 15) / 16;
+            s.mt = rest < blocks ? rest : blocks;
+            s.mc = ((M + s.mt - 1) / s.mt + 15) / 16 * 16;
+            s.mt = (M + s.mc - 1) / s.mc;
+        } else {
+            const int64_t blocks = (N + 15) / 16;
+            s.nt = rest < blocks ? rest : blocks;
+            s.nc = ((N + s.nt - 1) / s.nt + 15) / 16 * 16;
+            s.nt = (N + s.nc - 1) / s.nc;
+        }
+    }
+    return s;
+}
+#endif
+"""
 
 _GEMM_TEMPLATE = r"""
 #ifndef HFLIB_GEMM_{S}
@@ -53,101 +107,195 @@ _GEMM_TEMPLATE = r"""
 #endif
 #endif
 typedef {T} hflib_vec_{S} __attribute__((vector_size(HFLIB_VBYTES)));
+/* the same vector at any element-aligned address (rows of C, rows of an unpacked B) */
+typedef {T} hflib_uvec_{S} __attribute__((vector_size(HFLIB_VBYTES), aligned(sizeof({T}))));
 enum {{ HFLIB_VW_{S} = HFLIB_VBYTES / sizeof({T}),  /* lanes per vector */
         HFLIB_MR_{S} = 6, HFLIB_NR_{S} = 2 * HFLIB_VW_{S},  /* micro-tile */
         HFLIB_KC_{S} = 256, HFLIB_MC_{S} = 96, HFLIB_NC_{S} = 2048 }};  /* cache blocks */
 
-/* c[MR x NR] (=|+=) ap[kc x MR]^T * bp[kc x NR], storing only the mr x nr corner. */
+{TILES}
+/* c (m x n, row stride ldc) = a (m x K) * b (K x n), a(i, k) at a[i*sam + k*sak], b(k, j) at
+   b[k*sbk + j*sbn].
+   A is packed into MR-row panels (apack: MC*KC elements) unless it is row- or column-major and
+   few column panels reuse it: then row panels are read where they are (a ragged last panel is
+   packed). B is packed into NR-column panels (bpack: KC*NC elements) unless its rows are
+   contiguous and few row panels read it or it is small: then whole panels are read where they
+   are (a ragged last panel is packed). A ragged row panel of r < MR rows runs the tile of 2, 4
+   or 6 rows that covers it. */
 __attribute__((optimize("fp-contract=fast")))
-static inline void hflib_gemm_tile_{S}(int64_t kc, const {T} *restrict ap, const {T} *restrict bp,
-                                       {T} *restrict c, int64_t ldc, int64_t mr, int64_t nr,
-                                       int first) {{
-    enum {{ MR = HFLIB_MR_{S}, NR = HFLIB_NR_{S}, VW = HFLIB_VW_{S} }};
-    hflib_vec_{S} acc[MR][2];
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = (hflib_vec_{S}){{0}};
-    for (int64_t p = 0; p < kc; p++) {{
-        const hflib_vec_{S} b0 = *(const hflib_vec_{S} *)(bp + p * NR);
-        const hflib_vec_{S} b1 = *(const hflib_vec_{S} *)(bp + p * NR + VW);
-        for (int i = 0; i < MR; i++) {{
-            const hflib_vec_{S} a = (hflib_vec_{S}){{0}} + ap[p * MR + i];  /* broadcast */
-            acc[i][0] += a * b0;
-            acc[i][1] += a * b1;
-        }}
-    }}
-    {T} tile[MR][NR];
-    memcpy(tile, acc, sizeof tile);
-    for (int64_t i = 0; i < mr; i++)
-        for (int64_t j = 0; j < nr; j++)
-            c[i * ldc + j] = first ? tile[i][j] : c[i * ldc + j] + tile[i][j];
-}}
-
-/* c[batch][M][N] = a[batch][M][K] * b[batch][K][N], where element (m, k) of batch t of a is
-   a[t*sab + m*sam + k*sak] (likewise b); c is contiguous. */
-static void hflib_gemm_{S}(int64_t batch, int64_t M, int64_t N, int64_t K,
-                           const {T} *a, int64_t sab, int64_t sam, int64_t sak,
-                           const {T} *b, int64_t sbb, int64_t sbk, int64_t sbn, {T} *c) {{
+static void hflib_gemm_block_{S}(int64_t m, int64_t n, int64_t K, const {T} *a, int64_t sam,
+                                 int64_t sak, const {T} *b, int64_t sbk, int64_t sbn, {T} *c,
+                                 int64_t ldc, {T} *restrict apack, {T} *restrict bpack) {{
     enum {{ MR = HFLIB_MR_{S}, NR = HFLIB_NR_{S}, KC = HFLIB_KC_{S}, MC = HFLIB_MC_{S},
            NC = HFLIB_NC_{S} }};
-    if (M == 0 || N == 0) return;
-    if (K == 0) {{ memset(c, 0, sizeof({T}) * batch * M * N); return; }}
-    const int64_t ncmax = N < NC ? N : NC, kcmax = K < KC ? K : KC;
-    const size_t bbytes = sizeof({T}) * kcmax * ((ncmax + NR - 1) / NR * NR);
-    {T} *bpack = hf_alloc(64, bbytes);
-    const int parallel = (double)M * N * K >= {PARALLEL_WORK};
-    for (int64_t t = 0; t < batch; t++) {{
-        const {T} *at = a + t * sab, *bt = b + t * sbb;
-        {T} *ct = c + t * M * N;
-        for (int64_t jc = 0; jc < N; jc += NC) {{
-            const int64_t nc = N - jc < NC ? N - jc : NC;
-            for (int64_t pc = 0; pc < K; pc += KC) {{
-                const int64_t kc = K - pc < KC ? K - pc : KC;
-                /* pack B[pc:pc+kc, jc:jc+nc] into NR-column panels, zero-padded */
-                for (int64_t jr = 0; jr < nc; jr += NR) {{
-                    const int64_t nr = nc - jr < NR ? nc - jr : NR;
-                    {T} *dst = bpack + jr * kc;
+    const int direct_b = sbn == 1 && (m <= 4 * MR || K * sbk * (int64_t)sizeof({T}) <= 32768);
+    const int direct_a = (sak == 1 || sam == 1) && n <= 4 * NR;
+    /* rows of a packed A panel: 8 for 7 or 8 rows where 16 accumulators fit the registers */
+    const int64_t PR = !direct_a && HFLIB_VBYTES == 64 && m > MR && m <= 8 ? 8 : MR;
+    for (int64_t jc = 0; jc < n; jc += NC) {{
+        const int64_t nc = n - jc < NC ? n - jc : NC;
+        for (int64_t pc = 0; pc < K; pc += KC) {{
+            const int64_t kc = K - pc < KC ? K - pc : KC;
+            /* pack B[pc:pc+kc, jc:jc+nc] (direct: only a ragged last panel) into NR-column
+               panels, zero-padded */
+            for (int64_t jr = direct_b ? nc / NR * NR : 0; jr < nc; jr += NR) {{
+                const int64_t nr = nc - jr < NR ? nc - jr : NR;
+                {T} *dst = direct_b ? bpack : bpack + jr * kc;
+                for (int64_t p = 0; p < kc; p++) {{
+                    const {T} *src = b + (pc + p) * sbk + (jc + jr) * sbn;
+                    for (int64_t j = 0; j < nr; j++) dst[p * NR + j] = src[j * sbn];
+                    for (int64_t j = nr; j < NR; j++) dst[p * NR + j] = 0;
+                }}
+            }}
+            for (int64_t ic = 0; ic < m; ic += MC) {{
+                const int64_t mc = m - ic < MC ? m - ic : MC;
+                /* pack A[ic:ic+mc, pc:pc+kc] (direct: only a panel of 1, 3 or 5 rows) into
+                   MR-row panels, zero-padded */
+                for (int64_t ir = 0; ir < mc; ir += PR) {{
+                    const int64_t mr = mc - ir < PR ? mc - ir : PR;
+                    if (direct_a && mr % 2 == 0) continue;
+                    {T} *dst = apack + ir * kc;
                     for (int64_t p = 0; p < kc; p++) {{
-                        const {T} *src = bt + (pc + p) * sbk + (jc + jr) * sbn;
-                        for (int64_t j = 0; j < nr; j++) dst[p * NR + j] = src[j * sbn];
-                        for (int64_t j = nr; j < NR; j++) dst[p * NR + j] = 0;
+                        const {T} *src = a + (ic + ir) * sam + (pc + p) * sak;
+                        for (int64_t i = 0; i < mr; i++) dst[p * PR + i] = src[i * sam];
+                        for (int64_t i = mr; i < PR; i++) dst[p * PR + i] = 0;
                     }}
                 }}
-                #pragma omp parallel if (parallel)
-                {{
-                    {T} apack[MC * KC] __attribute__((aligned(64)));
-                    #pragma omp for schedule(static)
-                    for (int64_t ic = 0; ic < M; ic += MC) {{
-                        const int64_t mc = M - ic < MC ? M - ic : MC;
-                        /* pack A[ic:ic+mc, pc:pc+kc] into MR-row panels, zero-padded */
-                        for (int64_t ir = 0; ir < mc; ir += MR) {{
-                            const int64_t mr = mc - ir < MR ? mc - ir : MR;
-                            {T} *dst = apack + ir * kc;
-                            for (int64_t p = 0; p < kc; p++) {{
-                                const {T} *src = at + (ic + ir) * sam + (pc + p) * sak;
-                                for (int64_t i = 0; i < mr; i++) dst[p * MR + i] = src[i * sam];
-                                for (int64_t i = mr; i < MR; i++) dst[p * MR + i] = 0;
-                            }}
+                for (int64_t jr = 0; jr < nc; jr += NR) {{
+                    const int64_t nr = nc - jr < NR ? nc - jr : NR;
+                    const {T} *bp = bpack + jr * kc;
+                    int64_t ldb = NR;
+                    if (direct_b) {{
+                        bp = nr == NR ? b + pc * sbk + jc + jr : bpack;
+                        ldb = nr == NR ? sbk : NR;
+                    }}
+                    for (int64_t ir = 0, mr; ir < mc; ir += mr) {{
+                        /* read in place, 8 rows left run as 4 + 4: twice the accumulators of
+                           6 + 2 hide the FMA latency */
+                        if (direct_a) mr = mc - ir == 8 ? 4 : mc - ir < MR ? mc - ir : MR;
+                        else mr = mc - ir < PR ? mc - ir : PR;
+                        {T} *ct = c + (ic + ir) * ldc + jc + jr;
+                        const int first = pc == 0;
+                        /* the tiles are inlined: constant strides for packed panels */
+                        if (direct_a && mr % 2 == 0) {{
+                            const {T} *ap = a + (ic + ir) * sam + pc * sak;
+                            if (mr == 6)
+                                hflib_gemm_tile6_{S}(kc, ap, sam, sak, bp, ldb, ct, ldc, mr, nr,
+                                                     first);
+                            else if (mr == 4)
+                                hflib_gemm_tile4_{S}(kc, ap, sam, sak, bp, ldb, ct, ldc, mr, nr,
+                                                     first);
+                            else
+                                hflib_gemm_tile2_{S}(kc, ap, sam, sak, bp, ldb, ct, ldc, mr, nr,
+                                                     first);
+                        }} else {{
+                            const {T} *ap = apack + ir * kc;
+                            if (PR == 8)
+                                hflib_gemm_tile8_{S}(kc, ap, 1, 8, bp, ldb, ct, ldc, mr, nr,
+                                                     first);
+                            else if (mr > 4)
+                                hflib_gemm_tile6_{S}(kc, ap, 1, MR, bp, ldb, ct, ldc, mr, nr,
+                                                     first);
+                            else if (mr > 2)
+                                hflib_gemm_tile4_{S}(kc, ap, 1, MR, bp, ldb, ct, ldc, mr, nr,
+                                                     first);
+                            else
+                                hflib_gemm_tile2_{S}(kc, ap, 1, MR, bp, ldb, ct, ldc, mr, nr,
+                                                     first);
                         }}
-                        for (int64_t jr = 0; jr < nc; jr += NR)
-                            for (int64_t ir = 0; ir < mc; ir += MR)
-                                hflib_gemm_tile_{S}(kc, apack + ir * kc, bpack + jr * kc,
-                                                    ct + (ic + ir) * N + jc + jr, N,
-                                                    mc - ir < MR ? mc - ir : MR,
-                                                    nc - jr < NR ? nc - jr : NR, pc == 0);
                     }}
                 }}
             }}
         }}
     }}
-    free(bpack);
+}}
+
+/* c[batch][M][N] = a[batch][M][K] * b[batch][K][N], where element (m, k) of batch t of a is
+   a[t*sab + m*sam + k*sak] (likewise b); c is contiguous. Cut into tasks (hflib_dot_split);
+   each thread packs into its own part of one scratch buffer, allocated before the threads
+   start. */
+static void hflib_gemm_{S}(int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const {T} *a, int64_t sab, int64_t sam, int64_t sak,
+                           const {T} *b, int64_t sbb, int64_t sbk, int64_t sbn, {T} *c) {{
+    enum {{ NR = HFLIB_NR_{S}, KC = HFLIB_KC_{S}, MC = HFLIB_MC_{S}, NC = HFLIB_NC_{S} }};
+    if (M == 0 || N == 0) return;
+    if (K == 0) {{ memset(c, 0, sizeof({T}) * batch * M * N); return; }}
+    const hflib_split s = hflib_dot_split(batch, M, N, K, {PARALLEL_WORK});
+    const int64_t total = s.bt * s.mt * s.nt;
+    int threads = 1;
+#ifdef _OPENMP
+    if (total > 1) threads = omp_get_max_threads();
+#endif
+    const int64_t ncmax = s.nc < NC ? s.nc : NC, kcmax = K < KC ? K : KC;
+    const int64_t asize = (int64_t)MC * kcmax, bsize = kcmax * ((ncmax + NR - 1) / NR * NR);
+    const int64_t per = (asize + bsize + 15) / 16 * 16;  /* keeps each part 64-byte aligned */
+    {T} *scratch = hf_alloc(64, sizeof({T}) * per * threads);
+    #pragma omp parallel for schedule(dynamic, 1) if (total > 1)
+    for (int64_t q = 0; q < total; q++) {{
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        {T} *apack = scratch + tid * per, *bpack = apack + asize;
+        const int64_t ib = q / (s.mt * s.nt), im = q / s.nt % s.mt, in = q % s.nt;
+        const int64_t m0 = im * s.mc, n0 = in * s.nc;
+        const int64_t m = M - m0 < s.mc ? M - m0 : s.mc, n = N - n0 < s.nc ? N - n0 : s.nc;
+        for (int64_t t = ib * batch / s.bt; t < (ib + 1) * batch / s.bt; t++)
+            hflib_gemm_block_{S}(m, n, K, a + t * sab + m0 * sam, sam, sak,
+                                 b + t * sbb + n0 * sbn, sbk, sbn, c + t * M * N + m0 * N + n0,
+                                 N, apack, bpack);
+    }}
+    free(scratch);
 }}
 #endif
+"""
+
+
+_TILE = r"""
+/* c[R x NR] (=|+=) a[R x kc] * b[kc x NR]: a(i, p) at ap[i*ars + p*acs] (a packed panel:
+   ars = 1, acs = MR), row p of b at bp + p*ldb; stores only the mr x nr corner, whole vectors
+   for a whole tile. The R*2 accumulators stay in registers. */
+__attribute__((optimize("fp-contract=fast"), always_inline))
+static inline void hflib_gemm_tile{R}_{S}(int64_t kc, const {T} *restrict ap, int64_t ars,
+                                         int64_t acs, const {T} *restrict bp, int64_t ldb,
+                                         {T} *restrict c, int64_t ldc, int64_t mr, int64_t nr,
+                                         int first) {{
+    enum {{ R = {R}, NR = HFLIB_NR_{S}, VW = HFLIB_VW_{S} }};
+    hflib_vec_{S} acc[R][2];
+    for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = (hflib_vec_{S}){{0}};
+    for (int64_t p = 0; p < kc; p++) {{
+        const hflib_vec_{S} b0 = *(const hflib_uvec_{S} *)(bp + p * ldb);
+        const hflib_vec_{S} b1 = *(const hflib_uvec_{S} *)(bp + p * ldb + VW);
+        for (int i = 0; i < R; i++) {{
+            const hflib_vec_{S} x = (hflib_vec_{S}){{0}} + ap[i * ars + p * acs];  /* broadcast */
+            acc[i][0] += x * b0;
+            acc[i][1] += x * b1;
+        }}
+    }}
+    if (mr == R && nr == NR) {{
+        for (int i = 0; i < R; i++) {{
+            hflib_uvec_{S} *r0 = (hflib_uvec_{S} *)(c + i * ldc);
+            hflib_uvec_{S} *r1 = (hflib_uvec_{S} *)(c + i * ldc + VW);
+            if (first) {{ *r0 = acc[i][0]; *r1 = acc[i][1]; }}
+            else {{ *r0 += acc[i][0]; *r1 += acc[i][1]; }}
+        }}
+        return;
+    }}
+    {T} tile[R][NR];
+    memcpy(tile, acc, sizeof tile);
+    for (int64_t i = 0; i < mr; i++)
+        for (int64_t j = 0; j < nr; j++)
+            c[i * ldc + j] = first ? tile[i][j] : c[i * ldc + j] + tile[i][j];
+}}
 """
 
 
 def gemm_helper(suffix: str) -> str:
     """C text of `hflib_gemm_<suffix>` (guarded: safe to include more than once per file)."""
     ctype = next(t for t, s in _ACC.values() if s == suffix)
-    return _GEMM_TEMPLATE.format(T=ctype, S=suffix, PARALLEL_WORK=PARALLEL_WORK)
+    tiles = "".join(_TILE.format(T=ctype, S=suffix, R=r) for r in (8, 6, 4, 2))
+    return _SPLIT + _GEMM_TEMPLATE.format(T=ctype, S=suffix, PARALLEL_WORK=PARALLEL_WORK,
+                                          TILES=tiles)
 
 
 def _accumulator(instr: Instruction, out: DType, operands: list[DType]) -> tuple[str, str]:
@@ -225,22 +373,26 @@ def emit_dot(
     ]
     scratch: list[str] = []
 
-    def operand(src: str, shape: ArrayShape, groups: list[list[int]], role: str) -> tuple[str, ...]:
+    def operand(src: str, shape: ArrayShape, groups: list[list[int]], role: str
+                ) -> tuple[str, int, int, int]:
         """The operand as (pointer, batch stride, row stride, column stride)."""
         ct = cexpr.ctype(shape.dtype)
         strides = [_group_stride(shape.dims, g) for g in groups]
         same_repr = ct == acc_t or _same_integer(shape.dtype, acc_t)
         if same_repr and all(s is not None for s in strides):
-            return (f"(const {acc_t} *)({src})", *(str(s[1]) for s in strides))  # type: ignore[index]
+            sb, sr, sc = (s[1] for s in strides)  # type: ignore[index]
+            return f"(const {acc_t} *)({src})", sb, sr, sc
         name = fresh(f"{role}_packed", names)
         body.extend(_copy_canonical(name, src, ct, shape.dtype, shape.dims,
                                     [a for g in groups for a in g], acc_t))
         scratch.append(name)
         e = [math.prod(shape.dims[a] for a in g) for g in groups]
-        return name, str(e[1] * e[2]), str(e[2]), "1"
+        return name, e[1] * e[2], e[2], 1
 
-    a, sab, sam, sak = operand(ins[0], lhs_shape, [lb, lf, lc], "lhs")
-    b, sbb, sbk, sbn = operand(ins[1], rhs_shape, [rb, rc, rf], "rhs")
+    a_op = operand(ins[0], lhs_shape, [lb, lf, lc], "lhs")
+    b_op = operand(ins[1], rhs_shape, [rb, rc, rf], "rhs")
+    a, sab, sam, sak = a_op
+    b, sbb, sbk, sbn = b_op
     out_ct = cexpr.ctype(out_shape.dtype)
     direct = out_ct == acc_t or _same_integer(out_shape.dtype, acc_t)
     if direct:
@@ -249,8 +401,12 @@ def emit_dot(
         c = fresh("acc", names)
         body.append(f"{acc_t} *{c} = hf_alloc(0, sizeof({acc_t}) * {max(1, out_shape.size)});")
         scratch.append(c)
-    body.append(f"hflib_gemm_{suffix}({batch}, {m}, {n}, {k}, {a}, {sab}, {sam}, {sak},")
-    body.append(f"               {b}, {sbb}, {sbk}, {sbn}, {c});")
+    own = (f"hflib_gemm_{suffix}({batch}, {m}, {n}, {k}, {a}, {sab}, {sam}, {sak}, "
+           f"{b}, {sbb}, {sbk}, {sbn}, {c});")
+    via_blas = blas.call(suffix, batch, m, n, k, a_op, b_op, c, own)
+    if via_blas is not None:
+        defs += blas.declarations(suffix, PARALLEL_WORK)
+    body.extend(via_blas or [own])
     if not direct:
         dt = out_shape.dtype
         if dt.is_pred:
