@@ -6,6 +6,9 @@ Rows of the ablation (hlofuse/examples/cartpole.py has the variants):
   2         XLA's rules relaxed: the `xla-relaxed` pipeline on 1
   3         four separate state arrays                        (variant `separate`)
   4         the scan unrolled 10x                             (variant `unrolled`)
+and, beyond the paper, one row per transformation of the `hlofuse` pipeline on the baseline
+program (cartpole_report.BEYOND_STEPS: fusible RNG, un-stacking, automatic unroll, whole-loop
+fusion, each added to the previous; --no-beyond skips them).
 Every variant runs under every hlofuse pipeline (`none` = one kernel per op, the eager baseline;
 `xla`; `xla-relaxed`; and any later one in `hlofuse.passes.pipelines.PIPELINES` except
 `simplify`), and under `jax.jit` of the same program. Peers, on the `separate` arguments and timed
@@ -90,6 +93,7 @@ class Config:
     progress: bool = True
     torch_threads: int | None = None  # torch.set_num_threads; None: torch's default
     layouts: bool = True  # the state/reset layout table (cartpole_layouts.py)
+    beyond: bool = True  # the ablation rows of the hlofuse pipeline's transformations
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,7 +188,9 @@ def bench_variant(variant: str, cfg: Config, prog: harness.Progress,
     group.add("jax.jit", lambda: jax.block_until_ready(compiled(*dev_args)), steps)
     prog.update(1, f"{variant}: hlofuse compile + check")
 
-    for pipeline in cfg.pipelines:
+    extra = [p for _, _, v, p in report.BEYOND_STEPS if v == variant and cfg.beyond
+             and p not in cfg.pipelines]
+    for pipeline in [*cfg.pipelines, *extra]:
         check_against_interpreter(variant, pipeline, min(envs, 64))
         p_steps = _steps_for(cfg, f"{variant}:{pipeline}")
         if p_steps == steps:
@@ -309,9 +315,12 @@ def run_sweep(cfg: Config, prog: harness.Progress) -> dict[str, Any]:
 
 def _total_units(cfg: Config, variants: list[str]) -> int:
     per_variant = 1 + len(cfg.pipelines) + 1 + cfg.repeat
+    beyond = sum(1 for _, _, v, p in report.BEYOND_STEPS if v in variants
+                 and p not in cfg.pipelines) if cfg.beyond else 0
     peers_units = 1 if cfg.peers else 0
     layouts = 9 if cfg.layouts else 0
-    return len(variants) * per_variant + peers_units + 2 * len(cfg.sweep_envs) + layouts
+    return (len(variants) * per_variant + beyond + peers_units + 2 * len(cfg.sweep_envs)
+            + layouts)
 
 
 def run(cfg: Config) -> dict[str, Any]:
@@ -402,6 +411,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sweep-repeat", type=int, default=3)
     ap.add_argument("--torch-threads", type=int, default=None,
                     help="torch.set_num_threads for the torch peers (default: torch's own)")
+    ap.add_argument("--no-beyond", action="store_true",
+                    help="skip the ablation rows of the hlofuse pipeline's transformations")
     ap.add_argument("--no-layouts", action="store_true",
                     help="skip the state/reset layout table")
     ap.add_argument("--no-plots", action="store_true")
@@ -435,7 +446,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                  sweep_budget=ns.sweep_budget, sweep_repeat=ns.sweep_repeat,
                  plots=not ns.no_plots, out=ns.out, results_dir=Path(ns.results_dir),
                  progress=not ns.no_progress, torch_threads=ns.torch_threads,
-                 layouts=not ns.no_layouts)
+                 layouts=not ns.no_layouts, beyond=not ns.no_beyond)
     if ns.quick:
         cfg.envs, cfg.steps, cfg.repeat = 256, 200, 1
         cfg.slow_steps = {}

@@ -133,7 +133,7 @@ x = f32[300] get-tuple-element(p), index=1
 
 
 def test_refused_too_few_iterations() -> None:
-    event = _refusal(scan(), "hlofuse{whole_loop_min_trips=13}")
+    event = _refusal(scan(), "hlofuse{whole_loop_min_trips=13,auto_unroll=false}")
     assert event.rule == "whole_loop_min_trips"
     assert event.figures["trips"] == 12
 
@@ -149,7 +149,7 @@ def test_small_loops_are_unrolled_not_whole_fused() -> None:
     assert event.figures["rng"] is False
 
 
-@pytest.mark.parametrize("pipeline", ["xla", "hlofuse{whole_loop_fusion=false}"])
+@pytest.mark.parametrize("pipeline", ["xla", "hlofuse{whole_loop_fusion=false,auto_unroll=false}"])
 def test_whole_loop_fusion_is_a_setting(pipeline: str) -> None:
     module, loops = _whole(scan(), pipeline)
     assert loops == []

@@ -103,16 +103,23 @@ def compile(
     pipeline: str | None = DEFAULT_PIPELINE,
     backend: str = DEFAULT_BACKEND,
     threads: int | None = None,
+    autotune: bool = False,
 ) -> Executable:
     """Parse (if needed), optimise with `pipeline` (None: none at all) and bind to `backend`.
     HLO text goes through the backend's compile cache when it has one. `threads`: how many
     threads the cpu backend's parallel loops may use (default: HLOFUSE_THREADS, else the CPUs
-    this process may run on; 1: no threads).
+    this process may run on; 1: no threads). `autotune`: decisions the pipeline can measure
+    (the `hlofuse` pipeline's unroll factors) are timed on this machine at compile time and
+    cached, instead of taken from the cost model (`pipeline{autotune=true}`).
 
     The module is optimised in place; pass `module.clone()` to keep the original.
     """
     b = registry.get(backend)
     _check_threads(threads)
+    if autotune:
+        from hlofuse.passes.pipelines import with_settings
+
+        pipeline = with_settings(pipeline or DEFAULT_PIPELINE, autotune=True)
     if isinstance(module_or_text, str) and b.compile_text is not None:
         b.require()
         cached = b.compile_text(module_or_text, pipeline, threads)

@@ -6,6 +6,8 @@ viz, the CLI) all use.
     kernels_of(comp)                 the kernels of one computation, in order
     count_kernels(module)            entry: 3 kernels; while.7 body: 2 per iteration; ...
     kernels_per_run(comp, cond)      one run, nested loops times their trip counts
+    bytes_per_run(comp, cond)        bytes the kernels of one run read and write (each operand
+                                     and result once), nested loops times their trip counts
 
 A kernel is a fusion or an unfused instruction that does work: ops in the op table's
 `NON_KERNEL_OPS` (parameter, constant, tuple, get-tuple-element, bitcast, ...) are not kernels,
@@ -16,6 +18,7 @@ a while body per iteration, each conditional branch separately, a call inline.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hlofuse.ir.computation import Computation
@@ -66,34 +69,86 @@ def kernels_of(comp: Computation) -> list[Instruction]:
     return [i for i in comp.instructions if is_kernel(i)]
 
 
-def kernels_per_run(comp: Computation, cond: Computation | None = None,
-                    memo: dict[tuple[int, int], int | None] | None = None) -> int | None:
-    """Kernels one run of `comp` launches (plus `cond`'s), nested loops times their trip
-    count, the largest branch of a conditional, calls inline; None if a trip count is unknown.
-    Memoized per (computation, condition), so shared computations are counted once each."""
+def per_run(comp: Computation, cond: Computation | None, measure: Callable[[Instruction], int],
+            memo: dict[tuple[int, int], int | None] | None = None) -> int | None:
+    """`measure` summed over the kernels of one run of `comp` (plus `cond`'s): nested loops
+    times their trip count, the largest branch of a conditional, calls inline; None if a trip
+    count is unknown. Memoized per (computation, condition), so shared computations are
+    measured once each."""
     from hlofuse.passes.simplify.while_loops import trip_count
 
     memo = {} if memo is None else memo
     key = (id(comp), id(cond))
     if key in memo:
         return memo[key]
-    n: int | None = len(kernels_of(comp)) + (len(kernels_of(cond)) if cond is not None else 0)
+    n: int | None = sum(measure(k) for k in kernels_of(comp))
+    if cond is not None:
+        n = (n or 0) + sum(measure(k) for k in kernels_of(cond))
     for instr in comp.instructions:
         sub: int | None = 0
         if instr.opcode is Opcode.WHILE:
-            inner = kernels_per_run(instr.attrs["body"], instr.attrs["condition"], memo)
+            inner = per_run(instr.attrs["body"], instr.attrs["condition"], measure, memo)
             trips = trip_count(instr)
             sub = None if inner is None or trips is None else inner * trips
         elif instr.opcode is Opcode.CONDITIONAL:
             branches = list(instr.attrs.get("branch_computations") or (
                 instr.attrs["true_computation"], instr.attrs["false_computation"]))
-            counts = [kernels_per_run(b, None, memo) for b in branches]
+            counts = [per_run(b, None, measure, memo) for b in branches]
             sub = None if None in counts else max((c or 0 for c in counts), default=0)
         elif instr.opcode is Opcode.CALL:
-            sub = kernels_per_run(instr.attrs["to_apply"], None, memo)
+            sub = per_run(instr.attrs["to_apply"], None, measure, memo)
         n = None if n is None or sub is None else n + sub
     memo[key] = n
     return n
+
+
+def kernels_per_run(comp: Computation, cond: Computation | None = None,
+                    memo: dict[tuple[int, int], int | None] | None = None) -> int | None:
+    """Kernels one run of `comp` launches (plus `cond`'s); see `per_run`."""
+    return per_run(comp, cond, lambda _k: 1, memo)
+
+
+_SLICING = frozenset({Opcode.SLICE, Opcode.DYNAMIC_SLICE, Opcode.GATHER})
+
+
+def _leaf_bytes(shape: object) -> int:
+    from hlofuse.ir.shape import leaves
+
+    return sum(s.nbytes for s in leaves(shape))  # type: ignore[arg-type]
+
+
+def bytes_read(k: Instruction) -> int:
+    """Estimated bytes kernel `k` reads: each distinct operand once, but an operand only read
+    through slices, dynamic slices or gathers counts what those read (their results)."""
+    total = 0
+    seen: set[int] = set()
+    for i, operand in enumerate(k.operands):
+        if id(operand) in seen:
+            continue
+        seen.add(id(operand))
+        full = _leaf_bytes(operand.shape)
+        if k.opcode in _SLICING and i == 0:
+            total += min(full, _leaf_bytes(k.shape))
+        elif k.opcode is Opcode.FUSION:
+            users = k.fused_computation.parameter(i).users
+            if users and all(u.opcode in _SLICING and u.operand(0).opcode is Opcode.PARAMETER
+                             for u in users):
+                total += min(full, sum(_leaf_bytes(u.shape) for u in users))
+            else:
+                total += full
+        else:
+            total += full
+    return total
+
+
+def kernel_bytes(k: Instruction) -> int:
+    """Bytes kernel `k` moves: `bytes_read` plus its results."""
+    return bytes_read(k) + _leaf_bytes(k.shape)
+
+
+def bytes_per_run(comp: Computation, cond: Computation | None = None) -> int | None:
+    """Bytes the kernels of one run of `comp` (and `cond`) move; see `per_run`."""
+    return per_run(comp, cond, kernel_bytes)
 
 
 def count_kernels(module: Module) -> KernelReport:

@@ -200,14 +200,19 @@ def jit(
     pipeline: str | None = "xla",
     backend: str | None = None,
     threads: int | None = None,
+    autotune: bool = False,
 ) -> Any:
     """Like `jax.jit`, but hlofuse compiles and runs the function.
 
     Usable as `@jit` or `@jit(static_argnums=1, pipeline="simplify")`. `pipeline` is a pipeline
     name or pass spec (None: run the module as lowered); `backend` is "cpu", "interpreter" or
     None (cpu if a C compiler exists, with an interpreter fallback for unsupported ops);
-    `threads` as for `hlofuse.compile`.
+    `threads` and `autotune` as for `hlofuse.compile`.
     """
+    if autotune:
+        from hlofuse.passes.pipelines import with_settings
+
+        pipeline = with_settings(pipeline or "xla", autotune=True)
 
     def wrap(f: Callable[..., Any]) -> JittedFunction:
         return JittedFunction(f, _normalize_static(static_argnums), pipeline, backend, threads)

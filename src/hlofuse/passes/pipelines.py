@@ -79,6 +79,21 @@ def build(name_or_spec: str) -> Pipeline | Fixpoint:
     return Pipeline(name_or_spec, items)
 
 
+def with_settings(spec: str, **settings: object) -> str:
+    """`spec` (a pipeline name, optionally with `{settings}`) with `settings` added:
+    `with_settings("hlofuse", autotune=True)` -> "hlofuse{autotune=true}". PassError for a
+    spec that is not one fusing pipeline."""
+    m = re.fullmatch(r"\s*([a-z][a-z0-9-]*)\s*(?:\{(.*)\})?\s*", spec, re.S)
+    if m is None or m.group(1) not in PIPELINES or m.group(1) in ("none", "simplify"):
+        raise PassError(f"settings {sorted(settings)} need one fusing pipeline (xla, "
+                        f"xla-relaxed, hlofuse), not {spec!r}")
+    items = [x.strip() for x in (m.group(2) or "").split(",") if x.strip()]
+    for key, value in settings.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        items = [x for x in items if x.partition("=")[0].strip() != key] + [f"{key}={text}"]
+    return f"{m.group(1)}{{{','.join(items)}}}"
+
+
 def _pipeline_item(text: str) -> Pass | None:
     """A pipeline named in a spec, with `{setting=value,...}` FusionConfig overrides
     (`hlofuse{whole_loop_fusion=false}`); None if `text` names no pipeline."""

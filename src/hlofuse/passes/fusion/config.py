@@ -113,6 +113,15 @@ class FusionConfig:
     # model picks, at most `max_unroll` (the paper's step 4, chosen instead of fixed).
     auto_unroll: bool = False
     max_unroll: int = 8
+    # ... costing a run as kernels * overhead + bytes / bandwidth + ops * time per op (the
+    # host's; from benchmarks/loop_overhead.py and benchmarks/vectorize.py), and unrolling only
+    # for a gain of at least this factor over no unroll.
+    host_kernel_overhead_ns: float = 20.0
+    host_bandwidth_gbs: float = 20.0
+    host_ns_per_op: float = 0.03
+    min_unroll_gain: float = 1.2
+    # ... and never beyond this many instructions in the unrolled body (compile time).
+    max_unroll_instructions: int = 4000
     # With auto_unroll: compile and time the candidate factors, and cache the fastest.
     autotune: bool = False
     # A loop whose body keeps batch elements apart becomes one kernel, time loop inside.

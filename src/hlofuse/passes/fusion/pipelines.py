@@ -12,6 +12,8 @@
     hlofuse      beyond XLA (`BEYOND_XLA`, docs/beyond-xla.md): simplify
                  unroll-small-loops            threefry's rounds become elementwise code
                  simplify, unstack-loop-state  stacked loop state carried as rows
+                 simplify, auto-unroll         host loops unrolled when the cost model says so
+                 simplify (the peeled iterations' counters fold back into constants)
                  simplify, xla's fusion and horizontal fixpoints
                  whole-loop-fusion             a per-element loop becomes one kernel, time
                                                loop inside
@@ -41,7 +43,7 @@ RELAXATIONS: dict[str, Any] = {"allow_multi_user_concatenate": True,
 # `hlofuse{whole_loop_fusion=false}` leaves one out. 8 iterations: JAX lowers threefry2x32 on
 # CPU to a loop of 5 (of 4 rounds each).
 BEYOND_XLA: dict[str, Any] = {"unroll_small_loops": 8, "unstack_loop_state": True,
-                              "whole_loop_fusion": True}
+                              "auto_unroll": True, "whole_loop_fusion": True}
 # The passes that make those transformations (their trace events are what `explain` lists).
 BEYOND_PASSES = ("unroll-small-loops", "unstack-loop-state", "auto-unroll", "whole-loop-fusion")
 
@@ -94,12 +96,13 @@ def xla_relaxed(**settings: Any) -> Pipeline:
 def hlofuse(**settings: Any) -> Pipeline:
     """`xla` with the transformations XLA cannot make (docs/beyond-xla.md); `settings` are
     FusionConfig overrides on top of `BEYOND_XLA`."""
+    from hlofuse.passes.fusion.auto_unroll import AutoUnroll
     from hlofuse.passes.fusion.loop_fusion import WholeLoopFusion
     from hlofuse.passes.fusion.small_loops import UnrollSmallLoops
     from hlofuse.passes.fusion.unstack import UnstackLoopState
 
     s = {**BEYOND_XLA, **settings}
     return Pipeline("hlofuse", [_simplify(), UnrollSmallLoops(**s), _simplify(),
-                                UnstackLoopState(**s), _simplify(),
-                                fusion_fixpoint(**s), horizontal_fixpoint(**s),
+                                UnstackLoopState(**s), _simplify(), AutoUnroll(**s),
+                                _simplify(), fusion_fixpoint(**s), horizontal_fixpoint(**s),
                                 WholeLoopFusion(**s)])

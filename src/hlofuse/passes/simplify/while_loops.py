@@ -151,10 +151,20 @@ def induction_variable(w: Instruction) -> InductionVariable | None:
 
 def _step(update: Instruction, p: Instruction, k: int) -> int | None:
     """The constant the update `gte(p, k) (+|-) c1 (+|-) c2 ...` adds per iteration (a chain,
-    as unrolling produces, must move in one direction so no intermediate value overshoots)."""
+    as unrolling produces, must move in one direction so no intermediate value overshoots).
+    The chain may be fused: a fusion is followed to its root, its parameters to its operands."""
     parts: list[int] = []
     cur = update
+    fusions: list[Instruction] = []  # the fusions entered, innermost last
     for _ in range(256):
+        if cur.opcode is Opcode.FUSION:
+            fusions.append(cur)
+            cur = cur.fused_computation.root
+            continue
+        if cur.opcode is Opcode.PARAMETER and fusions and \
+                cur.parent is fusions[-1].fused_computation:
+            cur = fusions.pop().operand(cur.parameter_number or 0)
+            continue
         if gte_index(cur, p) == k:
             total = sum(parts)
             if total == 0 or not (all(x > 0 for x in parts) or all(x < 0 for x in parts)):

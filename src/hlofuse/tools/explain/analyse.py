@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hlofuse.analysis.kernels import is_kernel, kernels_of
+from hlofuse.analysis.kernels import bytes_read, is_kernel, kernels_of
 from hlofuse.errors import HloError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
@@ -118,33 +118,6 @@ def _sources(module: Module, ops: list[Instruction]) -> list[str]:
         if loc is not None:
             found.add((loc.file, loc.line))
     return [f"{f}:{line}" for f, line in sorted(found)]
-
-
-_SLICING = frozenset({Opcode.SLICE, Opcode.DYNAMIC_SLICE, Opcode.GATHER})
-
-
-def bytes_read(k: Instruction) -> int:
-    """Estimated bytes `k` reads: each distinct operand once, but an operand only read through
-    slices, dynamic slices or gathers counts what those read (their results)."""
-    total = 0
-    seen: set[int] = set()
-    for i, operand in enumerate(k.operands):
-        if id(operand) in seen:
-            continue
-        seen.add(id(operand))
-        full = _leaf_bytes(operand.shape)
-        if k.opcode in _SLICING and i == 0:
-            total += min(full, _leaf_bytes(k.shape))
-        elif k.opcode is Opcode.FUSION:
-            users = k.fused_computation.parameter(i).users
-            if users and all(u.opcode in _SLICING and u.operand(0).opcode is Opcode.PARAMETER
-                             for u in users):
-                total += min(full, sum(_leaf_bytes(u.shape) for u in users))
-            else:
-                total += full
-        else:
-            total += full
-    return total
 
 
 def kernel_info(module: Module, k: Instruction) -> KernelInfo:

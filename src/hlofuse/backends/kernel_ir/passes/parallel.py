@@ -14,15 +14,11 @@ contains no copy or library call. Smaller loops stay serial: waking the pool cos
 
 from __future__ import annotations
 
+from hlofuse.analysis.cost import op_cost
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Buffer, Stmt
-from hlofuse.ir.opcodes import Opcode
 
 PARALLEL_NS = 20_000.0  # below this estimated time a loop is not worth waking the pool for
-_EXPENSIVE = {Opcode.SIN: 20, Opcode.COS: 20, Opcode.TAN: 30, Opcode.EXP: 12, Opcode.EXPM1: 12,
-              Opcode.LOG: 12, Opcode.LOG1P: 14, Opcode.TANH: 16, Opcode.LOGISTIC: 14,
-              Opcode.POWER: 30, Opcode.ATAN2: 30, Opcode.ERF: 24, Opcode.CBRT: 20,
-              Opcode.DIVIDE: 4, Opcode.REMAINDER: 8, Opcode.SQRT: 4, Opcode.RSQRT: 4}
 NS_PER_OP = 0.25  # one scalar op (a lane: vector loops divide by their width)
 NS_PER_BYTE = 0.08  # memory traffic of one thread, streaming
 
@@ -54,7 +50,7 @@ def estimate_ns(loop: ir.Loop) -> float:
     ops = 0.0
     for v in ir.postorder(roots):
         if v.op == "alu":
-            ops += _EXPENSIVE.get(v.arg.opcode, 1)
+            ops += op_cost(v.arg.opcode)
         elif v.op in ("load", "tile"):
             own += NS_PER_BYTE * v.buffer.dtype.itemsize
     own += NS_PER_OP * ops / max(1, loop.vector)

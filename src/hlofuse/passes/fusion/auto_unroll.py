@@ -1,0 +1,334 @@
+"""Automatic unroll (beyond XLA): a loop that stays on the host is unrolled by the factor a cost
+model picks, or measured (`autotune`), instead of a factor fixed in the source.
+
+The paper's step 4 (`lax.scan(..., unroll=10)`) slows XLA down on CPU: ten copies of the body
+are more code for the same kernels, and what unrolling could save (kernels that fuse across
+iterations, loop-carried values that need not be written) depends on what fusion then does. So
+each candidate factor k is tried: the module is cloned, the loop unrolled k times, the fusion
+pipeline run on the clone, and the run costed as
+
+    time(k) = kernels * host_kernel_overhead_ns + bytes / host_bandwidth_gbs + ops * host_ns_per_op
+
+per run (`analysis.kernels`, `analysis.cost`: kernels, bytes moved and weighted scalar ops of one
+run, loops times their trip counts; ops count what fusion duplicates). The smallest
+time wins; a factor must beat no unroll by `min_unroll_gain` or the loop is left alone (less
+code, the same speed). With `autotune=true` the candidates are compiled with the default backend
+and timed on random inputs instead; the choice is cached in the cache directory
+(`autotune/<digest>` entries, JSON, verified like every cache entry) so the measuring happens
+once per module, loop and machine setting.
+
+Conditions (each refusal names its rule):
+
+- `auto_unroll`: the setting is on; the trip count is known and at least 2;
+- `auto_unroll.whole_loop`: the loop is not one that whole-loop fusion will take (its kernel
+  already runs every iteration inside);
+- `auto_unroll.side_effect`: the condition has no side effect;
+- `auto_unroll.gain`: the best factor's cost beats no unroll by the setting.
+Candidates are the powers of two up to `max_unroll` that do not exceed the trip count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from hlofuse.analysis.cost import ops_per_run
+from hlofuse.analysis.kernels import bytes_per_run, kernels_per_run
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, TupleShape
+from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.trace import source_figure, trace_of
+from hlofuse.passes.registry import register
+from hlofuse.passes.simplify.unroll import unroll
+from hlofuse.passes.simplify.while_loops import condition_of, trip_count
+from hlofuse.passes.utils import has_side_effect, reachable_computations
+
+PASS = "auto-unroll"
+ROUNDS = 7  # interleaved timing rounds per candidate (autotune)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    factor: int
+    kernels: int | None
+    bytes: int | None
+    ops: int | None
+    ns: float | None  # modelled time of one run
+
+
+def candidates(trips: int, config: FusionConfig) -> list[int]:
+    out = [1]
+    k = 2
+    while k <= min(config.max_unroll, trips):
+        out.append(k)
+        k *= 2
+    return out
+
+
+def auto_unroll_legal(w: Instruction, config: FusionConfig) -> FusionDecision:
+    from hlofuse.passes.fusion.loop_fusion import whole_loop_legal, whole_loop_profitable
+
+    trips = trip_count(w)
+    if trips is None or trips < 2:
+        return FusionDecision.no(f"the trip count is {trips}: nothing to unroll", "auto_unroll")
+    if any(has_side_effect(i) for i in condition_of(w).instructions):
+        return FusionDecision.no("the condition has a side effect", "auto_unroll.side_effect")
+    if config.whole_loop_fusion and w.operand(0).opcode is Opcode.TUPLE:
+        plan, _ = whole_loop_legal(w)
+        if plan is not None and whole_loop_profitable(w, plan, config):
+            return FusionDecision.no("whole-loop fusion runs every iteration inside one kernel",
+                                     "auto_unroll.whole_loop")
+    return FusionDecision.ok(trips=trips)
+
+
+def _body_computations(w: Instruction) -> list[Any]:
+    """The body and condition of `w` and every computation they call."""
+    from hlofuse.passes.utils import called
+
+    out: list[Any] = []
+    stack = [w.attrs["body"], w.attrs["condition"]]
+    seen: set[int] = set()
+    while stack:
+        c = stack.pop()
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
+        out.append(c)
+        for instr in c.instructions:
+            stack.extend(called(instr))
+    return out
+
+
+def _settings(config: FusionConfig) -> dict[str, Any]:
+    return {f.name: getattr(config, f.name) for f in fields(FusionConfig)}
+
+
+def _find(module: Module, name: str) -> Instruction:
+    for comp in module.computations:
+        for instr in comp.instructions:
+            if instr.name == name and instr.opcode is Opcode.WHILE:
+                return instr
+    raise KeyError(name)
+
+
+def loop_module(module: Module, name: str) -> Module:
+    """A module whose entry runs only while `name` of `module` (on parameters standing for its
+    init), with the computations it calls: what the candidates are costed and timed on."""
+    from hlofuse.ir.computation import Computation
+    from hlofuse.passes.utils import remove_unreachable_computations
+
+    m = module.clone()
+    w = _find(m, name)
+    shape = w.shape
+    assert isinstance(shape, TupleShape)
+    entry = Computation(f"{name}.alone")
+    given = w.operand(0)
+    leaves: list[Instruction] = []
+    for i, e in enumerate(shape.elements):
+        c = given.operand(i) if given.opcode is Opcode.TUPLE else None
+        if c is not None and c.opcode is Opcode.CONSTANT:  # the counter's start, ...
+            leaf = Instruction.create(Opcode.CONSTANT, e, name=f"init{i}", literal=c.literal)
+        else:
+            number = sum(x.opcode is Opcode.PARAMETER for x in leaves)
+            leaf = Instruction.create(Opcode.PARAMETER, e, name=f"init{i}",
+                                      parameter_number=number)
+        leaf.parent = entry
+        entry.instructions.append(leaf)
+        leaves.append(leaf)
+    init = entry.add(Instruction.create(Opcode.TUPLE, shape, leaves, name="init"))
+    entry.root = entry.add(Instruction.create(Opcode.WHILE, shape, [init], name=name,
+                                              attrs=dict(w.attrs), metadata=w.metadata))
+    m.add_computation(entry, entry=True)
+    remove_unreachable_computations(m)
+    return m
+
+
+def unrolled(module: Module, name: str, factor: int, config: FusionConfig) -> Module:
+    """While `name` alone (`loop_module`), unrolled `factor` times, simplified and fused."""
+    from hlofuse.passes.fusion.pipelines import fusion_fixpoint, horizontal_fixpoint
+    from hlofuse.passes.pipelines import simplify
+
+    m = loop_module(module, name)
+    w = m.entry.root
+    if factor > 1:
+        unroll(m, m.entry, w, factor)
+    simplify().run(m)
+    settings = _settings(config)
+    fusion_fixpoint(**settings).run(m)
+    horizontal_fixpoint(**settings).run(m)
+    return m
+
+
+def modelled(module: Module, name: str, factor: int, config: FusionConfig) -> Estimate:
+    m = unrolled(module, name, factor, config)
+    kernels, moved, ops = kernels_per_run(m.entry), bytes_per_run(m.entry), ops_per_run(m.entry)
+    ns = None
+    if kernels is not None and moved is not None and ops is not None:
+        ns = (kernels * config.host_kernel_overhead_ns + moved / config.host_bandwidth_gbs
+              + ops * config.host_ns_per_op)
+    return Estimate(factor, kernels, moved, ops, ns)
+
+
+def measurable(w: Instruction) -> str:
+    """Why runs of loop `w` cannot be timed on random inputs ('' when they can): every loop
+    inside needs a known trip count (a data-dependent one might not end on random data); the
+    loop's state must be arrays (checked when timing)."""
+    for comp in _body_computations(w):
+        for instr in comp.instructions:
+            if instr.opcode is Opcode.WHILE and trip_count(instr) is None:
+                return f"the trip count of {instr.name} depends on the data"
+    return ""
+
+
+def measured(module: Module, name: str, factors: list[int], config: FusionConfig
+             ) -> dict[int, float] | None:
+    """ns of one run of each candidate, compiled with the default backend and run on random
+    inputs, interleaved (A B C A B C ...) for at least `ROUNDS` rounds and the best kept
+    (None: a candidate does not compile here, or its state is not arrays)."""
+    import time
+
+    import numpy as np
+
+    from hlofuse.backends import registry
+    from hlofuse.errors import HloError
+
+    runs = {}
+    for k in factors:
+        m = unrolled(module, name, k, config)
+        try:
+            exe = registry.get(registry.default()).compile(m)
+        except HloError:
+            return None
+        rng = np.random.default_rng(0)
+        args = []
+        for p in sorted(m.entry.parameters, key=lambda q: q.parameter_number or 0):
+            shape = p.shape
+            if not isinstance(shape, ArrayShape):
+                return None
+            args.append(rng.standard_normal(shape.dims).astype(shape.dtype.np)
+                        if shape.dtype.is_float else np.zeros(shape.dims, shape.dtype.np))
+        exe(*args)  # warm up
+        runs[k] = (exe, args)
+    best = {k: math.inf for k in factors}
+    for _ in range(ROUNDS):
+        for k, (exe, args) in runs.items():
+            t0 = time.perf_counter()
+            exe(*args)
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return {k: v * 1e9 for k, v in best.items()}
+
+
+def _cache_key(module: Module, name: str, factors: list[int], config: FusionConfig) -> str:
+    import hashlib
+
+    from hlofuse.text import print_module
+
+    text = "\n".join([print_module(module), name, repr(factors), repr(_settings(config))])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def autotuned(module: Module, name: str, factors: list[int], config: FusionConfig
+              ) -> tuple[int, dict[int, float], bool] | None:
+    """(the fastest factor, ns per factor, whether it came from the cache); None when the
+    candidates cannot be compiled here."""
+    from hlofuse.backends.cpu import cachefs
+
+    key = _cache_key(module, name, factors, config)
+    path = cachefs.directory("autotune") / key
+    raw = cachefs.read_entry(path, "autotune")
+    if raw is not None:
+        try:
+            data = json.loads(raw)
+            factor = int(data["factor"])
+            times = {int(k): float(v) for k, v in data["ns"].items()}
+            if factor in factors:
+                return factor, times, True
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass  # a damaged entry is measured again
+    times = measured(module, name, factors, config)
+    if times is None:
+        return None
+    factor = min(factors, key=lambda k: (times[k], k))
+    cachefs.write_entry(path, "autotune", json.dumps(
+        {"factor": factor, "ns": {str(k): v for k, v in times.items()}}).encode())
+    return factor, times, False
+
+
+@register(PASS)
+@dataclass(frozen=True)
+class AutoUnroll(FusionOptions):  # type: ignore[misc]
+    """Unroll host loops by the factor the cost model (or autotuning) picks; off unless
+    `auto_unroll` is on (module docstring)."""
+
+    name: ClassVar[str] = PASS
+
+    def run(self, module: Module) -> bool:
+        config: FusionConfig = self.config()
+        if not config.auto_unroll:
+            return False
+        trace = trace_of(module)
+        changed = False
+        for comp in reachable_computations(module):
+            for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
+                if w.parent is not comp:
+                    continue
+                decision = auto_unroll_legal(w, config).with_figures(
+                    **source_figure(module, w))
+                if decision:
+                    decision = self.choose(module, w, config, decision)
+                if decision:
+                    unroll(module, comp, w, int(decision.figures["factor"]))
+                    changed = True
+                trace.record(PASS, w.name, w.name, decision, comp.name)
+        return changed
+
+    def choose(self, module: Module, w: Instruction, config: FusionConfig,
+               legal: FusionDecision) -> FusionDecision:
+        trips = trip_count(w)
+        assert trips is not None
+        size = sum(len(c.instructions) for c in _body_computations(w))
+        factors = [k for k in candidates(trips, config)
+                   if k == 1 or k * size <= config.max_unroll_instructions]
+        figures: dict[str, Any] = dict(legal.figures, body_instructions=size)
+        if len(factors) == 1:
+            return FusionDecision.no(
+                f"no factor above 1 within max_unroll={config.max_unroll} and "
+                f"max_unroll_instructions={config.max_unroll_instructions} ({size} instructions "
+                "per iteration)", "max_unroll_instructions", **figures)
+        why_not = measurable(w) if config.autotune else ""
+        if why_not:
+            figures["autotune"] = f"not measured: {why_not}"
+        if config.autotune and not why_not:
+            tuned = autotuned(module, w.name, factors, config)
+            if tuned is not None:
+                best, times, cached = tuned
+                figures.update(measured_ns={str(k): round(v) for k, v in times.items()},
+                               cached=cached, factor=best)
+                gain = times[1] / times[best]
+                return self._verdict(best, gain, config, figures, "measured")
+        est = {k: modelled(module, w.name, k, config) for k in factors}
+        if any(e.ns is None for e in est.values()):
+            return FusionDecision.no("the cost of a run is unknown (a nested trip count)",
+                                     "auto_unroll", **figures)
+        best = min(factors, key=lambda k: (est[k].ns, k))  # type: ignore[arg-type, return-value]
+        figures.update(factor=best, kernels_before=est[1].kernels, kernels_after=est[best].kernels,
+                       bytes_before=est[1].bytes, bytes_after=est[best].bytes,
+                       model_ns={str(k): round(e.ns or 0) for k, e in est.items()})
+        gain = (est[1].ns or 0) / (est[best].ns or 1)
+        return self._verdict(best, gain, config, figures, "modelled")
+
+    @staticmethod
+    def _verdict(best: int, gain: float, config: FusionConfig, figures: dict[str, Any],
+                 how: str) -> FusionDecision:
+        figures["gain"] = round(gain, 3)
+        if best == 1 or gain < config.min_unroll_gain:
+            return FusionDecision.no(
+                f"unrolling does not pay: best factor {best}, {how} gain {gain:.2f}x (needs "
+                f"{config.min_unroll_gain}x)", "auto_unroll.gain", **figures)
+        return FusionDecision.ok(**figures)

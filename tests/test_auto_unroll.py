@@ -1,0 +1,88 @@
+"""Automatic unroll (passes/fusion/auto_unroll.py): the factor is the cost model's choice (or the
+measured one with autotune, cached), every decision is recorded with its figures, values are
+unchanged, and loops whole-loop fusion takes are left to it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hlo_loops import scan, stacked
+from hlofuse.backends import interpreter
+from hlofuse.passes.fusion.trace import TraceEvent, trace_of
+from hlofuse.passes.pipelines import run_pipeline
+from hlofuse.text import parse
+
+HOST_LOOPS = "hlofuse{whole_loop_fusion=false"
+
+
+def _event(text: str, pipeline: str) -> tuple[object, TraceEvent]:
+    module = parse(text)
+    run_pipeline(module, pipeline)
+    (event,) = [e for e in trace_of(module) if e.pass_name == "auto-unroll"]
+    return module, event
+
+
+def test_the_model_picks_the_cheapest_factor_and_values_hold() -> None:
+    text = stacked(64, 24)
+    module, event = _event(text, HOST_LOOPS + ",min_unroll_gain=1.0}")
+    model = {int(k): v for k, v in event.figures["model_ns"].items()}
+    assert sorted(model) == [1, 2, 4, 8]
+    best = min(model, key=lambda k: (model[k], k))
+    assert event.figures["factor"] == best
+    assert event.verdict == ("fused" if best > 1 else "refused")
+    s0 = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    np.testing.assert_array_equal(interpreter.run(module, s0)[0],
+                                  interpreter.run(parse(text), s0)[0])
+
+
+def test_gain_threshold_is_a_setting() -> None:
+    _, event = _event(stacked(64, 24), HOST_LOOPS + ",min_unroll_gain=1000}")
+    assert event.verdict == "refused" and event.rule == "auto_unroll.gain"
+    assert "does not pay" in event.reason
+
+
+def test_code_size_bounds_the_candidates() -> None:
+    _, event = _event(stacked(64, 24), HOST_LOOPS + ",max_unroll_instructions=10}")
+    assert event.verdict == "refused" and event.rule == "max_unroll_instructions"
+
+
+def test_whole_loops_are_left_to_whole_loop_fusion() -> None:
+    _, event = _event(scan(), "hlofuse")
+    assert event.verdict == "refused" and event.rule == "auto_unroll.whole_loop"
+
+
+def test_off_in_xla() -> None:
+    module = parse(stacked())
+    run_pipeline(module, "xla")
+    assert not [e for e in trace_of(module) if e.pass_name == "auto-unroll"]
+
+
+def test_autotune_measures_once_then_reads_the_cache(tmp_path: object,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("hlofuse.backends.cpu.build").find_compiler()
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path))
+    pipeline = HOST_LOOPS + ",autotune=true,max_unroll=4}"
+    _, first = _event(stacked(32, 16), pipeline)
+    assert first.figures["cached"] is False
+    assert sorted(int(k) for k in first.figures["measured_ns"]) == [1, 2, 4]
+    _, again = _event(stacked(32, 16), pipeline)
+    assert again.figures["cached"] is True
+    assert again.figures["factor"] == first.figures["factor"]
+    assert again.figures["measured_ns"] == first.figures["measured_ns"]
+
+
+def test_autotune_option_on_compile(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hlofuse
+
+    pytest.importorskip("hlofuse.backends.cpu.build").find_compiler()
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path))
+    text = stacked(32, 16)
+    exe = hlofuse.compile(text, pipeline="hlofuse{whole_loop_fusion=false,max_unroll=2}",
+                          autotune=True)
+    assert exe.pipeline == "hlofuse{whole_loop_fusion=false,max_unroll=2,autotune=true}"
+    s0 = np.random.default_rng(1).normal(size=(32, 3)).astype(np.float32)
+    np.testing.assert_allclose(exe(s0)[0], interpreter.run(parse(text), s0)[0], rtol=1e-5,
+                               atol=1e-6)
+    with pytest.raises(hlofuse.HloError, match="fusing pipeline"):
+        hlofuse.compile(text, pipeline="none", autotune=True)
