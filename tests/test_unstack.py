@@ -77,3 +77,26 @@ def test_cartpole_as_written_state_is_unstacked() -> None:
     assert event.verdict == "fused" and event.figures["rows"] == 4
     leaves = _loop_leaves(module)
     assert (4, 2048) not in leaves and leaves.count((2048,)) >= 4
+
+
+def test_readers_after_the_loop_keep_definitions_before_uses() -> None:
+    """The restacked result is read by instructions listed before the point it was built at
+    (gymnax MountainCar's shape): the lists stay in definition order, so the cpu backend's
+    buffer analysis (which walks them in order) compiles it."""
+    text = stacked().replace(
+        "  ROOT out = f32[64,3] get-tuple-element(w), index=1",
+        "  out = f32[64,3] get-tuple-element(w), index=1\n"
+        "  neg = f32[64,3] negate(out)\n"
+        "  ROOT r = (f32[64,3], f32[64,3]) tuple(neg, out)")
+    module, (event,) = _run(text, "simplify,unstack-loop-state{unstack_loop_state=true}")
+    assert event.verdict == "fused"
+    for comp in module.computations:
+        seen: set[int] = set()
+        for instr in comp.instructions:
+            assert all(id(o) in seen for o in instr.operands), (comp.name, instr.name)
+            seen.add(id(instr))
+    run_pipeline(module, NO_WHOLE)
+    s0 = np.random.default_rng(3).normal(size=(64, 3)).astype(np.float32)
+    want = interpreter.run(parse(text), s0)
+    for g, w in zip(cpu.compile_module(module)(s0), want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

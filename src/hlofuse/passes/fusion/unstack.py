@@ -268,6 +268,10 @@ def unstack(w: Instruction, k: int, axis: int) -> int:
                                               metadata=w.metadata))
         for u in users:
             u.replace_all_uses_with(stacked)
+    # new instructions went in before anchors, their readers may come earlier: definitions
+    # before uses again (what later passes and the backends read the lists in)
+    body.instructions = body.post_order()
+    comp.instructions = comp.post_order()
     return rows
 
 
