@@ -431,3 +431,21 @@ def test_parse_speed_5000_instructions() -> None:
     assert len(m.entry.instructions) == 5000
     # Measured ~0.25 s CPU on the 2-core dev machine; the bound leaves room for slow CI.
     assert best < 1.5, f"parsing 5000 instructions took {best:.2f} s CPU"
+
+
+def test_operands_named_before_their_definition_are_put_first() -> None:
+    """Text may use a name before the line that defines it; the module's instruction lists come
+    out in definition order (what passes and backends walk), and the program runs."""
+    from hlofuse.backends import interpreter
+
+    module = parse("""HloModule order
+ENTRY e {
+  b = f32[4] negate(a)
+  a = f32[4] parameter(0)
+  ROOT c = f32[4] add(a, b)
+}
+""")
+    names = [i.name for i in module.entry.instructions]
+    assert names.index("a") < names.index("b") < names.index("c")
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(interpreter.run(module, x)[0], np.zeros(4, np.float32))

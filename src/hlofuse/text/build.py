@@ -57,7 +57,21 @@ def build_module(parser: HloParser, parsed: ParsedModule) -> Module:
     _infer_missing_shapes(parser, parsed, comps)
     for pc in parsed.computations:
         _check_operand_shapes(parser, pc)
+    for comp in module.computations:
+        _definitions_first(comp)
     return module
+
+
+def _definitions_first(comp: Computation) -> None:
+    """Text may name an operand before defining it; every pass and backend reads instruction
+    lists in definition order, so such a list is put in that order (a post order). A cycle,
+    which no order fixes, is the verifier's to report."""
+    seen: set[int] = set()
+    for instr in comp.instructions:
+        if any(id(o) not in seen for o in (*instr.operands, *instr.control_predecessors)):
+            comp.instructions = comp.post_order()
+            return
+        seen.add(id(instr))
 
 
 def _find_entry(parser: HloParser, parsed: ParsedModule) -> PendingComp:
