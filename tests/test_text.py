@@ -183,7 +183,9 @@ later {
 """)
     entry = m.entry
     assert entry.root.name == "c"  # no ROOT: the last instruction
-    assert entry.instructions[0].operand(0) is entry.instructions[1]
+    # the list is put in definition order: `a` before its reader `b`
+    assert [i.name for i in entry.instructions] == ["a", "b", "c"]
+    assert entry.instructions[1].operand(0) is entry.instructions[0]
     assert entry.root.attrs["to_apply"] is m.computation("later")
 
 
