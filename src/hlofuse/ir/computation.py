@@ -25,6 +25,8 @@ class Computation:
         self.parent: Module | None = None
         # Set on fused computations: the fusion instruction that calls this computation.
         self.fusion_instruction: Instruction | None = None
+        # parameter number -> parameter, a lookup aid checked on every use (see `parameter`)
+        self._parameter_index: list[Instruction | None] = []
 
     # ----- structure ----------------------------------------------------------------------
 
@@ -48,10 +50,46 @@ class Computation:
         return sorted(params, key=lambda p: p.parameter_number or 0)
 
     def parameter(self, number: int) -> Instruction:
-        for p in self.instructions:
-            if p.opcode is Opcode.PARAMETER and p.parameter_number == number:
+        """Parameter `number`. Looked up in an index that is checked on every use (the entry
+        must still be a parameter of this computation with that number) and rebuilt from the
+        instruction list when stale, so edits anywhere keep it correct; passes that renumber
+        parameters may hand the new order to `index_parameters` to spare the rebuild."""
+        p = self._indexed_parameter(number)
+        if p is None:
+            self._parameter_index = self._scan_parameters()
+            p = self._indexed_parameter(number)
+        if p is None:  # numbers beyond the instruction count are not indexed
+            for q in self.instructions:
+                if q.opcode is Opcode.PARAMETER and q.parameter_number == number:
+                    return q
+            raise IndexError(f"computation {self.name} has no parameter {number}")
+        return p
+
+    def index_parameters(self, params: list[Instruction]) -> None:
+        """Record `params` (parameter i at position i) as the lookup index of `parameter`."""
+        self._parameter_index = list(params)
+
+    def _indexed_parameter(self, number: int) -> Instruction | None:
+        index = self._parameter_index
+        if 0 <= number < len(index):
+            p = index[number]
+            if p is not None and p.parent is self and p.parameter_number == number \
+                    and p.opcode is Opcode.PARAMETER:
                 return p
-        raise IndexError(f"computation {self.name} has no parameter {number}")
+        return None
+
+    def _scan_parameters(self) -> list[Instruction | None]:
+        index: list[Instruction | None] = []
+        limit = len(self.instructions)
+        for p in self.instructions:
+            n = p.parameter_number
+            if p.opcode is not Opcode.PARAMETER or n is None or not 0 <= n < limit:
+                continue
+            if n >= len(index):
+                index.extend([None] * (n + 1 - len(index)))
+            if index[n] is None:  # the first one listed, as a scan would find
+                index[n] = p
+        return index
 
     @property
     def is_fusion_computation(self) -> bool:
@@ -75,8 +113,20 @@ class Computation:
         if before is None:
             self.instructions.append(instr)
         else:
-            self.instructions.insert(self.instructions.index(before), instr)
+            self.instructions.insert(self.position(before), instr)
+        if instr.opcode is Opcode.PARAMETER and instr.parameter_number == len(
+                self._parameter_index):
+            self._parameter_index.append(instr)  # the next number: keep the index whole
         return instr
+
+    def position(self, instr: Instruction) -> int:
+        """Index of `instr` in the instruction list. Passes edit near the end of the list
+        (consumers are visited from the back), so the last few slots are looked at first."""
+        instrs = self.instructions
+        for k in range(len(instrs) - 1, max(len(instrs) - 5, -1), -1):
+            if instrs[k] is instr:
+                return k
+        return instrs.index(instr)
 
     def remove(self, instr: Instruction) -> None:
         """Delete an instruction that has no users (and is not the root)."""
@@ -87,7 +137,7 @@ class Computation:
             raise ValueError(f"cannot remove {instr.name}: it is the root of {self.name}")
         instr.detach_operands()
         instr.control_predecessors = []
-        self.instructions.remove(instr)
+        del self.instructions[self.position(instr)]
         instr.parent = None
         if self.parent is not None:
             self.parent.release_name(instr.name)

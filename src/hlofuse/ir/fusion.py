@@ -133,29 +133,38 @@ def _param_for(fusion: Instruction, operand: Instruction) -> Instruction:
     return p
 
 
+def fusion_parameters(fusion: Instruction) -> list[Instruction]:
+    """The fused computation's parameters in number order (one per fusion operand)."""
+    fused = fusion.fused_computation
+    return [fused.parameter(i) for i in range(fusion.operand_count)]
+
+
 def _remove_parameter(fusion: Instruction, param: Instruction) -> None:
     """Drop an unused parameter and its operand; renumber the later parameters."""
     assert not param.users, f"parameter {param.name} still used"
     fused = fusion.fused_computation
     number = param.parameter_number
     assert number is not None
+    params = fusion_parameters(fusion)
     operands = list(fusion.operands)
     del operands[number]
     fusion.set_operands(operands)
     fused.remove(param)
-    for p in fused.instructions:
-        if p.opcode is Opcode.PARAMETER and p.parameter_number is not None \
-                and p.parameter_number > number:
-            p.parameter_number -= 1
+    later = params[number + 1:]
+    for p in later:
+        assert p.parameter_number is not None
+        p.parameter_number -= 1
+    fused.index_parameters(params[:number] + later)
 
 
-def _rename_parameters(fusion: Instruction) -> None:
-    """Keep parameter names in step with their numbers (`param_2` is parameter(2))."""
+def _rename_parameters(fusion: Instruction, start: int = 0) -> None:
+    """Keep parameter names in step with their numbers (`param_2` is parameter(2)), from
+    parameter `start` on (the ones before it are known to be in step)."""
     fused = fusion.fused_computation
     module = fused.parent
     if module is None:
         return
-    for p in fused.parameters:
+    for p in fusion_parameters(fusion)[start:]:
         base = f"param_{p.parameter_number}"
         if p.name == base or p.name.startswith(base + "."):
             continue
@@ -164,7 +173,7 @@ def _rename_parameters(fusion: Instruction) -> None:
 
 
 def remove_unused_parameters(fusion: Instruction) -> None:
-    for p in list(reversed(fusion.fused_computation.parameters)):
+    for p in list(reversed(fusion_parameters(fusion))):
         if not p.users and p is not fusion.fused_computation.root:
             _remove_parameter(fusion, p)
 
@@ -245,18 +254,72 @@ def _remove_if_dead(producer: Instruction) -> None:
 # ----- producer -> consumer fusion ---------------------------------------------------------
 
 
-def fuse_instruction(fusion: Instruction, producer: Instruction) -> Instruction:
+def fuse_instruction(fusion: Instruction, producer: Instruction, *,
+                     assume_tidy: bool = False) -> Instruction:
     """Clone `producer` into `fusion`, replacing the parameter bound to it. Returns the clone
-    (the in-fusion value of the producer). The producer is removed if nothing else uses it."""
+    (the in-fusion value of the producer). The producer is removed if nothing else uses it.
+
+    `assume_tidy`: the caller knows the fused computation is as `fuse_instruction` leaves it
+    (tidied by an earlier call in the same pass run: no dead code, parameter names in step,
+    instructions in post order). Then fusing a plain producer only tidies what it touched
+    (`_tidy_after_clone`), in time independent of the fusion's size, with the same result."""
     assert is_fusion(fusion)
     param = fused_parameter_for(fusion, producer)
     assert param is not None, f"{producer.name} is not an operand of {fusion.name}"
+    fused = fusion.fused_computation
+    incremental = (assume_tidy and not is_fusion(producer) and producer.opcode is not Opcode.TUPLE
+                   and bool(param.users) and fused.root is not param)
+    users = list(param.users)
+    start = len(fused.instructions)
+    number = param.parameter_number
     value = _clone_body(fusion, producer)
+    added = fused.instructions[start:]
     param.replace_all_uses_with(value)
     _remove_parameter(fusion, param)
-    _tidy(fusion)
+    if incremental:
+        assert number is not None
+        _tidy_after_clone(fusion, number, added, users)
+    else:
+        _tidy(fusion)
     _remove_if_dead(producer)
     return value
+
+
+def _tidy_after_clone(fusion: Instruction, number: int, added: list[Instruction],
+                      users: list[Instruction]) -> None:
+    """`_tidy` for a tidy fusion into which one plain producer was just cloned in place of
+    parameter `number`: `added` are the new parameters and the clone (appended, in that order),
+    `users` the replaced parameter's users.
+
+    Nothing becomes dead and no get-tuple-element of a tuple appears, so only the parameters
+    from `number` on need renaming, and the post order of the new list is the old one with the
+    clone, preceded by those of its operands not yet listed before its first user, moved in
+    front of that first user (a DFS reaches them there first; everything else is already in
+    defs-before-uses order)."""
+    _rename_parameters(fusion, number)
+    fused = fusion.fused_computation
+    instrs = fused.instructions
+    value = added[-1]
+    at = min(fused.position(u) for u in users)
+    block: list[Instruction] = []
+    later: list[Instruction] = []  # existing parameters listed after the first user
+    seen: set[int] = set()
+    new = {id(a) for a in added}
+    for o in value.operands:
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if id(o) in new:
+            block.append(o)
+        elif fused.position(o) > at:
+            block.append(o)
+            later.append(o)
+    block.append(value)
+    assert len(block) == len(added) + len(later), "every new instruction is an operand"
+    del instrs[len(instrs) - len(added):]
+    for o in later:  # all after `at`: deleting them does not move it
+        del instrs[fused.position(o)]
+    instrs[at:at] = block
 
 
 # ----- multi-output fusion -----------------------------------------------------------------

@@ -64,6 +64,21 @@ class Metadata:
         return bool(self.fields)
 
 
+def _drop_user(users: list[Instruction], user: Instruction) -> bool:
+    """Remove `user` from a (de-duplicated) user list if it is there; returns whether it was.
+    The last slots are looked at first: the user removed is most often a recent one."""
+    n = len(users)
+    for k in range(n - 1, max(n - 5, -1), -1):
+        if users[k] is user:
+            del users[k]
+            return True
+    try:
+        users.remove(user)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(eq=False)
 class Instruction:
     """An HLO instruction. Identity semantics: two instructions are equal only if they are one."""
@@ -130,7 +145,8 @@ class Instruction:
             return
         self._operands[i] = new
         if not any(o is old for o in self._operands):
-            old.users.remove(self)
+            if not _drop_user(old.users, self):
+                raise ValueError(f"{self.name} is not a user of {old.name}")
         if self not in new.users:
             new.users.append(self)
 
@@ -145,16 +161,22 @@ class Instruction:
             new.users.append(self)
 
     def set_operands(self, new_operands: Iterable[Instruction]) -> None:
-        self.detach_operands()
+        """Replace the operand list; this becomes the last user of each operand."""
+        detached = self.detach_operands()
         for op in new_operands:
-            self.append_operand(op)
+            self._operands.append(op)
+            if op in detached:  # just dropped from its users: no need to look for it
+                detached.discard(op)
+                op.users.append(self)
+            elif self not in op.users:
+                op.users.append(self)
 
-    def detach_operands(self) -> None:
-        """Drop every operand edge (used before deleting the instruction)."""
-        for op in set(self._operands):
-            if self in op.users:
-                op.users.remove(self)
+    def detach_operands(self) -> set[Instruction]:
+        """Drop every operand edge (used before deleting the instruction). Returns the
+        operands whose user lists this was removed from."""
+        dropped = {op for op in set(self._operands) if _drop_user(op.users, self)}
         self._operands.clear()
+        return dropped
 
     def replace_all_uses_with(self, new: Instruction) -> None:
         """Point every user (and the computation root, if this is it) at `new`."""

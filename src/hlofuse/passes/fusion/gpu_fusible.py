@@ -374,9 +374,13 @@ def is_expensive_to_repeat(instr: Instruction, config: FusionConfig = DEFAULT) -
 
 
 def creates_heavy_computation(producer: Instruction, consumer: Instruction,
-                              config: FusionConfig = DEFAULT) -> bool:
-    """CreatesHeavyComputation (E2): a heavy producer read many times by the consumer."""
-    if is_fusion(producer):
+                              config: FusionConfig = DEFAULT,
+                              producer_heavy: bool | None = None) -> bool:
+    """CreatesHeavyComputation (E2): a heavy producer read many times by the consumer.
+    `producer_heavy`, when known, is whether the producer has an expensive-to-repeat op."""
+    if producer_heavy is not None:
+        heavy = producer_heavy
+    elif is_fusion(producer):
         heavy = any(is_expensive_to_repeat(i, config)
                     for i in producer.fused_computation.instructions)
     else:
@@ -428,15 +432,22 @@ def num_unnested_reductions(instr: Instruction, config: FusionConfig = DEFAULT) 
 
 def fusion_fits_in_budget(instr1: Instruction, instr2: Instruction,
                           config: FusionConfig = DEFAULT,
-                          is_consumer_producer_fusion: bool = False) -> FusionDecision:
-    """FusionFitsInBudget (E2): `instr1` is the consumer when `is_consumer_producer_fusion`."""
-    smem = shared_memory_usage(instr1, config) + shared_memory_usage(instr2, config)
+                          is_consumer_producer_fusion: bool = False,
+                          usage: Callable[[Instruction], tuple[int, int]] | None = None
+                          ) -> FusionDecision:
+    """FusionFitsInBudget (E2): `instr1` is the consumer when `is_consumer_producer_fusion`.
+    `usage(instr)`, when given, is (shared_memory_usage, num_unnested_reductions) of `instr`
+    (a pass's cached sums, analysis.py)."""
+    if usage is None:
+        def usage(i: Instruction) -> tuple[int, int]:
+            return shared_memory_usage(i, config), num_unnested_reductions(i, config)
+    (smem1, red1), (smem2, red2) = usage(instr1), usage(instr2)
+    smem = smem1 + smem2
     if smem > config.shared_memory_budget:
         return FusionDecision.no(
             f"shared memory usage would be over the budget of {config.shared_memory_budget}B",
             "shared_memory_budget", shared_memory_bytes=smem)
-    reductions = num_unnested_reductions(instr1, config) + num_unnested_reductions(instr2,
-                                                                                   config)
+    reductions = red1 + red2
     if reductions > config.max_unnested_reductions:
         return FusionDecision.no(
             f"over {config.max_unnested_reductions} unnested reductions in fusion",

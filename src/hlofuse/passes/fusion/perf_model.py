@@ -227,7 +227,7 @@ def _ir_size_and_splits(instr: Instruction) -> tuple[int, int]:
     for i in instr.fused_computation.instructions:
         if i.opcode is Opcode.PARAMETER:
             continue
-        times = max(evaluation.index_usage_count.get(id(i), 1), 1)
+        times = max(evaluation.index_usage_count.get(i, 1), 1)
         size += times
         splits += times * int(i.opcode in INVALIDATES_CACHE)
     return size, splits

@@ -125,6 +125,9 @@ class UseKind(IntEnum):
 
 _PERMUTING = frozenset({Opcode.BITCAST, Opcode.CONCATENATE, Opcode.RESHAPE, Opcode.REVERSE,
                         Opcode.SLICE, Opcode.TRANSPOSE})
+# Ops whose operand element use can be other than USE (operand_element_use's special cases);
+# every other op uses its operands element for element when elementwise, else reuses them.
+REUSE_CAPABLE_OPS = _PERMUTING | {Opcode.PAD, Opcode.REDUCE, Opcode.FUSION, Opcode.DOT}
 
 
 def _plus(a: UseKind, b: UseKind) -> UseKind:
