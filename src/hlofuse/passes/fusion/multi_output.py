@@ -11,8 +11,9 @@ outside read them through get-tuple-element)::
 
 Algorithm, per non-fusion computation: walk the post order from the back (uses before defs). For
 each instruction `p` (constants and kCustom fusions skipped) first try sibling fusion among p's
-users, then producer-consumer fusion of p into one of its users. Reachability is recomputed
-after every fusion.
+users, then producer-consumer fusion of p into one of its users. Reachability is updated
+after every fusion (graph.py: rows downstream of the fusion go stale and are recomputed when
+asked), not rebuilt.
 
 Sibling fusion (`fuse_siblings`), conditions in order:
 
@@ -284,7 +285,7 @@ def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionCon
                 set_kind(a, "kInput")
             del siblings[j]
             changed = True
-            reach.rebuild()
+            reach.update_fusion(a)
         i += 1
     return changed
 
@@ -321,9 +322,9 @@ def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder
         if consumer is None:
             continue
         record(producer, consumer, FusionDecision.ok(kind="producer-consumer"), True)
-        fuse_producer_into_consumer(producer, consumer, config)
+        fusion = fuse_producer_into_consumer(producer, consumer, config)
         changed = True
-        reach.rebuild()
+        reach.update_fusion(fusion)
     return changed
 
 
