@@ -26,6 +26,8 @@ back-links set, instruction lists in a defs-before-uses order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hlofuse.ir.clone import clone_instruction
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
@@ -34,6 +36,9 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import Shape, TupleShape
 
 FUSION_KINDS = ("kLoop", "kInput", "kOutput", "kCustom")
+
+# After a multi-output merge into a fusion: put the caller's instruction list back in post order.
+Reorder = Callable[[Computation, Instruction], None]
 
 
 # ----- small queries -----------------------------------------------------------------------
@@ -431,10 +436,16 @@ def _export(fusion: Instruction, producer: Instruction, value: Instruction) -> N
         comp.root = gte
 
 
-def fuse_into_multi_output(fusion: Instruction, producer: Instruction) -> Instruction:
+def _post_order(comp: Computation, fusion: Instruction) -> None:
+    comp.instructions = comp.post_order()
+
+
+def fuse_into_multi_output(fusion: Instruction, producer: Instruction, *,
+                           reorder: Reorder = _post_order) -> Instruction:
     """Move `producer` into `fusion` and export its value as extra output(s): no duplication.
     Outside users of the producer read it through get-tuple-element instructions of `fusion`.
-    `producer` need not be an operand of `fusion`."""
+    `producer` need not be an operand of `fusion`. `reorder(comp, fusion)` puts the caller's
+    instruction list back in post order afterwards (a pass may keep it incrementally)."""
     assert is_fusion(fusion)
     comp = fusion.parent
     assert comp is not None
@@ -463,18 +474,19 @@ def fuse_into_multi_output(fusion: Instruction, producer: Instruction) -> Instru
     if producer.users:
         raise AssertionError(f"{producer.name} still has users after multi-output fusion")
     _remove_if_dead(producer)
-    comp.instructions = comp.post_order()
+    reorder(comp, fusion)
     return value
 
 
-def merge_fusions_multi_output(fusion_a: Instruction, fusion_b: Instruction) -> Instruction:
+def merge_fusions_multi_output(fusion_a: Instruction, fusion_b: Instruction, *,
+                               reorder: Reorder = _post_order) -> Instruction:
     """Merge fusion (or plain instruction) `fusion_b` into `fusion_a`, keeping all outputs of
     both (sibling multi-output fusion). If `b` reads `a`, `b`'s reads are wired to `a`'s values
     inside the fusion; if `a` reads `b`, this is a producer-consumer multi-output fusion."""
     assert is_fusion(fusion_a)
     if any(o is fusion_b for o in fusion_a.operands) or not any(
             o is fusion_a for o in fusion_b.operands):
-        return fuse_into_multi_output(fusion_a, fusion_b)
+        return fuse_into_multi_output(fusion_a, fusion_b, reorder=reorder)
     # b consumes a: bind b's reads of a to a's in-fusion outputs.
     comp = fusion_a.parent
     assert comp is not None
@@ -496,5 +508,5 @@ def merge_fusions_multi_output(fusion_a: Instruction, fusion_b: Instruction) -> 
     _remove_if_dead(fusion_b)
     for g in read_gtes:
         _remove_if_dead(g)
-    comp.instructions = comp.post_order()
+    reorder(comp, fusion_a)
     return value

@@ -144,9 +144,8 @@ class Instruction:
         if old is new:
             return
         self._operands[i] = new
-        if not any(o is old for o in self._operands):
-            if not _drop_user(old.users, self):
-                raise ValueError(f"{self.name} is not a user of {old.name}")
+        if not any(o is old for o in self._operands) and not _drop_user(old.users, self):
+            raise ValueError(f"{self.name} is not a user of {old.name}")
         if self not in new.users:
             new.users.append(self)
 

@@ -52,6 +52,7 @@ from typing import ClassVar
 
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.fusion import (
+    Reorder,
     create_fusion,
     fused_root,
     is_fusion,
@@ -77,6 +78,7 @@ from hlofuse.passes.fusion.gpu_fusible import (
 )
 from hlofuse.passes.fusion.graph import ReachabilityMap
 from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.order import PostOrderKeeper
 from hlofuse.passes.fusion.perf_model import fusion_is_faster, producer_consumer_merged_too_large
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.registry import register
@@ -257,7 +259,7 @@ def select_preferred(candidates: list[Instruction]) -> Instruction | None:
 
 
 def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionConfig,
-                  record: Recorder) -> bool:
+                  record: Recorder, reorder: Reorder | None = None) -> bool:
     """FuseSiblings(parent): merge users of `parent` pairwise into multi-output fusions."""
     if not is_profitable_operand(parent, config):
         return False
@@ -280,7 +282,10 @@ def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionCon
                 continue
             record(b, a, decision.with_figures(kind="sibling", shared=parent.name), True)
             was_input = is_fusion(b) and b.fusion_kind == "kInput"
-            merge_fusions_multi_output(a, b)
+            if reorder is None:
+                merge_fusions_multi_output(a, b)
+            else:
+                merge_fusions_multi_output(a, b, reorder=reorder)
             if was_input:
                 set_kind(a, "kInput")
             del siblings[j]
@@ -291,20 +296,25 @@ def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionCon
 
 
 def fuse_producer_into_consumer(producer: Instruction, consumer: Instruction,
-                                config: FusionConfig) -> Instruction:
+                                config: FusionConfig, reorder: Reorder | None = None
+                                ) -> Instruction:
     """Make `producer` an extra output of `consumer` (wrapping the consumer if needed)."""
     if not is_fusion(consumer):
         consumer = create_fusion(consumer, choose_fusion_kind(producer, consumer, config))
     if is_fusion(producer) and producer.fusion_kind == "kInput" \
             and is_input_fusible_reduction(producer, config):
         set_kind(consumer, "kInput")
-    merge_fusions_multi_output(consumer, producer)
+    if reorder is None:
+        merge_fusions_multi_output(consumer, producer)
+    else:
+        merge_fusions_multi_output(consumer, producer, reorder=reorder)
     return consumer
 
 
 def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder) -> bool:
     """DoMultiOutputFusion for one computation."""
     reach = ReachabilityMap(comp)
+    order = PostOrderKeeper(comp)
     changed = False
     for producer in reversed(comp.post_order()):
         if producer.parent is not comp:
@@ -313,7 +323,7 @@ def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder
             continue
         if is_fusion(producer) and producer.fusion_kind == "kCustom":
             continue
-        if fuse_siblings(producer, reach, config, record):
+        if fuse_siblings(producer, reach, config, record, order.restore):
             changed = True
         if producer.parent is not comp:
             continue
@@ -322,7 +332,7 @@ def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder
         if consumer is None:
             continue
         record(producer, consumer, FusionDecision.ok(kind="producer-consumer"), True)
-        fusion = fuse_producer_into_consumer(producer, consumer, config)
+        fusion = fuse_producer_into_consumer(producer, consumer, config, order.restore)
         changed = True
         reach.update_fusion(fusion)
     return changed
