@@ -8,6 +8,7 @@ defs-before-uses order that visits operands (and control predecessors) first, li
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from hlofuse.ir.instruction import Instruction
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
 class Computation:
     def __init__(self, name: str) -> None:
         self.name = name
-        self.instructions: list[Instruction] = []
+        self._instructions: list[Instruction] = []
+        # While `deferred_removals()` is active: removed instructions still in the list.
+        self._removed: set[Instruction] | None = None
         self._root: Instruction | None = None
         self.parent: Module | None = None
         # Set on fused computations: the fusion instruction that calls this computation.
@@ -29,6 +32,39 @@ class Computation:
         self._parameter_index: list[Instruction | None] = []
 
     # ----- structure ----------------------------------------------------------------------
+
+    @property
+    def instructions(self) -> list[Instruction]:
+        if self._removed:
+            self._flush_removals()
+        return self._instructions
+
+    @instructions.setter
+    def instructions(self, instrs: list[Instruction]) -> None:
+        self._instructions = instrs
+        if self._removed:
+            self._removed = set()
+
+    @contextmanager
+    def deferred_removals(self) -> Iterator[None]:
+        """While active, `remove` leaves the instruction in the list (finding it there costs
+        O(n)) and the list drops all of them at once when next read, or at the end. For a pass
+        that removes many instructions between reads of the list (instruction fusion)."""
+        if self._removed is not None:
+            yield
+            return
+        self._removed = set()
+        try:
+            yield
+        finally:
+            self._flush_removals()
+            self._removed = None
+
+    def _flush_removals(self) -> None:
+        removed = self._removed
+        if removed:
+            self._instructions[:] = [i for i in self._instructions if i not in removed]
+            removed.clear()
 
     @property
     def root(self) -> Instruction:
@@ -105,15 +141,17 @@ class Computation:
 
     def add(self, instr: Instruction, *, before: Instruction | None = None) -> Instruction:
         """Insert `instr`; give it a module-unique name derived from its current name."""
+        if self._removed and instr in self._removed:
+            self._flush_removals()  # back after a deferred removal: drop the old entry first
         instr.parent = self
         if self.parent is not None:
             instr.name = self.parent.unique_name(instr.name or instr.opcode.value)
         elif not instr.name:
             instr.name = instr.opcode.value
         if before is None:
-            self.instructions.append(instr)
+            self._instructions.append(instr)
         else:
-            self.instructions.insert(self.position(before), instr)
+            self._instructions.insert(self.position(before), instr)
         if instr.opcode is Opcode.PARAMETER and instr.parameter_number == len(
                 self._parameter_index):
             self._parameter_index.append(instr)  # the next number: keep the index whole
@@ -121,8 +159,9 @@ class Computation:
 
     def position(self, instr: Instruction) -> int:
         """Index of `instr` in the instruction list. Passes edit near the end of the list
-        (consumers are visited from the back), so the last few slots are looked at first."""
-        instrs = self.instructions
+        (consumers are visited from the back), so the last few slots are looked at first.
+        (Inside `deferred_removals`, an index into the list that still holds removed ones.)"""
+        instrs = self._instructions
         for k in range(len(instrs) - 1, max(len(instrs) - 5, -1), -1):
             if instrs[k] is instr:
                 return k
@@ -137,7 +176,10 @@ class Computation:
             raise ValueError(f"cannot remove {instr.name}: it is the root of {self.name}")
         instr.detach_operands()
         instr.control_predecessors = []
-        del self.instructions[self.position(instr)]
+        if self._removed is not None:
+            self._removed.add(instr)
+        else:
+            del self._instructions[self.position(instr)]
         instr.parent = None
         if self.parent is not None:
             self.parent.release_name(instr.name)
@@ -168,6 +210,19 @@ class Computation:
         for start in self.instructions:
             if id(start) in visited:
                 continue
+            # Every operand already emitted (the usual case: lists are kept in this order):
+            # the DFS below would emit `start` at once, so do just that.
+            for op in start._operands:
+                if id(op) not in visited:
+                    break
+            else:
+                for op in start.control_predecessors:
+                    if id(op) not in visited:
+                        break
+                else:
+                    visited.add(id(start))
+                    order.append(start)
+                    continue
             # Iterative DFS: (node, expanded?) pairs.
             stack: list[tuple[Instruction, bool]] = [(start, False)]
             while stack:

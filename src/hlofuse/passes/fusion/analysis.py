@@ -22,12 +22,17 @@ gpu_fusible.py, predicates.py and indexing.py):
   other passes never meet a stale entry;
 * the incremental path (`assume_tidy` in ir/fusion.py) is taken only for a fusion this run
   created or already fused into, so its fused computation is as `fuse_instruction` left it;
-* entries are keyed by the instruction objects (held, so no id is reused while cached).
+* entries are keyed by the instruction objects (held, so no id is reused while cached);
+* `ask` remembers one-instruction predicates (fusibility, kinds, heroes) only for what the run
+  does not change: a fusion it grows is forgotten, a plain instruction keeps its opcode,
+  shape and operand shapes; rng is never remembered (its fusibility counts its users).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from hlofuse.ir.fusion import fuse_instruction, is_fusion
 from hlofuse.ir.instruction import Instruction
@@ -48,6 +53,11 @@ from hlofuse.passes.fusion.predicates import (
     reuses_operand_elements,
 )
 
+# shared memory: unnested reductions and tiled transposes (copy/transpose); transposing: copy,
+# transpose; expensive to repeat: reduce, reduce-window; fusions recurse
+_SHAPED_OPS = frozenset({Opcode.REDUCE, Opcode.COPY, Opcode.TRANSPOSE, Opcode.REDUCE_WINDOW,
+                         Opcode.FUSION})
+
 
 @dataclass
 class FusionFacts:
@@ -62,12 +72,14 @@ class FusionFacts:
 
     def add(self, instr: Instruction, config: FusionConfig) -> None:
         """Count one plain (non-fusion, non-parameter) fused instruction in."""
-        self.shared_memory += shared_memory_usage(instr, config)
-        self.unnested_reductions += num_unnested_reductions(instr, config)
-        self.transposing += is_physically_transposing(instr)
-        self.heavy += is_expensive_to_repeat(instr, config)
+        op = instr.opcode
+        if op in _SHAPED_OPS:  # the only ops with a share in the first four sums
+            self.shared_memory += shared_memory_usage(instr, config)
+            self.unnested_reductions += num_unnested_reductions(instr, config)
+            self.transposing += is_physically_transposing(instr)
+            self.heavy += is_expensive_to_repeat(instr, config)
         self.expensive += is_expensive(instr, config)
-        self.may_reuse += instr.opcode in REUSE_CAPABLE_OPS or not instr.is_elementwise
+        self.may_reuse += op in REUSE_CAPABLE_OPS or not instr.is_elementwise
 
 
 class FusionAnalyses:
@@ -77,9 +89,25 @@ class FusionAnalyses:
         self.config = config
         self._indexing: dict[Instruction, FusionNodeIndexingEvaluation] = {}
         self._facts: dict[Instruction, FusionFacts] = {}
+        self._reuse: dict[Instruction, dict[int, bool]] = {}  # fusion -> operand -> reuses?
+        self._unary: dict[Instruction, dict[Any, Any]] = {}  # instr -> predicate -> answer
         self._tidy: set[Instruction] = set()  # fused computations this run left tidy
 
     # ----- queries ---------------------------------------------------------------------------
+
+    def ask(self, pred: Callable[[Instruction, FusionConfig], Any], instr: Instruction) -> Any:
+        """`pred(instr, config)` for a one-instruction predicate, remembered until `instr`
+        changes. Not remembered for rng, whose fusibility depends on its user count."""
+        if instr.opcode is Opcode.RNG:
+            return pred(instr, self.config)
+        known = self._unary.get(instr)
+        if known is None:
+            known = self._unary[instr] = {}
+        try:
+            return known[pred]
+        except KeyError:
+            answer = known[pred] = pred(instr, self.config)
+            return answer
 
     def indexing(self, fusion: Instruction) -> FusionNodeIndexingEvaluation:
         evaluation = self._indexing.get(fusion)
@@ -125,11 +153,18 @@ class FusionAnalyses:
         return self.facts(fusion).expensive > 0
 
     def reuses_operand_elements(self, consumer: Instruction, i: int) -> bool:
-        """predicates.reuses_operand_elements; a fusion of ops that only "use" their operands
-        element for element cannot reuse any operand, whatever its size."""
-        if is_fusion(consumer) and self.facts(consumer).may_reuse == 0:
+        """predicates.reuses_operand_elements, remembered per fusion operand until the fusion
+        changes; a fusion of ops that only "use" their operands element for element cannot
+        reuse any operand, whatever its size."""
+        if not is_fusion(consumer):
+            return reuses_operand_elements(consumer, i)
+        if self.facts(consumer).may_reuse == 0:
             return False
-        return reuses_operand_elements(consumer, i)
+        known = self._reuse.setdefault(consumer, {})
+        answer = known.get(i)
+        if answer is None:
+            answer = known[i] = reuses_operand_elements(consumer, i)
+        return answer
 
     # ----- changes -----------------------------------------------------------------------------
 
@@ -141,6 +176,8 @@ class FusionAnalyses:
     def forget(self, instr: Instruction) -> None:
         self._indexing.pop(instr, None)
         self._facts.pop(instr, None)
+        self._reuse.pop(instr, None)
+        self._unary.pop(instr, None)
         self._tidy.discard(instr)
 
     def fuse(self, fusion: Instruction, producer: Instruction) -> Instruction:
@@ -150,6 +187,8 @@ class FusionAnalyses:
         evaluation = self._indexing.get(fusion) if plain else None
         users = evaluation.remove_fusion_operand(producer) if evaluation is not None else set()
         value = fuse_instruction(fusion, producer, assume_tidy=tidy)
+        self._reuse.pop(fusion, None)
+        self._unary.pop(fusion, None)
         if plain and value.parent is fusion.fused_computation:
             if evaluation is not None:
                 evaluation.update_evaluation_cache(value, users)

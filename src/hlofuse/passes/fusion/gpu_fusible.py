@@ -324,20 +324,27 @@ def _all_satisfy(instr: Instruction, test: Callable[[Instruction], bool]) -> boo
                for i in instr.fused_computation.instructions)
 
 
+Ask = Callable[[Callable[[Instruction, FusionConfig], object], Instruction], object]
+
+
 def is_producer_consumer_fusible(producer: Instruction, consumer: Instruction,
-                                 config: FusionConfig = DEFAULT) -> FusionDecision:
-    """IsProducerConsumerFusible (E2), checked in order."""
-    tiled_into_itself = (tiled_transpose_dims(producer, config) is not None
+                                 config: FusionConfig = DEFAULT,
+                                 ask: Ask | None = None) -> FusionDecision:
+    """IsProducerConsumerFusible (E2), checked in order. `ask(pred, instr)`, when given,
+    answers `pred(instr, config)` for the one-instruction predicates (a pass run's memo)."""
+    def q(pred: Callable[[Instruction, FusionConfig], object], instr: Instruction) -> object:
+        return pred(instr, config) if ask is None else ask(pred, instr)
+
+    tiled_into_itself = (q(tiled_transpose_dims, producer) is not None
                          and find_non_trivial_hero(consumer) is producer)
-    if not is_loop_fusible_as_producer(producer, config) and not tiled_into_itself:
+    if not q(is_loop_fusible_as_producer, producer) and not tiled_into_itself:
         return FusionDecision.no("the producer is not loop-fusible")
-    if is_input_fusible_reduction(producer, config):
+    if q(is_input_fusible_reduction, producer):
         if not _all_satisfy(consumer, is_reduce_intermediate):
             return FusionDecision.no("Reductions from/to continuous dims epilogue not fusible")
         if producer.user_count > 1:
             return FusionDecision.no("reduction output fusion only works for single user")
-    if not is_input_fusible(consumer, config) and not is_loop_fusible_as_consumer(consumer,
-                                                                                  config):
+    if not q(is_input_fusible, consumer) and not q(is_loop_fusible_as_consumer, consumer):
         return FusionDecision.no("the consumer is not input-fusible and not loop-fusible")
     if is_multi_output_fusion(producer):
         return FusionDecision.no("the producer is not fusible as it is a multi-output fusion")

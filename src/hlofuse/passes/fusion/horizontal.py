@@ -67,6 +67,7 @@ from hlofuse.passes.fusion.multi_output import read_whole
 from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.registry import register
+from hlofuse.passes.utils import non_fusion_computations
 
 LOOP_PASS = "horizontal-loop-fusion"
 INPUT_PASS = "horizontal-input-fusion"
@@ -436,7 +437,7 @@ class HorizontalLoopFusion(FusionOptions):  # type: ignore[misc,valid-type]
 
     def run(self, module: Module) -> bool:
         config: FusionConfig = self.config()
-        comps = (module.non_fusion_computations() if config.horizontal_all_computations
+        comps = (non_fusion_computations(module) if config.horizontal_all_computations
                  else [module.entry])
         changed = False
         for comp in comps:
@@ -454,7 +455,7 @@ class HorizontalInputFusion(FusionOptions):  # type: ignore[misc,valid-type]
     def run(self, module: Module) -> bool:
         config: FusionConfig = self.config()
         changed = False
-        for comp in module.non_fusion_computations():
+        for comp in non_fusion_computations(module):
             changed |= horizontal_input_fusion(comp, config, _recorder(module, INPUT_PASS,
                                                                          comp))
         return changed

@@ -24,6 +24,7 @@ from hlofuse.ir.opcodes import INVALIDATES_CACHE, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.utils import ordered
 
 
 def _same_shape_ignoring_type(a: Shape, b: Shape) -> bool:
@@ -47,7 +48,8 @@ class FusionNodeIndexingEvaluation:
         self.indexing_users: dict[Instruction, set[Instruction]] = {}
         root = fusion.fused_computation.root
         self.indexing_users[root] = {fusion}
-        order = fusion.fused_computation.post_order()
+        # any defs-before-uses order, reversed, gives the same sets and counts
+        order = ordered(fusion.fused_computation)
         for instr in reversed(order):
             if instr.opcode is Opcode.PARAMETER:
                 continue

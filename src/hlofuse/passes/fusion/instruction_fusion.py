@@ -47,6 +47,7 @@ from hlofuse.passes.fusion.gpu_fusible import (
     choose_fusion_kind,
     creates_heavy_computation,
     fusion_fits_in_budget,
+    is_input_fusible,
     is_input_fusible_reduction,
     is_physically_transposing,
     is_producer_consumer_fusible,
@@ -66,6 +67,7 @@ from hlofuse.passes.fusion.predicates import (
 )
 from hlofuse.passes.fusion.trace import FusionTrace, trace_of
 from hlofuse.passes.registry import register
+from hlofuse.passes.utils import computations_post_order
 
 # Computations reached through these attributes run as control flow; others (reducers,
 # comparators, map/scatter bodies, custom-call bodies) are embedded and never fused into.
@@ -91,7 +93,7 @@ def fusible_computations(module: Module) -> list[Computation]:
                 if value is None:
                     continue
                 stack.extend(value if isinstance(value, tuple) else (value,))
-    return [c for c in module.computations_post_order()
+    return [c for c in computations_post_order(module)
             if id(c) in reached and not c.is_fusion_computation]
 
 
@@ -119,13 +121,20 @@ def gpu_should_fuse(consumer: Instruction, i: int, config: FusionConfig,
     producer = consumer.operand(i)
     if is_fusion(producer):
         return FusionDecision.no("the producer is a fusion")
-    reuses = (analyses.reuses_operand_elements if analyses is not None
-              else reuses_operand_elements)
-    if is_expensive(producer, config) and reuses(consumer, i):
+    if analyses is None:
+        expensive = is_expensive(producer, config)
+        reuses = expensive and reuses_operand_elements(consumer, i)
+        into_reduction = is_input_fusible_reduction(consumer, config)
+    else:
+        expensive = analyses.ask(is_expensive, producer)
+        reuses = expensive and analyses.reuses_operand_elements(consumer, i)
+        into_reduction = analyses.ask(is_input_fusible_reduction, consumer)
+    if reuses:
         return FusionDecision.no("the producer is expensive, and the consumer reuses inputs")
-    if is_input_fusible_reduction(consumer, config) and is_physically_transposing(producer):
+    if into_reduction and is_physically_transposing(producer):
         return FusionDecision.no("fusing the producer would break read coalescing")
-    decision = is_producer_consumer_fusible(producer, consumer, config)
+    decision = is_producer_consumer_fusible(producer, consumer, config,
+                                            analyses.ask if analyses is not None else None)
     if not decision:
         return decision
     heavy = analyses.is_heavy(producer) if analyses is not None else None
@@ -153,14 +162,19 @@ def should_fuse(consumer: Instruction, i: int, config: FusionConfig,
     return base_should_fuse(consumer, i, config)
 
 
-def choose_kind(producer: Instruction, consumer: Instruction, config: FusionConfig) -> str:
-    return choose_fusion_kind(producer, consumer, config) if config.is_gpu else "kLoop"
+def choose_kind(producer: Instruction, consumer: Instruction, config: FusionConfig,
+                analyses: FusionAnalyses | None = None) -> str:
+    if not config.is_gpu:
+        return "kLoop"
+    if analyses is None:
+        return choose_fusion_kind(producer, consumer, config)
+    return "kInput" if analyses.ask(is_input_fusible, consumer) else "kLoop"
 
 
 def fuse(producer: Instruction, consumer: Instruction, config: FusionConfig,
          analyses: FusionAnalyses | None = None) -> Instruction:
     """InstructionFusion::Fuse: wrap the consumer if needed, then clone the producer in."""
-    kind = choose_kind(producer, consumer, config)
+    kind = choose_kind(producer, consumer, config, analyses)
     if is_fusion(consumer):
         fusion = consumer
         if fusion.fusion_kind != kind:
@@ -328,5 +342,6 @@ class InstructionFusion(FusionOptions):  # type: ignore[misc]
         trace = trace_of(module)
         changed = False
         for comp in fusible_computations(module):
-            changed |= _ComputationRun(self.name, config, comp, trace).run()
+            with comp.deferred_removals():
+                changed |= _ComputationRun(self.name, config, comp, trace).run()
         return changed

@@ -82,6 +82,7 @@ from hlofuse.passes.fusion.order import PostOrderKeeper
 from hlofuse.passes.fusion.perf_model import fusion_is_faster, producer_consumer_merged_too_large
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.registry import register
+from hlofuse.passes.utils import non_fusion_computations
 
 PASS_NAME = "multi-output-fusion"
 
@@ -349,7 +350,7 @@ class MultiOutputFusion(FusionOptions):  # type: ignore[misc,valid-type]
         config: FusionConfig = self.config()
         trace = trace_of(module)
         changed = False
-        for comp in module.non_fusion_computations():
+        for comp in non_fusion_computations(module):
             def record(producer: Instruction, consumer: Instruction, d: FusionDecision,
                        fused: bool, _c: Computation = comp) -> None:
                 trace.record(PASS_NAME, consumer.name, producer.name, d, _c.name, fused)
