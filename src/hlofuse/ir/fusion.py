@@ -58,7 +58,7 @@ def is_multi_output_fusion(instr: Instruction) -> bool:
 
 def fused_parameter_for(fusion: Instruction, operand: Instruction) -> Instruction | None:
     """The fused parameter bound to `operand` (None if `operand` is not a fusion operand)."""
-    for i, o in enumerate(fusion.operands):
+    for i, o in enumerate(fusion._operands):  # the list itself, not a copy
         if o is operand:
             return fusion.fused_computation.parameter(i)
     return None

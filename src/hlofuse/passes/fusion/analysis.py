@@ -109,6 +109,18 @@ class FusionAnalyses:
             answer = known[pred] = pred(instr, self.config)
             return answer
 
+    def memo(self, fn: Callable[[Instruction], Any], instr: Instruction) -> Any:
+        """`fn(instr)` for a function of one fusion (utilization, IR size), remembered until
+        the fusion changes. Not for plain instructions whose answer depends on their users."""
+        known = self._unary.get(instr)
+        if known is None:
+            known = self._unary[instr] = {}
+        try:
+            return known[fn]
+        except KeyError:
+            answer = known[fn] = fn(instr)
+            return answer
+
     def indexing(self, fusion: Instruction) -> FusionNodeIndexingEvaluation:
         evaluation = self._indexing.get(fusion)
         if evaluation is None:

@@ -179,17 +179,28 @@ def operand_element_use(instr: Instruction, i: int) -> UseKind:
 def _fusion_param_use(fusion: Instruction, i: int) -> UseKind:
     """How the fused root uses parameter i's elements: over the fused computation in post
     order, use(param i) = USE, use(h) = PLUS over h's operands o_j of min(h's use of
-    operand j, use(o_j)) (XLA's recursion, evaluated bottom-up without recursion)."""
+    operand j, use(o_j)) (XLA's recursion, evaluated bottom-up without recursion). Only the
+    instructions that read parameter i (transitively) can differ from NO_USE, the identity of
+    PLUS, so only those are evaluated."""
     comp = fusion.fused_computation
     param = comp.parameter(i)
-    value: dict[Instruction, UseKind] = {}
+    cone: set[Instruction] = {param}
+    stack = [param]
+    while stack:
+        for u in stack.pop().users:
+            if u not in cone:
+                cone.add(u)
+                stack.append(u)
+    if comp.root not in cone:
+        return UseKind.NO_USE
+    value: dict[Instruction, UseKind] = {param: UseKind.USE}
     for h in ordered(comp):  # any defs-before-uses order gives the same values
-        if h is param:
-            value[h] = UseKind.USE
+        if h not in cone or h is param:
             continue
         total = UseKind.NO_USE
         for j, o in enumerate(h.operands):
-            total = _plus(total, min(operand_element_use(h, j), value[o]))
+            if o in cone:
+                total = _plus(total, min(operand_element_use(h, j), value[o]))
         value[h] = total
     return value[comp.root]
 
