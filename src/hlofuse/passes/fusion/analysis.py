@@ -181,8 +181,12 @@ class FusionAnalyses:
     # ----- changes -----------------------------------------------------------------------------
 
     def created(self, fusion: Instruction) -> None:
-        """`fusion` was just made by create_fusion: its fused computation is tidy."""
+        """`fusion` was just made by create_fusion: its fused computation is tidy, and its
+        users read it in place of the instruction it wraps (what is remembered about them
+        may name that one)."""
         self.forget(fusion)
+        for user in fusion.users:
+            self.forget(user)
         self._tidy.add(fusion)
 
     def forget(self, instr: Instruction) -> None:
