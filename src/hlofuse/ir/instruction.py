@@ -144,15 +144,23 @@ class Instruction:
         if old is new:
             return
         self._operands[i] = new
-        if not any(o is old for o in self._operands) and not _drop_user(old.users, self):
+        # (`in` and `index` on instruction lists compare by identity: Instruction has eq=False)
+        if old not in self._operands and not _drop_user(old.users, self):
             raise ValueError(f"{self.name} is not a user of {old.name}")
         if self not in new.users:
             new.users.append(self)
 
     def replace_operand(self, old: Instruction, new: Instruction) -> None:
-        for i, o in enumerate(self._operands):
-            if o is old:
-                self.set_operand(i, new)
+        if old is new:
+            return
+        operands = self._operands
+        i = -1
+        while True:
+            try:
+                i = operands.index(old, i + 1)
+            except ValueError:
+                return
+            self.set_operand(i, new)
 
     def append_operand(self, new: Instruction) -> None:
         self._operands.append(new)

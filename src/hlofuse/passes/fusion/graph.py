@@ -91,6 +91,35 @@ class ReachabilityMap:
             return False
         return bool(row >> ia & 1)
 
+    def reached_operands(self, a: Instruction, consumer: Instruction,
+                         positions: dict[Instruction, list[int]]) -> list[int]:
+        """The positions i (ascending) of `consumer`'s operands with is_reachable(a, operand
+        i); `positions` maps each operand to its positions. Walks from `a` through users that
+        are upstream of `consumer` instead of asking about every operand (a consumer such as a
+        root tuple may have thousands, each asked about by each of its producers)."""
+        if a.parent is not self.comp or consumer.parent is not self.comp:
+            return [i for i, o in enumerate(consumer.operands) if self.is_reachable(a, o)]
+        row = self._row(consumer)  # also gives every upstream node an index
+        index = self._index
+        ia = index.get(a)
+        if ia is None or not row >> ia & 1:
+            return []
+        found = list(positions.get(a, ()))
+        seen = {a}
+        stack = [a]
+        while stack:
+            for u in stack.pop().users:
+                if u in seen or u is consumer:
+                    continue
+                seen.add(u)
+                iu = index.get(u)
+                if iu is None or not row >> iu & 1:
+                    continue  # not upstream of the consumer: no operand lies beyond it
+                found.extend(positions.get(u, ()))
+                stack.append(u)
+        found.sort()
+        return found
+
     def is_connected(self, a: Instruction, b: Instruction) -> bool:
         return self.is_reachable(a, b) or self.is_reachable(b, a)
 

@@ -56,10 +56,9 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
-from hlofuse.passes.fusion.gpu_fusible import (
-    fusion_fits_in_budget,
+from hlofuse.passes.fusion.gpu_fusible import fusion_fits_in_budget, is_input_fusible_reduction
+from hlofuse.passes.fusion.mof_fusible import (
     is_consumer_the_only_non_root_user,
-    is_input_fusible_reduction,
     real_hero_for_multi_output_fusion,
     shapes_compatible_for_multi_output_fusion,
 )

@@ -202,6 +202,8 @@ class _ComputationRun:
         self.trace = trace
         self.do_not_duplicate: set[Instruction] = set()
         self.analyses = FusionAnalyses(config)
+        # ComputeGloballyUnfusible (no edits meanwhile): instruction -> operand -> positions
+        self._positions: dict[Instruction, dict[Instruction, list[int]]] = {}
 
     def should_fuse(self, consumer: Instruction, i: int) -> FusionDecision:
         return should_fuse(consumer, i, self.config, self.analyses)
@@ -225,8 +227,9 @@ class _ComputationRun:
                               reach: ReachabilityMap,
                               cache: dict[tuple[Instruction, Instruction], bool]) -> bool:
         """CanFuseOnAllPaths: every path producer -> consumer can be fused along, memoised.
-        XLA's recursion (over the operands of `consumer` that `producer` reaches), run with
-        an explicit stack so a long chain cannot overflow Python's."""
+        XLA's recursion (over the operands of `consumer` that `producer` reaches, found by
+        `ReachabilityMap.reached_operands`), run with an explicit stack so a long chain cannot
+        overflow Python's."""
 
         def known(c: Instruction) -> bool | None:
             if c is producer:
@@ -238,40 +241,49 @@ class _ComputationRun:
         first = known(consumer)
         if first is not None:
             return first
-        # frame: [consumer, next operand index, waiting for that operand's answer]
-        stack: list[list[Any]] = [[consumer, 0, False]]
+        positions: dict[Instruction, dict[Instruction, list[int]]] = self._positions
+
+        def reached(node: Instruction) -> list[int]:
+            at = positions.get(node)
+            if at is None:
+                at = positions[node] = {}
+                for k, o in enumerate(node.operands):
+                    at.setdefault(o, []).append(k)
+            return reach.reached_operands(producer, node, at)
+
+        # frame: [consumer, operand positions producer reaches, next of them, waiting for
+        # that operand's answer]
+        stack: list[list[Any]] = [[consumer, reached(consumer), 0, False]]
         answer = True
         while stack:
             frame = stack[-1]
             node: Instruction = frame[0]
-            i: int = frame[1]
+            todo: list[int] = frame[1]
+            k: int = frame[2]
             result = True
-            if frame[2]:
-                frame[2] = False
+            if frame[3]:
+                frame[3] = False
                 if not answer:
-                    result, i = False, node.operand_count
+                    result, k = False, len(todo)
                 else:
-                    i += 1
+                    k += 1
             descended = False
-            operands = node.operands
-            while result and i < len(operands):
-                operand = operands[i]
-                if not reach.is_reachable(producer, operand):
-                    i += 1
-                    continue
+            while result and k < len(todo):
+                i = todo[k]
+                operand = node.operand(i)
                 if operand in self.do_not_duplicate or not self.should_fuse(node, i):
                     result = False
                     break
                 sub = known(operand)
                 if sub is None:
-                    frame[1], frame[2] = i, True
-                    stack.append([operand, 0, False])
+                    frame[2], frame[3] = k, True
+                    stack.append([operand, reached(operand), 0, False])
                     descended = True
                     break
                 if not sub:
                     result = False
                     break
-                i += 1
+                k += 1
             if descended:
                 continue
             cache[(producer, node)] = result

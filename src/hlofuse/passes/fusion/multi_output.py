@@ -68,16 +68,19 @@ from hlofuse.passes.fusion.analysis import FusionAnalyses
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision, all_
 from hlofuse.passes.fusion.gpu_fusible import (
+    Ask,
     choose_fusion_kind,
     creates_heavy_computation,
     fusion_fits_in_budget,
-    is_fusible_as_multi_output_fusion_root,
     is_input_fusible_reduction,
-    is_producer_multi_output_fusible,
     is_reduction_from_or_to_contiguous_dims,
-    shapes_compatible_for_multi_output_fusion,
 )
 from hlofuse.passes.fusion.graph import ReachabilityMap
+from hlofuse.passes.fusion.mof_fusible import (
+    is_fusible_as_multi_output_fusion_root,
+    is_producer_multi_output_fusible,
+    shapes_compatible_for_multi_output_fusion,
+)
 from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.order import PostOrderKeeper
 from hlofuse.passes.fusion.perf_model import fusion_is_faster, producer_consumer_merged_too_large
@@ -127,6 +130,10 @@ def _mof_root(instr: Instruction, config: FusionConfig,
     return bool(analyses.ask(is_fusible_as_multi_output_fusion_root, instr))
 
 
+def _ask(analyses: FusionAnalyses | None) -> Ask | None:
+    return analyses.ask if analyses is not None else None
+
+
 def _fits(a: Instruction, b: Instruction, config: FusionConfig,
           analyses: FusionAnalyses | None) -> FusionDecision:
     if analyses is None:
@@ -174,7 +181,7 @@ def siblings_legal(a: Instruction, b: Instruction, reach: ReachabilityMap,
         lambda: is_sibling_candidate(b, config, analyses),
         lambda: FusionDecision.check(not reach.is_connected(a, b),
                                      f"{a.name} and {b.name} are connected"),
-        lambda: shapes_compatible_for_multi_output_fusion(a, b, config),
+        lambda: shapes_compatible_for_multi_output_fusion(a, b, config, _ask(analyses)),
         lambda: legal_to_fuse(a, b, config, analyses),
     )
 
@@ -212,7 +219,8 @@ def producer_consumer_legal(producer: Instruction, consumer: Instruction,
         lambda: FusionDecision.check(
             not creates_heavy_computation(producer, consumer, config, heavy),
             "the fusion would create a heavy computation"),
-        lambda: shapes_compatible_for_multi_output_fusion(producer, consumer, config),
+        lambda: shapes_compatible_for_multi_output_fusion(producer, consumer, config,
+                                                          _ask(analyses)),
         lambda: FusionDecision.check(
             not _operand_reachable_from_producer(producer, consumer, reach),
             f"{producer.name} {consumer.name} would introduce a cycle when fused"),
