@@ -46,6 +46,7 @@ from typing import ClassVar
 
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.fusion import (
+    Reorder,
     create_fusion,
     is_fusion,
     merge_fusions_multi_output,
@@ -64,6 +65,7 @@ from hlofuse.passes.fusion.mof_fusible import (
 )
 from hlofuse.passes.fusion.multi_output import read_whole
 from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.order import PostOrderKeeper
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.registry import register
 from hlofuse.passes.utils import non_fusion_computations
@@ -242,9 +244,11 @@ def _add(comp: Computation, instr: Instruction) -> Instruction:
     return instr
 
 
-def build_horizontal_fusion(fusions: list[Instruction]) -> Instruction:
+def build_horizontal_fusion(fusions: list[Instruction],
+                            reorder: Reorder | None = None) -> Instruction:
     """Replace the kLoop `fusions` by one sliced-input kInput fusion (CreateFusedComputation
-    and Fuse of horizontal_loop_fusion.cc). Returns the new fusion."""
+    and Fuse of horizontal_loop_fusion.cc). Returns the new fusion. `reorder(caller, fusion)`
+    puts the caller's list back in post order (default: a full post order)."""
     caller = fusions[0].parent
     assert caller is not None and caller.parent is not None
     module = caller.parent
@@ -326,12 +330,16 @@ def build_horizontal_fusion(fusions: list[Instruction]) -> Instruction:
         callee = f.fused_computation
         caller.remove(f)
         module.remove_computation(callee)
-    caller.instructions = caller.post_order()
+    if reorder is None:
+        caller.instructions = caller.post_order()
+    else:
+        reorder(caller, fusion)
     return fusion
 
 
 def fuse_consumer_operands(consumer: Instruction, config: FusionConfig,
-                           record: Recorder) -> list[Instruction]:
+                           record: Recorder, reorder: Reorder | None = None
+                           ) -> list[Instruction]:
     """FuseConsumerOperands: returns the horizontal fusions it made."""
     made: list[Instruction] = []
     for span in next_spans(loop_fusion_candidates(consumer, config, record), config):
@@ -339,7 +347,7 @@ def fuse_consumer_operands(consumer: Instruction, config: FusionConfig,
             continue
         fusions = [s if is_fusion(s) else create_fusion(s, "kLoop") for s in span]
         names = [s.name for s in fusions]
-        fusion = build_horizontal_fusion(fusions)
+        fusion = build_horizontal_fusion(fusions, reorder)
         for name in names:
             record(name, fusion.name, FusionDecision.ok(kind="horizontal", batch=len(names)),
                    True)
@@ -350,11 +358,12 @@ def fuse_consumer_operands(consumer: Instruction, config: FusionConfig,
 def horizontal_loop_fusion(comp: Computation, config: FusionConfig, record: Recorder) -> bool:
     changed = False
     worklist = comp.post_order()  # popped from the back: use-to-def order
+    order = PostOrderKeeper(comp)  # the caller's list after each fusion, without a full sort
     while worklist:
         consumer = worklist.pop()
         if consumer.parent is not comp:
             continue
-        made = fuse_consumer_operands(consumer, config, record)
+        made = fuse_consumer_operands(consumer, config, record, order.restore)
         changed |= bool(made)
         worklist.extend(made)
     return changed

@@ -1,20 +1,21 @@
 """Keeping a computation's instruction list in post order across many merges, incrementally.
 
-The multi-output mechanics (ir/fusion.py) end every merge with
+The multi-output mechanics (ir/fusion.py) and horizontal fusion end every merge with
 `comp.instructions = comp.post_order()`: a DFS over the whole computation, O(n) per merge and
-O(n^2) per pass. `PostOrderKeeper.restore(fusion)` produces the same list from the few places
-a merge touches:
+O(n^2) per pass. `PostOrderKeeper.restore(comp, fusion)` produces the same list from the few
+places a merge touches:
 
-    before the merge the list L is a post order (defs before uses), and a merge of `fusion`
-    only (1) gives `fusion` new operands, (2) inserts get-tuple-elements right after `fusion`
-    and tuples at the end, (3) points users of the absorbed instruction at those, (4) removes
-    instructions. Re-running the DFS over the edited list L' emits every node whose operands
-    all come earlier in L' in place; only a node with an operand listed after it (a "dirty"
-    node: `fusion` or one of the users above) makes the DFS pull that operand, and the
-    operand's own not-yet-emitted operands, in front of it.
+    before the merge the list L is a post order (defs before uses), and a merge into `fusion`
+    only (1) gives `fusion` new operands, (2) inserts get-tuple-elements right after `fusion`,
+    and tuples, bitcasts (and, for horizontal fusion, `fusion` itself) at the end, (3) points
+    users of the absorbed instructions at those, (4) removes instructions. Re-running the DFS
+    over the edited list L' emits every node whose operands all come earlier in L' in place;
+    only a node with an operand listed after it (a "dirty" node: `fusion` or one of the users
+    above) makes the DFS pull that operand, and the operand's own not-yet-emitted operands, in
+    front of it.
 
-So restore() labels the new instructions, finds the dirty nodes among `fusion`, its users and
-their users (and users of new tuples), replays the DFS from each dirty node in list order with
+So restore() labels the new instructions, finds the dirty nodes among `fusion`, its users, the
+new instructions and their users, replays the DFS from each dirty node in list order with
 "emitted" = "labelled lower, or already pulled", and splices the pulled instructions in. Order
 labels (floats increasing along the list) answer "listed before?" in O(1); they are spread
 evenly again when two neighbours get too close.
@@ -62,13 +63,12 @@ class PostOrderKeeper:
         instrs = self.comp.instructions
         new: set[Instruction] = set()
         self._label_new(fusion, new)
+        # Operand lists changed only for `fusion` and for users of `fusion` or of new nodes.
         candidates: dict[Instruction, None] = {fusion: None}
-        for u in fusion.users:
-            candidates[u] = None
-            for v in u.users:
-                candidates[v] = None
-                if v in new:
-                    candidates.update(dict.fromkeys(v.users))
+        candidates.update(dict.fromkeys(fusion.users))
+        for x in new:
+            candidates[x] = None
+            candidates.update(dict.fromkeys(x.users))
         dirty: list[Instruction] = []
         for x in candidates:
             lx = label.get(x)
