@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from hlofuse.ir.clone import clone_instruction
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.instruction import Instruction, _drop_user
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import Shape, TupleShape
@@ -151,15 +151,28 @@ def _remove_parameter(fusion: Instruction, param: Instruction) -> None:
     number = param.parameter_number
     assert number is not None
     params = fusion_parameters(fusion)
-    operands = list(fusion.operands)
-    del operands[number]
-    fusion.set_operands(operands)
+    _drop_operand(fusion, number)
     fused.remove(param)
     later = params[number + 1:]
     for p in later:
         assert p.parameter_number is not None
         p.parameter_number -= 1
     fused.index_parameters(params[:number] + later)
+
+
+def _drop_operand(fusion: Instruction, number: int) -> None:
+    """`fusion.set_operands(operands without operand `number`)`: the dropped operand loses
+    `fusion` as a user (unless still an operand), and `fusion` ends up last among the users of
+    every remaining operand, which it mostly is already (no list is rebuilt then)."""
+    operands = fusion._operands
+    dropped = operands.pop(number)
+    if dropped not in operands:
+        _drop_user(dropped.users, fusion)
+    for op in dict.fromkeys(operands):
+        users = op.users
+        if not users or users[-1] is not fusion:
+            _drop_user(users, fusion)
+            users.append(fusion)
 
 
 def _rename_parameters(fusion: Instruction, start: int = 0) -> None:

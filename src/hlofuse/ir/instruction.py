@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from hlofuse.ir.attributes import ATTRIBUTES, COMPUTATION_ATTRS, AttrKind
 from hlofuse.ir.literal import Literal
-from hlofuse.ir.opcodes import NON_KERNEL_OPS, Category, Opcode
+from hlofuse.ir.opcodes import NON_KERNEL_OPS, OPCODES, Category, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape
 
 if TYPE_CHECKING:
@@ -62,6 +62,12 @@ class Metadata:
 
     def __bool__(self) -> bool:
         return bool(self.fields)
+
+
+# ids of the opcodes the table calls elementwise (`is_elementwise` runs for every edge a
+# fusion pass looks at)
+_ELEMENTWISE = frozenset(id(op) for op, info in OPCODES.items()
+                         if info.category is Category.ELEMENTWISE)
 
 
 def _drop_user(users: list[Instruction], user: Instruction) -> bool:
@@ -155,11 +161,8 @@ class Instruction:
             return
         operands = self._operands
         i = -1
-        while True:
-            try:
-                i = operands.index(old, i + 1)
-            except ValueError:
-                return
+        for _ in range(operands.count(old)):  # (a failing index() would format repr(old))
+            i = operands.index(old, i + 1)
             self.set_operand(i, new)
 
     def append_operand(self, new: Instruction) -> None:
@@ -260,7 +263,7 @@ class Instruction:
                 and isinstance(b, ArrayShape)
                 and a.dtype.bits == b.dtype.bits
             )
-        return self.category is Category.ELEMENTWISE
+        return id(self.opcode) in _ELEMENTWISE  # (hashing an Enum member runs Python code)
 
     @property
     def is_kernel(self) -> bool:
