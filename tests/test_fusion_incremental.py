@@ -79,28 +79,28 @@ def test_lazy_reachability_answers_like_a_fresh_map(name: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Every query during the pipeline (is_reachable, and reached_operands of
     ComputeGloballyUnfusible), against a map built fresh after the last change."""
-    fresh: dict[int, graph.ReachabilityMap] = {}
+    fresh: dict[graph.ReachabilityMap, graph.ReachabilityMap] = {}  # (keys held: no id reuse)
     asked = [0]
     lazy, update = graph.ReachabilityMap.is_reachable, graph.ReachabilityMap.update_fusion
 
     def checking(self: graph.ReachabilityMap, a: Instruction, b: Instruction) -> bool:
         got = lazy(self, a, b)
-        if id(self) not in fresh:
-            fresh[id(self)] = graph.ReachabilityMap(self.comp)
-        assert got == lazy(fresh[id(self)], a, b), (a.name, b.name)
+        if self not in fresh:
+            fresh[self] = graph.ReachabilityMap(self.comp)
+        assert got == lazy(fresh[self], a, b), (a.name, b.name)
         asked[0] += 1
         return got
 
     def updating(self: graph.ReachabilityMap, instr: Instruction) -> None:
         update(self, instr)
-        fresh.pop(id(self), None)
+        fresh.pop(self, None)
 
     def checking_operands(self: graph.ReachabilityMap, a: Instruction, consumer: Instruction,
                           positions: dict[Instruction, list[int]]) -> list[int]:
         got = reached(self, a, consumer, positions)
-        if id(self) not in fresh:
-            fresh[id(self)] = graph.ReachabilityMap(self.comp)
-        want = [i for i, o in enumerate(consumer.operands) if lazy(fresh[id(self)], a, o)]
+        if self not in fresh:
+            fresh[self] = graph.ReachabilityMap(self.comp)
+        want = [i for i, o in enumerate(consumer.operands) if lazy(fresh[self], a, o)]
         assert got == want, (a.name, consumer.name)
         asked[0] += 1
         return got
