@@ -386,7 +386,7 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     baseline = None
     if args.baseline:
         print(f"baseline {args.baseline} ...", file=sys.stderr, flush=True)
-        before = run_baseline(args.baseline, texts, args.repeat, args.max_seconds)
+        before = run_baseline(args.baseline, texts, args.baseline_repeat, args.max_seconds)
         for row in rows:
             row["xla_baseline"] = before.get(row["name"])
         baseline = args.baseline
@@ -464,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="give up on one cold cpu compile after this many seconds")
     p.add_argument("--no-jax", dest="jax", action="store_false", help="skip jax.jit")
     p.add_argument("--baseline", metavar="REF", help="also time the pipeline of this commit")
+    p.add_argument("--baseline-repeat", type=int, default=1,
+                   help="baseline: best of N pipeline runs (1)")
     p.add_argument("--max-seconds", type=float, default=120.0,
                    help="baseline: cut a program off after this long")
     p.add_argument("--out", default="compile_time", help="results/<OUT>.json and .png")
