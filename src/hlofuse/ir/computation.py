@@ -88,8 +88,9 @@ class Computation:
     def parameter(self, number: int) -> Instruction:
         """Parameter `number`. Looked up in an index that is checked on every use (the entry
         must still be a parameter of this computation with that number) and rebuilt from the
-        instruction list when stale, so edits anywhere keep it correct; passes that renumber
-        parameters may hand the new order to `index_parameters` to spare the rebuild."""
+        instruction list when stale, so edits anywhere keep it correct; code that removes a
+        parameter and renumbers the later ones says so (`parameters_renumbered`) to spare the
+        rebuild."""
         p = self._indexed_parameter(number)
         if p is None:
             self._parameter_index = self._scan_parameters()
@@ -101,9 +102,11 @@ class Computation:
             raise IndexError(f"computation {self.name} has no parameter {number}")
         return p
 
-    def index_parameters(self, params: list[Instruction]) -> None:
-        """Record `params` (parameter i at position i) as the lookup index of `parameter`."""
-        self._parameter_index = list(params)
+    def parameters_renumbered(self, removed: int) -> None:
+        """Parameter `removed` is gone and the ones after it were numbered one lower: move
+        their index entries down too (a rebuild would cost a scan of every instruction)."""
+        if removed < len(self._parameter_index):
+            del self._parameter_index[removed]
 
     def _indexed_parameter(self, number: int) -> Instruction | None:
         index = self._parameter_index

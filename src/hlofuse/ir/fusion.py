@@ -138,10 +138,11 @@ def _param_for(fusion: Instruction, operand: Instruction) -> Instruction:
     return p
 
 
-def fusion_parameters(fusion: Instruction) -> list[Instruction]:
-    """The fused computation's parameters in number order (one per fusion operand)."""
+def fusion_parameters(fusion: Instruction, start: int = 0) -> list[Instruction]:
+    """The fused computation's parameters in number order (one per fusion operand), from
+    parameter `start` on."""
     fused = fusion.fused_computation
-    return [fused.parameter(i) for i in range(fusion.operand_count)]
+    return [fused.parameter(i) for i in range(start, fusion.operand_count)]
 
 
 def _remove_parameter(fusion: Instruction, param: Instruction) -> None:
@@ -150,14 +151,13 @@ def _remove_parameter(fusion: Instruction, param: Instruction) -> None:
     fused = fusion.fused_computation
     number = param.parameter_number
     assert number is not None
-    params = fusion_parameters(fusion)
+    later = fusion_parameters(fusion, number + 1)
     _drop_operand(fusion, number)
     fused.remove(param)
-    later = params[number + 1:]
     for p in later:
         assert p.parameter_number is not None
         p.parameter_number -= 1
-    fused.index_parameters(params[:number] + later)
+    fused.parameters_renumbered(number)
 
 
 def _drop_operand(fusion: Instruction, number: int) -> None:
@@ -182,7 +182,7 @@ def _rename_parameters(fusion: Instruction, start: int = 0) -> None:
     module = fused.parent
     if module is None:
         return
-    for p in fusion_parameters(fusion)[start:]:
+    for p in fusion_parameters(fusion, start):
         base = f"param_{p.parameter_number}"
         if p.name == base or p.name.startswith(base + "."):
             continue

@@ -43,6 +43,8 @@ from hlofuse.passes.fusion.gpu_fusible import (
     fusion_fits_in_budget,
     is_expensive_to_repeat,
     is_physically_transposing,
+    is_reduce_intermediate,
+    is_reduction_epilogue,
     num_unnested_reductions,
     shared_memory_usage,
 )
@@ -69,6 +71,7 @@ class FusionFacts:
     heavy: int = 0               # ops for which is_expensive_to_repeat holds
     expensive: int = 0           # ops for which is_expensive(op, config) holds
     may_reuse: int = 0           # ops whose operand element use may be other than "use"
+    not_epilogue: int = 0        # ops that are not reduce intermediates
 
     def add(self, instr: Instruction, config: FusionConfig) -> None:
         """Count one plain (non-fusion, non-parameter) fused instruction in."""
@@ -80,6 +83,9 @@ class FusionFacts:
             self.heavy += is_expensive_to_repeat(instr, config)
         self.expensive += is_expensive(instr, config)
         self.may_reuse += op in REUSE_CAPABLE_OPS or not instr.is_elementwise
+        # (depends on the op's user count: fusing a producer in never adds a user to an op
+        # already there, it only replaces a parameter)
+        self.not_epilogue += not is_reduce_intermediate(instr)
 
 
 class FusionAnalyses:
@@ -100,6 +106,8 @@ class FusionAnalyses:
         changes. Not remembered for rng, whose fusibility depends on its user count."""
         if instr.opcode is Opcode.RNG:
             return pred(instr, self.config)
+        if pred is is_reduction_epilogue and is_fusion(instr):
+            return self.facts(instr).not_epilogue == 0  # kept up to date as the fusion grows
         known = self._unary.get(instr)
         if known is None:
             known = self._unary[instr] = {}

@@ -323,6 +323,11 @@ def _all_satisfy(instr: Instruction, test: Callable[[Instruction], bool]) -> boo
                for i in instr.fused_computation.instructions)
 
 
+def is_reduction_epilogue(instr: Instruction, config: FusionConfig = DEFAULT) -> bool:
+    """Only reduce intermediates (bitcast, convert, ... one user) in `instr` or its fusion."""
+    return _all_satisfy(instr, is_reduce_intermediate)
+
+
 Ask = Callable[[Callable[[Instruction, FusionConfig], object], Instruction], object]
 
 
@@ -339,7 +344,7 @@ def is_producer_consumer_fusible(producer: Instruction, consumer: Instruction,
     if not q(is_loop_fusible_as_producer, producer) and not tiled_into_itself:
         return FusionDecision.no("the producer is not loop-fusible")
     if q(is_input_fusible_reduction, producer):
-        if not _all_satisfy(consumer, is_reduce_intermediate):
+        if not q(is_reduction_epilogue, consumer):
             return FusionDecision.no("Reductions from/to continuous dims epilogue not fusible")
         if producer.user_count > 1:
             return FusionDecision.no("reduction output fusion only works for single user")

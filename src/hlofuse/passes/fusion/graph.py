@@ -107,6 +107,7 @@ class ReachabilityMap:
         found = list(positions.get(a, ()))
         seen = {a}
         stack = [a]
+        budget = consumer.operand_count  # past this, asking each operand is cheaper
         while stack:
             for u in stack.pop().users:
                 if u in seen or u is consumer:
@@ -117,6 +118,9 @@ class ReachabilityMap:
                     continue  # not upstream of the consumer: no operand lies beyond it
                 found.extend(positions.get(u, ()))
                 stack.append(u)
+            if len(seen) > budget:
+                return [i for i, o in enumerate(consumer.operands)
+                        if self._row(o) >> ia & 1]
         found.sort()
         return found
 

@@ -34,7 +34,7 @@ from hlofuse.ir.opcodes import OPCODES, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
-from hlofuse.passes.utils import called, ordered
+from hlofuse.passes.utils import called
 
 _NEVER_FUSIBLE = frozenset({Opcode.PARAMETER, Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
 _ALWAYS_FUSIBLE = frozenset({Opcode.FUSION, Opcode.MAP, Opcode.REDUCE, Opcode.REDUCE_WINDOW})
@@ -191,18 +191,26 @@ def _fusion_param_use(fusion: Instruction, i: int) -> UseKind:
             if u not in cone:
                 cone.add(u)
                 stack.append(u)
-    if comp.root not in cone:
+    root = comp.root
+    if root not in cone:
         return UseKind.NO_USE
+    # the cone in defs-before-uses order: a post order from the root through cone operands
     value: dict[Instruction, UseKind] = {param: UseKind.USE}
-    for h in ordered(comp):  # any defs-before-uses order gives the same values
-        if h not in cone or h is param:
-            continue
-        total = UseKind.NO_USE
-        for j, o in enumerate(h.operands):
-            if o in cone:
-                total = _plus(total, min(operand_element_use(h, j), value[o]))
-        value[h] = total
-    return value[comp.root]
+    seen: set[Instruction] = {param}
+    stack: list[tuple[Instruction, bool]] = [(root, False)]
+    while stack:
+        h, expanded = stack.pop()
+        if expanded:
+            total = UseKind.NO_USE
+            for j, o in enumerate(h.operands):
+                if o in cone:
+                    total = _plus(total, min(operand_element_use(h, j), value[o]))
+            value[h] = total
+        elif h not in seen:
+            seen.add(h)
+            stack.append((h, True))
+            stack.extend((o, False) for o in h.operands if o in cone and o not in seen)
+    return value[root]
 
 
 def reuses_operand_elements(consumer: Instruction, i: int) -> bool:
