@@ -19,6 +19,7 @@ With --baseline REF the same texts also go through the pipeline of hlofuse at gi
     python benchmarks/compile_time.py                 # full sweep (tens of minutes)
     python benchmarks/compile_time.py --quick         # small sizes, about a minute
     python benchmarks/compile_time.py --baseline 1b25949 --no-cc --no-jax
+    python benchmarks/compile_time.py --report benchmarks/results/compile_time.json
 
 Writes results/compile_time.json (or --out NAME) and results/compile_time.png (time vs
 instructions, log-log). Times drift on a shared machine: compare within one run.
@@ -409,6 +410,47 @@ def summary_line(row: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def report(payload: dict[str, Any]) -> str:
+    """The README tables (markdown) from a results file: the sweep, then per pass before and
+    after for the largest program of each family that the baseline finished."""
+    rows = payload["rows"]
+    out = ["| program | instructions | xla pipeline s (ms/instr) | baseline s | cold compile s "
+           "(pipeline / C gen / cc) | warm compile ms | jax.jit s (lower + compile) |",
+           "|---|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        n, x = r["instructions"], r["xla"]["pipeline_s"]
+        base = r.get("xla_baseline") or {}
+        before = (f"{base['pipeline_s']:.2f}" if "pipeline_s" in base
+                  else f"> {base['cut_off_s']:.0f}" if "cut_off_s" in base else "-")
+        c = r.get("cpu_compile") or {}
+        if "error" in c:
+            cold, warm = f"failed: {c['error'][:60]}", "-"
+        elif c:
+            cold = (f"{c['cold_total_s']:.2f} ({c['pipeline_s']:.2f} / {c['codegen_s']:.2f} / "
+                    f"{c['cc_s']:.2f})")
+            warm = f"{c['warm_s'] * 1e3:.0f}"
+        else:
+            cold, warm = "-", "-"
+        j = r.get("jax") or {}
+        jax = f"{j['total_s']:.2f}" if j else "-"
+        out.append(f"| {r['name']} | {n} | {x:.2f} ({x / n * 1e3:.2f}) | {before} | {cold} | "
+                   f"{warm} | {jax} |")
+    picks: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if "pipeline_s" in (r.get("xla_baseline") or {}):
+            picks[r["family"]] = r
+    for r in picks.values():
+        before, after = r["xla_baseline"]["per_pass_s"], r["xla"]["per_pass_s"]
+        out += ["", f"Per pass, {r['name']} ({r['instructions']} instructions), CPU ms:", "",
+                "| pass | before | after | speedup |", "|---|---:|---:|---:|"]
+        for name in sorted(before, key=lambda k: -before[k]):
+            b, a = before[name] * 1e3, after.get(name, 0.0) * 1e3
+            out.append(f"| {name} | {b:.1f} | {a:.1f} | {b / a if a else float('inf'):.1f}x |")
+        b, a = r["xla_baseline"]["pipeline_s"], r["xla"]["pipeline_s"]
+        out.append(f"| **total** | {b * 1e3:.0f} | {a * 1e3:.0f} | {b / a:.1f}x |")
+    return "\n".join(out)
+
+
 def plot(payload: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -470,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="baseline: cut a program off after this long")
     p.add_argument("--out", default="compile_time", help="results/<OUT>.json and .png")
     p.add_argument("--no-plot", dest="plot", action="store_false")
+    p.add_argument("--report", metavar="JSON", help="print the README tables of a results file")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cc-worker", help=argparse.SUPPRESS)
     p.add_argument("files", nargs="*", help=argparse.SUPPRESS)
@@ -481,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cc_worker:
         cc_worker(args.cc_worker)
+        return 0
+    if args.report:
+        print(report(json.loads(Path(args.report).read_text())))
         return 0
     import harness
 
