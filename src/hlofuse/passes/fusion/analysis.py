@@ -117,16 +117,18 @@ class FusionAnalyses:
             answer = known[pred] = pred(instr, self.config)
             return answer
 
-    def memo(self, fn: Callable[[Instruction], Any], instr: Instruction) -> Any:
-        """`fn(instr)` for a function of one fusion (utilization, IR size), remembered until
-        the fusion changes. Not for plain instructions whose answer depends on their users."""
+    def memo(self, fn: Callable[[Instruction], Any], instr: Instruction,
+             compute: Callable[[], Any] | None = None) -> Any:
+        """`fn(instr)` (or `compute()`, which must give the same) for a function of one fusion
+        (utilization, IR size), remembered until the fusion changes. Not for plain
+        instructions whose answer depends on their users."""
         known = self._unary.get(instr)
         if known is None:
             known = self._unary[instr] = {}
         try:
             return known[fn]
         except KeyError:
-            answer = known[fn] = fn(instr)
+            answer = known[fn] = fn(instr) if compute is None else compute()
             return answer
 
     def indexing(self, fusion: Instruction) -> FusionNodeIndexingEvaluation:

@@ -229,9 +229,15 @@ def _ir_size_and_splits(instr: Instruction, analyses: FusionAnalyses | None = No
                         ) -> tuple[int, int]:
     if not is_fusion(instr):
         return 1, int(instr.opcode in INVALIDATES_CACHE)
-    if analyses is not None:
-        return analyses.memo(_ir_size_and_splits, instr)  # type: ignore[no-any-return]
-    evaluation = FusionNodeIndexingEvaluation(instr)
+    if analyses is not None:  # the run's evaluation of this fusion, and the answer, kept
+        return analyses.memo(  # type: ignore[no-any-return]
+            _ir_size_and_splits, instr, lambda: _ir_size_and_splits_of(
+                instr, analyses.indexing(instr)))
+    return _ir_size_and_splits_of(instr, FusionNodeIndexingEvaluation(instr))
+
+
+def _ir_size_and_splits_of(instr: Instruction, evaluation: FusionNodeIndexingEvaluation
+                           ) -> tuple[int, int]:
     size = splits = 0
     for i in instr.fused_computation.instructions:
         if i.opcode is Opcode.PARAMETER:
