@@ -12,9 +12,10 @@ For each: the instruction count; `hlofuse opt --pipeline xla` in process (CPU se
 --repeat, with each pass's share); a cold `hlofuse.compile(text)` on the cpu backend into an
 empty HLOFUSE_CACHE_DIR, split into pipeline (parse + xla), C generation and the C compiler,
 then a warm compile from that cache; and jax.jit's lower and compile of the same function.
-With --baseline REF the same texts also go through the pipeline of hlofuse at git commit REF
-(run in a subprocess from a `git archive` of it; a program that takes longer than
---max-seconds there is cut off and recorded as such).
+With --baseline REF each text also goes through the pipeline of hlofuse at git commit REF,
+right after the current code (a subprocess on a `git archive` of it; a program that takes
+longer than --max-seconds there is cut off and recorded as such, and the larger ones of its
+family are skipped).
 
     python benchmarks/compile_time.py                 # full sweep (tens of minutes)
     python benchmarks/compile_time.py --quick         # small sizes, about a minute
@@ -334,27 +335,36 @@ def worker(files: list[str], repeat: int, max_seconds: float) -> None:
         print(json.dumps(out), flush=True)
 
 
-def run_baseline(ref: str, texts: dict[str, str], repeat: int,
-                 max_seconds: float) -> dict[str, dict[str, Any]]:
-    repo = HERE.parent
-    results: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="hlofuse-baseline-") as tmp:
-        archive = subprocess.run(["git", "archive", ref, "src"], cwd=repo, capture_output=True,
-                                 check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        files = []
-        for name, text in texts.items():
-            path = Path(tmp) / f"{name}.hlo"
-            path.write_text(text)
-            files.append(str(path))
-        env = {**os.environ, "PYTHONPATH": str(Path(tmp) / "src")}
-        cmd = [sys.executable, __file__, "--worker", "--repeat", str(repeat),
-               "--max-seconds", str(max_seconds), *files]
+class Baseline:
+    """hlofuse at git commit `ref` (a `git archive` of its src/ in a temporary directory),
+    timing the pipeline in a subprocess right after the current code timed the same program,
+    so both see the same machine load. A family is skipped after one program was cut off."""
+
+    def __init__(self, ref: str, repeat: int, max_seconds: float) -> None:
+        self.ref, self.repeat, self.max_seconds = ref, repeat, max_seconds
+        self._tmp = tempfile.TemporaryDirectory(prefix="hlofuse-baseline-")
+        archive = subprocess.run(["git", "archive", ref, "src"], cwd=HERE.parent,
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", self._tmp.name], input=archive, check=True)
+        self.cut: set[str] = set()
+
+    def time(self, name: str, family: str, text: str) -> dict[str, Any]:
+        if family in self.cut:
+            return {"cut_off_s": self.max_seconds}
+        path = Path(self._tmp.name) / f"{name}.hlo"
+        path.write_text(text)
+        env = {**os.environ, "PYTHONPATH": str(Path(self._tmp.name) / "src")}
+        cmd = [sys.executable, __file__, "--worker", "--repeat", str(self.repeat),
+               "--max-seconds", str(self.max_seconds), str(path)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-        for line in proc.stdout.splitlines():
-            row = json.loads(line)
-            results[Path(row.pop("file")).stem] = row
-    return results
+        row = dict(json.loads(proc.stdout.splitlines()[-1]))
+        row.pop("file", None)
+        if "cut_off_s" in row:
+            self.cut.add(family)
+        return row
+
+    def close(self) -> None:
+        self._tmp.cleanup()
 
 
 # ----- the sweep -----------------------------------------------------------------------------
@@ -365,7 +375,8 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
 
     sizes = QUICK if args.quick else FULL
     rows: list[dict[str, Any]] = []
-    texts: dict[str, str] = {}
+    baseline = (Baseline(args.baseline, args.baseline_repeat, args.max_seconds)
+                if args.baseline else None)
     for family in args.families:
         for size in sizes[family]:
             name = f"{family}-{size}"
@@ -373,25 +384,22 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
             from hlofuse.frontends.jax import hlo_text
 
             text = hlo_text(fn, *fargs)
-            texts[name] = text
             row: dict[str, Any] = {"name": name, "family": family, "size": size,
                                    "instructions": instruction_count(text)}
             print(f"{name}: {row['instructions']} instructions", file=sys.stderr, flush=True)
             row["xla"] = time_pipeline(text, args.repeat)
+            if baseline is not None:
+                row["xla_baseline"] = baseline.time(name, family, text)
             if args.cc and row["instructions"] <= args.cc_max_instructions:
                 row["cpu_compile"] = cold_compile_in_subprocess(text, args.cc_timeout)
             if args.jax:
                 row["jax"] = time_jax(fn, fargs)
             rows.append(row)
             print("  " + summary_line(row), file=sys.stderr, flush=True)
-    baseline = None
-    if args.baseline:
-        print(f"baseline {args.baseline} ...", file=sys.stderr, flush=True)
-        before = run_baseline(args.baseline, texts, args.baseline_repeat, args.max_seconds)
-        for row in rows:
-            row["xla_baseline"] = before.get(row["name"])
-        baseline = args.baseline
-    return {"quick": args.quick, "repeat": args.repeat, "baseline": baseline, "rows": rows,
+    if baseline is not None:
+        baseline.close()
+    return {"quick": args.quick, "repeat": args.repeat, "baseline": args.baseline,
+            "baseline_repeat": args.baseline_repeat if args.baseline else None, "rows": rows,
             "machine_load": os.getloadavg(), "cpu_model": harness.machine().get("cpu")}
 
 
@@ -399,6 +407,11 @@ def summary_line(row: dict[str, Any]) -> str:
     n = row["instructions"]
     xla = row["xla"]["pipeline_s"]
     parts = [f"xla {xla:.2f} s ({xla / n * 1e3:.3f} ms/instr)"]
+    base = row.get("xla_baseline") or {}
+    if "pipeline_s" in base:
+        parts.append(f"baseline {base['pipeline_s']:.2f} s")
+    elif "cut_off_s" in base:
+        parts.append(f"baseline > {base['cut_off_s']:.0f} s")
     if "cpu_compile" in row and "error" in row["cpu_compile"]:
         parts.append(f"cold compile failed: {row['cpu_compile']['error'][:80]}")
     elif "cpu_compile" in row:
