@@ -14,6 +14,7 @@ from typing import Any
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.passes.fusion import gpu_fusible as g
+from hlofuse.passes.fusion import mof_fusible as mof
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.instruction_fusion import fusible_computations
 from hlofuse.passes.fusion.predicates import is_expensive, should_fuse_in_place_op
@@ -97,8 +98,8 @@ def _heroes_both_orders(module: Module, want: dict[str, Any], predicate: str
                         ) -> dict[str, Any]:
     r1 = module.instruction("fusion.1").fused_computation.root
     r2 = module.instruction("fusion.2").fused_computation.root
-    return {"both_orders": bool(g.fusion_heroes_are_compatible(r1, r2))
-            and bool(g.fusion_heroes_are_compatible(r2, r1))}
+    return {"both_orders": bool(mof.fusion_heroes_are_compatible(r1, r2))
+            and bool(mof.fusion_heroes_are_compatible(r2, r1))}
 
 
 def _sibling_transposes(module: Module, want: dict[str, Any], predicate: str
@@ -106,9 +107,9 @@ def _sibling_transposes(module: Module, want: dict[str, Any], predicate: str
     a, b = module.instruction("fusion"), module.instruction("fusion.1")
     h1 = g.find_non_trivial_hero(a.fused_computation.root)
     h2 = g.find_non_trivial_hero(b.fused_computation.root)
-    return {"FusionHeroesAreCompatible": bool(g.fusion_heroes_are_compatible(h1, h2)),
+    return {"FusionHeroesAreCompatible": bool(mof.fusion_heroes_are_compatible(h1, h2)),
             "ShapesCompatibleForMultiOutputFusion":
-                bool(g.shapes_compatible_for_multi_output_fusion(a, b))}
+                bool(mof.shapes_compatible_for_multi_output_fusion(a, b))}
 
 
 def _producer_consumer(module: Module, want: dict[str, Any], predicate: str
@@ -119,11 +120,11 @@ def _producer_consumer(module: Module, want: dict[str, Any], predicate: str
     out = {}
     for k in want:
         if k.startswith("IsProducerMultiOutputFusible"):
-            out[k] = bool(g.is_producer_multi_output_fusible(producer))
+            out[k] = bool(mof.is_producer_multi_output_fusible(producer))
         elif k.startswith("IsFusibleAsMultiOutputFusionRoot"):
-            out[k] = g.is_fusible_as_multi_output_fusion_root(consumer)
+            out[k] = mof.is_fusible_as_multi_output_fusion_root(consumer)
         else:
-            out[k] = bool(g.shapes_compatible_for_multi_output_fusion(producer, consumer))
+            out[k] = bool(mof.shapes_compatible_for_multi_output_fusion(producer, consumer))
     return out
 
 
@@ -147,7 +148,7 @@ def _only_non_root_user(module: Module, want: dict[str, Any], predicate: str
                         ) -> dict[str, Any]:
     m = re.search(r"producer=([\w.\-]+), consumer=([\w.\-]+)", predicate)
     assert m
-    return {k: g.is_consumer_the_only_non_root_user(module.instruction(m.group(1)),
+    return {k: mof.is_consumer_the_only_non_root_user(module.instruction(m.group(1)),
                                                     module.instruction(m.group(2)))
             for k in want}
 
@@ -159,14 +160,15 @@ HANDLERS: list[tuple[str, Callable[[Module, dict[str, Any], str], dict[str, Any]
     ("IsPhysicallyTransposing", _names_results(g.is_physically_transposing)),
     ("TransposesMinorDimension", _names_results(g.transposes_minor_dimension)),
     ("IsReduceInputFusion", _reduce_input),
-    ("IsFusibleAsMultiOutputFusionRoot", _names_results(g.is_fusible_as_multi_output_fusion_root)),
+    ("IsFusibleAsMultiOutputFusionRoot",
+     _names_results(mof.is_fusible_as_multi_output_fusion_root)),
     ("FusionHeroesAreCompatible(fused roots", _heroes_both_orders),
     ("FusionHeroesAreCompatible(transpose heroes)", _sibling_transposes),
     ("ShapesCompatibleForMultiOutputFusion",
-     _pair_results(lambda a, b: bool(g.shapes_compatible_for_multi_output_fusion(a, b)))),
+     _pair_results(lambda a, b: bool(mof.shapes_compatible_for_multi_output_fusion(a, b)))),
     ("producer = ", _producer_consumer),
     ("IsProducerMultiOutputFusible",
-     _names_results(lambda i: bool(g.is_producer_multi_output_fusible(i)))),
+     _names_results(lambda i: bool(mof.is_producer_multi_output_fusible(i)))),
     ("GetFusionRoots", _fusion_roots),
     ("GetFusibleComputations", _fusible_computations),
     ("FusionInfoCache::GetSharedMemoryUsage", _shared_memory),

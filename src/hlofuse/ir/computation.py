@@ -8,6 +8,7 @@ defs-before-uses order that visits operands (and control predecessors) first, li
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from hlofuse.ir.instruction import Instruction
@@ -20,13 +21,50 @@ if TYPE_CHECKING:
 class Computation:
     def __init__(self, name: str) -> None:
         self.name = name
-        self.instructions: list[Instruction] = []
+        self._instructions: list[Instruction] = []
+        # While `deferred_removals()` is active: removed instructions still in the list.
+        self._removed: set[Instruction] | None = None
         self._root: Instruction | None = None
         self.parent: Module | None = None
         # Set on fused computations: the fusion instruction that calls this computation.
         self.fusion_instruction: Instruction | None = None
+        # parameter number -> parameter, a lookup aid checked on every use (see `parameter`)
+        self._parameter_index: list[Instruction | None] = []
 
     # ----- structure ----------------------------------------------------------------------
+
+    @property
+    def instructions(self) -> list[Instruction]:
+        if self._removed:
+            self._flush_removals()
+        return self._instructions
+
+    @instructions.setter
+    def instructions(self, instrs: list[Instruction]) -> None:
+        self._instructions = instrs
+        if self._removed:
+            self._removed = set()
+
+    @contextmanager
+    def deferred_removals(self) -> Iterator[None]:
+        """While active, `remove` leaves the instruction in the list (finding it there costs
+        O(n)) and the list drops all of them at once when next read, or at the end. For a pass
+        that removes many instructions between reads of the list (instruction fusion)."""
+        if self._removed is not None:
+            yield
+            return
+        self._removed = set()
+        try:
+            yield
+        finally:
+            self._flush_removals()
+            self._removed = None
+
+    def _flush_removals(self) -> None:
+        removed = self._removed
+        if removed:
+            self._instructions[:] = [i for i in self._instructions if i not in removed]
+            removed.clear()
 
     @property
     def root(self) -> Instruction:
@@ -48,10 +86,49 @@ class Computation:
         return sorted(params, key=lambda p: p.parameter_number or 0)
 
     def parameter(self, number: int) -> Instruction:
-        for p in self.instructions:
-            if p.opcode is Opcode.PARAMETER and p.parameter_number == number:
+        """Parameter `number`. Looked up in an index that is checked on every use (the entry
+        must still be a parameter of this computation with that number) and rebuilt from the
+        instruction list when stale, so edits anywhere keep it correct; code that removes a
+        parameter and renumbers the later ones says so (`parameters_renumbered`) to spare the
+        rebuild."""
+        p = self._indexed_parameter(number)
+        if p is None:
+            self._parameter_index = self._scan_parameters()
+            p = self._indexed_parameter(number)
+        if p is None:  # numbers beyond the instruction count are not indexed
+            for q in self.instructions:
+                if q.opcode is Opcode.PARAMETER and q.parameter_number == number:
+                    return q
+            raise IndexError(f"computation {self.name} has no parameter {number}")
+        return p
+
+    def parameters_renumbered(self, removed: int) -> None:
+        """Parameter `removed` is gone and the ones after it were numbered one lower: move
+        their index entries down too (a rebuild would cost a scan of every instruction)."""
+        if removed < len(self._parameter_index):
+            del self._parameter_index[removed]
+
+    def _indexed_parameter(self, number: int) -> Instruction | None:
+        index = self._parameter_index
+        if 0 <= number < len(index):
+            p = index[number]
+            if p is not None and p.parent is self and p.parameter_number == number \
+                    and p.opcode is Opcode.PARAMETER:
                 return p
-        raise IndexError(f"computation {self.name} has no parameter {number}")
+        return None
+
+    def _scan_parameters(self) -> list[Instruction | None]:
+        index: list[Instruction | None] = []
+        limit = len(self.instructions)
+        for p in self.instructions:
+            n = p.parameter_number
+            if p.opcode is not Opcode.PARAMETER or n is None or not 0 <= n < limit:
+                continue
+            if n >= len(index):
+                index.extend([None] * (n + 1 - len(index)))
+            if index[n] is None:  # the first one listed, as a scan would find
+                index[n] = p
+        return index
 
     @property
     def is_fusion_computation(self) -> bool:
@@ -67,16 +144,31 @@ class Computation:
 
     def add(self, instr: Instruction, *, before: Instruction | None = None) -> Instruction:
         """Insert `instr`; give it a module-unique name derived from its current name."""
+        if self._removed and instr in self._removed:
+            self._flush_removals()  # back after a deferred removal: drop the old entry first
         instr.parent = self
         if self.parent is not None:
             instr.name = self.parent.unique_name(instr.name or instr.opcode.value)
         elif not instr.name:
             instr.name = instr.opcode.value
         if before is None:
-            self.instructions.append(instr)
+            self._instructions.append(instr)
         else:
-            self.instructions.insert(self.instructions.index(before), instr)
+            self._instructions.insert(self.position(before), instr)
+        if instr.opcode is Opcode.PARAMETER and instr.parameter_number == len(
+                self._parameter_index):
+            self._parameter_index.append(instr)  # the next number: keep the index whole
         return instr
+
+    def position(self, instr: Instruction) -> int:
+        """Index of `instr` in the instruction list. Passes edit near the end of the list
+        (consumers are visited from the back), so the last few slots are looked at first.
+        (Inside `deferred_removals`, an index into the list that still holds removed ones.)"""
+        instrs = self._instructions
+        for k in range(len(instrs) - 1, max(len(instrs) - 5, -1), -1):
+            if instrs[k] is instr:
+                return k
+        return instrs.index(instr)
 
     def remove(self, instr: Instruction) -> None:
         """Delete an instruction that has no users (and is not the root)."""
@@ -87,7 +179,10 @@ class Computation:
             raise ValueError(f"cannot remove {instr.name}: it is the root of {self.name}")
         instr.detach_operands()
         instr.control_predecessors = []
-        self.instructions.remove(instr)
+        if self._removed is not None:
+            self._removed.add(instr)
+        else:
+            del self._instructions[self.position(instr)]
         instr.parent = None
         if self.parent is not None:
             self.parent.release_name(instr.name)
@@ -118,6 +213,19 @@ class Computation:
         for start in self.instructions:
             if id(start) in visited:
                 continue
+            # Every operand already emitted (the usual case: lists are kept in this order):
+            # the DFS below would emit `start` at once, so do just that.
+            for op in start._operands:
+                if id(op) not in visited:
+                    break
+            else:
+                for op in start.control_predecessors:
+                    if id(op) not in visited:
+                        break
+                else:
+                    visited.add(id(start))
+                    order.append(start)
+                    continue
             # Iterative DFS: (node, expanded?) pairs.
             stack: list[tuple[Instruction, bool]] = [(start, False)]
             while stack:

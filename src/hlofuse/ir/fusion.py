@@ -26,14 +26,19 @@ back-links set, instruction lists in a defs-before-uses order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hlofuse.ir.clone import clone_instruction
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.instruction import Instruction, _drop_user
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import Shape, TupleShape
 
 FUSION_KINDS = ("kLoop", "kInput", "kOutput", "kCustom")
+
+# After a multi-output merge into a fusion: put the caller's instruction list back in post order.
+Reorder = Callable[[Computation, Instruction], None]
 
 
 # ----- small queries -----------------------------------------------------------------------
@@ -53,7 +58,7 @@ def is_multi_output_fusion(instr: Instruction) -> bool:
 
 def fused_parameter_for(fusion: Instruction, operand: Instruction) -> Instruction | None:
     """The fused parameter bound to `operand` (None if `operand` is not a fusion operand)."""
-    for i, o in enumerate(fusion.operands):
+    for i, o in enumerate(fusion._operands):  # the list itself, not a copy
         if o is operand:
             return fusion.fused_computation.parameter(i)
     return None
@@ -133,29 +138,51 @@ def _param_for(fusion: Instruction, operand: Instruction) -> Instruction:
     return p
 
 
+def fusion_parameters(fusion: Instruction, start: int = 0) -> list[Instruction]:
+    """The fused computation's parameters in number order (one per fusion operand), from
+    parameter `start` on."""
+    fused = fusion.fused_computation
+    return [fused.parameter(i) for i in range(start, fusion.operand_count)]
+
+
 def _remove_parameter(fusion: Instruction, param: Instruction) -> None:
     """Drop an unused parameter and its operand; renumber the later parameters."""
     assert not param.users, f"parameter {param.name} still used"
     fused = fusion.fused_computation
     number = param.parameter_number
     assert number is not None
-    operands = list(fusion.operands)
-    del operands[number]
-    fusion.set_operands(operands)
+    later = fusion_parameters(fusion, number + 1)
+    _drop_operand(fusion, number)
     fused.remove(param)
-    for p in fused.instructions:
-        if p.opcode is Opcode.PARAMETER and p.parameter_number is not None \
-                and p.parameter_number > number:
-            p.parameter_number -= 1
+    for p in later:
+        assert p.parameter_number is not None
+        p.parameter_number -= 1
+    fused.parameters_renumbered(number)
 
 
-def _rename_parameters(fusion: Instruction) -> None:
-    """Keep parameter names in step with their numbers (`param_2` is parameter(2))."""
+def _drop_operand(fusion: Instruction, number: int) -> None:
+    """`fusion.set_operands(operands without operand `number`)`: the dropped operand loses
+    `fusion` as a user (unless still an operand), and `fusion` ends up last among the users of
+    every remaining operand, which it mostly is already (no list is rebuilt then)."""
+    operands = fusion._operands
+    dropped = operands.pop(number)
+    if dropped not in operands:
+        _drop_user(dropped.users, fusion)
+    for op in dict.fromkeys(operands):
+        users = op.users
+        if not users or users[-1] is not fusion:
+            _drop_user(users, fusion)
+            users.append(fusion)
+
+
+def _rename_parameters(fusion: Instruction, start: int = 0) -> None:
+    """Keep parameter names in step with their numbers (`param_2` is parameter(2)), from
+    parameter `start` on (the ones before it are known to be in step)."""
     fused = fusion.fused_computation
     module = fused.parent
     if module is None:
         return
-    for p in fused.parameters:
+    for p in fusion_parameters(fusion, start):
         base = f"param_{p.parameter_number}"
         if p.name == base or p.name.startswith(base + "."):
             continue
@@ -164,7 +191,7 @@ def _rename_parameters(fusion: Instruction) -> None:
 
 
 def remove_unused_parameters(fusion: Instruction) -> None:
-    for p in list(reversed(fusion.fused_computation.parameters)):
+    for p in list(reversed(fusion_parameters(fusion))):
         if not p.users and p is not fusion.fused_computation.root:
             _remove_parameter(fusion, p)
 
@@ -245,18 +272,72 @@ def _remove_if_dead(producer: Instruction) -> None:
 # ----- producer -> consumer fusion ---------------------------------------------------------
 
 
-def fuse_instruction(fusion: Instruction, producer: Instruction) -> Instruction:
+def fuse_instruction(fusion: Instruction, producer: Instruction, *,
+                     assume_tidy: bool = False) -> Instruction:
     """Clone `producer` into `fusion`, replacing the parameter bound to it. Returns the clone
-    (the in-fusion value of the producer). The producer is removed if nothing else uses it."""
+    (the in-fusion value of the producer). The producer is removed if nothing else uses it.
+
+    `assume_tidy`: the caller knows the fused computation is as `fuse_instruction` leaves it
+    (tidied by an earlier call in the same pass run: no dead code, parameter names in step,
+    instructions in post order). Then fusing a plain producer only tidies what it touched
+    (`_tidy_after_clone`), in time independent of the fusion's size, with the same result."""
     assert is_fusion(fusion)
     param = fused_parameter_for(fusion, producer)
     assert param is not None, f"{producer.name} is not an operand of {fusion.name}"
+    fused = fusion.fused_computation
+    incremental = (assume_tidy and not is_fusion(producer) and producer.opcode is not Opcode.TUPLE
+                   and bool(param.users) and fused.root is not param)
+    users = list(param.users)
+    start = len(fused.instructions)
+    number = param.parameter_number
     value = _clone_body(fusion, producer)
+    added = fused.instructions[start:]
     param.replace_all_uses_with(value)
     _remove_parameter(fusion, param)
-    _tidy(fusion)
+    if incremental:
+        assert number is not None
+        _tidy_after_clone(fusion, number, added, users)
+    else:
+        _tidy(fusion)
     _remove_if_dead(producer)
     return value
+
+
+def _tidy_after_clone(fusion: Instruction, number: int, added: list[Instruction],
+                      users: list[Instruction]) -> None:
+    """`_tidy` for a tidy fusion into which one plain producer was just cloned in place of
+    parameter `number`: `added` are the new parameters and the clone (appended, in that order),
+    `users` the replaced parameter's users.
+
+    Nothing becomes dead and no get-tuple-element of a tuple appears, so only the parameters
+    from `number` on need renaming, and the post order of the new list is the old one with the
+    clone, preceded by those of its operands not yet listed before its first user, moved in
+    front of that first user (a DFS reaches them there first; everything else is already in
+    defs-before-uses order)."""
+    _rename_parameters(fusion, number)
+    fused = fusion.fused_computation
+    instrs = fused.instructions
+    value = added[-1]
+    at = min(fused.position(u) for u in users)
+    block: list[Instruction] = []
+    later: list[Instruction] = []  # existing parameters listed after the first user
+    seen: set[int] = set()
+    new = {id(a) for a in added}
+    for o in value.operands:
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if id(o) in new:
+            block.append(o)
+        elif fused.position(o) > at:
+            block.append(o)
+            later.append(o)
+    block.append(value)
+    assert len(block) == len(added) + len(later), "every new instruction is an operand"
+    del instrs[len(instrs) - len(added):]
+    for o in later:  # all after `at`: deleting them does not move it
+        del instrs[fused.position(o)]
+    instrs[at:at] = block
 
 
 # ----- multi-output fusion -----------------------------------------------------------------
@@ -368,10 +449,16 @@ def _export(fusion: Instruction, producer: Instruction, value: Instruction) -> N
         comp.root = gte
 
 
-def fuse_into_multi_output(fusion: Instruction, producer: Instruction) -> Instruction:
+def _post_order(comp: Computation, fusion: Instruction) -> None:
+    comp.instructions = comp.post_order()
+
+
+def fuse_into_multi_output(fusion: Instruction, producer: Instruction, *,
+                           reorder: Reorder = _post_order) -> Instruction:
     """Move `producer` into `fusion` and export its value as extra output(s): no duplication.
     Outside users of the producer read it through get-tuple-element instructions of `fusion`.
-    `producer` need not be an operand of `fusion`."""
+    `producer` need not be an operand of `fusion`. `reorder(comp, fusion)` puts the caller's
+    instruction list back in post order afterwards (a pass may keep it incrementally)."""
     assert is_fusion(fusion)
     comp = fusion.parent
     assert comp is not None
@@ -400,18 +487,19 @@ def fuse_into_multi_output(fusion: Instruction, producer: Instruction) -> Instru
     if producer.users:
         raise AssertionError(f"{producer.name} still has users after multi-output fusion")
     _remove_if_dead(producer)
-    comp.instructions = comp.post_order()
+    reorder(comp, fusion)
     return value
 
 
-def merge_fusions_multi_output(fusion_a: Instruction, fusion_b: Instruction) -> Instruction:
+def merge_fusions_multi_output(fusion_a: Instruction, fusion_b: Instruction, *,
+                               reorder: Reorder = _post_order) -> Instruction:
     """Merge fusion (or plain instruction) `fusion_b` into `fusion_a`, keeping all outputs of
     both (sibling multi-output fusion). If `b` reads `a`, `b`'s reads are wired to `a`'s values
     inside the fusion; if `a` reads `b`, this is a producer-consumer multi-output fusion."""
     assert is_fusion(fusion_a)
     if any(o is fusion_b for o in fusion_a.operands) or not any(
             o is fusion_a for o in fusion_b.operands):
-        return fuse_into_multi_output(fusion_a, fusion_b)
+        return fuse_into_multi_output(fusion_a, fusion_b, reorder=reorder)
     # b consumes a: bind b's reads of a to a's in-fusion outputs.
     comp = fusion_a.parent
     assert comp is not None
@@ -433,5 +521,5 @@ def merge_fusions_multi_output(fusion_a: Instruction, fusion_b: Instruction) -> 
     _remove_if_dead(fusion_b)
     for g in read_gtes:
         _remove_if_dead(g)
-    comp.instructions = comp.post_order()
+    reorder(comp, fusion_a)
     return value

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from hlofuse.ir.attributes import ATTRIBUTES, COMPUTATION_ATTRS, AttrKind
 from hlofuse.ir.literal import Literal
-from hlofuse.ir.opcodes import NON_KERNEL_OPS, Category, Opcode
+from hlofuse.ir.opcodes import NON_KERNEL_OPS, OPCODES, Category, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape
 
 if TYPE_CHECKING:
@@ -62,6 +62,27 @@ class Metadata:
 
     def __bool__(self) -> bool:
         return bool(self.fields)
+
+
+# ids of the opcodes the table calls elementwise (`is_elementwise` runs for every edge a
+# fusion pass looks at)
+_ELEMENTWISE = frozenset(id(op) for op, info in OPCODES.items()
+                         if info.category is Category.ELEMENTWISE)
+
+
+def _drop_user(users: list[Instruction], user: Instruction) -> bool:
+    """Remove `user` from a (de-duplicated) user list if it is there; returns whether it was.
+    The last slots are looked at first: the user removed is most often a recent one."""
+    n = len(users)
+    for k in range(n - 1, max(n - 5, -1), -1):
+        if users[k] is user:
+            del users[k]
+            return True
+    try:
+        users.remove(user)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(eq=False)
@@ -129,15 +150,20 @@ class Instruction:
         if old is new:
             return
         self._operands[i] = new
-        if not any(o is old for o in self._operands):
-            old.users.remove(self)
+        # (`in` and `index` on instruction lists compare by identity: Instruction has eq=False)
+        if old not in self._operands and not _drop_user(old.users, self):
+            raise ValueError(f"{self.name} is not a user of {old.name}")
         if self not in new.users:
             new.users.append(self)
 
     def replace_operand(self, old: Instruction, new: Instruction) -> None:
-        for i, o in enumerate(self._operands):
-            if o is old:
-                self.set_operand(i, new)
+        if old is new:
+            return
+        operands = self._operands
+        i = -1
+        for _ in range(operands.count(old)):  # (a failing index() would format repr(old))
+            i = operands.index(old, i + 1)
+            self.set_operand(i, new)
 
     def append_operand(self, new: Instruction) -> None:
         self._operands.append(new)
@@ -145,16 +171,22 @@ class Instruction:
             new.users.append(self)
 
     def set_operands(self, new_operands: Iterable[Instruction]) -> None:
-        self.detach_operands()
+        """Replace the operand list; this becomes the last user of each operand."""
+        detached = self.detach_operands()
         for op in new_operands:
-            self.append_operand(op)
+            self._operands.append(op)
+            if op in detached:  # just dropped from its users: no need to look for it
+                detached.discard(op)
+                op.users.append(self)
+            elif self not in op.users:
+                op.users.append(self)
 
-    def detach_operands(self) -> None:
-        """Drop every operand edge (used before deleting the instruction)."""
-        for op in set(self._operands):
-            if self in op.users:
-                op.users.remove(self)
+    def detach_operands(self) -> set[Instruction]:
+        """Drop every operand edge (used before deleting the instruction). Returns the
+        operands whose user lists this was removed from."""
+        dropped = {op for op in set(self._operands) if _drop_user(op.users, self)}
         self._operands.clear()
+        return dropped
 
     def replace_all_uses_with(self, new: Instruction) -> None:
         """Point every user (and the computation root, if this is it) at `new`."""
@@ -231,7 +263,7 @@ class Instruction:
                 and isinstance(b, ArrayShape)
                 and a.dtype.bits == b.dtype.bits
             )
-        return self.category is Category.ELEMENTWISE
+        return id(self.opcode) in _ELEMENTWISE  # (hashing an Enum member runs Python code)
 
     @property
     def is_kernel(self) -> bool:

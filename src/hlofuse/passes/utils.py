@@ -13,7 +13,7 @@ Conditions every helper keeps:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -282,6 +282,49 @@ def callers(module: Module, computations: Iterable[Computation] | None = None
             for callee in called(instr):
                 out.setdefault(id(callee), []).append(instr)
     return out
+
+
+def computations_post_order(module: Module) -> list[Computation]:
+    """`module.computations_post_order()` (callees before callers, the entry last), computed
+    with an explicit stack and the fast `called` (the fusion passes ask for it every run)."""
+    order: list[Computation] = []
+    seen: set[int] = set()
+
+    def callees(comp: Computation) -> Iterator[Computation]:
+        for instr in comp.instructions:
+            yield from called(instr)
+
+    def visit(root: Computation) -> None:
+        if id(root) in seen:
+            return
+        seen.add(id(root))
+        stack = [(root, callees(root))]
+        while stack:
+            comp, pending = stack[-1]
+            for callee in pending:
+                if id(callee) not in seen:
+                    seen.add(id(callee))
+                    stack.append((callee, callees(callee)))
+                    break
+            else:
+                order.append(comp)
+                stack.pop()
+
+    try:
+        entry: Computation | None = module.entry
+    except ValueError:
+        entry = None
+    for comp in module.computations:
+        if comp is not entry:
+            visit(comp)
+    if entry is not None:
+        visit(entry)
+    return order
+
+
+def non_fusion_computations(module: Module) -> list[Computation]:
+    """`module.non_fusion_computations()`, through `computations_post_order` above."""
+    return [c for c in computations_post_order(module) if not c.is_fusion_computation]
 
 
 def reachable_computations(module: Module) -> list[Computation]:

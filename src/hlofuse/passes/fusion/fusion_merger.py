@@ -42,6 +42,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import TupleShape, leaves
+from hlofuse.passes.fusion.analysis import FusionAnalyses
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
@@ -108,11 +109,13 @@ def transposes_most_data(fusion: Instruction, threshold: float) -> bool:
 
 
 def fused_ir_emitter_inefficient(consumer: Instruction, producer: Instruction,
-                                 config: FusionConfig) -> bool:
+                                 config: FusionConfig,
+                                 analyses: FusionAnalyses | None = None) -> bool:
     """FusedIrEmitter::IsFusedIrEmitterInefficient(consumer, producer)."""
     if not is_fusion(consumer):
         return False
-    eval_consumer = FusionNodeIndexingEvaluation(consumer)
+    eval_consumer = (FusionNodeIndexingEvaluation(consumer) if analyses is None
+                     else analyses.indexing(consumer))
     if not is_fusion(producer):
         return not eval_consumer.check_code_duplication(producer, config)
     emitted = eval_consumer.emitted_instructions(producer)
@@ -123,25 +126,29 @@ def fused_ir_emitter_inefficient(consumer: Instruction, producer: Instruction,
 # ----- the decision ------------------------------------------------------------------------
 
 
-def should_merge(fusion: Instruction, config: FusionConfig) -> FusionDecision:
-    """May `fusion` be merged into all of its users? (legality, then profitability)"""
+def should_merge(fusion: Instruction, config: FusionConfig,
+                 analyses: FusionAnalyses | None = None) -> FusionDecision:
+    """May `fusion` be merged into all of its users? (legality, then profitability)
+    `analyses`: the pass run's memo of per-fusion facts (the same answers)."""
     if not fusion.users:
         return FusionDecision.no("fusion has no users")
     if fusion.fusion_kind != "kLoop" or is_multi_output_fusion(fusion):
         return FusionDecision.no("not a loop fusion")
+    ask = analyses.ask if analyses is not None else None
     has_reduction_user = False
     for user in fusion.users:
         if user.opcode is Opcode.BITCAST:
             return FusionDecision.no("not fusing bitcast ops")
-        decision = is_producer_consumer_fusible(fusion, user, config)
+        decision = is_producer_consumer_fusible(fusion, user, config, ask)
         if not decision:
             return decision
-        has_reduction_user |= is_input_fusible_reduction(user, config)
+        has_reduction_user |= bool(is_input_fusible_reduction(user, config) if ask is None
+                                   else ask(is_input_fusible_reduction, user))
     if has_reduction_user and transposes_most_data(fusion, config.transposes_most_data):
         return FusionDecision.no("would read mostly uncoalesced", "transposes_most_data")
 
     if config.merger_version == "2023":
-        return _should_merge_2023(fusion, config)
+        return _should_merge_2023(fusion, config, analyses)
     current = current_bytes_transferred(fusion)
     merged = merged_bytes_transferred(fusion)
     ratio = merged / max(1.0, current)
@@ -150,49 +157,63 @@ def should_merge(fusion: Instruction, config: FusionConfig) -> FusionDecision:
         return FusionDecision.no(
             f"merged-to-current-bytes-ratio of {ratio:.2f} is not favorable",
             "merger_bytes_ratio", **figures)
-    reuse = any(reuses_operand_elements(u, i) for u in fusion.users
+    reuses = (reuses_operand_elements if analyses is None
+              else analyses.reuses_operand_elements)
+    reuse = any(reuses(u, i) for u in fusion.users
                 for i, o in enumerate(u.operands) if o is fusion)
     allow_expensive = (fusion.user_count == 1 or (
         ratio < config.merger_expensive_escape_ratio
         and current > config.merger_expensive_escape_bytes)) and not reuse
-    if not allow_expensive and any(is_expensive(i, config) for i in fused_instructions(fusion)):
+    if not allow_expensive and (
+            any(is_expensive(i, config) for i in fused_instructions(fusion)) if analyses is None
+            else analyses.contains_expensive(fusion)):
         return FusionDecision.no("fusion contains an expensive instruction",
                                  "merger_expensive_escape_ratio", **figures)
     for user in fusion.users:
-        if fused_ir_emitter_inefficient(user, fusion, config):
+        if fused_ir_emitter_inefficient(user, fusion, config, analyses):
             return FusionDecision.no(
                 f"merging into {user.name} would make the fused emitter inefficient",
                 "max_code_duplication", **figures)
-        decision = fusion_fits_in_budget(user, fusion, config, True)
+        decision = (fusion_fits_in_budget(user, fusion, config, True) if analyses is None
+                    else analyses.fits_in_budget(user, fusion, True))
         if not decision:
             return decision.with_figures(**figures)
     return FusionDecision.ok(**figures)
 
 
-def _should_merge_2023(fusion: Instruction, config: FusionConfig) -> FusionDecision:
+def _should_merge_2023(fusion: Instruction, config: FusionConfig,
+                       analyses: FusionAnalyses | None = None) -> FusionDecision:
     """Spec 4.4 steps 5-7: budget, IR-size guard, then the first GpuPerformanceModel."""
     for user in fusion.users:
-        decision = fusion_fits_in_budget(user, fusion, config, True)
+        decision = (fusion_fits_in_budget(user, fusion, config, True) if analyses is None
+                    else analyses.fits_in_budget(user, fusion, True))
         if not decision:
             return decision
     for user in fusion.users:
-        decision = producer_consumer_merged_too_large(fusion, user, config)
+        decision = producer_consumer_merged_too_large(fusion, user, config, analyses)
         if not decision:
             return decision
-    decision = fusion_is_faster(fusion, list(fusion.users), config)
+    decision = fusion_is_faster(fusion, list(fusion.users), config, analyses=analyses)
     if not decision:
         return FusionDecision.no(decision.reason or "", "merger_version", **decision.figures)
     return decision
 
 
-def fuse_into_all_users(fusion: Instruction, config: FusionConfig) -> list[Instruction]:
+def fuse_into_all_users(fusion: Instruction, config: FusionConfig,
+                        analyses: FusionAnalyses | None = None) -> list[Instruction]:
     """FuseIntoAllUsers: wrap non-fusion users, merge `fusion` into each; it then dies."""
     merged: list[Instruction] = []
     for user in list(fusion.users):
         target = user
         if not is_fusion(user):
             target = create_fusion(user, choose_fusion_kind(fusion, user, config))
-        fuse_instruction(target, fusion)
+            if analyses is not None:
+                analyses.forget(user)
+                analyses.created(target)  # (forgets the users that now read `target`)
+        if analyses is not None:
+            analyses.fuse(target, fusion)
+        else:
+            fuse_instruction(target, fusion)
         merged.append(target)
     return merged
 
@@ -209,14 +230,16 @@ class FusionMerger(FusionOptions):  # type: ignore[misc]
         trace = trace_of(module)
         changed = False
         for comp in fusible_computations(module):
-            for instr in comp.post_order():
-                if instr.parent is not comp or not is_fusion(instr):
-                    continue
-                decision = should_merge(instr, config)
-                users = ",".join(u.name for u in instr.users) or "-"
-                trace.record(self.name, users, instr.name, decision, comp.name)
-                if decision:
-                    fuse_into_all_users(instr, config)
-                    changed = True
+            analyses = FusionAnalyses(config)
+            with comp.deferred_removals():
+                for instr in comp.post_order():
+                    if instr.parent is not comp or not is_fusion(instr):
+                        continue
+                    decision = should_merge(instr, config, analyses)
+                    users = ",".join(u.name for u in instr.users) or "-"
+                    trace.record(self.name, users, instr.name, decision, comp.name)
+                    if decision:
+                        fuse_into_all_users(instr, config, analyses)
+                        changed = True
         return changed
 

@@ -16,10 +16,9 @@ Conditions enforced (spec section 1.8 - 1.10, section 0 for the reduction classi
   and at least 64*128 elements;
 * loop / input fusibility, `choose_fusion_kind`, `is_producer_consumer_fusible` (E2 order),
   `creates_heavy_computation`, `is_physically_transposing`;
-* `fusion_fits_in_budget`: shared memory, <= 8 unnested reductions, <= N operands+outputs;
-* multi-output helpers: `is_fusible_as_multi_output_fusion_root`,
-  `shapes_compatible_for_multi_output_fusion`, `is_producer_multi_output_fusible`,
-  `is_consumer_the_only_non_root_user`.
+* `fusion_fits_in_budget`: shared memory, <= 8 unnested reductions, <= N operands+outputs.
+
+The multi-output helpers (roots, heroes, loop shapes) are in mof_fusible.py.
 """
 
 from __future__ import annotations
@@ -30,10 +29,10 @@ from collections.abc import Callable
 from hlofuse.ir.fusion import is_fusion, is_multi_output_fusion
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, leaves, subshape_count
+from hlofuse.ir.shape import ArrayShape, TupleShape, leaves, subshape_count
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
-from hlofuse.passes.fusion.predicates import in_place_operands, is_fusible, should_fuse_in_place_op
+from hlofuse.passes.fusion.predicates import is_fusible, should_fuse_in_place_op
 
 DEFAULT = FusionConfig()
 
@@ -104,7 +103,7 @@ def is_reduction_from_or_to_contiguous_dims(instr: Instruction,
     return not prefer_elemental
 
 
-def _nontrivial_physical(shape: ArrayShape) -> list[int]:
+def nontrivial_physical(shape: ArrayShape) -> list[int]:
     """Logical dims of extent > 1 in physical order, major to minor."""
     return [d for d in reversed(shape.minor_to_major) if shape.dims[d] > 1]
 
@@ -113,8 +112,8 @@ def transpose_is_bitcast(instr: Instruction) -> bool:
     """A transpose whose permutation leaves the physical element order unchanged."""
     src, out = instr.operand(0).array_shape, instr.array_shape
     perm = instr.dimensions
-    out_phys = [perm[d] for d in _nontrivial_physical(out)]
-    return out_phys == _nontrivial_physical(src)
+    out_phys = [perm[d] for d in nontrivial_physical(out)]
+    return out_phys == nontrivial_physical(src)
 
 
 def reshape_is_bitcast(instr: Instruction) -> bool:
@@ -124,7 +123,7 @@ def reshape_is_bitcast(instr: Instruction) -> bool:
         return False
 
     def row_major(s: ArrayShape) -> bool:
-        nt = _nontrivial_physical(s)
+        nt = nontrivial_physical(s)
         return nt == sorted(nt)
 
     return row_major(src) and row_major(out)
@@ -140,8 +139,8 @@ def _physical_permutation(instr: Instruction) -> list[int] | None:
     if not isinstance(src, ArrayShape) or not isinstance(out, ArrayShape):
         return None
     perm = instr.dimensions if instr.opcode is Opcode.TRANSPOSE else tuple(range(out.rank))
-    src_pos = {d: i for i, d in enumerate(_nontrivial_physical(src))}
-    seq = [src_pos[perm[d]] for d in _nontrivial_physical(out)]
+    src_pos = {d: i for i, d in enumerate(nontrivial_physical(src))}
+    seq = [src_pos[perm[d]] for d in nontrivial_physical(out)]
     return seq
 
 
@@ -154,7 +153,7 @@ def tiled_transpose_dims(instr: Instruction, config: FusionConfig = DEFAULT
     if not seq:
         return None
     out = instr.array_shape
-    extents_out = [out.dims[d] for d in _nontrivial_physical(out)]
+    extents_out = [out.dims[d] for d in nontrivial_physical(out)]
     # Merge runs of output positions that read consecutive input positions.
     groups: list[list[int]] = [[0]]
     for k in range(1, len(seq)):
@@ -324,20 +323,32 @@ def _all_satisfy(instr: Instruction, test: Callable[[Instruction], bool]) -> boo
                for i in instr.fused_computation.instructions)
 
 
+def is_reduction_epilogue(instr: Instruction, config: FusionConfig = DEFAULT) -> bool:
+    """Only reduce intermediates (bitcast, convert, ... one user) in `instr` or its fusion."""
+    return _all_satisfy(instr, is_reduce_intermediate)
+
+
+Ask = Callable[[Callable[[Instruction, FusionConfig], object], Instruction], object]
+
+
 def is_producer_consumer_fusible(producer: Instruction, consumer: Instruction,
-                                 config: FusionConfig = DEFAULT) -> FusionDecision:
-    """IsProducerConsumerFusible (E2), checked in order."""
-    tiled_into_itself = (tiled_transpose_dims(producer, config) is not None
+                                 config: FusionConfig = DEFAULT,
+                                 ask: Ask | None = None) -> FusionDecision:
+    """IsProducerConsumerFusible (E2), checked in order. `ask(pred, instr)`, when given,
+    answers `pred(instr, config)` for the one-instruction predicates (a pass run's memo)."""
+    def q(pred: Callable[[Instruction, FusionConfig], object], instr: Instruction) -> object:
+        return pred(instr, config) if ask is None else ask(pred, instr)
+
+    tiled_into_itself = (q(tiled_transpose_dims, producer) is not None
                          and find_non_trivial_hero(consumer) is producer)
-    if not is_loop_fusible_as_producer(producer, config) and not tiled_into_itself:
+    if not q(is_loop_fusible_as_producer, producer) and not tiled_into_itself:
         return FusionDecision.no("the producer is not loop-fusible")
-    if is_input_fusible_reduction(producer, config):
-        if not _all_satisfy(consumer, is_reduce_intermediate):
+    if q(is_input_fusible_reduction, producer):
+        if not q(is_reduction_epilogue, consumer):
             return FusionDecision.no("Reductions from/to continuous dims epilogue not fusible")
         if producer.user_count > 1:
             return FusionDecision.no("reduction output fusion only works for single user")
-    if not is_input_fusible(consumer, config) and not is_loop_fusible_as_consumer(consumer,
-                                                                                  config):
+    if not q(is_input_fusible, consumer) and not q(is_loop_fusible_as_consumer, consumer):
         return FusionDecision.no("the consumer is not input-fusible and not loop-fusible")
     if is_multi_output_fusion(producer):
         return FusionDecision.no("the producer is not fusible as it is a multi-output fusion")
@@ -374,9 +385,13 @@ def is_expensive_to_repeat(instr: Instruction, config: FusionConfig = DEFAULT) -
 
 
 def creates_heavy_computation(producer: Instruction, consumer: Instruction,
-                              config: FusionConfig = DEFAULT) -> bool:
-    """CreatesHeavyComputation (E2): a heavy producer read many times by the consumer."""
-    if is_fusion(producer):
+                              config: FusionConfig = DEFAULT,
+                              producer_heavy: bool | None = None) -> bool:
+    """CreatesHeavyComputation (E2): a heavy producer read many times by the consumer.
+    `producer_heavy`, when known, is whether the producer has an expensive-to-repeat op."""
+    if producer_heavy is not None:
+        heavy = producer_heavy
+    elif is_fusion(producer):
         heavy = any(is_expensive_to_repeat(i, config)
                     for i in producer.fused_computation.instructions)
     else:
@@ -428,15 +443,22 @@ def num_unnested_reductions(instr: Instruction, config: FusionConfig = DEFAULT) 
 
 def fusion_fits_in_budget(instr1: Instruction, instr2: Instruction,
                           config: FusionConfig = DEFAULT,
-                          is_consumer_producer_fusion: bool = False) -> FusionDecision:
-    """FusionFitsInBudget (E2): `instr1` is the consumer when `is_consumer_producer_fusion`."""
-    smem = shared_memory_usage(instr1, config) + shared_memory_usage(instr2, config)
+                          is_consumer_producer_fusion: bool = False,
+                          usage: Callable[[Instruction], tuple[int, int]] | None = None
+                          ) -> FusionDecision:
+    """FusionFitsInBudget (E2): `instr1` is the consumer when `is_consumer_producer_fusion`.
+    `usage(instr)`, when given, is (shared_memory_usage, num_unnested_reductions) of `instr`
+    (a pass's cached sums, analysis.py)."""
+    if usage is None:
+        def usage(i: Instruction) -> tuple[int, int]:
+            return shared_memory_usage(i, config), num_unnested_reductions(i, config)
+    (smem1, red1), (smem2, red2) = usage(instr1), usage(instr2)
+    smem = smem1 + smem2
     if smem > config.shared_memory_budget:
         return FusionDecision.no(
             f"shared memory usage would be over the budget of {config.shared_memory_budget}B",
             "shared_memory_budget", shared_memory_bytes=smem)
-    reductions = num_unnested_reductions(instr1, config) + num_unnested_reductions(instr2,
-                                                                                   config)
+    reductions = red1 + red2
     if reductions > config.max_unnested_reductions:
         return FusionDecision.no(
             f"over {config.max_unnested_reductions} unnested reductions in fusion",
@@ -455,128 +477,3 @@ def fusion_fits_in_budget(instr1: Instruction, instr2: Instruction,
             "Number of operands and output buffers is larger than allowed budget per fusion",
             "max_operands_and_outputs", operands=len(operands), outputs=outputs, limit=limit)
     return FusionDecision.ok()
-
-
-# ----- multi-output helpers -------------------------------------------------------------------
-
-
-def is_fusible_as_multi_output_fusion_root(instr: Instruction,
-                                           config: FusionConfig = DEFAULT) -> bool:
-    return is_fusible(instr) and (
-        is_input_fusible_reduction(instr, config) or is_input_fusible_transpose(instr, config)
-        or (is_fusion(instr) and instr.fusion_kind == "kLoop") or instr.is_elementwise)
-
-
-def is_producer_multi_output_fusible(producer: Instruction,
-                                     config: FusionConfig = DEFAULT) -> FusionDecision:
-    if is_multi_output_fusion(producer):
-        return FusionDecision.no("Producer is a multi-output fusion")
-    if in_place_operands(producer):
-        return FusionDecision.no("In-place operations are present")
-    if not is_loop_fusible_as_producer(producer, config):
-        return FusionDecision.no("producer is not loop-fusible")
-    if is_physically_transposing(producer):
-        return FusionDecision.no("producer is physically transposing")
-    return FusionDecision.ok()
-
-
-def real_hero_for_multi_output_fusion(instr: Instruction,
-                                      config: FusionConfig = DEFAULT) -> Instruction:
-    if not is_fusion(instr):
-        return instr
-    root = instr.fused_computation.root
-    if not is_multi_output_fusion(instr):
-        hero = find_non_trivial_hero(root)
-        if is_real_reduction_hero(root, hero, config) or tiled_transpose_dims(hero, config):
-            return hero
-        return root
-    for r in root.operands:
-        hero = find_non_trivial_hero(r)
-        if is_real_reduction_hero(r, hero, config) or tiled_transpose_dims(hero, config):
-            return hero
-    return root.operand(0)
-
-
-def _same_dims_ignoring_type(a: Shape, b: Shape) -> bool:
-    if isinstance(a, ArrayShape) and isinstance(b, ArrayShape):
-        return a.dims == b.dims and a.minor_to_major == b.minor_to_major
-    if isinstance(a, TupleShape) and isinstance(b, TupleShape):
-        return len(a.elements) == len(b.elements) and all(
-            _same_dims_ignoring_type(x, y) for x, y in zip(a.elements, b.elements))
-    return False
-
-
-def fusion_heroes_are_compatible(h1: Instruction, h2: Instruction,
-                                 config: FusionConfig = DEFAULT) -> FusionDecision:
-    r1 = is_reduction_from_or_to_contiguous_dims(h1, config)
-    r2 = is_reduction_from_or_to_contiguous_dims(h2, config)
-    t1 = tiled_transpose_dims(h1, config)
-    t2 = tiled_transpose_dims(h2, config)
-    if r1 and r2:
-        same = (_same_dims_ignoring_type(h1.shape, h2.shape)
-                and _same_dims_ignoring_type(h1.operand(0).shape, h2.operand(0).shape)
-                and h1.dimensions == h2.dimensions)
-        if not same:
-            return FusionDecision.no("tiled reductions with different shapes")
-    elif t1 and t2 and t1 != t2:
-        return FusionDecision.no("tiled transposes with different shapes")
-    elif (t1 and r2) or (r1 and t2):
-        return FusionDecision.no("MOF-fusion of a transpose and a reduction")
-    if t1 or t2:
-        # A tiled transpose must stay tiled: when one fusion reads the other, the path from
-        # the parameter bound to the transposing fusion must be single-user intermediates.
-        f1 = h1.parent.fusion_instruction if h1.parent is not None else None
-        f2 = h2.parent.fusion_instruction if h2.parent is not None else None
-        if f1 is not None and f2 is not None:
-            for hero_t, fa, fb in ((t1, f1, f2), (t2, f2, f1)):
-                if hero_t and any(o is fa for o in fb.operands):
-                    param = fb.fused_computation.parameter(
-                        next(i for i, o in enumerate(fb.operands) if o is fa))
-                    if not _intermediate_path_to_root(param):
-                        return FusionDecision.no("tiled transpose would become untiled")
-    return FusionDecision.ok()
-
-
-def _intermediate_path_to_root(param: Instruction) -> bool:
-    if param.user_count != 1:
-        return False
-    cur = param.users[0]
-    while cur.user_count > 0:
-        if not (is_reduce_intermediate(cur) or (cur.is_elementwise and cur.operand_count == 1
-                                                 and cur.user_count <= 1)):
-            return False
-        cur = cur.users[0]
-    return True
-
-
-def shapes_compatible_for_multi_output_fusion(a: Instruction, b: Instruction,
-                                              config: FusionConfig = DEFAULT
-                                              ) -> FusionDecision:
-    h1 = real_hero_for_multi_output_fusion(a, config)
-    h2 = real_hero_for_multi_output_fusion(b, config)
-    compatible = fusion_heroes_are_compatible(h1, h2, config)
-    if not compatible:
-        return compatible
-
-    def loop_shape(h: Instruction) -> Shape:
-        if is_reduction_from_or_to_contiguous_dims(h, config) or tiled_transpose_dims(h, config):
-            return h.operand(0).shape
-        return h.shape
-
-    l1, l2 = loop_shape(h1), loop_shape(h2)
-    if _same_dims_ignoring_type(l1, l2):
-        return FusionDecision.ok()
-    if isinstance(l1, ArrayShape) and isinstance(l2, ArrayShape) and l1.size == l2.size \
-            and _nontrivial_physical(l1) == sorted(_nontrivial_physical(l1)) \
-            and _nontrivial_physical(l2) == sorted(_nontrivial_physical(l2)):
-        return FusionDecision.ok()  # a reshape bitcast of each other
-    return FusionDecision.no("different loop shapes")
-
-
-def is_consumer_the_only_non_root_user(instr: Instruction, consumer: Instruction) -> bool:
-    def ok(user: Instruction) -> bool:
-        if user.opcode in (Opcode.GET_TUPLE_ELEMENT, Opcode.BITCAST):
-            return all(ok(u) for u in user.users) and (bool(user.users) or user.is_root)
-        return user is consumer or user.is_root
-
-    return all(ok(u) for u in instr.users)

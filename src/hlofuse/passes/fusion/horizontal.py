@@ -46,6 +46,7 @@ from typing import ClassVar
 
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.fusion import (
+    Reorder,
     create_fusion,
     is_fusion,
     merge_fusions_multi_output,
@@ -56,17 +57,18 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
-from hlofuse.passes.fusion.gpu_fusible import (
-    fusion_fits_in_budget,
+from hlofuse.passes.fusion.gpu_fusible import fusion_fits_in_budget, is_input_fusible_reduction
+from hlofuse.passes.fusion.mof_fusible import (
     is_consumer_the_only_non_root_user,
-    is_input_fusible_reduction,
     real_hero_for_multi_output_fusion,
     shapes_compatible_for_multi_output_fusion,
 )
 from hlofuse.passes.fusion.multi_output import read_whole
 from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.order import PostOrderKeeper
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.registry import register
+from hlofuse.passes.utils import non_fusion_computations
 
 LOOP_PASS = "horizontal-loop-fusion"
 INPUT_PASS = "horizontal-input-fusion"
@@ -242,9 +244,11 @@ def _add(comp: Computation, instr: Instruction) -> Instruction:
     return instr
 
 
-def build_horizontal_fusion(fusions: list[Instruction]) -> Instruction:
+def build_horizontal_fusion(fusions: list[Instruction],
+                            reorder: Reorder | None = None) -> Instruction:
     """Replace the kLoop `fusions` by one sliced-input kInput fusion (CreateFusedComputation
-    and Fuse of horizontal_loop_fusion.cc). Returns the new fusion."""
+    and Fuse of horizontal_loop_fusion.cc). Returns the new fusion. `reorder(caller, fusion)`
+    puts the caller's list back in post order (default: a full post order)."""
     caller = fusions[0].parent
     assert caller is not None and caller.parent is not None
     module = caller.parent
@@ -326,12 +330,16 @@ def build_horizontal_fusion(fusions: list[Instruction]) -> Instruction:
         callee = f.fused_computation
         caller.remove(f)
         module.remove_computation(callee)
-    caller.instructions = caller.post_order()
+    if reorder is None:
+        caller.instructions = caller.post_order()
+    else:
+        reorder(caller, fusion)
     return fusion
 
 
 def fuse_consumer_operands(consumer: Instruction, config: FusionConfig,
-                           record: Recorder) -> list[Instruction]:
+                           record: Recorder, reorder: Reorder | None = None
+                           ) -> list[Instruction]:
     """FuseConsumerOperands: returns the horizontal fusions it made."""
     made: list[Instruction] = []
     for span in next_spans(loop_fusion_candidates(consumer, config, record), config):
@@ -339,7 +347,7 @@ def fuse_consumer_operands(consumer: Instruction, config: FusionConfig,
             continue
         fusions = [s if is_fusion(s) else create_fusion(s, "kLoop") for s in span]
         names = [s.name for s in fusions]
-        fusion = build_horizontal_fusion(fusions)
+        fusion = build_horizontal_fusion(fusions, reorder)
         for name in names:
             record(name, fusion.name, FusionDecision.ok(kind="horizontal", batch=len(names)),
                    True)
@@ -350,11 +358,12 @@ def fuse_consumer_operands(consumer: Instruction, config: FusionConfig,
 def horizontal_loop_fusion(comp: Computation, config: FusionConfig, record: Recorder) -> bool:
     changed = False
     worklist = comp.post_order()  # popped from the back: use-to-def order
+    order = PostOrderKeeper(comp)  # the caller's list after each fusion, without a full sort
     while worklist:
         consumer = worklist.pop()
         if consumer.parent is not comp:
             continue
-        made = fuse_consumer_operands(consumer, config, record)
+        made = fuse_consumer_operands(consumer, config, record, order.restore)
         changed |= bool(made)
         worklist.extend(made)
     return changed
@@ -436,7 +445,7 @@ class HorizontalLoopFusion(FusionOptions):  # type: ignore[misc,valid-type]
 
     def run(self, module: Module) -> bool:
         config: FusionConfig = self.config()
-        comps = (module.non_fusion_computations() if config.horizontal_all_computations
+        comps = (non_fusion_computations(module) if config.horizontal_all_computations
                  else [module.entry])
         changed = False
         for comp in comps:
@@ -454,7 +463,7 @@ class HorizontalInputFusion(FusionOptions):  # type: ignore[misc,valid-type]
     def run(self, module: Module) -> bool:
         config: FusionConfig = self.config()
         changed = False
-        for comp in module.non_fusion_computations():
+        for comp in non_fusion_computations(module):
             changed |= horizontal_input_fusion(comp, config, _recorder(module, INPUT_PASS,
                                                                          comp))
         return changed

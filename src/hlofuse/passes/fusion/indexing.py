@@ -24,6 +24,7 @@ from hlofuse.ir.opcodes import INVALIDATES_CACHE, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.utils import ordered
 
 
 def _same_shape_ignoring_type(a: Shape, b: Shape) -> bool:
@@ -33,41 +34,61 @@ def _same_shape_ignoring_type(a: Shape, b: Shape) -> bool:
 
 
 class FusionNodeIndexingEvaluation:
+    """Indexing users and emitted-copy counts of one fusion's instructions.
+
+    Keys are instructions (identity); a parameter stands for the fusion operand bound to it.
+    Built in one walk over the fused computation; a pass run that keeps one per fusion updates
+    it when it fuses a plain producer in (`remove_fusion_operand`, then
+    `update_evaluation_cache` for the clone), as XLA's GpuInstructionFusion does, instead of
+    walking the grown fusion again."""
+
     def __init__(self, fusion: Instruction, root_usage_count: int = 1) -> None:
         self.fusion = fusion
-        self.index_usage_count: dict[int, int] = {id(fusion): root_usage_count}
-        self.indexing_users: dict[int, set[int]] = {}
-        self._instrs: dict[int, Instruction] = {id(fusion): fusion}
+        self.index_usage_count: dict[Instruction, int] = {fusion: root_usage_count}
+        self.indexing_users: dict[Instruction, set[Instruction]] = {}
         root = fusion.fused_computation.root
-        self.indexing_users[id(root)] = {id(fusion)}
-        order = fusion.fused_computation.post_order()
+        self.indexing_users[root] = {fusion}
+        # any defs-before-uses order, reversed, gives the same sets and counts
+        order = ordered(fusion.fused_computation)
         for instr in reversed(order):
             if instr.opcode is Opcode.PARAMETER:
                 continue
-            self._instrs[id(instr)] = instr
             self._update_count(instr)
             self._update_operands(instr)
 
     def _update_count(self, instr: Instruction) -> None:
-        users = self.indexing_users.get(id(instr), set())
-        self.index_usage_count[id(instr)] = sum(self.index_usage_count[u] for u in users)
+        users = self.indexing_users.get(instr, ())
+        counts = self.index_usage_count
+        self.index_usage_count[instr] = sum(counts[u] for u in users)
 
     def _update_operands(self, instr: Instruction) -> None:
-        mine = self.indexing_users.setdefault(id(instr), set())
+        mine = self.indexing_users.setdefault(instr, set())
         for operand in instr.operands:
             key_instr = operand
             if operand.opcode is Opcode.PARAMETER and operand.parameter_number is not None:
                 key_instr = self.fusion.operand(operand.parameter_number)
-            target = self.indexing_users.setdefault(id(key_instr), set())
+            target = self.indexing_users.setdefault(key_instr, set())
             if instr.opcode is Opcode.TRANSPOSE or _same_shape_ignoring_type(operand.shape,
                                                                              instr.shape):
                 target |= mine
             else:
-                target.add(id(instr))
+                target.add(instr)
+
+    def remove_fusion_operand(self, operand: Instruction) -> set[Instruction]:
+        """Forget fusion operand `operand` (about to be fused in); its indexing users."""
+        return self.indexing_users.pop(operand, set())
+
+    def update_evaluation_cache(self, clone: Instruction,
+                                indexing_users: set[Instruction]) -> None:
+        """`clone` (a plain instruction just fused in) inherits the indexing users of the
+        operand it replaced; count its copies and pass them on to its operands."""
+        self.indexing_users[clone] = indexing_users
+        self._update_count(clone)
+        self._update_operands(clone)
 
     def emitted_instructions(self, producer: Instruction) -> int:
         """How many copies of `producer` fusing it into this fusion would emit."""
-        users = self.indexing_users.get(id(producer), set())
+        users = self.indexing_users.get(producer, ())
         return sum(self.index_usage_count.get(u, 0) for u in users)
 
     @staticmethod
@@ -104,11 +125,10 @@ class FusionNodeIndexingEvaluation:
 
     def max_code_duplication_too_high(self, config: FusionConfig | None = None) -> bool:
         config = config or FusionConfig()
-        for key, count in self.index_usage_count.items():
+        for instr, count in self.index_usage_count.items():
             if count > config.max_code_duplication:
                 return True
-            instr = self._instrs.get(key)
-            if instr is not None and instr.opcode in INVALIDATES_CACHE and count > 1 \
+            if instr is not self.fusion and instr.opcode in INVALIDATES_CACHE and count > 1 \
                     and not config.relax_code_duplication:
                 return True
         return False

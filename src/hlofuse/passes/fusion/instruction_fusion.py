@@ -32,21 +32,22 @@ Every decision goes to the module's fusion trace.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.fusion import create_fusion, fuse_instruction, is_fusion, set_kind
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.fusion.analysis import FusionAnalyses
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
     choose_fusion_kind,
     creates_heavy_computation,
     fusion_fits_in_budget,
+    is_input_fusible,
     is_input_fusible_reduction,
     is_physically_transposing,
     is_producer_consumer_fusible,
@@ -66,6 +67,7 @@ from hlofuse.passes.fusion.predicates import (
 )
 from hlofuse.passes.fusion.trace import FusionTrace, trace_of
 from hlofuse.passes.registry import register
+from hlofuse.passes.utils import computations_post_order
 
 # Computations reached through these attributes run as control flow; others (reducers,
 # comparators, map/scatter bodies, custom-call bodies) are embedded and never fused into.
@@ -91,7 +93,7 @@ def fusible_computations(module: Module) -> list[Computation]:
                 if value is None:
                     continue
                 stack.extend(value if isinstance(value, tuple) else (value,))
-    return [c for c in module.computations_post_order()
+    return [c for c in computations_post_order(module)
             if id(c) in reached and not c.is_fusion_computation]
 
 
@@ -112,50 +114,79 @@ def base_should_fuse(consumer: Instruction, i: int, config: FusionConfig) -> Fus
     return should_fuse_in_place_op(producer, consumer)
 
 
-def gpu_should_fuse(consumer: Instruction, i: int, config: FusionConfig) -> FusionDecision:
-    """GpuInstructionFusion::ShouldFuse (E2), in XLA's order."""
+def gpu_should_fuse(consumer: Instruction, i: int, config: FusionConfig,
+                    analyses: FusionAnalyses | None = None) -> FusionDecision:
+    """GpuInstructionFusion::ShouldFuse (E2), in XLA's order. `analyses`: the pass run's
+    per-fusion facts (the same answers, without walking the consumer fusion each time)."""
     producer = consumer.operand(i)
     if is_fusion(producer):
         return FusionDecision.no("the producer is a fusion")
-    if is_expensive(producer, config) and reuses_operand_elements(consumer, i):
+    if analyses is None:
+        expensive = is_expensive(producer, config)
+        reuses = expensive and reuses_operand_elements(consumer, i)
+        into_reduction = is_input_fusible_reduction(consumer, config)
+    else:
+        expensive = analyses.ask(is_expensive, producer)
+        reuses = expensive and analyses.reuses_operand_elements(consumer, i)
+        into_reduction = analyses.ask(is_input_fusible_reduction, consumer)
+    if reuses:
         return FusionDecision.no("the producer is expensive, and the consumer reuses inputs")
-    if is_input_fusible_reduction(consumer, config) and is_physically_transposing(producer):
+    if into_reduction and is_physically_transposing(producer):
         return FusionDecision.no("fusing the producer would break read coalescing")
-    decision = is_producer_consumer_fusible(producer, consumer, config)
+    decision = is_producer_consumer_fusible(producer, consumer, config,
+                                            analyses.ask if analyses is not None else None)
     if not decision:
         return decision
-    if creates_heavy_computation(producer, consumer, config):
+    heavy = analyses.is_heavy(producer) if analyses is not None else None
+    if creates_heavy_computation(producer, consumer, config, heavy):
         return FusionDecision.no("the fusion would create a heavy computation",
                                  "max_inputs_per_output")
     decision = base_should_fuse(consumer, i, config)
     if not decision:
         return decision
-    decision = fusion_fits_in_budget(consumer, producer, config, True)
+    if analyses is not None:
+        decision = analyses.fits_in_budget(consumer, producer, True)
+    else:
+        decision = fusion_fits_in_budget(consumer, producer, config, True)
     if not decision or not is_fusion(consumer):
         return decision
-    return FusionNodeIndexingEvaluation(consumer).check_code_duplication(producer, config)
+    evaluation = (analyses.indexing(consumer) if analyses is not None
+                  else FusionNodeIndexingEvaluation(consumer))
+    return evaluation.check_code_duplication(producer, config)
 
 
-def should_fuse(consumer: Instruction, i: int, config: FusionConfig) -> FusionDecision:
+def should_fuse(consumer: Instruction, i: int, config: FusionConfig,
+                analyses: FusionAnalyses | None = None) -> FusionDecision:
     if config.is_gpu:
-        return gpu_should_fuse(consumer, i, config)
+        return gpu_should_fuse(consumer, i, config, analyses)
     return base_should_fuse(consumer, i, config)
 
 
-def choose_kind(producer: Instruction, consumer: Instruction, config: FusionConfig) -> str:
-    return choose_fusion_kind(producer, consumer, config) if config.is_gpu else "kLoop"
+def choose_kind(producer: Instruction, consumer: Instruction, config: FusionConfig,
+                analyses: FusionAnalyses | None = None) -> str:
+    if not config.is_gpu:
+        return "kLoop"
+    if analyses is None:
+        return choose_fusion_kind(producer, consumer, config)
+    return "kInput" if analyses.ask(is_input_fusible, consumer) else "kLoop"
 
 
-def fuse(producer: Instruction, consumer: Instruction, config: FusionConfig) -> Instruction:
+def fuse(producer: Instruction, consumer: Instruction, config: FusionConfig,
+         analyses: FusionAnalyses | None = None) -> Instruction:
     """InstructionFusion::Fuse: wrap the consumer if needed, then clone the producer in."""
-    kind = choose_kind(producer, consumer, config)
+    kind = choose_kind(producer, consumer, config, analyses)
     if is_fusion(consumer):
         fusion = consumer
         if fusion.fusion_kind != kind:
             set_kind(fusion, kind)
     else:
         fusion = create_fusion(consumer, kind)
-    fuse_instruction(fusion, producer)
+        if analyses is not None:
+            analyses.created(fusion)
+    if analyses is not None:
+        analyses.fuse(fusion, producer)
+    else:
+        fuse_instruction(fusion, producer)
     return fusion
 
 
@@ -170,43 +201,95 @@ class _ComputationRun:
         self.comp = comp
         self.trace = trace
         self.do_not_duplicate: set[Instruction] = set()
+        self.analyses = FusionAnalyses(config)
+        # ComputeGloballyUnfusible (no edits meanwhile): instruction -> operand -> positions
+        self._positions: dict[Instruction, dict[Instruction, list[int]]] = {}
+
+    def should_fuse(self, consumer: Instruction, i: int) -> FusionDecision:
+        return should_fuse(consumer, i, self.config, self.analyses)
 
     # ComputeGloballyUnfusible ---------------------------------------------------------------
     def compute_globally_unfusible(self, post_order: list[Instruction]) -> None:
         reach = ReachabilityMap(self.comp)
         cache: dict[tuple[Instruction, Instruction], bool] = {}
-
-        def can_fuse_on_all_paths(producer: Instruction, consumer: Instruction) -> bool:
-            if consumer is producer:
-                return True
-            if not is_fusible(consumer):
-                return False
-            key = (producer, consumer)
-            if key in cache:
-                return cache[key]
-            result = True
-            for i, operand in enumerate(consumer.operands):
-                if not reach.is_reachable(producer, operand):
-                    continue
-                if operand in self.do_not_duplicate or not should_fuse(consumer, i,
-                                                                       self.config):
-                    result = False
-                    break
-                if not can_fuse_on_all_paths(producer, operand):
-                    result = False
-                    break
-            cache[key] = result
-            return result
-
         for producer in reversed(post_order):
             if effectively_at_most_unary(producer):
                 continue
             if duplication_does_not_grow_traffic(producer):
                 continue
-            if is_fusible(producer) and all(can_fuse_on_all_paths(producer, u)
-                                            for u in producer.users):
+            if is_fusible(producer) and all(
+                    self.can_fuse_on_all_paths(producer, u, reach, cache)
+                    for u in producer.users):
                 continue
             self.do_not_duplicate.add(producer)
+
+    def can_fuse_on_all_paths(self, producer: Instruction, consumer: Instruction,
+                              reach: ReachabilityMap,
+                              cache: dict[tuple[Instruction, Instruction], bool]) -> bool:
+        """CanFuseOnAllPaths: every path producer -> consumer can be fused along, memoised.
+        XLA's recursion (over the operands of `consumer` that `producer` reaches, found by
+        `ReachabilityMap.reached_operands`), run with an explicit stack so a long chain cannot
+        overflow Python's."""
+
+        def known(c: Instruction) -> bool | None:
+            if c is producer:
+                return True
+            if not is_fusible(c):
+                return False
+            return cache.get((producer, c))
+
+        first = known(consumer)
+        if first is not None:
+            return first
+        positions: dict[Instruction, dict[Instruction, list[int]]] = self._positions
+
+        def reached(node: Instruction) -> list[int]:
+            at = positions.get(node)
+            if at is None:
+                at = positions[node] = {}
+                for k, o in enumerate(node.operands):
+                    at.setdefault(o, []).append(k)
+            return reach.reached_operands(producer, node, at)
+
+        # frame: [consumer, operand positions producer reaches, next of them, waiting for
+        # that operand's answer]
+        stack: list[list[Any]] = [[consumer, reached(consumer), 0, False]]
+        answer = True
+        while stack:
+            frame = stack[-1]
+            node: Instruction = frame[0]
+            todo: list[int] = frame[1]
+            k: int = frame[2]
+            result = True
+            if frame[3]:
+                frame[3] = False
+                if not answer:
+                    result, k = False, len(todo)
+                else:
+                    k += 1
+            descended = False
+            while result and k < len(todo):
+                i = todo[k]
+                operand = node.operand(i)
+                if operand in self.do_not_duplicate or not self.should_fuse(node, i):
+                    result = False
+                    break
+                sub = known(operand)
+                if sub is None:
+                    frame[2], frame[3] = k, True
+                    stack.append([operand, reached(operand), 0, False])
+                    descended = True
+                    break
+                if not sub:
+                    result = False
+                    break
+                k += 1
+            if descended:
+                continue
+            cache[(producer, node)] = result
+            answer = result
+            stack.pop()
+        return answer
 
     # Run -------------------------------------------------------------------------------------
     def run(self) -> bool:
@@ -235,14 +318,14 @@ class _ComputationRun:
                 if operand in self.do_not_duplicate:
                     decision = FusionDecision.no("operand can not be duplicated")
                 else:
-                    decision = should_fuse(instr, i, self.config)
+                    decision = self.should_fuse(instr, i)
                 if not decision:
                     if operand.opcode is not Opcode.GET_TUPLE_ELEMENT:
                         self.trace.record(self.pass_name, instr.name, operand.name, decision,
                                           comp.name)
                     continue
                 consumer_name, producer_name = instr.name, operand.name
-                fusion = fuse(operand, instr, self.config)
+                fusion = fuse(operand, instr, self.config, self.analyses)
                 self.trace.record(self.pass_name, consumer_name, producer_name, decision,
                                   comp.name, fused=True)
                 changed = True
@@ -270,11 +353,7 @@ class InstructionFusion(FusionOptions):  # type: ignore[misc]
         config: FusionConfig = self.config()
         trace = trace_of(module)
         changed = False
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 20000))
-        try:
-            for comp in fusible_computations(module):
+        for comp in fusible_computations(module):
+            with comp.deferred_removals():
                 changed |= _ComputationRun(self.name, config, comp, trace).run()
-        finally:
-            sys.setrecursionlimit(limit)
         return changed

@@ -11,8 +11,9 @@ outside read them through get-tuple-element)::
 
 Algorithm, per non-fusion computation: walk the post order from the back (uses before defs). For
 each instruction `p` (constants and kCustom fusions skipped) first try sibling fusion among p's
-users, then producer-consumer fusion of p into one of its users. Reachability is recomputed
-after every fusion.
+users, then producer-consumer fusion of p into one of its users. Reachability is updated
+after every fusion (graph.py: rows downstream of the fusion go stale and are recomputed when
+asked), not rebuilt.
 
 Sibling fusion (`fuse_siblings`), conditions in order:
 
@@ -51,6 +52,7 @@ from typing import ClassVar
 
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.fusion import (
+    Reorder,
     create_fusion,
     fused_root,
     is_fusion,
@@ -62,23 +64,29 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
+from hlofuse.passes.fusion.analysis import FusionAnalyses
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision, all_
 from hlofuse.passes.fusion.gpu_fusible import (
+    Ask,
     choose_fusion_kind,
     creates_heavy_computation,
     fusion_fits_in_budget,
-    is_fusible_as_multi_output_fusion_root,
     is_input_fusible_reduction,
-    is_producer_multi_output_fusible,
     is_reduction_from_or_to_contiguous_dims,
-    shapes_compatible_for_multi_output_fusion,
 )
 from hlofuse.passes.fusion.graph import ReachabilityMap
+from hlofuse.passes.fusion.mof_fusible import (
+    is_fusible_as_multi_output_fusion_root,
+    is_producer_multi_output_fusible,
+    shapes_compatible_for_multi_output_fusion,
+)
 from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.order import PostOrderKeeper
 from hlofuse.passes.fusion.perf_model import fusion_is_faster, producer_consumer_merged_too_large
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.registry import register
+from hlofuse.passes.utils import non_fusion_computations
 
 PASS_NAME = "multi-output-fusion"
 
@@ -115,11 +123,30 @@ def is_nestable_variadic_reduction(instr: Instruction, config: FusionConfig) -> 
             and not is_reduction_from_or_to_contiguous_dims(target, config))
 
 
-def is_sibling_candidate(instr: Instruction, config: FusionConfig) -> FusionDecision:
-    """IsSiblingFusionCandidate."""
+def _mof_root(instr: Instruction, config: FusionConfig,
+              analyses: FusionAnalyses | None) -> bool:
+    if analyses is None:
+        return is_fusible_as_multi_output_fusion_root(instr, config)
+    return bool(analyses.ask(is_fusible_as_multi_output_fusion_root, instr))
+
+
+def _ask(analyses: FusionAnalyses | None) -> Ask | None:
+    return analyses.ask if analyses is not None else None
+
+
+def _fits(a: Instruction, b: Instruction, config: FusionConfig,
+          analyses: FusionAnalyses | None) -> FusionDecision:
+    if analyses is None:
+        return fusion_fits_in_budget(a, b, config, False)
+    return analyses.fits_in_budget(a, b, False)
+
+
+def is_sibling_candidate(instr: Instruction, config: FusionConfig,
+                         analyses: FusionAnalyses | None = None) -> FusionDecision:
+    """IsSiblingFusionCandidate. (`analyses`: the pass run's memo, same answers.)"""
     if not instr.users:
         return FusionDecision.no(f"{instr.name} has no users")
-    if not is_fusible_as_multi_output_fusion_root(instr, config):
+    if not _mof_root(instr, config, analyses):
         return FusionDecision.no(f"{instr.name} is not fusible as a multi-output fusion root")
     if is_nestable_variadic_reduction(instr, config):
         return FusionDecision.no("merging with variadic reductions is not supported yet")
@@ -139,21 +166,23 @@ def _root_is_dus(instr: Instruction) -> bool:
     return is_fusion(instr) and fused_root(instr).opcode is Opcode.DYNAMIC_UPDATE_SLICE
 
 
-def legal_to_fuse(a: Instruction, b: Instruction, config: FusionConfig) -> FusionDecision:
+def legal_to_fuse(a: Instruction, b: Instruction, config: FusionConfig,
+                  analyses: FusionAnalyses | None = None) -> FusionDecision:
     """LegalToFuse: the in-place DUS emitter supports one DUS root only; then the budget."""
     if _root_is_dus(a) or _root_is_dus(b):
         return FusionDecision.no("can't fuse multiple DUSs")
-    return fusion_fits_in_budget(a, b, config, False)
+    return _fits(a, b, config, analyses)
 
 
 def siblings_legal(a: Instruction, b: Instruction, reach: ReachabilityMap,
-                   config: FusionConfig) -> FusionDecision:
+                   config: FusionConfig, analyses: FusionAnalyses | None = None
+                   ) -> FusionDecision:
     return all_(
-        lambda: is_sibling_candidate(b, config),
+        lambda: is_sibling_candidate(b, config, analyses),
         lambda: FusionDecision.check(not reach.is_connected(a, b),
                                      f"{a.name} and {b.name} are connected"),
-        lambda: shapes_compatible_for_multi_output_fusion(a, b, config),
-        lambda: legal_to_fuse(a, b, config),
+        lambda: shapes_compatible_for_multi_output_fusion(a, b, config, _ask(analyses)),
+        lambda: legal_to_fuse(a, b, config, analyses),
     )
 
 
@@ -167,9 +196,9 @@ def _operand_reachable_from_producer(producer: Instruction, consumer: Instructio
     return False
 
 
-def _budget(producer: Instruction, consumer: Instruction, config: FusionConfig
-            ) -> FusionDecision:
-    d = fusion_fits_in_budget(producer, consumer, config, False)
+def _budget(producer: Instruction, consumer: Instruction, config: FusionConfig,
+            analyses: FusionAnalyses | None = None) -> FusionDecision:
+    d = _fits(producer, consumer, config, analyses)
     if d:
         return d
     return FusionDecision.no(f"{producer.name} {consumer.name} would be too large of a fusion: "
@@ -177,23 +206,26 @@ def _budget(producer: Instruction, consumer: Instruction, config: FusionConfig
 
 
 def producer_consumer_legal(producer: Instruction, consumer: Instruction,
-                            reach: ReachabilityMap, config: FusionConfig) -> FusionDecision:
+                            reach: ReachabilityMap, config: FusionConfig,
+                            analyses: FusionAnalyses | None = None) -> FusionDecision:
     """The legality half of GetProducerConsumerMultiOutputFusionCandidates, per consumer."""
+    heavy = analyses.is_heavy(producer) if analyses is not None else None
     return all_(
         lambda: FusionDecision.check(
-            is_fusible_as_multi_output_fusion_root(consumer, config),
+            _mof_root(consumer, config, analyses),
             "consumer not eligible as multi-output fusion root."),
         lambda: FusionDecision.check(
             not read_whole(consumer), f"{consumer.name} is a multi-output fusion read whole"),
         lambda: FusionDecision.check(
-            not creates_heavy_computation(producer, consumer, config),
+            not creates_heavy_computation(producer, consumer, config, heavy),
             "the fusion would create a heavy computation"),
-        lambda: shapes_compatible_for_multi_output_fusion(producer, consumer, config),
+        lambda: shapes_compatible_for_multi_output_fusion(producer, consumer, config,
+                                                          _ask(analyses)),
         lambda: FusionDecision.check(
             not _operand_reachable_from_producer(producer, consumer, reach),
             f"{producer.name} {consumer.name} would introduce a cycle when fused"),
-        lambda: _budget(producer, consumer, config),
-        lambda: producer_consumer_merged_too_large(producer, consumer, config),
+        lambda: _budget(producer, consumer, config, analyses),
+        lambda: producer_consumer_merged_too_large(producer, consumer, config, analyses),
     )
 
 
@@ -201,16 +233,20 @@ def producer_consumer_legal(producer: Instruction, consumer: Instruction,
 
 
 def producer_consumer_profitable(producer: Instruction, consumer: Instruction,
-                                 config: FusionConfig) -> FusionDecision:
+                                 config: FusionConfig,
+                                 analyses: FusionAnalyses | None = None) -> FusionDecision:
     if not config.mof_use_cost_model:
         return FusionDecision.ok()
-    return fusion_is_faster(producer, [consumer], config, multi_output=True)
+    return fusion_is_faster(producer, [consumer], config, multi_output=True,
+                            analyses=analyses)
 
 
 def producer_consumer_candidates(producer: Instruction, reach: ReachabilityMap,
-                                 config: FusionConfig, record: Recorder) -> list[Instruction]:
+                                 config: FusionConfig, record: Recorder,
+                                 analyses: FusionAnalyses | None = None) -> list[Instruction]:
     """GetProducerConsumerMultiOutputFusionCandidates."""
-    ok = is_producer_multi_output_fusible(producer, config)
+    ok: FusionDecision = (is_producer_multi_output_fusible(producer, config) if analyses is None
+                          else analyses.ask(is_producer_multi_output_fusible, producer))
     if not ok:
         users = _kernel_users(producer) if producer.is_kernel else []
         for consumer in users if len(users) > 1 else []:
@@ -222,9 +258,9 @@ def producer_consumer_candidates(producer: Instruction, reach: ReachabilityMap,
     for consumer in producer.users:
         if consumer.opcode is Opcode.GET_TUPLE_ELEMENT or consumer.opcode is Opcode.TUPLE:
             continue  # never kernels; not worth a trace line
-        decision = producer_consumer_legal(producer, consumer, reach, config)
+        decision = producer_consumer_legal(producer, consumer, reach, config, analyses)
         if decision:
-            decision = producer_consumer_profitable(producer, consumer, config)
+            decision = producer_consumer_profitable(producer, consumer, config, analyses)
         if decision:
             out.append(consumer)
         else:
@@ -256,7 +292,8 @@ def select_preferred(candidates: list[Instruction]) -> Instruction | None:
 
 
 def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionConfig,
-                  record: Recorder) -> bool:
+                  record: Recorder, reorder: Reorder | None = None,
+                  analyses: FusionAnalyses | None = None) -> bool:
     """FuseSiblings(parent): merge users of `parent` pairwise into multi-output fusions."""
     if not is_profitable_operand(parent, config):
         return False
@@ -265,13 +302,13 @@ def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionCon
     i = 0
     while i < len(siblings):
         a = siblings[i]
-        if not is_fusion(a) or not is_sibling_candidate(a, config):
+        if not is_fusion(a) or not is_sibling_candidate(a, config, analyses):
             i += 1
             continue
         j = i + 1
         while j < len(siblings):
             b = siblings[j]
-            decision = siblings_legal(a, b, reach, config)
+            decision = siblings_legal(a, b, reach, config, analyses)
             if not decision:
                 if b.opcode not in (Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT):
                     record(b, a, decision, False)
@@ -279,31 +316,53 @@ def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionCon
                 continue
             record(b, a, decision.with_figures(kind="sibling", shared=parent.name), True)
             was_input = is_fusion(b) and b.fusion_kind == "kInput"
-            merge_fusions_multi_output(a, b)
+            if reorder is None:
+                merge_fusions_multi_output(a, b)
+            else:
+                merge_fusions_multi_output(a, b, reorder=reorder)
+            if analyses is not None:
+                analyses.forget(b)
+                _forget_around(analyses, a)
             if was_input:
                 set_kind(a, "kInput")
             del siblings[j]
             changed = True
-            reach.rebuild()
+            reach.update_fusion(a)
         i += 1
     return changed
 
 
+def _forget_around(analyses: FusionAnalyses, fusion: Instruction) -> None:
+    """A merge into `fusion` changed it and pointed users (its own and the absorbed one's) at
+    its get-tuple-elements: what the run remembers about any of them is stale."""
+    analyses.forget(fusion)
+    for u in fusion.users:
+        analyses.forget(u)
+        for v in u.users:
+            analyses.forget(v)
+
+
 def fuse_producer_into_consumer(producer: Instruction, consumer: Instruction,
-                                config: FusionConfig) -> Instruction:
+                                config: FusionConfig, reorder: Reorder | None = None
+                                ) -> Instruction:
     """Make `producer` an extra output of `consumer` (wrapping the consumer if needed)."""
     if not is_fusion(consumer):
         consumer = create_fusion(consumer, choose_fusion_kind(producer, consumer, config))
     if is_fusion(producer) and producer.fusion_kind == "kInput" \
             and is_input_fusible_reduction(producer, config):
         set_kind(consumer, "kInput")
-    merge_fusions_multi_output(consumer, producer)
+    if reorder is None:
+        merge_fusions_multi_output(consumer, producer)
+    else:
+        merge_fusions_multi_output(consumer, producer, reorder=reorder)
     return consumer
 
 
 def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder) -> bool:
     """DoMultiOutputFusion for one computation."""
     reach = ReachabilityMap(comp)
+    order = PostOrderKeeper(comp)
+    analyses = FusionAnalyses(config)
     changed = False
     for producer in reversed(comp.post_order()):
         if producer.parent is not comp:
@@ -312,18 +371,21 @@ def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder
             continue
         if is_fusion(producer) and producer.fusion_kind == "kCustom":
             continue
-        if fuse_siblings(producer, reach, config, record):
+        if fuse_siblings(producer, reach, config, record, order.restore, analyses):
             changed = True
         if producer.parent is not comp:
             continue
-        candidates = producer_consumer_candidates(producer, reach, config, record)
+        candidates = producer_consumer_candidates(producer, reach, config, record, analyses)
         consumer = select_preferred(candidates)
         if consumer is None:
             continue
         record(producer, consumer, FusionDecision.ok(kind="producer-consumer"), True)
-        fuse_producer_into_consumer(producer, consumer, config)
+        fusion = fuse_producer_into_consumer(producer, consumer, config, order.restore)
+        analyses.forget(producer)
+        analyses.forget(consumer)
+        _forget_around(analyses, fusion)
         changed = True
-        reach.rebuild()
+        reach.update_fusion(fusion)
     return changed
 
 
@@ -338,7 +400,7 @@ class MultiOutputFusion(FusionOptions):  # type: ignore[misc,valid-type]
         config: FusionConfig = self.config()
         trace = trace_of(module)
         changed = False
-        for comp in module.non_fusion_computations():
+        for comp in non_fusion_computations(module):
             def record(producer: Instruction, consumer: Instruction, d: FusionDecision,
                        fused: bool, _c: Computation = comp) -> None:
                 trace.record(PASS_NAME, consumer.name, producer.name, d, _c.name, fused)

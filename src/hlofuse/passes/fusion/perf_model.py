@@ -37,6 +37,7 @@ from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import INVALIDATES_CACHE, Opcode
 from hlofuse.ir.shape import ArrayShape
+from hlofuse.passes.fusion.analysis import FusionAnalyses
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
@@ -121,9 +122,9 @@ class Cost:
     operand_bytes: tuple[tuple[float, float], ...]  # (net, accessed) per operand
 
 
-def cost_of(instr: Instruction) -> Cost:
+def cost_of(instr: Instruction, analyses: FusionAnalyses | None = None) -> Cost:
     if is_fusion(instr):
-        util = utilizations(instr)
+        util = utilizations(instr) if analyses is None else analyses.memo(utilizations, instr)
         comp = instr.fused_computation
         flops = sum(_instr_flops(i) * max(util.get(id(i), 0.0), 0.0)
                     for i in comp.instructions if i.opcode is not Opcode.PARAMETER)
@@ -140,11 +141,13 @@ def cost_of(instr: Instruction) -> Cost:
     return Cost(flops, total_elements(instr.shape), instr.shape.nbytes, tuple(operands))
 
 
-def consumer_utilization(producer: Instruction, consumer: Instruction) -> float:
+def consumer_utilization(producer: Instruction, consumer: Instruction,
+                         analyses: FusionAnalyses | None = None) -> float:
     """How many times `consumer` reads each element of `producer`'s output."""
     total = 0.0
     if is_fusion(consumer):
-        util = utilizations(consumer)
+        util = (utilizations(consumer) if analyses is None
+                else analyses.memo(utilizations, consumer))
         for k, o in enumerate(consumer.operands):
             if o is producer:
                 total += util.get(id(consumer.fused_computation.parameter(k)), 0.0)
@@ -179,9 +182,11 @@ def _compute_time_us(flops: float, threads: float, config: FusionConfig) -> floa
 
 
 def estimate_run_times(producer: Instruction, consumers: list[Instruction],
-                       config: FusionConfig, multi_output: bool = False) -> RunTimes:
-    """GpuPerformanceModel::EstimateRunTimes, first version (spec 7.1)."""
-    cost = cost_of(producer)
+                       config: FusionConfig, multi_output: bool = False,
+                       analyses: FusionAnalyses | None = None) -> RunTimes:
+    """GpuPerformanceModel::EstimateRunTimes, first version (spec 7.1). `analyses`: a pass
+    run's memo of per-fusion walks (the same figures)."""
+    cost = cost_of(producer, analyses)
     bw = config.dram_bandwidth_gbs * 1e9
 
     def input_time(u: float) -> float:
@@ -194,7 +199,7 @@ def estimate_run_times(producer: Instruction, consumers: list[Instruction],
     exec_fused = 0.0
     out_read_unfused = 0.0
     for c in consumers:
-        u = consumer_utilization(producer, c)
+        u = consumer_utilization(producer, c, analyses)
         exec_fused += max(_compute_time_us(cost.flops * u, cost.out_elements * u, config),
                           input_time(u))
         out_read_unfused += _read_time_us(min(cost.out_bytes, cost.out_bytes * u),
@@ -207,8 +212,9 @@ def estimate_run_times(producer: Instruction, consumers: list[Instruction],
 
 
 def fusion_is_faster(producer: Instruction, consumers: list[Instruction],
-                     config: FusionConfig, multi_output: bool = False) -> FusionDecision:
-    times = estimate_run_times(producer, consumers, config, multi_output)
+                     config: FusionConfig, multi_output: bool = False,
+                     analyses: FusionAnalyses | None = None) -> FusionDecision:
+    times = estimate_run_times(producer, consumers, config, multi_output, analyses)
     figures = {"time_unfused_us": round(times.unfused_us, 4),
                "time_fused_us": round(times.fused_us, 4)}
     if times.fused_us > times.unfused_us:
@@ -219,28 +225,40 @@ def fusion_is_faster(producer: Instruction, consumers: list[Instruction],
 # ----- IR size guard -------------------------------------------------------------------------
 
 
-def _ir_size_and_splits(instr: Instruction) -> tuple[int, int]:
+def _ir_size_and_splits(instr: Instruction, analyses: FusionAnalyses | None = None
+                        ) -> tuple[int, int]:
     if not is_fusion(instr):
         return 1, int(instr.opcode in INVALIDATES_CACHE)
-    evaluation = FusionNodeIndexingEvaluation(instr)
+    if analyses is not None:  # the run's evaluation of this fusion, and the answer, kept
+        return analyses.memo(  # type: ignore[no-any-return]
+            _ir_size_and_splits, instr, lambda: _ir_size_and_splits_of(
+                instr, analyses.indexing(instr)))
+    return _ir_size_and_splits_of(instr, FusionNodeIndexingEvaluation(instr))
+
+
+def _ir_size_and_splits_of(instr: Instruction, evaluation: FusionNodeIndexingEvaluation
+                           ) -> tuple[int, int]:
     size = splits = 0
     for i in instr.fused_computation.instructions:
         if i.opcode is Opcode.PARAMETER:
             continue
-        times = max(evaluation.index_usage_count.get(id(i), 1), 1)
+        times = max(evaluation.index_usage_count.get(i, 1), 1)
         size += times
         splits += times * int(i.opcode in INVALIDATES_CACHE)
     return size, splits
 
 
 def producer_consumer_merged_too_large(producer: Instruction, consumer: Instruction,
-                                       config: FusionConfig) -> FusionDecision:
+                                       config: FusionConfig,
+                                       analyses: FusionAnalyses | None = None
+                                       ) -> FusionDecision:
     """GpuHloCostAnalysis::ProducerConsumerMergedTooLarge."""
-    p_size, p_splits = _ir_size_and_splits(producer)
-    c_size, c_splits = _ir_size_and_splits(consumer)
+    p_size, p_splits = _ir_size_and_splits(producer, analyses)
+    c_size, c_splits = _ir_size_and_splits(consumer, analyses)
     replication = 1
     if is_fusion(consumer):
-        evaluation = FusionNodeIndexingEvaluation(consumer)
+        evaluation = (FusionNodeIndexingEvaluation(consumer) if analyses is None
+                      else analyses.indexing(consumer))
         replication = max(evaluation.emitted_instructions(producer), 1)
     splits = replication * p_splits + c_splits
     reason = f"if merged with {consumer.name} will generate huge IR"

@@ -30,34 +30,49 @@ import numpy as np
 
 from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import OPCODES, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.utils import called
 
 _NEVER_FUSIBLE = frozenset({Opcode.PARAMETER, Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
 _ALWAYS_FUSIBLE = frozenset({Opcode.FUSION, Opcode.MAP, Opcode.REDUCE, Opcode.REDUCE_WINDOW})
+# The same sets keyed by id: these checks run for every edge a pass looks at, and hashing an
+# Enum member runs Python code.
+_NEVER_FUSIBLE_IDS = frozenset(id(op) for op in Opcode
+                               if op in _NEVER_FUSIBLE or op.value == "domain")
+_ALWAYS_FUSIBLE_IDS = frozenset(id(op) for op in _ALWAYS_FUSIBLE)
+_SIDE_EFFECT_IDS = frozenset(id(op) for op, info in OPCODES.items() if info.side_effect)
 
 
 def is_fusible(instr: Instruction) -> bool:
     """HloInstruction::IsFusible."""
-    op = instr.opcode
-    if op in _NEVER_FUSIBLE or op.value == "domain":
+    op = id(instr.opcode)
+    if op in _NEVER_FUSIBLE_IDS:
         return False
-    if op in _ALWAYS_FUSIBLE:
+    if op in _ALWAYS_FUSIBLE_IDS:
         return True
-    if op is Opcode.RNG:
+    if instr.opcode is Opcode.RNG:
         return instr.user_count <= 1
     return not has_side_effect(instr)
 
 
 def has_side_effect(instr: Instruction) -> bool:
-    """Side effect of the instruction or of any computation it calls."""
-    if instr.has_side_effect:
-        return True
-    for comp in instr.called_computations():
-        if any(has_side_effect(i) for i in comp.instructions):
+    """Side effect of the instruction or of any computation it calls (transitively)."""
+    stack = [instr]
+    seen: set[int] = set()
+    while stack:
+        cur = stack.pop()
+        if cur.opcode is Opcode.CUSTOM_CALL:
+            if cur.has_side_effect:
+                return True
+        elif id(cur.opcode) in _SIDE_EFFECT_IDS:
             return True
+        for comp in called(cur):
+            if id(comp) not in seen:
+                seen.add(id(comp))
+                stack.extend(comp.instructions)
     return False
 
 
@@ -125,6 +140,9 @@ class UseKind(IntEnum):
 
 _PERMUTING = frozenset({Opcode.BITCAST, Opcode.CONCATENATE, Opcode.RESHAPE, Opcode.REVERSE,
                         Opcode.SLICE, Opcode.TRANSPOSE})
+# Ops whose operand element use can be other than USE (operand_element_use's special cases);
+# every other op uses its operands element for element when elementwise, else reuses them.
+REUSE_CAPABLE_OPS = _PERMUTING | {Opcode.PAD, Opcode.REDUCE, Opcode.FUSION, Opcode.DOT}
 
 
 def _plus(a: UseKind, b: UseKind) -> UseKind:
@@ -159,24 +177,40 @@ def operand_element_use(instr: Instruction, i: int) -> UseKind:
 
 
 def _fusion_param_use(fusion: Instruction, i: int) -> UseKind:
-    cache: dict[int, UseKind] = {}
-    param = fusion.fused_computation.parameter(i)
-
-    def compute(h: Instruction) -> UseKind:
-        if h is param:
-            return UseKind.USE
-        if id(h) in cache:
-            return cache[id(h)]
-        cache[id(h)] = UseKind.NO_USE
-        total = UseKind.NO_USE
-        for j, o in enumerate(h.operands):
-            total = _plus(total, min(operand_element_use(h, j), compute(o)))
-        cache[id(h)] = total
-        return total
-
-    for h in fusion.fused_computation.post_order():  # iterative warm-up keeps recursion shallow
-        compute(h)
-    return compute(fusion.fused_computation.root)
+    """How the fused root uses parameter i's elements: over the fused computation in post
+    order, use(param i) = USE, use(h) = PLUS over h's operands o_j of min(h's use of
+    operand j, use(o_j)) (XLA's recursion, evaluated bottom-up without recursion). Only the
+    instructions that read parameter i (transitively) can differ from NO_USE, the identity of
+    PLUS, so only those are evaluated."""
+    comp = fusion.fused_computation
+    param = comp.parameter(i)
+    cone: set[Instruction] = {param}
+    stack = [param]
+    while stack:
+        for u in stack.pop().users:
+            if u not in cone:
+                cone.add(u)
+                stack.append(u)
+    root = comp.root
+    if root not in cone:
+        return UseKind.NO_USE
+    # the cone in defs-before-uses order: a post order from the root through cone operands
+    value: dict[Instruction, UseKind] = {param: UseKind.USE}
+    seen: set[Instruction] = {param}
+    stack: list[tuple[Instruction, bool]] = [(root, False)]
+    while stack:
+        h, expanded = stack.pop()
+        if expanded:
+            total = UseKind.NO_USE
+            for j, o in enumerate(h.operands):
+                if o in cone:
+                    total = _plus(total, min(operand_element_use(h, j), value[o]))
+            value[h] = total
+        elif h not in seen:
+            seen.add(h)
+            stack.append((h, True))
+            stack.extend((o, False) for o in h.operands if o in cone and o not in seen)
+    return value[root]
 
 
 def reuses_operand_elements(consumer: Instruction, i: int) -> bool:

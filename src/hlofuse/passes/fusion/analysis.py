@@ -1,0 +1,229 @@
+"""Facts about fusions that one pass run keeps, and updates as it fuses (issue 13).
+
+    pass run ──▶ FusionAnalyses(config)
+                   indexing(F)  FusionNodeIndexingEvaluation of F (code duplication)
+                   facts(F)     FusionFacts: shared memory, unnested reductions, physically
+                                transposing / heavy / expensive / possibly reusing ops
+                   fuse(F, p)   fuse_instruction(F, p), then both updated for p's clone
+                   forget(F)    F changed some other way: recomputed when next asked
+
+A rule asked about a fusion used to walk the whole fused computation, so growing one fusion by
+n producers cost O(n^2). XLA keeps a FusionNodeIndexingEvaluation per fusion for one
+InstructionFusion run and updates it after each fusion (GpuInstructionFusion::FuseInstruction);
+this does the same for every per-fusion sum the rules read. A fact is a sum over the fused
+instructions, so fusing a plain producer adds its clone's share; a fusion producer, or a first
+fusion into a fusion this run has not tidied itself, drops the entry instead.
+
+Conditions enforced (what keeps the answers identical to the from-scratch functions in
+gpu_fusible.py, predicates.py and indexing.py):
+
+* an entry is valid only while its fusion is changed through this object (`fuse`, `created`)
+  or `forget` is called; a pass makes one per run and drops it at the end, so changes made by
+  other passes never meet a stale entry;
+* the incremental path (`assume_tidy` in ir/fusion.py) is taken only for a fusion this run
+  created or already fused into, so its fused computation is as `fuse_instruction` left it;
+* entries are keyed by the instruction objects (held, so no id is reused while cached);
+* `ask` remembers one-instruction predicates (fusibility, kinds, heroes) only for what the run
+  does not change: a fusion it grows is forgotten, a plain instruction keeps its opcode,
+  shape and operand shapes; rng is never remembered (its fusibility counts its users).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hlofuse.ir.fusion import fuse_instruction, is_fusion
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.fusion.gpu_fusible import (
+    fusion_fits_in_budget,
+    is_expensive_to_repeat,
+    is_physically_transposing,
+    is_reduce_intermediate,
+    is_reduction_epilogue,
+    num_unnested_reductions,
+    shared_memory_usage,
+)
+from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
+from hlofuse.passes.fusion.predicates import (
+    REUSE_CAPABLE_OPS,
+    is_expensive,
+    reuses_operand_elements,
+)
+
+# shared memory: unnested reductions and tiled transposes (copy/transpose); transposing: copy,
+# transpose; expensive to repeat: reduce, reduce-window; fusions recurse
+_SHAPED_OPS = frozenset({Opcode.REDUCE, Opcode.COPY, Opcode.TRANSPOSE, Opcode.REDUCE_WINDOW,
+                         Opcode.FUSION})
+
+
+@dataclass
+class FusionFacts:
+    """Sums over one fusion's fused instructions (parameters contribute nothing)."""
+
+    shared_memory: int = 0       # gpu_fusible.shared_memory_usage
+    unnested_reductions: int = 0  # gpu_fusible.num_unnested_reductions
+    transposing: int = 0         # ops for which is_physically_transposing holds
+    heavy: int = 0               # ops for which is_expensive_to_repeat holds
+    expensive: int = 0           # ops for which is_expensive(op, config) holds
+    may_reuse: int = 0           # ops whose operand element use may be other than "use"
+    not_epilogue: int = 0        # ops that are not reduce intermediates
+
+    def add(self, instr: Instruction, config: FusionConfig) -> None:
+        """Count one plain (non-fusion, non-parameter) fused instruction in."""
+        op = instr.opcode
+        if op in _SHAPED_OPS:  # the only ops with a share in the first four sums
+            self.shared_memory += shared_memory_usage(instr, config)
+            self.unnested_reductions += num_unnested_reductions(instr, config)
+            self.transposing += is_physically_transposing(instr)
+            self.heavy += is_expensive_to_repeat(instr, config)
+        self.expensive += is_expensive(instr, config)
+        self.may_reuse += op in REUSE_CAPABLE_OPS or not instr.is_elementwise
+        # (depends on the op's user count: fusing a producer in never adds a user to an op
+        # already there, it only replaces a parameter)
+        self.not_epilogue += not is_reduce_intermediate(instr)
+
+
+class FusionAnalyses:
+    """Per-fusion evaluations and facts for one pass run (see the module docstring)."""
+
+    def __init__(self, config: FusionConfig) -> None:
+        self.config = config
+        self._indexing: dict[Instruction, FusionNodeIndexingEvaluation] = {}
+        self._facts: dict[Instruction, FusionFacts] = {}
+        self._reuse: dict[Instruction, dict[int, bool]] = {}  # fusion -> operand -> reuses?
+        self._unary: dict[Instruction, dict[Any, Any]] = {}  # instr -> predicate -> answer
+        self._tidy: set[Instruction] = set()  # fused computations this run left tidy
+
+    # ----- queries ---------------------------------------------------------------------------
+
+    def ask(self, pred: Callable[[Instruction, FusionConfig], Any], instr: Instruction) -> Any:
+        """`pred(instr, config)` for a one-instruction predicate, remembered until `instr`
+        changes. Not remembered for rng, whose fusibility depends on its user count."""
+        if instr.opcode is Opcode.RNG:
+            return pred(instr, self.config)
+        if pred is is_reduction_epilogue and is_fusion(instr):
+            return self.facts(instr).not_epilogue == 0  # kept up to date as the fusion grows
+        known = self._unary.get(instr)
+        if known is None:
+            known = self._unary[instr] = {}
+        try:
+            return known[pred]
+        except KeyError:
+            answer = known[pred] = pred(instr, self.config)
+            return answer
+
+    def memo(self, fn: Callable[[Instruction], Any], instr: Instruction,
+             compute: Callable[[], Any] | None = None) -> Any:
+        """`fn(instr)` (or `compute()`, which must give the same) for a function of one fusion
+        (utilization, IR size), remembered until the fusion changes. Not for plain
+        instructions whose answer depends on their users."""
+        known = self._unary.get(instr)
+        if known is None:
+            known = self._unary[instr] = {}
+        try:
+            return known[fn]
+        except KeyError:
+            answer = known[fn] = fn(instr) if compute is None else compute()
+            return answer
+
+    def indexing(self, fusion: Instruction) -> FusionNodeIndexingEvaluation:
+        evaluation = self._indexing.get(fusion)
+        if evaluation is None:
+            evaluation = self._indexing[fusion] = FusionNodeIndexingEvaluation(fusion)
+        return evaluation
+
+    def facts(self, fusion: Instruction) -> FusionFacts:
+        facts = self._facts.get(fusion)
+        if facts is None:
+            facts = self._facts[fusion] = FusionFacts()
+            for instr in fusion.fused_computation.instructions:
+                if instr.opcode is not Opcode.PARAMETER:
+                    facts.add(instr, self.config)
+        return facts
+
+    def usage(self, instr: Instruction) -> tuple[int, int]:
+        """(shared memory bytes, unnested reductions) of a fusion or a plain instruction."""
+        if is_fusion(instr):
+            facts = self.facts(instr)
+            return facts.shared_memory, facts.unnested_reductions
+        return (shared_memory_usage(instr, self.config),
+                num_unnested_reductions(instr, self.config))
+
+    def fits_in_budget(self, instr1: Instruction, instr2: Instruction,
+                       is_consumer_producer_fusion: bool = False) -> FusionDecision:
+        """gpu_fusible.fusion_fits_in_budget with the per-fusion sums from here."""
+        return fusion_fits_in_budget(instr1, instr2, self.config, is_consumer_producer_fusion,
+                                     usage=self.usage)
+
+    def is_physically_transposing(self, instr: Instruction) -> bool:
+        if is_fusion(instr):
+            return self.facts(instr).transposing > 0
+        return is_physically_transposing(instr)
+
+    def is_heavy(self, instr: Instruction) -> bool:
+        """Does `instr` (or an op fused in it) read many inputs per output element?"""
+        if is_fusion(instr):
+            return self.facts(instr).heavy > 0
+        return is_expensive_to_repeat(instr, self.config)
+
+    def contains_expensive(self, fusion: Instruction) -> bool:
+        return self.facts(fusion).expensive > 0
+
+    def reuses_operand_elements(self, consumer: Instruction, i: int) -> bool:
+        """predicates.reuses_operand_elements, remembered per fusion operand until the fusion
+        changes; a fusion of ops that only "use" their operands element for element cannot
+        reuse any operand, whatever its size."""
+        if not is_fusion(consumer):
+            return reuses_operand_elements(consumer, i)
+        if self.facts(consumer).may_reuse == 0:
+            return False
+        known = self._reuse.setdefault(consumer, {})
+        answer = known.get(i)
+        if answer is None:
+            answer = known[i] = reuses_operand_elements(consumer, i)
+        return answer
+
+    # ----- changes -----------------------------------------------------------------------------
+
+    def created(self, fusion: Instruction) -> None:
+        """`fusion` was just made by create_fusion: its fused computation is tidy, and its
+        users read it in place of the instruction it wraps (what is remembered about them
+        may name that one)."""
+        self.forget(fusion)
+        for user in fusion.users:
+            self.forget(user)
+        self._tidy.add(fusion)
+
+    def forget(self, instr: Instruction) -> None:
+        self._indexing.pop(instr, None)
+        self._facts.pop(instr, None)
+        self._reuse.pop(instr, None)
+        self._unary.pop(instr, None)
+        self._tidy.discard(instr)
+
+    def fuse(self, fusion: Instruction, producer: Instruction) -> Instruction:
+        """fuse_instruction(fusion, producer), keeping this run's entries for `fusion` exact."""
+        tidy = fusion in self._tidy
+        plain = tidy and not is_fusion(producer) and producer.opcode is not Opcode.TUPLE
+        evaluation = self._indexing.get(fusion) if plain else None
+        users = evaluation.remove_fusion_operand(producer) if evaluation is not None else set()
+        value = fuse_instruction(fusion, producer, assume_tidy=tidy)
+        self._reuse.pop(fusion, None)
+        self._unary.pop(fusion, None)
+        if plain and value.parent is fusion.fused_computation:
+            if evaluation is not None:
+                evaluation.update_evaluation_cache(value, users)
+            facts = self._facts.get(fusion)
+            if facts is not None:
+                facts.add(value, self.config)
+        else:
+            self.forget(fusion)
+        self._tidy.add(fusion)
+        if producer.parent is None:
+            self.forget(producer)
+        return value
