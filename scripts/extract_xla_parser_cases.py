@@ -31,10 +31,11 @@ import json
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 _RAW_START = re.compile(r'R"([^(\s]{0,16})\(')
 _TEST_HEAD = re.compile(r"^TEST(?:_F)?\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{", re.M)
-_TABLE_HEAD = re.compile(r"std::vector<(\w+)> (Create\w+TestCases)\(\)\s*\{")
+_TABLE_HEAD = re.compile(r"std::vector<(\w+)> (Create\w*TestCases)\(\)\s*\{")
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "?": "?",
                    "0": "\0"}
 
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("source", help="path of xla/hlo/parser/hlo_parser_test.cc")
     ap.add_argument("--commit", required=True, help="the openxla/xla commit it was read at")
     args = ap.parse_args(argv)
-    src = open(args.source, encoding="utf-8").read()
+    src = Path(args.source).read_text(encoding="utf-8")
     cases = tables(src)
     more, skipped = tests(src)
     cases += more
