@@ -8,9 +8,8 @@ import pytest
 
 pytest.importorskip("jax")
 
-import jax_op_matrix as matrix  # noqa: E402
-
-from hlofuse.backends import cpu  # noqa: E402
+import jax_op_matrix as matrix
+from hlofuse.backends import cpu
 
 
 def test_sample_matches_jax_on_both_backends() -> None:

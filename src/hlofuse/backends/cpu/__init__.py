@@ -60,14 +60,10 @@ def available() -> bool:
 def generate(module: Module) -> Program:
     """The C program for an (optimised) module, without compiling it. Collectives, async
     wrappers and batch norm are first lowered to plain HLO with their one-device values (on a
-    copy: `passes/single_device.py`)."""
-    from hlofuse.backends.cpu import driver
-    from hlofuse.passes import single_device
+    copy: `one_device.py`)."""
+    from hlofuse.backends.cpu import driver, one_device
 
-    if single_device.needs_rewrite(module):
-        module = module.clone()
-        single_device.SingleDevice().run(module)
-    return driver.generate(module)
+    return driver.generate(one_device.prepare(module))
 
 
 def compile_module(module: Module) -> CpuExecutable:

@@ -30,9 +30,8 @@ inlined call; a while loop uses `results[j]` as one of the leaf's two buffers, t
 most once), else copied at the end. `results` must not overlap `args` (they are written before
 the end, and kernels assume no aliasing: the executable allocates them fresh). All internal
 buffers come from one 64-byte aligned arena allocated per call (no allocation inside loops).
-Ops the backend cannot run (infeed, outfeed, send/recv, collectives of several devices, rng
-state, opaque custom calls, bitcasts of non-default layouts, the ops `single_device` lists)
-raise `UnsupportedOpError` naming the instruction.
+Ops the backend cannot run (infeed, outfeed, send/recv, collectives, rng state, opaque custom
+calls, bitcasts of non-default layouts) raise `UnsupportedOpError` naming the instruction.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
-from hlofuse.passes import single_device
 from hlofuse.passes.fusion.kernels import is_kernel
 
 KernelLowering = Callable[[Instruction, set[str]], Kernel]
@@ -62,6 +60,8 @@ _UNSUPPORTED = {
     Opcode.SEND_DONE: "send-done is a cross-device transfer",
     Opcode.RECV: "recv is a cross-device transfer",
     Opcode.RECV_DONE: "recv-done is a cross-device transfer",
+    Opcode.ALL_REDUCE: "all-reduce is a collective",
+    Opcode.ALL_GATHER: "all-gather is a collective",
     Opcode.RNG_GET_AND_UPDATE_STATE: "rng-get-and-update-state needs a runtime RNG state",
     Opcode.SCAN: "scan is not supported (lower it to a while loop)",
 }
@@ -161,7 +161,7 @@ def _reachable(module: Module) -> list[Computation]:
 def _check_supported(module: Module) -> None:
     for comp in _reachable(module):
         for instr in comp.instructions:
-            why = _UNSUPPORTED.get(instr.opcode) or single_device.leftover_reason(instr)
+            why = _UNSUPPORTED.get(instr.opcode)
             if why is None and instr.opcode is Opcode.CUSTOM_CALL and not is_alias(instr):
                 target = instr.attrs.get("custom_call_target", "?")
                 why = f"custom-call target {target!r} is opaque code"
