@@ -154,8 +154,8 @@ class Result:
 # ----- running ------------------------------------------------------------------------------
 
 
-def _batch_fn(cases: Sequence[Case]) -> tuple[Callable[..., Any], list[int]]:
-    """One function computing every case; `counts[i]` arguments belong to case i."""
+def _batch_fn(cases: Sequence[Case]) -> Callable[..., Any]:
+    """One function computing every case (its arguments: each case's, in order)."""
     counts = [len(c.shapes) for c in cases]
     fns = [c.fn for c in cases]
 
@@ -166,7 +166,7 @@ def _batch_fn(cases: Sequence[Case]) -> tuple[Callable[..., Any], list[int]]:
             i += n
         return tuple(out)
 
-    return batch, counts
+    return batch
 
 
 def compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray], tol: float) -> str:
@@ -204,7 +204,7 @@ def _execute(backend: str, text: str, args: Sequence[np.ndarray]) -> list[np.nda
 def _run_group(cases: Sequence[Case], backends: Sequence[str]) -> dict[str, list[Result]] | None:
     """Run `cases` as one module on each backend; None when the batch fails as a whole on some
     backend (the caller then runs its cases one by one)."""
-    fn, _ = _batch_fn(cases)
+    fn = _batch_fn(cases)
     per_case = [c.args() for c in cases]
     flat = [a for args in per_case for a in args]
     jitted = jax.jit(fn)
