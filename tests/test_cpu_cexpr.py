@@ -11,6 +11,7 @@ differ by mathlib's documented ulp bound (one ulp of the type for f16/bf16).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import math
 import warnings
@@ -22,6 +23,7 @@ import pytest
 
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.interpreter.numerics import total_order_key
 from hlofuse.errors import CompileError
 from hlofuse.ir.dtypes import DTYPES, DType
 from hlofuse.ir.instruction import Instruction
@@ -30,16 +32,25 @@ from hlofuse.text import parse
 
 N = 1024
 FLOATS = ("f16", "bf16", "f32", "f64")
-ALL = tuple(DTYPES)
+# The byte-sized integer and IEEE-like float types; NEW: sub-byte integers, 8- and 4-bit floats
+# and complex numbers, whose conversions are tested with PARTNERS and each other.
+ALL = tuple(t for t, d in DTYPES.items()
+            if not (d.is_narrow_int or d.is_small_float or d.is_complex))
+NEW = tuple(t for t, d in DTYPES.items() if d.is_narrow_int or d.is_small_float or d.is_complex)
+PARTNERS = ("pred", "s8", "u8", "s32", "u64", "f16", "f32", "f64")
 TRANSCENDENTAL = {
     Opcode.CBRT, Opcode.COS, Opcode.ERF, Opcode.EXP, Opcode.EXPM1, Opcode.LOG, Opcode.LOG1P,
     Opcode.LOGISTIC, Opcode.SIN, Opcode.TAN, Opcode.TANH, Opcode.ATAN2, Opcode.POWER,
-    Opcode.RSQRT,
+    Opcode.RSQRT, Opcode.ACOS, Opcode.ACOSH, Opcode.ASIN, Opcode.ASINH, Opcode.ATAN, Opcode.ATANH,
+    Opcode.COSH, Opcode.SINH,
 }
+# Complex functions: the C library's against numpy's (a relative bound, finite results only:
+# their special-value conventions differ).
+COMPLEX_RTOL = {"c64": 1e-5, "c128": 1e-12}
 REFERENCE_F64_ULP = 3
 SPECIAL = {
     Opcode.CONVERT, Opcode.BITCAST_CONVERT, Opcode.COMPARE, Opcode.SELECT, Opcode.IS_FINITE,
-    Opcode.REDUCE_PRECISION,
+    Opcode.REDUCE_PRECISION, Opcode.STOCHASTIC_CONVERT,
 }
 
 
@@ -79,13 +90,22 @@ def _cases() -> list[Case]:
     for op, info in OPCODES.items():
         if info.category is not Category.ELEMENTWISE or op in SPECIAL:
             continue
-        for t in ALL:
+        for t in ALL + NEW:
             add(op, (t,) * (info.arity or 1), t)
-    for s, d in itertools.product(ALL, ALL):
+    for f, r, i in (("f32", "u32", "s32"), ("f16", "u16", "s8"), ("f64", "u64", "u64"),
+                    ("bf16", "u16", "s4")):
+        add(Opcode.STOCHASTIC_CONVERT, (f, r), i)
+    for t, part in (("c64", "f32"), ("c128", "f64")):
+        for op in (Opcode.ABS, Opcode.REAL, Opcode.IMAG):
+            add(op, (t,), part)
+        add(Opcode.COMPLEX, (part, part), t)
+    for s, d in itertools.product(ALL + NEW, ALL + NEW):
+        if (s in NEW or d in NEW) and not {s, d} <= set(NEW + PARTNERS):
+            continue
         add(Opcode.CONVERT, (s,), d)
         if s != d and DTYPES[s].bits == DTYPES[d].bits and "pred" not in (s, d):
             add(Opcode.BITCAST_CONVERT, (s,), d)
-    for t in ALL:
+    for t in ALL + NEW:
         add(Opcode.SELECT, ("pred", t, t), t)
         for direction in ("EQ", "NE", "LT", "LE", "GT", "GE"):
             add(Opcode.COMPARE, (t, t), "pred", f", direction={direction}")
@@ -104,6 +124,15 @@ def _cases() -> list[Case]:
 def _edges(dt: DType) -> np.ndarray:
     if dt.is_pred:
         return np.array([False, True])
+    if dt.is_small_float:  # every encoding
+        return np.arange(1 << dt.bits, dtype=np.uint8).view(dt.np)
+    if dt.is_complex:
+        parts = _edges(DTYPES["f32" if dt.name == "c64" else "f64"])[::3].astype(np.float64)
+        re, im = np.meshgrid(parts, parts)
+        return _complex(re.reshape(-1), im.reshape(-1), dt)
+    if dt.is_narrow_int:
+        vals = np.arange(1 << dt.bits) - (1 << (dt.bits - 1) if dt.is_signed else 0)
+        return vals.astype(dt.np)
     if dt.is_integral:
         bits = dt.bits
         lo = -(1 << (bits - 1)) if dt.is_signed else 0
@@ -123,9 +152,20 @@ def _edges(dt: DType) -> np.ndarray:
         return np.array(vals, dtype=np.float64).astype(dt.np)
 
 
+def _complex(re: np.ndarray, im: np.ndarray, dt: DType) -> np.ndarray:
+    out = np.empty(len(re), dtype=dt.np)
+    out.real, out.imag = re, im
+    return out
+
+
 def _random(dt: DType, n: int, rng: np.random.Generator) -> np.ndarray:
     if dt.is_pred:
         return rng.integers(0, 2, n).astype(bool)
+    if dt.is_small_float or dt.is_narrow_int:  # uniformly over the encodings
+        return _edges(dt)[rng.integers(0, 1 << dt.bits, n)]
+    if dt.is_complex:
+        part = DTYPES["f32" if dt.name == "c64" else "f64"]
+        return _complex(_random(part, n, rng), _random(part, n, rng), dt)
     u = np.dtype(f"u{dt.itemsize}")
     bits = rng.integers(0, np.iinfo(u).max, n, dtype=u, endpoint=True).view(dt.np)
     if dt.is_integral:
@@ -227,6 +267,20 @@ def _key(x: np.ndarray) -> np.ndarray:
 def _mismatches(b: Built, got: np.ndarray) -> np.ndarray:
     exp = b.expected
     dt = b.case.result
+    if dt.is_complex:
+        if b.case.op in TRANSCENDENTAL:
+            ok = ~np.isfinite(exp) | (np.abs(got - exp) <= COMPLEX_RTOL[dt.name] * np.abs(exp))
+            return np.flatnonzero(~ok)
+        part = dataclasses.replace(b, case=dataclasses.replace(
+            b.case, result=DTYPES["f32" if dt.name == "c64" else "f64"]))
+        bad_re = _mismatches(dataclasses.replace(part, expected=exp.real), got.real.copy())
+        bad_im = _mismatches(dataclasses.replace(part, expected=exp.imag), got.imag.copy())
+        return np.union1d(bad_re, bad_im)
+    if dt.is_small_float:
+        gn, en = np.isnan(got.astype(np.float64)), np.isnan(exp.astype(np.float64))
+        dist = np.abs(total_order_key(got) - total_order_key(exp))
+        tol = 1 if b.case.op in TRANSCENDENTAL else 0
+        return np.flatnonzero((gn != en) | (~gn & ~en & (dist > tol)))
     if not dt.is_float:
         return np.flatnonzero(got != exp)
     with np.errstate(invalid="ignore"):
@@ -274,7 +328,7 @@ def test_matches_interpreter(compiled: tuple[list[Built], list[str], ctypes.CDLL
 
 def _nans(dt: DType) -> np.ndarray:
     """NaNs with payloads, both signs, quiet and signaling (none for non-float types)."""
-    if not dt.is_float:
+    if not dt.is_float or dt.is_small_float:
         return np.zeros(0, dt.np)
     exp = {16: 5, 32: 8, 64: 11}[dt.bits] if dt.name != "bf16" else 8
     man = dt.bits - 1 - exp
@@ -292,7 +346,7 @@ def test_literals_round_trip(compiled: tuple[list[Built], list[str], ctypes.CDLL
     rng = np.random.default_rng(1)
     body = []
     arrays = {}
-    for name in ALL:
+    for name in ALL + NEW:
         dt = DTYPES[name]
         values = np.concatenate([_edges(dt), _random(dt, 64, rng), _nans(dt)]).astype(dt.np)
         arrays[name] = values
@@ -310,7 +364,10 @@ def test_literals_round_trip(compiled: tuple[list[Built], list[str], ctypes.CDLL
             out = np.zeros(len(values), dtype=np.uint8 if dt.is_pred else dt.np)
             getattr(lib, f"{kind}_{name}")(ctypes.c_void_p(out.ctypes.data))
             want = _storage(values, dt)
-            if dt.is_float:  # bit for bit: -0, NaN sign and payload, subnormals
+            if dt.is_complex or dt.is_narrow_int or dt.is_small_float:  # the storage bytes
+                np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8),
+                                              err_msg=f"{kind} {name}")
+            elif dt.is_float:  # bit for bit: -0, NaN sign and payload, subnormals
                 u = f"u{dt.itemsize}"
                 np.testing.assert_array_equal(out.view(u), want.view(u), err_msg=f"{kind} {name}")
             else:

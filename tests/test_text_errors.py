@@ -87,7 +87,7 @@ CASES: list[tuple[str, str, int, int, str]] = [
     ("fraction-in-int-literal", GOOD_HEAD + "  ROOT c = s32[] constant(1.5)\n}\n",
      6, 27, "expected an integer literal of type s32, got '1.5'"),
     ("int-out-of-range", GOOD_HEAD + "  ROOT c = u8[2] constant({1, 256})\n}\n",
-     6, 31, "value 256 is out of range for u8"),
+     6, 31, "value 256 is out of range for literal's primitive type U8"),
     ("bad-pred-literal", GOOD_HEAD + "  ROOT c = pred[] constant(yes)\n}\n",
      6, 28, "expected true or false in a pred literal, got 'yes'"),
     ("parameter-without-shape", GOOD_HEAD + "  p2 = parameter(2)\n}\n",

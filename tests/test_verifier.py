@@ -111,7 +111,7 @@ ENTRY e {
   sel = pred[] parameter(0)
   x = f32[] parameter(1)
   ROOT c = f32[] conditional(sel, x, x, x), branch_computations={b0, b0, b0}
-}""", "c", "conditional with a pred selector needs 2 branches, found 3"),
+}""", "c", "a conditional with a pred selector takes true_computation and false_computation"),
     ("conditional_operand_count", """
 b0 {
   ROOT p = f32[] parameter(0)
@@ -243,7 +243,7 @@ ENTRY e {
 ENTRY e {
   x = s32[4] parameter(0)
   ROOT y = s32[4] exponential(x)
-}""", "y", "exponential expects a floating-point operand, found s32[4]"),
+}""", "y", "exponential expects a floating-point or complex operand, found s32[4]"),
     ("map_arity", ADD + """
 ENTRY e {
   x = f32[4] parameter(0)

@@ -100,7 +100,7 @@ def test_verifier_enforces_the_same_limits_on_shapes_built_by_code() -> None:
     (_param("f32[4]").replace("parameter(0)", "parameter(99999999999999999999)"), 29,
      "integer 99999999999999999999 does not fit in int64"),
     ("HloModule m\nENTRY e {\n  ROOT c = s32[] constant(" + "7" * 5000 + ")\n}\n", 27,
-     "is out of range for s32"),
+     "is out of range for literal's primitive type S32"),
     ("HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0), metadata={source_line="
      "123456789012345678901}\n}\n", 54, "in metadata field source_line does not fit in int64"),
 ])

@@ -17,7 +17,7 @@ from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, format_shape
 if TYPE_CHECKING:
     from hlofuse.ir.computation import Computation
 
-_MISSING = object()
+_MISSING = MISSING = object()  # "no default": the attribute is required
 
 
 def fail(message: str) -> NoReturn:

@@ -12,9 +12,16 @@ data:
     SLICE        ((0, 2, 1), (1, 3, 1))     slice={[0:2], [1:3]}
     PADDING      ((0, 1, 0), (2, 2, 1))     padding=0_1x2_2_1
     WINDOW       (WindowDim, ...)           window={size=3 stride=2 pad=1_1}
+    FLOAT        0.001                      epsilon=0.001 (kept as written: no rounding)
     COMPUTATION  Computation                to_apply=%add
     COMPUTATIONS (Computation, ...)         branch_computations={%a, %b}
+    SHAPES       (Shape, ...)               operand_layout_constraints={f32[2]{0}, s32[]}
+    LITERAL      "s32[2]{0} {1, 2}"         custom-call literal=: verbatim, spaces included
     RAW          "{...}"                    kept verbatim (frontend_attributes, sharding, ...)
+
+A few names mean different things on different opcodes (`slice_sizes` is one list of sizes on
+gather and a list of lists on collective-permute): `attr_kind(opcode_text, name)` applies
+`KIND_BY_OPCODE` first.
 """
 
 from __future__ import annotations
@@ -32,8 +39,11 @@ class AttrKind(Enum):
     SLICE = "slice"
     PADDING = "padding"
     WINDOW = "window"
+    FLOAT = "float"
     COMPUTATION = "computation"
     COMPUTATIONS = "computations"
+    SHAPES = "shapes"
+    LITERAL = "literal"
     RAW = "raw"
 
 
@@ -89,10 +99,13 @@ ATTRIBUTES: dict[str, AttrKind] = {
     "custom_call_has_side_effect": K.BOOL,
     "api_version": K.ENUM,
     "custom_call_schedule": K.ENUM,
-    "operand_layout_constraints": K.RAW,
+    "operand_layout_constraints": K.SHAPES,
+    "literal": K.LITERAL,
     "output_to_operand_aliasing": K.RAW,
     "channel_id": K.INT,
     "replica_groups": K.RAW,
+    "source_target_pairs": K.RAW,
+    "mode": K.ENUM,
     "use_global_device_ids": K.BOOL,
     "constrain_layout": K.BOOL,
     "precision_config": K.RAW,
@@ -111,6 +124,7 @@ ATTRIBUTES: dict[str, AttrKind] = {
     "sharding": K.RAW,
     "frontend_attributes": K.RAW,
     "backend_config": K.RAW,
+    "statistics": K.RAW,
     "statistics_viz": K.RAW,
     "origin": K.RAW,
     "schedule": K.RAW,
@@ -120,11 +134,34 @@ ATTRIBUTES: dict[str, AttrKind] = {
     "is_associative": K.BOOL,
     "delta": K.INT,
     "called_computations": K.COMPUTATIONS,
+    "is_composite": K.BOOL,
+    "async_execution_thread": K.STRING,
+    "epsilon": K.FLOAT,
+    "feature_index": K.INT,
+    "cross_program_prefetch_index": K.INT,
+    "conv_kind": K.ENUM,
+    "domain": K.RAW,
+    "lhs_ragged_dims": K.INTS,
+    "rhs_group_dims": K.INTS,
     "parameter_replication": K.RAW,
     "outfeed_shape": K.RAW,
     "infeed_config": K.STRING,
     "outfeed_config": K.STRING,
 }
+
+# Attribute kinds that differ by opcode (opcode text -> name -> kind).
+KIND_BY_OPCODE: dict[str, dict[str, AttrKind]] = {
+    op: {"slice_sizes": K.RAW} for op in ("collective-permute", "collective-permute-start")
+}
+
+
+def attr_kind(opcode_text: str, name: str) -> AttrKind | None:
+    """The kind of attribute `name` on an instruction of `opcode_text` (None: unknown)."""
+    by_op = KIND_BY_OPCODE.get(opcode_text)
+    if by_op is not None and name in by_op:
+        return by_op[name]
+    return ATTRIBUTES.get(name)
+
 
 # Attributes that name called computations, in the order `called_computations()` lists them.
 COMPUTATION_ATTRS = (

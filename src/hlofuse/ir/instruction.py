@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from hlofuse.ir.computation import Computation
 
 
+class Verbatim(str):
+    """A metadata value printed as written, unquoted (`profile_type={1}`)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class Metadata:
     """`metadata={op_name="..." source_file="..." source_line=12 stack_frame_id=3}`.

@@ -21,6 +21,11 @@ beyond `allocation_limit()` raises `AllocationError` with the bytes.
                                       conditional, to_apply): each level costs the interpreter
                                       and the passes a few Python frames. XLA has no such limit
                                       (it has the same 500 for nested operands in the parser).
+    MAX_NESTING_DEPTH    64           instructions written as operands of instructions
+                                      (`add(f32[] parameter(0), ...)`) and computations written
+                                      in place of their names, nested in the text. XLA's parser
+                                      stops at 500 (the same kDefaultMaxRecursionDepth);
+                                      hlofuse's parser recurses, a few frames per level.
     MAX_INLINED_INSTRUCTIONS      a computation after inlining its calls (`call-inliner`):
                          1,000,000    a call graph that is a DAG (each computation calling
                                       the one below twice) is linear in the text and
@@ -47,6 +52,7 @@ MAX_SHAPE_BYTES = 2**63 - 1
 MAX_RANK = 64
 MAX_TUPLE_DEPTH = 64
 MAX_CALL_DEPTH = 64
+MAX_NESTING_DEPTH = 64
 MAX_INLINED_INSTRUCTIONS = 1_000_000
 
 # Longest decimal integer the parser converts (int64 and uint64 need at most 20 digits; Python

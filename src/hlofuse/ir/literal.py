@@ -13,27 +13,50 @@ from typing import TypeAlias
 
 import numpy as np
 
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
 
 Literal: TypeAlias = "np.ndarray | tuple[Literal, ...]"
 
 
 def format_scalar(value: object, shape: ArrayShape) -> str:
-    dt = shape.dtype
+    return _format_value(value, shape.dtype)
+
+
+def _format_value(value: object, dt: DType) -> str:
     if dt.is_pred:
         return "true" if bool(value) else "false"
     if dt.is_integral:
         return str(int(value))  # type: ignore[call-overload]
-    f = float(value)  # type: ignore[arg-type]
+    if dt.is_complex:
+        c = complex(value)  # type: ignore[arg-type]
+        part = dt.component
+        return (f"({_format_value(part.np.type(c.real), part)}, "
+                f"{_format_value(part.np.type(c.imag), part)})")
+    typed = dt.np.type(value)
+    f = float(typed)
     if math.isnan(f):
-        return "-nan" if math.copysign(1.0, f) < 0 else "nan"
+        return _format_nan(typed, dt)
     if math.isinf(f):
         return "inf" if f > 0 else "-inf"
     # numpy's str() of a scalar of the right width is the shortest round-tripping text.
-    text = str(dt.np.type(value))
+    text = str(typed)
     if text.endswith(".0"):
         text = text[:-2]
     return text
+
+
+def _format_nan(value: np.generic, dt: DType) -> str:
+    """`nan` / `-nan`, or `nan(0x...)` (the whole mantissa, as XLA prints it) for a NaN that is
+    not its type's default quiet NaN."""
+    fmt = dt.float_format
+    bits = int(np.asarray(value).reshape(()).view(np.dtype(f"u{dt.itemsize}")))
+    sign = "-" if fmt.has_sign and bits >> (dt.bits - 1) & 1 else ""
+    mantissa = bits & ((1 << fmt.mantissa_bits) - 1)
+    quiet = 1 << (fmt.mantissa_bits - 1) if fmt.mantissa_bits else 0
+    if fmt.nan_payloads and mantissa != quiet:
+        return f"{sign}nan(0x{mantissa:x})"
+    return f"{sign}nan"
 
 
 def format_literal(value: Literal, shape: Shape) -> str:

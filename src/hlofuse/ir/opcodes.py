@@ -16,6 +16,11 @@ Categories, in the spirit of TVM's ordered pattern kinds:
     CONTROL      calls other computations                   while, conditional, call, fusion
     STRUCTURAL   no computation: naming and plumbing        parameter, constant, tuple, gte
     OPAQUE       side effects or unknown code               custom-call, rng, collectives
+
+The rows follow XLA's `HLO_OPCODE_LIST` (`xla/hlo/ir/hlo_opcode.h`): every opcode of today's HLO
+is here. Which of them the interpreter and the cpu backend run is their business (and listed in
+docs/hlo-text.md); parsing and verifying knows them all. `ASYNC_WRAPPABLE`, `COLLECTIVES` and
+`START_DONE` are derived groups the parser, verifier and backends share.
 """
 
 from __future__ import annotations
@@ -39,6 +44,14 @@ class Category(Enum):
 class Opcode(Enum):
     # elementwise unary
     ABS = "abs"
+    ACOS = "acos"
+    ACOSH = "acosh"
+    ASIN = "asin"
+    ASINH = "asinh"
+    ATAN = "atan"
+    ATANH = "atanh"
+    COSH = "cosh"
+    SINH = "sinh"
     BITCAST_CONVERT = "bitcast-convert"
     CBRT = "cbrt"
     CEIL = "ceil"
@@ -73,9 +86,11 @@ class Opcode(Enum):
     AND = "and"
     ATAN2 = "atan2"
     COMPARE = "compare"
+    COMPLEX = "complex"
     DIVIDE = "divide"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
+    MULHI = "mulhi"
     MULTIPLY = "multiply"
     OR = "or"
     POWER = "power"
@@ -83,6 +98,7 @@ class Opcode(Enum):
     SHIFT_LEFT = "shift-left"
     SHIFT_RIGHT_ARITHMETIC = "shift-right-arithmetic"
     SHIFT_RIGHT_LOGICAL = "shift-right-logical"
+    STOCHASTIC_CONVERT = "stochastic-convert"
     SUBTRACT = "subtract"
     XOR = "xor"
     # elementwise ternary
@@ -94,6 +110,7 @@ class Opcode(Enum):
     # injective / data movement
     BITCAST = "bitcast"
     CONCATENATE = "concatenate"
+    DYNAMIC_RESHAPE = "dynamic-reshape"
     DYNAMIC_SLICE = "dynamic-slice"
     PAD = "pad"
     RESHAPE = "reshape"
@@ -109,6 +126,11 @@ class Opcode(Enum):
     CHOLESKY = "cholesky"
     TRIANGULAR_SOLVE = "triangular-solve"
     FFT = "fft"
+    BATCH_NORM_GRAD = "batch-norm-grad"
+    BATCH_NORM_INFERENCE = "batch-norm-inference"
+    BATCH_NORM_TRAINING = "batch-norm-training"
+    RAGGED_DOT = "ragged-dot"
+    SCALED_DOT = "scaled-dot"
     # data-dependent
     DYNAMIC_UPDATE_SLICE = "dynamic-update-slice"
     GATHER = "gather"
@@ -118,6 +140,9 @@ class Opcode(Enum):
     TOPK = "topk"
     MAP = "map"
     # control
+    ASYNC_START = "async-start"
+    ASYNC_UPDATE = "async-update"
+    ASYNC_DONE = "async-done"
     CALL = "call"
     CONDITIONAL = "conditional"
     FUSION = "fusion"
@@ -126,6 +151,11 @@ class Opcode(Enum):
     ADD_DEPENDENCY = "add-dependency"
     AFTER_ALL = "after-all"
     CONSTANT = "constant"
+    COPY_START = "copy-start"
+    COPY_DONE = "copy-done"
+    DOMAIN = "domain"
+    GET_DIMENSION_SIZE = "get-dimension-size"
+    SET_DIMENSION_SIZE = "set-dimension-size"
     GET_TUPLE_ELEMENT = "get-tuple-element"
     OPTIMIZATION_BARRIER = "opt-barrier"
     PARAMETER = "parameter"
@@ -137,8 +167,21 @@ class Opcode(Enum):
     RNG = "rng"
     RNG_BIT_GENERATOR = "rng-bit-generator"
     RNG_GET_AND_UPDATE_STATE = "rng-get-and-update-state"
+    SHUFFLE = "shuffle"
     ALL_REDUCE = "all-reduce"
+    ALL_REDUCE_START = "all-reduce-start"
+    ALL_REDUCE_DONE = "all-reduce-done"
     ALL_GATHER = "all-gather"
+    ALL_GATHER_START = "all-gather-start"
+    ALL_GATHER_DONE = "all-gather-done"
+    ALL_TO_ALL = "all-to-all"
+    RAGGED_ALL_TO_ALL = "ragged-all-to-all"
+    REDUCE_SCATTER = "reduce-scatter"
+    COLLECTIVE_BROADCAST = "collective-broadcast"
+    COLLECTIVE_PERMUTE = "collective-permute"
+    COLLECTIVE_PERMUTE_START = "collective-permute-start"
+    COLLECTIVE_PERMUTE_DONE = "collective-permute-done"
+    COLLECTIVE_REDUCE = "collective-reduce"
     INFEED = "infeed"
     OUTFEED = "outfeed"
     SEND = "send"
@@ -180,6 +223,14 @@ CX, D, CT, ST, OP = (
 _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
     # opcode                         arity  category expensive (XLA base IsExpensive)
     (Opcode.ABS,                      1,    E,   False),
+    (Opcode.ACOS,                     1,    E,   True),
+    (Opcode.ACOSH,                    1,    E,   True),
+    (Opcode.ASIN,                     1,    E,   True),
+    (Opcode.ASINH,                    1,    E,   True),
+    (Opcode.ATAN,                     1,    E,   True),
+    (Opcode.ATANH,                    1,    E,   True),
+    (Opcode.COSH,                     1,    E,   True),
+    (Opcode.SINH,                     1,    E,   True),
     (Opcode.BITCAST_CONVERT,          1,    E,   False),
     (Opcode.CBRT,                     1,    E,   True),
     (Opcode.CEIL,                     1,    E,   False),
@@ -213,9 +264,11 @@ _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
     (Opcode.AND,                      2,    E,   False),
     (Opcode.ATAN2,                    2,    E,   True),
     (Opcode.COMPARE,                  2,    E,   False),
+    (Opcode.COMPLEX,                  2,    E,   False),
     (Opcode.DIVIDE,                   2,    E,   True),    # cheap: integral / constant scalar
     (Opcode.MAXIMUM,                  2,    E,   False),
     (Opcode.MINIMUM,                  2,    E,   False),
+    (Opcode.MULHI,                    2,    E,   False),
     (Opcode.MULTIPLY,                 2,    E,   False),
     (Opcode.OR,                       2,    E,   False),
     (Opcode.POWER,                    2,    E,   True),
@@ -223,6 +276,7 @@ _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
     (Opcode.SHIFT_LEFT,               2,    E,   False),
     (Opcode.SHIFT_RIGHT_ARITHMETIC,   2,    E,   False),
     (Opcode.SHIFT_RIGHT_LOGICAL,      2,    E,   False),
+    (Opcode.STOCHASTIC_CONVERT,       2,    E,   False),
     (Opcode.SUBTRACT,                 2,    E,   False),
     (Opcode.XOR,                      2,    E,   False),
     (Opcode.CLAMP,                    3,    E,   False),
@@ -231,6 +285,7 @@ _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
     (Opcode.IOTA,                     0,    B,   False),
     (Opcode.BITCAST,                  1,    INJ, False),
     (Opcode.CONCATENATE,              None, INJ, False),
+    (Opcode.DYNAMIC_RESHAPE,          None, INJ, False),
     (Opcode.DYNAMIC_SLICE,            None, INJ, False),
     (Opcode.PAD,                      2,    INJ, False),
     (Opcode.RESHAPE,                  1,    INJ, False),
@@ -244,6 +299,11 @@ _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
     (Opcode.CHOLESKY,                 1,    CX,  True),
     (Opcode.TRIANGULAR_SOLVE,         2,    CX,  True),
     (Opcode.FFT,                      1,    CX,  True),
+    (Opcode.BATCH_NORM_GRAD,          5,    CX,  True),
+    (Opcode.BATCH_NORM_INFERENCE,     5,    CX,  True),
+    (Opcode.BATCH_NORM_TRAINING,      3,    CX,  True),
+    (Opcode.RAGGED_DOT,               3,    CX,  True),
+    (Opcode.SCALED_DOT,               4,    CX,  True),
     (Opcode.DYNAMIC_UPDATE_SLICE,     None, D,   False),
     (Opcode.GATHER,                   2,    D,   True),
     (Opcode.SCATTER,                  None, D,   True),
@@ -251,6 +311,9 @@ _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
     (Opcode.SORT,                     None, D,   True),
     (Opcode.TOPK,                     1,    D,   True),
     (Opcode.MAP,                      None, D,   True),
+    (Opcode.ASYNC_START,              None, CT,  True),
+    (Opcode.ASYNC_UPDATE,             None, CT,  True),
+    (Opcode.ASYNC_DONE,               1,    CT,  True),
     (Opcode.CALL,                     None, CT,  True),
     (Opcode.CONDITIONAL,              None, CT,  True),
     (Opcode.FUSION,                   None, CT,  True),
@@ -258,6 +321,11 @@ _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
     (Opcode.ADD_DEPENDENCY,           2,    ST,  True),
     (Opcode.AFTER_ALL,                None, ST,  True),
     (Opcode.CONSTANT,                 0,    ST,  False),
+    (Opcode.COPY_START,               1,    ST,  False),
+    (Opcode.COPY_DONE,                1,    ST,  False),
+    (Opcode.DOMAIN,                   1,    ST,  False),
+    (Opcode.GET_DIMENSION_SIZE,       1,    ST,  False),
+    (Opcode.SET_DIMENSION_SIZE,       2,    ST,  False),
     (Opcode.GET_TUPLE_ELEMENT,        1,    ST,  False),
     (Opcode.OPTIMIZATION_BARRIER,     1,    ST,  False),
     (Opcode.PARAMETER,                0,    ST,  True),
@@ -268,8 +336,21 @@ _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
     (Opcode.RNG,                      None, OP,  True),
     (Opcode.RNG_BIT_GENERATOR,        1,    OP,  True),
     (Opcode.RNG_GET_AND_UPDATE_STATE, 0,    OP,  True),
+    (Opcode.SHUFFLE,                  1,    OP,  True),
     (Opcode.ALL_REDUCE,               None, OP,  True),
+    (Opcode.ALL_REDUCE_START,         None, OP,  True),
+    (Opcode.ALL_REDUCE_DONE,          1,    OP,  True),
     (Opcode.ALL_GATHER,               None, OP,  True),
+    (Opcode.ALL_GATHER_START,         None, OP,  True),
+    (Opcode.ALL_GATHER_DONE,          1,    OP,  True),
+    (Opcode.ALL_TO_ALL,               None, OP,  True),
+    (Opcode.RAGGED_ALL_TO_ALL,        6,    OP,  True),
+    (Opcode.REDUCE_SCATTER,           None, OP,  True),
+    (Opcode.COLLECTIVE_BROADCAST,     None, OP,  True),
+    (Opcode.COLLECTIVE_PERMUTE,       None, OP,  True),
+    (Opcode.COLLECTIVE_PERMUTE_START, None, OP,  True),
+    (Opcode.COLLECTIVE_PERMUTE_DONE,  1,    OP,  True),
+    (Opcode.COLLECTIVE_REDUCE,        None, OP,  True),
     (Opcode.INFEED,                   1,    OP,  True),
     (Opcode.OUTFEED,                  2,    OP,  True),
     (Opcode.SEND,                     2,    OP,  True),
@@ -280,13 +361,33 @@ _ROWS: list[tuple[Opcode, int | None, Category, bool]] = [
 ]
 # fmt: on
 
-_SIDE_EFFECTS = {
+# Collectives: cross-device communication. With one replica and one partition (all hlofuse runs)
+# each is a local function of its operands (docs/hlo-text.md, "Collectives on one device").
+COLLECTIVES = frozenset({
+    Opcode.ALL_REDUCE, Opcode.ALL_REDUCE_START, Opcode.ALL_REDUCE_DONE, Opcode.ALL_GATHER,
+    Opcode.ALL_GATHER_START, Opcode.ALL_GATHER_DONE, Opcode.ALL_TO_ALL, Opcode.RAGGED_ALL_TO_ALL,
+    Opcode.REDUCE_SCATTER, Opcode.COLLECTIVE_BROADCAST, Opcode.COLLECTIVE_PERMUTE,
+    Opcode.COLLECTIVE_PERMUTE_START, Opcode.COLLECTIVE_PERMUTE_DONE, Opcode.COLLECTIVE_REDUCE,
+})
+
+# Async pairs that are opcodes of their own (`all-reduce-start` / `all-reduce-done`, ...): the
+# start op -> its done op. Any other `X-start` / `X-update` / `X-done` in text is the parser's
+# syntax sugar for async-start / async-update / async-done wrapping X.
+START_DONE: dict[Opcode, Opcode] = {
+    Opcode.ALL_REDUCE_START: Opcode.ALL_REDUCE_DONE,
+    Opcode.ALL_GATHER_START: Opcode.ALL_GATHER_DONE,
+    Opcode.COLLECTIVE_PERMUTE_START: Opcode.COLLECTIVE_PERMUTE_DONE,
+    Opcode.COPY_START: Opcode.COPY_DONE,
+    Opcode.SEND: Opcode.SEND_DONE,
+    Opcode.RECV: Opcode.RECV_DONE,
+}
+ASYNC_OPS = frozenset({Opcode.ASYNC_START, Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE})
+
+_SIDE_EFFECTS = COLLECTIVES | ASYNC_OPS | {
     Opcode.INFEED,
     Opcode.OUTFEED,
     Opcode.RNG,
     Opcode.RNG_GET_AND_UPDATE_STATE,
-    Opcode.ALL_REDUCE,
-    Opcode.ALL_GATHER,
     Opcode.AFTER_ALL,
     Opcode.ADD_DEPENDENCY,
     Opcode.SEND,
@@ -328,6 +429,7 @@ NON_KERNEL_OPS = frozenset(
         Opcode.OPTIMIZATION_BARRIER,
         Opcode.PARTITION_ID,
         Opcode.REPLICA_ID,
+        Opcode.DOMAIN,
     }
 )
 
@@ -343,8 +445,34 @@ INVALIDATES_CACHE = frozenset(
     }
 )
 
+# The attributes through which each opcode calls computations (an attribute of a computation kind
+# on any other opcode is refused by the parser, as XLA's parser does).
+CALLED_COMPUTATION_ATTRS: dict[Opcode, frozenset[str]] = {
+    **{op: frozenset({"to_apply"}) for op in (
+        Opcode.CALL, Opcode.MAP, Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.SCATTER,
+        Opcode.SORT, Opcode.ALL_REDUCE, Opcode.ALL_REDUCE_START, Opcode.REDUCE_SCATTER,
+        Opcode.SCAN, Opcode.COLLECTIVE_REDUCE)},
+    Opcode.FUSION: frozenset({"calls"}),
+    Opcode.WHILE: frozenset({"condition", "body"}),
+    Opcode.CONDITIONAL: frozenset({"branch_computations", "true_computation",
+                                   "false_computation"}),
+    Opcode.SELECT_AND_SCATTER: frozenset({"select", "scatter"}),
+    Opcode.CUSTOM_CALL: frozenset({"called_computations", "to_apply"}),
+    **{op: frozenset({"calls"}) for op in ASYNC_OPS},
+}
+
+# Ops that take `result_accuracy=` (XLA: the unary transcendentals).
+RESULT_ACCURACY_OPS = frozenset({
+    Opcode.CBRT, Opcode.COS, Opcode.EXP, Opcode.EXPM1, Opcode.LOG, Opcode.LOG1P,
+    Opcode.LOGISTIC, Opcode.RSQRT, Opcode.SIN, Opcode.SQRT, Opcode.TAN, Opcode.TANH,
+    Opcode.ERF, Opcode.ACOS, Opcode.ACOSH, Opcode.ASIN, Opcode.ASINH, Opcode.ATAN,
+    Opcode.ATANH, Opcode.COSH, Opcode.SINH,
+})
+
 # Comparison directions and types accepted by `compare`.
 COMPARISON_DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
 COMPARISON_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
 FUSION_KINDS = ("kLoop", "kInput", "kOutput", "kCustom")
+CUSTOM_CALL_API_VERSIONS = ("API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING",
+                            "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI")
 RNG_ALGORITHMS = ("rng_default", "rng_three_fry", "rng_philox")

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from hlofuse.ir import shape_inference_ext as ext
 from hlofuse.ir import shape_inference_nd as nd
 from hlofuse.ir._shape_util import (
     attr_int,
@@ -52,7 +53,7 @@ from hlofuse.ir._shape_util import (
     signature,
     strip_layout,
 )
-from hlofuse.ir.dtypes import PRED, U32, DType
+from hlofuse.ir.dtypes import PRED, U32
 from hlofuse.ir.opcodes import (
     COMPARISON_DIRECTIONS,
     COMPARISON_TYPES,
@@ -61,7 +62,7 @@ from hlofuse.ir.opcodes import (
     Category,
     Opcode,
 )
-from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
+from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape, leaves
 
 if TYPE_CHECKING:
     from hlofuse.ir.computation import Computation
@@ -75,54 +76,18 @@ REQUIRES_DECLARED = frozenset({
     Op.PARAMETER, Op.CONSTANT, Op.IOTA, Op.CUSTOM_CALL, Op.RNG, Op.RNG_BIT_GENERATOR,
     Op.RNG_GET_AND_UPDATE_STATE, Op.INFEED, Op.ALL_GATHER, Op.FFT, Op.CONVERT, Op.BITCAST_CONVERT,
     Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.SEND, Op.SEND_DONE, Op.RECV, Op.RECV_DONE, Op.SCAN,
-})
+}) | ext.REQUIRES_DECLARED
 
 # Minimum operand counts of variadic ops (fixed arities come from the opcode table).
 _MIN_OPERANDS = {
     Op.CONCATENATE: 1, Op.DYNAMIC_SLICE: 1, Op.REDUCE: 2, Op.REDUCE_WINDOW: 2,
     Op.DYNAMIC_UPDATE_SLICE: 2, Op.SCATTER: 3, Op.SORT: 1, Op.MAP: 1, Op.CONDITIONAL: 1,
-    Op.ALL_REDUCE: 1, Op.ALL_GATHER: 1, Op.RNG: 2,
+    Op.ALL_REDUCE: 1, Op.ALL_GATHER: 1, Op.RNG: 2, Op.ALL_REDUCE_START: 1, Op.ALL_TO_ALL: 1,
+    Op.ALL_GATHER_START: 1, Op.REDUCE_SCATTER: 1, Op.COLLECTIVE_BROADCAST: 1,
+    Op.COLLECTIVE_PERMUTE: 1, Op.COLLECTIVE_PERMUTE_START: 1, Op.ASYNC_UPDATE: 1,
 }
 
-_FLOAT_ONLY = (Op.FLOOR, Op.CEIL, Op.ROUND_AFZ, Op.ROUND_EVEN, Op.IS_FINITE, Op.REAL, Op.IMAG,
-               Op.REDUCE_PRECISION, Op.COS, Op.SIN, Op.TAN, Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P,
-               Op.LOGISTIC, Op.RSQRT, Op.SQRT, Op.CBRT, Op.TANH, Op.ERF, Op.ATAN2)
-_INTEGRAL_ONLY = (Op.CLZ, Op.POPCNT, Op.SHIFT_LEFT, Op.SHIFT_RIGHT_ARITHMETIC,
-                  Op.SHIFT_RIGHT_LOGICAL)
-_LOGICAL = (Op.NOT, Op.AND, Op.OR, Op.XOR)
-
-
-def _is_float(dt: DType) -> bool:
-    return dt.is_float
-
-
-def _is_integral(dt: DType) -> bool:
-    return dt.is_integral
-
-
-def _is_logical(dt: DType) -> bool:
-    return dt.is_integral or dt.is_pred
-
-
-def _is_signed(dt: DType) -> bool:
-    return dt.is_float or dt.is_signed
-
-
-def _is_numeric(dt: DType) -> bool:
-    return dt.is_float or dt.is_integral
-
-
-# Element-type rule of each elementwise op: (predicate, what the operands must be).
-_TYPE_RULES: dict[Opcode, tuple[Callable[[DType], bool], str]] = {}
-for _op in _FLOAT_ONLY:
-    _TYPE_RULES[_op] = (_is_float, "floating-point")
-for _op in _INTEGRAL_ONLY:
-    _TYPE_RULES[_op] = (_is_integral, "integral")
-for _op in _LOGICAL:
-    _TYPE_RULES[_op] = (_is_logical, "pred or integral")
-for _op in (Op.ABS, Op.SIGN):
-    _TYPE_RULES[_op] = (_is_signed, "signed or floating-point")
-_TYPE_RULES[Op.NEGATE] = (_is_numeric, "integral or floating-point")
+_TYPE_RULES = ext.TYPE_RULES
 
 _Rule = Callable[[Sequence[Shape], Mapping[str, Any], Sequence["Computation"], "Shape | None"],
                  Shape]
@@ -178,6 +143,9 @@ def _unary(op: Opcode, s: Shape, attrs: Mapping[str, Any], declared: Shape | Non
     dt = a.dtype
     if op is Op.CONVERT:
         out = _declared_array(op, declared)
+        if dt.is_complex and not out.dtype.is_complex:
+            fail(f"convert from complex {fmt(a)} to {out.dtype} is not supported (take real or "
+                 "imag first)")
         return ArrayShape(out.dtype, a.dims)
     if op is Op.BITCAST_CONVERT:
         return _bitcast_convert(a, _declared_array(op, declared))
@@ -186,6 +154,8 @@ def _unary(op: Opcode, s: Shape, attrs: Mapping[str, Any], declared: Shape | Non
         fail(f"{op} expects a {type_rule[1]} operand, found {fmt(a)}")
     if op is Op.IS_FINITE:
         return ArrayShape(PRED, a.dims)
+    if op in (Op.ABS, Op.REAL, Op.IMAG):
+        return ArrayShape(dt.component, a.dims)
     if op is Op.REDUCE_PRECISION:
         e = attr_int(attrs, "exponent_bits", str(op))
         m = attr_int(attrs, "mantissa_bits", str(op))
@@ -196,7 +166,11 @@ def _unary(op: Opcode, s: Shape, attrs: Mapping[str, Any], declared: Shape | Non
 
 
 def _bitcast_convert(a: ArrayShape, out: ArrayShape) -> ArrayShape:
+    if a.dtype.is_complex != out.dtype.is_complex:
+        fail(f"bitcast-convert between complex and real types: {fmt(a)} to {out.dtype}")
     ib, ob = a.dtype.bits, out.dtype.bits
+    if max(ib, ob) % min(ib, ob):
+        fail(f"bitcast-convert between types of undivisible widths: {a.dtype} to {out.dtype}")
     if ib == ob:
         return ArrayShape(out.dtype, a.dims)
     if ib > ob:  # wider -> narrower: a new minor dimension of ib/ob
@@ -283,6 +257,19 @@ def _declared_only(op: Opcode) -> _Rule:
     return rule
 
 
+def _parameter(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
+               declared: Any) -> Shape:
+    shape = _need_declared(Op.PARAMETER, declared)
+    replication = attrs.get("parameter_replication")
+    if replication is not None:
+        entries = [e for e in str(replication).strip("{} ").split(",") if e.strip()]
+        if len(entries) != len(leaves(shape)) or any(
+                e.strip() not in ("true", "false") for e in entries):
+            fail(f"parameter has {len(leaves(shape))} leaf buffers, but parameter_replication "
+                 f"has {len(entries)} elements (each true or false)")
+    return strip_layout(shape)
+
+
 def _tuple(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any, declared: Any) -> Shape:
     return TupleShape(tuple(strip_layout(s) for s in ss))
 
@@ -300,9 +287,7 @@ def _gte(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any, declared: A
 
 def _after_all(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
                declared: Any) -> Shape:
-    for i, s in enumerate(ss):
-        if not isinstance(s, TokenShape):
-            fail(f"after-all operand {i} must be a token, found {fmt(s)}")
+    # Operands only order things (XLA accepts any: `after-all(f32[] p, token[] t)`).
     return TokenShape()
 
 
@@ -368,7 +353,8 @@ def _broadcast(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
                declared: Any) -> Shape:
     a = expect_array(ss[0], "broadcast operand")
     out = _declared_array(Op.BROADCAST, declared)
-    dims = attr_ints(attrs, "dimensions", "broadcast")
+    # A scalar operand needs no dimensions={} (XLA's parser fills it in).
+    dims = attr_ints(attrs, "dimensions", "broadcast", () if a.rank == 0 else ext.MISSING)
     if len(dims) != a.rank:
         fail(f"broadcast dimensions={ints_text(dims)} must list one output dimension per "
              f"operand dimension: operand {fmt(a)} has rank {a.rank}")
@@ -532,12 +518,10 @@ def _reverse(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
 _RULES: dict[Opcode, _Rule] = {
     Op.SELECT: _select,
     Op.CLAMP: _clamp,
-    Op.PARAMETER: _declared_only(Op.PARAMETER),
+    Op.PARAMETER: _parameter,
     Op.CONSTANT: _declared_only(Op.CONSTANT),
-    Op.CUSTOM_CALL: _declared_only(Op.CUSTOM_CALL),
     Op.RNG_GET_AND_UPDATE_STATE: _declared_only(Op.RNG_GET_AND_UPDATE_STATE),
     Op.FFT: _declared_only(Op.FFT),
-    Op.ALL_GATHER: _declared_only(Op.ALL_GATHER),
     # Send/recv shapes changed across XLA versions (old tests declare send as the data shape).
     Op.SEND: _declared_only(Op.SEND),
     Op.SEND_DONE: _declared_only(Op.SEND_DONE),
@@ -582,7 +566,7 @@ _RULES: dict[Opcode, _Rule] = {
     Op.MAP: nd.map_,
     Op.CHOLESKY: nd.cholesky,
     Op.TRIANGULAR_SOLVE: nd.triangular_solve,
-    Op.ALL_REDUCE: nd.all_reduce,
+    **ext.RULES,
 }
 
 
@@ -603,12 +587,12 @@ def _binary_rule(op: Opcode) -> _Rule:
 def _build_dispatch() -> dict[Opcode, tuple[int, int | None, _Rule]]:
     table: dict[Opcode, tuple[int, int | None, _Rule]] = {}
     for op, info in OPCODES.items():
-        if info.category is Category.ELEMENTWISE and info.arity == 1:
+        if op in _RULES:
+            rule = _RULES[op]
+        elif info.category is Category.ELEMENTWISE and info.arity == 1:
             rule = _unary_rule(op)
         elif info.category is Category.ELEMENTWISE and info.arity == 2:
             rule = _binary_rule(op)
-        elif op in _RULES:
-            rule = _RULES[op]
         else:
             continue
         if info.arity is None:

@@ -1,6 +1,6 @@
 """Shape inference for the indexing-heavy and control-flow HLO ops: reduce, reduce-window,
 select-and-scatter, dot, convolution, gather, scatter, sort, map, cholesky, triangular-solve,
-all-reduce, while, conditional, call, fusion, infeed and outfeed.
+while, conditional, call, fusion, infeed and outfeed.
 
 Follows XLA's `ShapeInference` (window arithmetic, gather/scatter dimension numbers, dot
 dimension numbers, convolution `dim_labels`) and its `VerifyReducerShape`. Conditions enforced:
@@ -11,7 +11,8 @@ return pred[]; map functions take one scalar per operand; window sizes, strides 
 positive; dot/convolution contracted and batch sizes equal; a preferred result element type
 (taken from the declared shape) is not narrower than an integral input; while condition/body
 take one parameter of the loop shape and return pred[] / the loop shape; conditional selectors
-are pred[] (2 branches) or s32[] (N branches) and each branch takes its operand and returns the
+are pred[] (2 branches, named true_computation and false_computation) or s32[] (N
+branch_computations) and each branch takes its operand and returns the
 common result; call and fusion operands match the callee's parameters; fusion kinds are
 known. The `_shape_util`
 helpers raise `HloVerifyError` with what was expected and what was found.
@@ -137,17 +138,18 @@ def window_output(op: str, dims: Sequence[int], window: Sequence[WindowDim]) -> 
     return tuple(out)
 
 
-def _window(op: str, attrs: Mapping[str, Any]) -> Sequence[WindowDim]:
+def _window(op: str, attrs: Mapping[str, Any], rank: int) -> Sequence[WindowDim]:
     window = attrs.get("window")
-    if window is None:
+    if window is None and rank:  # a scalar operand takes the empty window (XLA's parser)
         fail(f"{op} requires attribute window")
-    return window  # type: ignore[no-any-return]
+    return window or ()  # type: ignore[no-any-return]
 
 
 def reduce_window(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
                   declared: Any) -> Shape:
     inputs, inits = _inputs_and_inits("reduce-window", ss)
-    out_dims = window_output("reduce-window", inputs[0].dims, _window("reduce-window", attrs))
+    window = _window("reduce-window", attrs, inputs[0].rank)
+    out_dims = window_output("reduce-window", inputs[0].dims, window)
     comp = callee(attrs, "to_apply", called, 0, "reduce-window")
     accs = check_reducer("reduce-window", comp, inits, [a.dtype for a in inputs])
     return tuple_or_single([ArrayShape(acc.dtype, out_dims) for acc in accs])
@@ -168,7 +170,8 @@ def select_and_scatter(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _C
         fail(f"select-and-scatter select {select.name} must return pred[], returns {fmt(root)}")
     scatter = callee(attrs, "scatter", called, 1, "select-and-scatter")
     check_reducer("select-and-scatter", scatter, [init], [source.dtype])
-    out = window_output("select-and-scatter", operand.dims, _window("select-and-scatter", attrs))
+    window = _window("select-and-scatter", attrs, operand.rank)
+    out = window_output("select-and-scatter", operand.dims, window)
     if out != source.dims:
         fail(f"select-and-scatter source {fmt(source)} must have the windowed operand's "
              f"dimensions {ints_text(out)}")
@@ -496,12 +499,6 @@ def triangular_solve(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Cal
     return ArrayShape(b.dtype, b.dims)
 
 
-def all_reduce(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
-               declared: Any) -> Shape:
-    expect_arrays(ss, "all-reduce operand")
-    return tuple_or_single([strip_layout(s) for s in ss])
-
-
 # ----- control flow -----------------------------------------------------------------------
 
 
@@ -531,6 +528,9 @@ def conditional(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[
                  declared: Any) -> Shape:
     selector = expect_scalar(ss[0], "conditional selector")
     branches = attrs.get("branch_computations")
+    if branches is not None and selector.dtype == PRED:
+        fail('a conditional with a pred selector takes true_computation and false_computation '
+             '(unexpected attribute "branch_computations")')
     if branches is None and attrs.get("true_computation") is not None:
         branches = (attrs["true_computation"], attrs.get("false_computation"))
     if branches is None:
@@ -538,10 +538,7 @@ def conditional(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[
     if not branches or any(b is None or not hasattr(b, "instructions") for b in branches):
         fail("conditional requires branch_computations (or true_computation and "
              "false_computation)")
-    if selector.dtype == PRED:
-        if len(branches) != 2:
-            fail(f"conditional with a pred selector needs 2 branches, found {len(branches)}")
-    elif selector.dtype.name != "s32":
+    if selector.dtype != PRED and selector.dtype.name != "s32":
         fail(f"conditional selector must be pred[] or s32[], found {fmt(selector)}")
     if len(ss) - 1 != len(branches):
         fail(f"conditional has {len(branches)} branches but {len(ss) - 1} branch operands")

@@ -36,7 +36,8 @@ _ALIASES: dict[str, str] = {}
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 # Packages whose modules register passes when imported (loaded on first lookup).
-_PASS_PACKAGES = ("hlofuse.passes.simplify", "hlofuse.passes.fusion.registered")
+_PASS_PACKAGES = ("hlofuse.passes.simplify", "hlofuse.passes.fusion.registered",
+                  "hlofuse.passes.single_device")
 
 
 def register(name: str, *aliases: str) -> Callable[[type[T]], type[T]]:

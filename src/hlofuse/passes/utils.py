@@ -400,6 +400,13 @@ def is_uniform(instr: Instruction, value: float | bool, *, negative_zero: bool |
         return False
     if isinstance(value, bool):
         return bool(v) is value
+    if np.iscomplexobj(v):  # both parts must match (float() would drop the imaginary one)
+        z = complex(v)
+        if z != complex(value):
+            return False
+        if value == 0 and negative_zero is not None:
+            return all(bool(np.signbit(p)) is negative_zero for p in (z.real, z.imag))
+        return True
     try:
         if float(v) != float(value):
             return False

@@ -21,6 +21,7 @@ metadata as `key=value` pairs of strings, integers or booleans.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 from hlofuse.ir import limits
 from hlofuse.ir.attributes import AttrKind, WindowDim
 from hlofuse.ir.dtypes import DTYPES
-from hlofuse.ir.instruction import Metadata
+from hlofuse.ir.instruction import Metadata, Verbatim
 from hlofuse.ir.shape import (
     ArrayShape,
     LayoutAttrs,
@@ -235,22 +236,73 @@ class AttrParser(BaseParser):
             return self._parse_padding(what)
         if kind is AttrKind.WINDOW:
             return self._parse_window(what)
+        if kind is AttrKind.FLOAT:
+            return self._parse_float(what)
         if kind is AttrKind.COMPUTATION:
+            if self._at_inline_body():
+                return self.parse_inline_computation(name)
             tok = self.parse_name(f"a computation name for {what}")
             return CompRef(tok.text, tok.start)
         if kind is AttrKind.COMPUTATIONS:
-            return self._parse_computation_list(what)
-        text, start = self.lexer.raw_value()
+            return self._parse_computation_list(name, what)
+        if kind is AttrKind.SHAPES:
+            return self._parse_shape_list(what)
+        text, start = self.lexer.raw_value(stop_at_space=kind is not AttrKind.LITERAL)
+        text = text.rstrip()
         if not text:
             raise self.error(f"expected a value for {what}", start)
         return text
 
-    def _parse_computation_list(self, what: str) -> tuple[CompRef, ...]:
+    def _parse_computation_list(self, name: str, what: str) -> tuple[CompRef, ...]:
         tok = self.parse_optional_name()
         if tok is not None:
             return (CompRef(tok.text, tok.start),)
+        if self._at_inline_body():  # `calls={ p = ... }`: one computation written in place
+            return (self.parse_inline_computation(name),)
+        ahead = self.lexer.peek_n(2)
+        if len(ahead) == 2 and ahead[0].kind == "{" and ahead[1].kind == "{":
+            # `branch_computations={ {...}, {...} }`: computations written in place
+            self.parse_punct("{", f"to open {what}")
+            refs = [self.parse_inline_computation(name)]
+            while self.parse_optional_punct(",") is not None:
+                refs.append(self.parse_inline_computation(name))
+            self.parse_punct("}", f"to close {what}")
+            return tuple(refs)
         names = self.parse_braced_names(what, "a computation", "or a computation name to start")
         return tuple(CompRef(t.text, t.start) for t in names)
+
+    def _at_inline_body(self) -> bool:
+        """Is the next text `{` opening a computation body (`{ name = ...` or `{ ROOT ...`)?"""
+        ahead = self.lexer.peek_n(3)
+        return (len(ahead) == 3 and ahead[0].kind == "{" and ahead[1].kind == "name"
+                and (ahead[1].text == "ROOT" or ahead[2].kind == "="))
+
+    def parse_inline_computation(self, attr: str) -> CompRef:
+        """A computation written in place of its name (XLA's single-instruction text); the
+        module parser overrides this."""
+        raise self.error(f"a computation cannot be written in place for attribute {attr} here",
+                         self.lexer.peek().start)
+
+    def _parse_float(self, what: str) -> float:
+        tok = self.lexer.peek()
+        if tok.kind != "num":
+            raise self.error(f"expected a number for {what}, got {tok.describe()}", tok.start)
+        value = float(tok.text)
+        if not math.isfinite(value):
+            raise self.error(f"{what} must be finite, got {shorten(tok.text)}", tok.start)
+        self.lexer.next()
+        return value
+
+    def _parse_shape_list(self, what: str) -> tuple[Shape, ...]:
+        """`{f32[2]{0}, (s32[], f32[])}` (possibly empty)."""
+        self.parse_punct("{", f"to open {what}")
+        shapes: list[Shape] = []
+        if self.parse_optional_punct("}") is None:
+            shapes.append(self.parse_shape())
+            while self.parse_optional_punct(",") is not None:
+                shapes.append(self.parse_shape())
+            self.parse_punct("}", f"to close {what}")
+        return tuple(shapes)
 
     def parse_braced_names(self, what: str, item: str, opener: str = "to open") -> list[Token]:
         """`{a, b, c}` (possibly empty): the name tokens, for `what` (an attribute)."""
@@ -353,7 +405,9 @@ class AttrParser(BaseParser):
     # ----- metadata -----------------------------------------------------------------------
 
     def parse_metadata(self) -> Metadata:
-        """`{op_type="add" op_name="jit(f)/add" source_line=3 stack_frame_id=1}`."""
+        """`{op_type="add" op_name="jit(f)/add" source_line=3 stack_frame_id=1}`; fields may
+        be separated by commas, and a value may be a braced list (`profile_type={1}`, kept
+        verbatim as a `Verbatim` string)."""
         m = self.lexer.match_here(_METADATA)
         if m is not None:
             items: list[tuple[str, Any]] = []
@@ -371,10 +425,15 @@ class AttrParser(BaseParser):
         fields: list[tuple[str, Any]] = []
         lexer = self.lexer
         while self.parse_optional_punct("}") is None:
+            if fields:
+                self.parse_optional_punct(",")
             key = self.parse_name("a metadata field name or '}'")
             self.parse_punct("=", f"after metadata field {key.text}")
             tok = lexer.peek()
-            if tok.kind == "str":
+            if tok.kind == "{":
+                text, _ = lexer.raw_value()
+                fields.append((key.text, Verbatim(text)))
+            elif tok.kind == "str":
                 fields.append((key.text, lexer.next().text))
             elif tok.kind == "num" and tok.text.lstrip("-").isdigit():
                 fields.append((key.text, self._int64_at(tok.text, tok.start,

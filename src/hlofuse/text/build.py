@@ -2,6 +2,9 @@
 
 Steps, after the whole text is parsed (so uses may come before definitions):
 
+0. Text that is a single instruction gets one parameter per operand that names no instruction
+   (numbered in order of appearance; such an operand must have its shape written: "operand had
+   no shape"); async sugar is rewritten and async chains linked (`async_sugar.py`).
 1. Module-unique instruction names, as XLA's NameUniquer does: the first instruction to use a
    name keeps it; a later one in another computation becomes `name.N` (`p0` -> `p0.1`).
    Computation names live in their own namespace (also as in XLA), so an instruction `add`
@@ -17,6 +20,9 @@ Steps, after the whole text is parsed (so uses may come before definitions):
    `ir.limits.MAX_TUPLE_DEPTH`: a `ParseLimitError`).
 5. Roots (the ROOT instruction, else the last one) and the entry (the ENTRY computation, else
    the last one). A module without `HloModule` takes the entry computation's name.
+6. A written signature `(p: f32[4]) -> f32[4]` must agree (ignoring layout) with the
+   parameters, by number, and with the root: "Shape of computation c, f32[1], is not compatible
+   with that of its root instruction r, f32[2]", as XLA says.
 
 Every failure is an `HloParseError` at the line:column of the offending name.
 """
@@ -32,6 +38,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, format_shape, shape_problem
+from hlofuse.text.async_sugar import desugar
 from hlofuse.text.attrs import CompRef
 
 if TYPE_CHECKING:
@@ -39,6 +46,10 @@ if TYPE_CHECKING:
 
 
 def build_module(parser: HloParser, parsed: ParsedModule) -> Module:
+    for pc in parsed.computations:
+        if pc.single_op:
+            _add_single_op_parameters(parser, pc)
+    desugar(parser, parsed)
     entry = _find_entry(parser, parsed)
     module = Module(parsed.name if parsed.name is not None else entry.name)
     module.header_attrs = parsed.header_attrs
@@ -57,9 +68,62 @@ def build_module(parser: HloParser, parsed: ParsedModule) -> Module:
     _infer_missing_shapes(parser, parsed, comps)
     for pc in parsed.computations:
         _check_operand_shapes(parser, pc)
+        if pc.signature is not None:
+            _check_signature(parser, pc, comps[pc.name])
     for comp in module.computations:
         _definitions_first(comp)
     return module
+
+
+def _add_single_op_parameters(parser: HloParser, pc: PendingComp) -> None:
+    """Single-instruction text: operands that name no instruction become parameters."""
+    from hlofuse.text.parser import PendingInstr
+
+    params: dict[str, PendingInstr] = {}
+    for p in list(pc.instrs):
+        for ref in p.operands:
+            if ref.name is not None and ref.name in pc.by_name:
+                continue  # an instruction (or a parameter made for an earlier operand)
+            if ref.shape is None:
+                raise parser.error(f"Operand had no shape in HLO text: '{ref.name}' names no "
+                                   "instruction, and text that is a single instruction makes "
+                                   "such operands parameters, which need their shape written",
+                                   ref.offset)
+            name = ref.name
+            if name is None:
+                name, k = "parameter.anon", 0
+                while name in pc.by_name:
+                    k += 1
+                    name = f"parameter.anon.{k}"
+            param = Instruction(Opcode.PARAMETER, ref.shape, name=name,
+                                parameter_number=len(params))
+            pending = PendingInstr(param, ref.offset, ref.offset, [], [], True)
+            params[name] = pending
+            pc.by_name[name] = pending
+            ref.name = name
+    pc.instrs[:0] = params.values()
+
+
+def _check_signature(parser: HloParser, pc: PendingComp, comp: Computation) -> None:
+    assert pc.signature is not None
+    written, result, at = pc.signature
+    root = comp.root
+    if not result.compatible(root.shape):
+        raise parser.error(f"Shape of computation {comp.name}, {format_shape(result)}, is not "
+                           f"compatible with that of its root instruction {root.name}, "
+                           f"{format_shape(root.shape)}", at)
+    params = {p.parameter_number: p for p in comp.instructions
+              if p.opcode is Opcode.PARAMETER}
+    for number, (name, shape, offset) in enumerate(written):
+        param = params.get(number)
+        if param is None:
+            raise parser.error(f"the signature of computation {comp.name} names parameter "
+                               f"{name} (number {number}), but the computation has no "
+                               f"parameter({number})", offset)
+        if not shape.compatible(param.shape):
+            raise parser.error(f"the signature of computation {comp.name} gives parameter "
+                               f"{number} shape {format_shape(shape)}, but {param.name} has "
+                               f"shape {format_shape(param.shape)}", offset)
 
 
 def _definitions_first(comp: Computation) -> None:

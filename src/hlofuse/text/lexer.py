@@ -32,10 +32,10 @@ from hlofuse.ir import limits
 SHOWN = 60  # characters of a token an error message quotes
 _SNIPPET = 160  # characters of the offending line an error message shows
 
-_SKIP = re.compile(r"(?:\s+|/\*.*?\*/|//[^\n]*)*", re.S)
+_SKIP = re.compile(r"(?:\s+|/\*.*?\*/|//[^\n\r]*)*", re.S)
 _TOKEN = re.compile(
     r"""
-    (?:\s+|/\*.*?\*/|//[^\n]*)*
+    (?:\s+|/\*.*?\*/|//[^\n\r]*)*
     (?:
     (?P<name>%?[A-Za-z_$][\w.\-$]*)
    |(?P<num>-(?:inf|nan)(?![\w.\-])|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.]))
@@ -220,6 +220,22 @@ class Lexer:
             kind = value
         return Token(kind, value, start, end)
 
+    def peek_n(self, n: int) -> list[Token]:
+        """The next `n` tokens (fewer at the end of input), without consuming them."""
+        pos, peeked = self.pos, self._peeked
+        out: list[Token] = []
+        try:
+            for _ in range(n):
+                tok = self.next()
+                out.append(tok)
+                if tok.kind == "eof":
+                    break
+        except HloParseError:
+            pass  # the caller meets the error when it consumes the token
+        finally:
+            self.pos, self._peeked = pos, peeked
+        return out
+
     def match_here(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
         """Like `match`, but also valid when a token has been peeked (fast paths for
         shapes and metadata); consumes the match on success."""
@@ -260,7 +276,7 @@ class Lexer:
             if c == '"':
                 j = i + 1
                 while j < n and text[j] != '"':
-                    if terminal_unsafe(text[j]) and text[j] not in "\t":
+                    if terminal_unsafe(text[j]) and text[j] not in "\t\r\n":
                         raise self._control_error(j)
                     j += 2 if text[j] == "\\" else 1
                 if j >= n:

@@ -1,25 +1,33 @@
 """Parsing of `constant(...)` literals into numpy arrays (or tuples of them) of the shape's type.
 
-Grammar (XLA's): a scalar `5`, `-1.5e-3`, `nan`, `-nan`, `inf`, `-inf`, `true`, `false`; an
-array as braces nested to the rank, `{ {1, 2}, {3, 4} }`; a tuple `(1, {2, 3})`.
+Grammar (XLA's): a scalar `5`, `-1.5e-3`, `nan`, `-nan`, `nan(0x7f)`, `inf`, `-inf`, `true`,
+`false`; a complex scalar `(1.5, -2)`; an array as braces nested to the rank,
+`{ {1, 2}, {3, 4} }`; a tuple `(1, {2, 3})`.
 
-Conditions enforced, each an `HloParseError` at the offending character:
+Conditions enforced, each an `HloParseError` at the offending character (messages use XLA's
+words, "value ... is out of range for literal's primitive type F16"):
 
 * the braces nest exactly to the rank and every dimension has its declared element count;
-* every element is valid for the element type: integers in range, no fractions for integer
-  types, `true`/`false` (or 0/1) for `pred`;
+* every element is valid for the element type: integers in the type's range (u64 also takes
+  negative int64 values, wrapping, as XLA's parser does), no fractions for integer types,
+  `true`/`false` (or 0/1) for `pred`; a finite float that rounds to infinity (or, for a type
+  without infinities, to NaN) in its type is out of range (`f16[] constant(-65520)`, f64 1.8e308);
+  a NaN payload must fit the mantissa and be non-zero, and types whose NaN is one fixed pattern
+  (the `fn`/`fnuz` fp8 formats, e8m0, fp4) take no payload;
 * an elided value (`{...}`, what XLA dumps print for large constants) is rejected with a message
   saying so, since the value is not in the text (unless the caller allows it: then zeros).
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
 
+from hlofuse.errors import HloParseError
 from hlofuse.ir import limits
-from hlofuse.ir.dtypes import DType
+from hlofuse.ir.dtypes import DType, int_range
 from hlofuse.ir.literal import Literal
 from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape, format_shape
 from hlofuse.text.lexer import Lexer, shorten
@@ -27,9 +35,7 @@ from hlofuse.text.lexer import Lexer, shorten
 _LIT_TOKEN = re.compile(r"-?nan\(0x[0-9a-fA-F]+\)|[{}(),]|[^\s{}(),/]+|/\*.*?\*/|/", re.S)
 _FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|-?(?:inf|nan)")
 _NAN_PAYLOAD = re.compile(r"(-?)nan\(0x([0-9a-fA-F]+)\)")
-# Exponent bits and mantissa width of each float type, for nan payloads `nan(0x...)`.
-_FLOAT_BITS = {"f16": (0x7C00, 10), "bf16": (0x7F80, 7), "f32": (0x7F800000, 23),
-               "f64": (0x7FF0000000000000, 52)}
+_NON_FINITE = re.compile(r"[-+]?(?:inf|nan)")
 _INT = re.compile(r"[-+]?\d+")
 _ELIDED = re.compile(r"\{\s*\.\.\.\s*\}")
 
@@ -104,7 +110,9 @@ class _LiteralReader:
             raise self.lexer.error("a token-shaped constant has no literal", self._peek()[1])
         flat: list[str] = []
         offsets: list[int] = []
-        if shape.rank == 0:
+        if shape.rank == 0 and shape.dtype.is_complex:
+            self._complex_element(shape, flat, offsets)
+        elif shape.rank == 0:
             tok, off = self._peek()
             if tok in ("", "{", "}", "(", ")", ","):
                 raise self.lexer.error(
@@ -129,7 +137,9 @@ class _LiteralReader:
             if count:
                 self._expect(",", f"between elements of a {format_shape(shape)} literal")
                 tok, off = self._peek()
-            if last:
+            if last and shape.dtype.is_complex:
+                self._complex_element(shape, flat, offsets)
+            elif last:
                 if tok in ("", "{", "}", "(", ")", ","):
                     raise self.lexer.error(
                         f"expected a literal element of type {shape.dtype}, got "
@@ -149,6 +159,22 @@ class _LiteralReader:
         self.i += 1
 
 
+    def _complex_element(self, shape: ArrayShape, flat: list[str], offsets: list[int]) -> None:
+        """`(re, im)`: two tokens appended to `flat` (real part, then imaginary part)."""
+        self._expect("(", f"to open a complex value (re, im) of a {format_shape(shape)} literal")
+        for k in range(2):
+            if k:
+                self._expect(",", "between the real and imaginary parts of a complex value")
+            tok, off = self._peek()
+            if tok in ("", "{", "}", "(", ")", ","):
+                raise self.lexer.error(f"expected a number in a complex value, got "
+                                       f"'{shorten(tok) or ')'}'", off)
+            flat.append(tok)
+            offsets.append(off)
+            self.i += 1
+        self._expect(")", "to close a complex value (re, im)")
+
+
 def _to_array(lexer: Lexer, flat: list[str], offsets: list[int], shape: ArrayShape) -> np.ndarray:
     dt: DType = shape.dtype
     values: list[object]
@@ -163,47 +189,76 @@ def _to_array(lexer: Lexer, flat: list[str], offsets: list[int], shape: ArraySha
                 raise lexer.error(f"expected true or false in a pred literal, got "
                                   f"'{shorten(tok)}'", off)
     elif dt.is_integral:
-        info = np.iinfo(dt.np)
-        values = []
-        for tok, off in zip(flat, offsets):
-            if not _INT.fullmatch(tok):
-                raise lexer.error(f"expected an integer literal of type {dt}, got "
-                                  f"'{shorten(tok)}'", off)
-            if len(tok.lstrip("+-")) > limits.MAX_INT_DIGITS:  # int() refuses 4300+ digits
-                raise lexer.error(f"value {shorten(tok)} is out of range for {dt}", off)
-            v = int(tok)
-            if v < info.min or v > info.max:
-                raise lexer.error(f"value {v} is out of range for {dt}", off)
-            values.append(v)
+        values = [_int_value(lexer, tok, off, dt) for tok, off in zip(flat, offsets)]
+    elif dt.is_complex:
+        # (re, im) pairs, interleaved as complex numbers are in memory
+        re_im = np.ascontiguousarray(_float_array(lexer, flat, offsets, dt.component))
+        return re_im.view(dt.np).reshape(shape.dims)
     else:
-        values = []
-        payloads: list[tuple[int, bool, int, int]] = []
-        for k, (tok, off) in enumerate(zip(flat, offsets)):
-            if not _FLOAT.fullmatch(tok):
-                m = _NAN_PAYLOAD.fullmatch(tok)
-                if m is None:
-                    raise lexer.error(
-                        f"expected a floating-point literal of type {dt}, got "
-                        f"'{shorten(tok)}'", off)
-                payloads.append((k, m.group(1) == "-", int(m.group(2), 16), off))
-                values.append(float("nan"))
-                continue
-            values.append(float(tok))
-    with np.errstate(over="ignore"):
-        arr = np.array(values, dtype=dt.np)
-    if not dt.is_pred and not dt.is_integral and payloads:
+        return _float_array(lexer, flat, offsets, dt).reshape(shape.dims)
+    return np.array(values, dtype=dt.np).reshape(shape.dims)
+
+
+def _out_of_range(lexer: Lexer, tok: str, off: int, dt: DType) -> HloParseError:
+    return lexer.error(f"value {shorten(tok)} is out of range for literal's primitive type "
+                       f"{dt.name.upper()} ({dt})", off)
+
+
+def _int_value(lexer: Lexer, tok: str, off: int, dt: DType) -> int:
+    if not _INT.fullmatch(tok):
+        raise lexer.error(f"expected an integer literal of type {dt}, got '{shorten(tok)}'", off)
+    if len(tok.lstrip("+-")) > limits.MAX_INT_DIGITS:  # int() refuses 4300+ digits
+        raise _out_of_range(lexer, tok, off, dt)
+    v = int(tok)
+    lo, hi = int_range(dt)
+    if dt.name == "u64" and -(2**63) <= v < 0:
+        return v + 2**64  # XLA reads u64 literals as int64 and casts: -1 is all ones
+    if v < lo or v > hi:
+        raise _out_of_range(lexer, tok, off, dt)
+    return v
+
+
+def _float_array(lexer: Lexer, flat: list[str], offsets: list[int], dt: DType) -> np.ndarray:
+    """The values of `flat` in the real float type `dt` (one-dimensional)."""
+    values: list[float] = []
+    payloads: list[tuple[int, bool, int, int]] = []
+    for k, (tok, off) in enumerate(zip(flat, offsets)):
+        if not _FLOAT.fullmatch(tok):
+            m = _NAN_PAYLOAD.fullmatch(tok)
+            if m is None:
+                raise lexer.error(
+                    f"expected a floating-point literal of type {dt}, got '{shorten(tok)}'", off)
+            payloads.append((k, m.group(1) == "-", int(m.group(2), 16), off))
+            values.append(float("nan"))
+            continue
+        values.append(float(tok))
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = np.array(values, dtype=np.float64).astype(dt.np)
+        wide = arr.astype(np.float64)
+    bad = ~np.isfinite(wide) & np.isfinite(np.array(values, dtype=np.float64))
+    for k, (tok, off) in enumerate(zip(flat, offsets)):
+        if bad[k] or (not _NON_FINITE.fullmatch(tok) and not _NAN_PAYLOAD.fullmatch(tok)
+                      and not math.isfinite(values[k])):
+            raise _out_of_range(lexer, tok, off, dt)
+    if payloads:
         _set_nan_payloads(lexer, arr, dt, payloads)
-    return arr.reshape(shape.dims)
+    return arr
 
 
 def _set_nan_payloads(lexer: Lexer, arr: np.ndarray, dt: DType,
                       payloads: list[tuple[int, bool, int, int]]) -> None:
-    """Write `nan(0x...)` elements bit by bit: sign, all-ones exponent, the payload."""
-    exponent, mantissa_bits = _FLOAT_BITS[dt.name]
+    """Write `nan(0x...)` elements bit by bit: sign, all-ones exponent, the payload (the whole
+    mantissa, as XLA prints it)."""
+    fmt = dt.float_format
+    mantissa_bits = fmt.mantissa_bits
+    exponent = ((1 << fmt.exponent_bits) - 1) << mantissa_bits
     bits = arr.view(np.dtype(f"u{arr.itemsize}"))
     for k, negative, payload, off in payloads:
-        if payload == 0 or payload >> mantissa_bits:
-            raise lexer.error(f"nan payload 0x{shorten(f'{payload:x}')} does not fit the "
-                              f"{mantissa_bits}-bit mantissa of {dt} (and must not be 0)", off)
+        if not fmt.nan_payloads or payload == 0 or payload >> mantissa_bits:
+            why = (f"{dt} has a single NaN encoding" if not fmt.nan_payloads else
+                   f"it does not fit the {mantissa_bits}-bit mantissa of {dt} (and must not be "
+                   "0)")
+            raise lexer.error(f"literal tries to set NaN payload 0x{shorten(f'{payload:x}')}: "
+                              f"{why}", off)
         sign = 1 << (dt.bits - 1) if negative else 0
         bits[k] = sign | exponent | payload

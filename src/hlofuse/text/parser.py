@@ -3,53 +3,70 @@
 A hand-written recursive-descent parser over `lexer.Lexer` (xDSL style: `parse_optional_x` /
 `parse_x` pairs, character spans, `expect(...)` with a message saying what was expected).
 
-    module      := [`HloModule` name (`,` key `=` raw)*] debug-table* computation+
-    debug-table := (`FileNames` | `FunctionNames`) (int string)*
-                 | (`FileLocations` | `StackFrames`) (int `{` (key `=` int)* `}`)*
-    computation := [`ENTRY`] name [`(` params `)` `->` shape] `{` instruction* `}`
-    instruction := [`ROOT`] name `=` [shape] opcode `(` operands `)` (`,` attribute)*
-    operands    := [[shape] name (`,` [shape] name)*]     |  int (parameter)  |  literal (constant)
-    attribute   := name `=` value   (by `ir.attributes.ATTRIBUTES`; plus `metadata`,
-                                     `control-predecessors`)
+    module      := header debug-table* (computation+ | single)        (header.py)
+    computation := [`ENTRY`] name [`(` params `)` `->` shape] body
+    body        := `{` instruction* `}` (`,` key `=` raw)*
+    instruction := [`ROOT`] name `=` rhs
+    rhs         := [shape] opcode `(` operands `)` (`,` attribute)*
+    operands    := [operand (`,` operand)*] | int (parameter) | literal (constant)
+    operand     := [shape] name | [shape] opcode `(` operands `)`      (a nested instruction)
+    attribute   := name `=` value   (by `ir.attributes.attr_kind`; plus `metadata`,
+                                     `control-predecessors`); a computation-valued attribute
+                                     may be a body written in place
+    single      := instruction | rhs                                  (one instruction alone)
 
 Names may carry XLA's `%` prefix anywhere. Operands and computations may be used before they are
-defined: names are resolved once everything is parsed (see `build.py`).
+defined: names are resolved once everything is parsed (see `build.py`). A nested instruction
+(`add(f32[4] parameter(0), multiply(a, b))`) is added before its user under the name
+`<opcode>.anon` (made unique), as XLA does; it takes no attributes. Text that is a single
+instruction becomes a module whose entry holds it, with one parameter per operand that names no
+instruction (`single_op` in `build.py`). `X-start` / `X-update` / `X-done` for an opcode X that
+has no such async form of its own is XLA's syntax sugar for `async-start` / `async-update` /
+`async-done` wrapping X (`async_sugar.py`).
 
 Conditions enforced here, each an `HloParseError` at the offending token's line:column: the
-grammar above; known opcodes (`ir.opcodes.lookup`) and attribute names; no attribute twice; one
-instruction per line; a shape on `parameter` and `constant`; no duplicate instruction name within
-a computation, no duplicate computation name, at most one ENTRY and one ROOT per computation.
+grammar above; known opcodes (`ir.opcodes.lookup`) and attribute names; an attribute that names
+a computation only on an opcode that calls one of that kind
+(`ir.opcodes.CALLED_COMPUTATION_ATTRS`), `result_accuracy` only on the ops that take one
+(`ir.opcodes.RESULT_ACCURACY_OPS`, with its grammar, `attr_checks.py`); no attribute twice; one
+instruction per line; a shape on `parameter` and `constant`; parameter numbers >= 0; no
+duplicate instruction name within a computation, no duplicate computation name, at most one
+ENTRY and one ROOT per computation; nested instructions and computations written in place at
+most `ir.limits.MAX_NESTING_DEPTH` deep (`ParseLimitError`); single-instruction text is one
+instruction and nothing after it.
 """
 
 from __future__ import annotations
 
 import gc
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hlofuse.ir.attributes import ATTRIBUTES
+from hlofuse.ir import limits
+from hlofuse.ir.attributes import AttrKind, attr_kind
+from hlofuse.ir.dtypes import DTYPES
 from hlofuse.ir.instruction import Instruction, Metadata
 from hlofuse.ir.literal import Literal
-from hlofuse.ir.module import DebugInfo, FileLocation, Module, StackFrame
-from hlofuse.ir.opcodes import Opcode, lookup
+from hlofuse.ir.module import DebugInfo, Module
+from hlofuse.ir.opcodes import CALLED_COMPUTATION_ATTRS, Opcode, lookup
 from hlofuse.ir.shape import Shape
-from hlofuse.text.attrs import AttrParser
+from hlofuse.text.attr_checks import check_attribute
+from hlofuse.text.attrs import CompRef
+from hlofuse.text.header import HeaderParser
+from hlofuse.text.lexer import Token
 from hlofuse.text.literals import parse_literal
 
-_INT_AHEAD = re.compile(r"\s*-?\d")
-_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
-_FILE_LOCATION_FIELDS = ("file_name_id", "function_name_id", "line", "end_line", "column",
-                         "end_column")
-_STACK_FRAME_FIELDS = ("file_location_id", "parent_frame_id")
+_ASYNC_SUFFIXES = {"-start": Opcode.ASYNC_START, "-update": Opcode.ASYNC_UPDATE,
+                   "-done": Opcode.ASYNC_DONE}
 
 
 @dataclass
 class Ref:
-    """A use of a name (operand or control predecessor), resolved after parsing."""
+    """A use of a name (operand or control predecessor), resolved after parsing. `name` is
+    None for an operand written as a shape alone (single-instruction text only)."""
 
-    name: str
+    name: str | None
     offset: int
     shape: Shape | None = None  # the operand shape written in long form, if any
     shape_offset: int = 0
@@ -63,6 +80,8 @@ class PendingInstr:
     operands: list[Ref]
     control: list[Ref]
     shape_given: bool
+    # `X-start` sugar: the wrapped opcode X (the instruction itself is async-start/update/done)
+    async_wrapped: Opcode | None = None
 
 
 @dataclass
@@ -74,6 +93,9 @@ class PendingComp:
     by_name: dict[str, PendingInstr] = field(default_factory=dict)
     root: PendingInstr | None = None
     end_offset: int = 0
+    # `(p: f32[4]) -> f32[4]`: the written parameter and result shapes, and where
+    signature: tuple[list[tuple[str, Shape, int]], Shape, int] | None = None
+    single_op: bool = False  # text that is one instruction: unknown operands become parameters
 
 
 @dataclass
@@ -87,100 +109,84 @@ class ParsedModule:
     computations: list[PendingComp]
 
 
-class HloParser(AttrParser):
+class HloParser(HeaderParser):
     """Parses one HLO text. `parse_module()` returns the unresolved `ParsedModule`."""
 
     def __init__(self, text: str, source_name: str = "<text>", *,
                  allow_elided_constants: bool = False) -> None:
         super().__init__(text, source_name)
         self.allow_elided_constants = allow_elided_constants
+        self._comps: list[PendingComp] = []
+        self._comp_names: dict[str, PendingComp] = {}
+        self._depth = 0  # nested instructions and computations written in place
 
     def parse_module(self) -> ParsedModule:
         lexer = self.lexer
-        name: str | None = None
-        name_offset = 0
-        header: dict[str, str] = {}
-        tok = lexer.peek()
-        if tok.kind == "name" and tok.text == "HloModule":
-            lexer.next()
-            name_tok = self.parse_name("a module name after 'HloModule'")
-            name, name_offset = name_tok.text, name_tok.start
-            while self.parse_optional_punct(",") is not None:
-                key = self.parse_name("a module attribute name")
-                self.parse_punct("=", f"after module attribute {key.text}")
-                if key.text in header:
-                    raise self.error(f"module attribute '{key.text}' given twice", key.start)
-                value, start = lexer.raw_value()
-                if not value:
-                    raise self.error(f"expected a value for module attribute {key.text}", start)
-                header[key.text] = value
+        name, name_offset, header = self.parse_header()
         debug = self.parse_debug_tables()
-        comps: list[PendingComp] = []
-        seen: dict[str, PendingComp] = {}
-        while lexer.peek().kind != "eof":
-            comp = self.parse_computation()
-            if comp.name in seen:
-                raise self.error(f"duplicate computation name '{comp.name}'", comp.offset)
-            seen[comp.name] = comp
-            comps.append(comp)
-        if not comps:
+        if self._at_single_instruction():
+            self._parse_single_instruction()
+        else:
+            while lexer.peek().kind != "eof":
+                self._add_computation(self.parse_computation())
+        if not self._comps:
             raise self.error("expected a computation, got end of input", lexer.peek().start)
-        return ParsedModule(name, name_offset, header, debug, comps)
+        return ParsedModule(name, name_offset, header, debug, self._comps)
 
-    # ----- debug tables -------------------------------------------------------------------
+    def _add_computation(self, comp: PendingComp) -> None:
+        if comp.name in self._comp_names:
+            first = self.lexer.line_col(self._comp_names[comp.name].offset)[0]
+            raise self.error(f"duplicate computation name '{comp.name}' (first defined on line "
+                             f"{first})", comp.offset)
+        self._comp_names[comp.name] = comp
+        self._comps.append(comp)
 
-    def _at_table(self) -> bool:
-        tok = self.lexer.peek()
-        return (tok.kind == "name" and tok.text in _TABLES
-                and _INT_AHEAD.match(self.lexer.text, tok.end) is not None)
+    def _fresh_comp_name(self, base: str) -> str:
+        name, k = base, 0
+        while name in self._comp_names:
+            k += 1
+            name = f"{base}.{k}"
+        return name
 
-    def parse_debug_tables(self) -> DebugInfo:
-        debug = DebugInfo()
+    # ----- single-instruction text ---------------------------------------------------------
+
+    def _at_single_instruction(self) -> bool:
+        """Text that is one instruction: `name = ...`, `ROOT name = ...`, or one that starts
+        with its shape (`f32[4] add(...)`, `(f32[], s32[]) tuple(...)`)."""
+        ahead = self.lexer.peek_n(3)
+        if not ahead:
+            return False
+        first = ahead[0]
+        if first.kind == "(":
+            return True
+        if first.kind != "name" or len(ahead) < 2:
+            return False
+        second = ahead[1]
+        if second.kind == "=":
+            return True
+        if first.text == "ROOT" and second.kind == "name":
+            return True
+        if second.kind == "(" and lookup(first.text) is not None:
+            # `add(f32[4] x, ...)`: an instruction without `name =` (a computation's signature
+            # would read `add(x: f32[4], ...)`)
+            inner = self.lexer.peek_n(4)[2:]
+            return len(inner) == 2 and (inner[0].kind == "(" or inner[1].kind == "[")
+        return second.kind == "[" and first.text in DTYPES
+
+    def _parse_single_instruction(self) -> None:
         lexer = self.lexer
-        while self._at_table():
-            table = lexer.next().text
-            while lexer.peek().kind == "num":
-                id_tok = lexer.peek()
-                key = self.parse_int(f"an id in table {table}")
-                target: dict[int, Any]
-                value: Any
-                if table in ("FileNames", "FunctionNames"):
-                    value = self.parse_string(f"a quoted name in table {table}")
-                    target = debug.file_names if table == "FileNames" else debug.function_names
-                else:
-                    fields = self._parse_int_record(table)
-                    if table == "FileLocations":
-                        value = self._record(FileLocation, fields, _FILE_LOCATION_FIELDS, 3,
-                                             table, id_tok.start)
-                        target = debug.file_locations
-                    else:
-                        value = self._record(StackFrame, fields, _STACK_FRAME_FIELDS, 1, table,
-                                             id_tok.start)
-                        target = debug.stack_frames
-                if key in target:
-                    raise self.error(f"id {key} given twice in table {table}", id_tok.start)
-                target[key] = value
-        return debug
-
-    def _parse_int_record(self, table: str) -> dict[str, tuple[int, int]]:
-        self.parse_punct("{", f"to open a row of table {table}")
-        fields: dict[str, tuple[int, int]] = {}
-        while self.parse_optional_punct("}") is None:
-            key = self.parse_name(f"a field name or '}}' in a row of table {table}")
-            self.parse_punct("=", f"after field {key.text}")
-            fields[key.text] = (self.parse_int(f"an integer for field {key.text}"), key.start)
-        return fields
-
-    def _record(self, cls: Any, fields: dict[str, tuple[int, int]], names: tuple[str, ...],
-                required: int, table: str, offset: int) -> Any:
-        for key, (_, off) in fields.items():
-            if key not in names:
-                raise self.error(f"unknown field '{key}' in table {table} (expected "
-                                 f"{', '.join(names)})", off)
-        for key in names[:required]:
-            if key not in fields:
-                raise self.error(f"row of table {table} has no {key}", offset)
-        return cls(**{k: v for k, (v, _) in fields.items()})
+        start = lexer.peek()
+        comp = PendingComp("entry", start.start, True, single_op=True)
+        self.parse_instruction(comp, top_level=True)
+        comp.name = self._fresh_comp_name(comp.instrs[-1].instr.name)
+        comp.root = comp.instrs[-1]
+        tok = lexer.peek()
+        if tok.kind != "eof":
+            raise self.error(f"expected end of input after the single instruction "
+                             f"{comp.root.instr.name} (text that is not a module holds one "
+                             f"instruction), got {tok.describe()}", tok.start)
+        comp.end_offset = tok.start
+        self._add_computation(comp)
 
     # ----- computations -------------------------------------------------------------------
 
@@ -196,7 +202,12 @@ class HloParser(AttrParser):
             tok.text = "entry"
         comp = PendingComp(tok.text, tok.start, is_entry)
         if lexer.peek().kind == "(":
-            self._parse_signature(comp.name)
+            comp.signature = self._parse_signature(comp.name)
+        self._parse_body(comp, trailing_attrs=True)
+        return comp
+
+    def _parse_body(self, comp: PendingComp, *, trailing_attrs: bool = False) -> None:
+        lexer = self.lexer
         self.parse_punct("{", f"to open the body of computation {comp.name}")
         prev_end = -1
         while True:
@@ -206,7 +217,8 @@ class HloParser(AttrParser):
             if tok.kind != "name":
                 raise self.error(f"expected an instruction or '}}' to close computation "
                                  f"{comp.name}, got {tok.describe()}", tok.start)
-            if prev_end >= 0 and "\n" not in lexer.text[prev_end:tok.start]:
+            between = lexer.text[prev_end:tok.start]
+            if prev_end >= 0 and "\n" not in between and "\r" not in between:
                 raise self.error(f"expected ',' or a new line after instruction "
                                  f"{comp.instrs[-1].instr.name}, got {tok.describe()}", tok.start)
             self.parse_instruction(comp)
@@ -215,52 +227,98 @@ class HloParser(AttrParser):
         if not comp.instrs:
             raise self.error(f"computation {comp.name} has no instructions", comp.end_offset)
         # `}, execution_thread="..."` after a computation: accepted and dropped.
-        while self.parse_optional_punct(",") is not None:
-            key = self.parse_name("a computation attribute name")
-            self.parse_punct("=", f"after computation attribute {key.text}")
+        while (trailing_attrs and lexer.peek().kind == "," and len(ahead := lexer.peek_n(3)) == 3
+               and ahead[1].kind == "name" and ahead[2].kind == "="):
+            lexer.next()
+            self.parse_name("a computation attribute name")
+            self.parse_punct("=", "after a computation attribute name")
             lexer.raw_value()
-        return comp
 
-    def _parse_signature(self, comp_name: str) -> None:
-        """`(p0: f32[4], p1: (s32[], f32[])) -> f32[4]`: read and dropped (the parameters say
-        the same)."""
+    def _parse_signature(self, comp_name: str) -> tuple[list[tuple[str, Shape, int]], Shape, int]:
+        """`(p0: f32[4], p1: (s32[], f32[])) -> f32[4]`: the parameters and result as written
+        (build.py checks them against the parameters and the root)."""
         self.parse_punct("(", "to open a computation signature")
+        params: list[tuple[str, Shape, int]] = []
         if self.parse_optional_punct(")") is None:
             while True:
-                self.parse_name(f"a parameter name in the signature of {comp_name}")
+                tok = self.parse_name(f"a parameter name in the signature of {comp_name}")
                 self.parse_punct(":", "after a parameter name in a signature")
-                self.parse_shape()
+                params.append((tok.text, self.parse_shape(), tok.start))
                 if self.parse_optional_punct(",") is None:
                     break
             self.parse_punct(")", f"to close the signature of {comp_name}")
         self.expect("->", f"'->' after the parameters of {comp_name}")
-        self.parse_shape()
+        at = self.lexer.peek().start
+        return params, self.parse_shape(), at
+
+    def parse_inline_computation(self, attr: str) -> CompRef:
+        """A computation body written as an attribute value (`calls={ p = ... }`): added to the
+        module under a fresh name derived from the attribute."""
+        open_tok = self.lexer.peek()
+        self._enter(open_tok.start)
+        try:
+            comp = PendingComp(self._fresh_comp_name(attr), open_tok.start, False)
+            self._comp_names[comp.name] = comp  # reserved now: bodies may nest
+            self._parse_body(comp)
+        finally:
+            self._depth -= 1
+        self._comps.append(comp)
+        return CompRef(comp.name, open_tok.start)
+
+    def _enter(self, offset: int) -> None:
+        self._depth += 1
+        if self._depth > limits.MAX_NESTING_DEPTH:
+            raise self.error(f"instructions or computations written in place nest more than "
+                             f"{limits.MAX_NESTING_DEPTH} deep "
+                             "(hlofuse.ir.limits.MAX_NESTING_DEPTH)", offset, limit=True)
 
     # ----- instructions -------------------------------------------------------------------
 
-    def parse_instruction(self, comp: PendingComp) -> None:
+    def parse_instruction(self, comp: PendingComp, *, top_level: bool = False) -> None:
+        """One instruction of `comp`; `top_level` (single-instruction text) also allows the
+        nameless form `f32[4] add(...)`."""
         lexer = self.lexer
-        tok = lexer.next()
+        tok = lexer.peek()
         is_root = False
-        if tok.text == "ROOT" and lexer.peek().kind == "name":
+        if tok.kind == "name" and tok.text == "ROOT" and lexer.peek_n(2)[-1].kind == "name":
             is_root = True
-            tok = lexer.next()
-        name = tok.text
-        eq = lexer.peek()
-        if eq.kind != "=":
-            raise self.error(f"expected '=' after instruction name '{name}', got "
-                             f"{eq.describe()}", eq.start)
-        lexer.next()
+            lexer.next()
+            tok = lexer.peek()
+        ahead = lexer.peek_n(2)
+        if top_level and not (tok.kind == "name" and len(ahead) == 2 and ahead[1].kind == "="):
+            if tok.kind == "name" and len(ahead) == 2 and ahead[1].kind == "(":
+                raise self.error(f"expected '=' in instruction (write 'name = shape "
+                                 f"{tok.text}(...)'), got '('", ahead[1].start)
+            pending = self._parse_rhs(comp, None, tok.start, top_level=True)
+        else:
+            tok = self.parse_name("an instruction name")
+            eq = lexer.peek()
+            if eq.kind != "=":
+                raise self.error(f"expected '=' after instruction name '{tok.text}', got "
+                                 f"{eq.describe()}", eq.start)
+            lexer.next()
+            pending = self._parse_rhs(comp, tok.text, tok.start, top_level=top_level)
+        if is_root:
+            if comp.root is not None:
+                raise self.error(f"computation {comp.name} has a second ROOT "
+                                 f"(the first is {comp.root.instr.name})", tok.start)
+            comp.root = pending
+
+    def _parse_rhs(self, comp: PendingComp, name: str | None, offset: int, *,
+                   top_level: bool = False, nested: bool = False) -> PendingInstr:
+        """`[shape] opcode(operands), attributes` (no attributes when `nested`), added to `comp`
+        under `name` (None: `<opcode>.anon`)."""
+        lexer = self.lexer
         shape = self.parse_optional_shape()
         op_tok = lexer.peek()
         if op_tok.kind != "name":
             what = "an opcode" if shape is not None else "a shape or an opcode"
-            raise self.error(f"expected {what} for instruction '{name}', got "
+            raise self.error(f"expected {what} for instruction '{name or '?'}', got "
                              f"{op_tok.describe()}", op_tok.start)
         lexer.next()
-        opcode = lookup(op_tok.text)
-        if opcode is None:
-            raise self.error(f"unknown opcode '{op_tok.text}'", op_tok.start)
+        opcode, wrapped = self._opcode(op_tok)
+        if name is None:
+            name = self._fresh_instr_name(comp, f"{(wrapped or opcode).value}.anon")
         self.parse_punct("(", f"to open the operand list of {op_tok.text}")
         literal: Literal | None = None
         number: int | None = None
@@ -270,33 +328,54 @@ class HloParser(AttrParser):
                 raise self.error(f"{op_tok.text} '{name}' needs a shape, e.g. "
                                  f"'{name} = f32[4] {op_tok.text}(...)'", op_tok.start)
             if opcode is Opcode.PARAMETER:
+                num_tok = lexer.peek()
                 number = self.parse_int("a parameter number")
                 if number < 0:
-                    raise self.error("a parameter number must be >= 0", lexer.pos)
+                    raise self.error("parameter number must be >= 0", num_tok.start)
             else:
                 literal = parse_literal(lexer, shape, allow_elided=self.allow_elided_constants,
                                         name=name)
             self.parse_punct(")", f"to close {op_tok.text}(...)")
         else:
-            operands = self._parse_operands(op_tok.text)
-        attrs, metadata, control = self._parse_attributes()
+            operands = self._parse_operands(comp, op_tok.text, top_level)
+        attrs: dict[str, Any] = {}
+        metadata, control = Metadata(), []
+        if not nested:
+            attrs, metadata, control = self._parse_attributes(op_tok.text, wrapped or opcode)
         instr = Instruction(opcode, shape, name=name, attrs=attrs,  # type: ignore[arg-type]
                             literal=literal, parameter_number=number, metadata=metadata)
-        pending = PendingInstr(instr, tok.start, op_tok.start, operands, control,
-                               shape is not None)
+        pending = PendingInstr(instr, offset, op_tok.start, operands, control, shape is not None,
+                               wrapped)
         if name in comp.by_name:
             first = lexer.line_col(comp.by_name[name].offset)[0]
             raise self.error(f"duplicate instruction name '{name}' in computation {comp.name} "
-                             f"(first defined on line {first})", tok.start)
+                             f"(first defined on line {first})", offset)
         comp.by_name[name] = pending
         comp.instrs.append(pending)
-        if is_root:
-            if comp.root is not None:
-                raise self.error(f"computation {comp.name} has a second ROOT "
-                                 f"(the first is {comp.root.instr.name})", tok.start)
-            comp.root = pending
+        return pending
 
-    def _parse_operands(self, op_text: str) -> list[Ref]:
+    def _opcode(self, tok: Token) -> tuple[Opcode, Opcode | None]:
+        """The opcode of `tok`, and the wrapped opcode when it is `X-start/-update/-done`
+        sugar for an async op wrapping X."""
+        opcode = lookup(tok.text)
+        if opcode is not None:
+            return opcode, None
+        for suffix, async_op in _ASYNC_SUFFIXES.items():
+            if tok.text.endswith(suffix):
+                base = lookup(tok.text[: -len(suffix)])
+                if base is not None:
+                    return async_op, base
+        raise self.error(f"unknown opcode '{tok.text}'", tok.start)
+
+    @staticmethod
+    def _fresh_instr_name(comp: PendingComp, base: str) -> str:
+        name, k = base, 0
+        while name in comp.by_name:
+            k += 1
+            name = f"{base}.{k}"
+        return name
+
+    def _parse_operands(self, comp: PendingComp, op_text: str, top_level: bool) -> list[Ref]:
         lexer = self.lexer
         refs: list[Ref] = []
         if self.parse_optional_punct(")") is not None:
@@ -305,11 +384,16 @@ class HloParser(AttrParser):
             shape_offset = lexer.peek().start
             shape = self.parse_optional_shape()
             tok = lexer.peek()
-            if tok.kind != "name":
+            if tok.kind == "name" and lexer.peek_n(2)[-1].kind == "(":
+                refs.append(self._parse_nested(comp, shape_offset))
+            elif tok.kind == "name":
+                lexer.next()
+                refs.append(Ref(tok.text, tok.start, shape, shape_offset))
+            elif shape is not None and top_level and tok.kind in (",", ")"):
+                refs.append(Ref(None, shape_offset, shape, shape_offset))
+            else:
                 raise self.error(f"expected an operand name in the operand list of {op_text}, "
                                  f"got {tok.describe()}", tok.start)
-            lexer.next()
-            refs.append(Ref(tok.text, tok.start, shape, shape_offset))
             if self.parse_optional_punct(",") is None:
                 break
         tok = lexer.peek()
@@ -319,7 +403,20 @@ class HloParser(AttrParser):
         lexer.next()
         return refs
 
-    def _parse_attributes(self) -> tuple[dict[str, Any], Metadata, list[Ref]]:
+    def _parse_nested(self, comp: PendingComp, shape_offset: int) -> Ref:
+        """An instruction written as an operand: parsed (from its shape, re-read) and added to
+        `comp` before its user; the operand refers to it by its generated name."""
+        self.lexer.pos = shape_offset  # re-read the shape as part of the instruction
+        self.lexer._peeked = None
+        self._enter(shape_offset)
+        try:
+            pending = self._parse_rhs(comp, None, shape_offset, nested=True)
+        finally:
+            self._depth -= 1
+        return Ref(pending.instr.name, shape_offset)
+
+    def _parse_attributes(self, op_text: str,
+                          opcode: Opcode) -> tuple[dict[str, Any], Metadata, list[Ref]]:
         attrs: dict[str, Any] = {}
         metadata = Metadata()
         control: list[Ref] = []
@@ -337,11 +434,21 @@ class HloParser(AttrParser):
                 self.parse_punct("=", "after attribute name control-predecessors")
                 control = self._parse_name_list("control-predecessors")
                 continue
-            kind = ATTRIBUTES.get(key.text)
+            kind = attr_kind(opcode.value, key.text)
             if kind is None:
                 raise self.error(f"unknown attribute '{key.text}'", key.start)
+            if (kind in (AttrKind.COMPUTATION, AttrKind.COMPUTATIONS)
+                    and key.text not in CALLED_COMPUTATION_ATTRS.get(opcode, ())):
+                raise self.error(f'unexpected attribute "{key.text}" for {op_text}: '
+                                 f"{opcode.value} calls no computation through it", key.start)
             self.parse_punct("=", f"after attribute name {key.text}")
+            value_at = self.lexer.skip_space() if self.lexer._peeked is None else \
+                self.lexer._peeked.start
             attrs[key.text] = self.parse_attr_value(key.text, kind)
+            problem = check_attribute(opcode, key.text, attrs[key.text])
+            if problem:
+                raise self.error(problem, key.start if problem.startswith("unexpected")
+                                 else value_at)
         return attrs, metadata, control
 
     def _parse_name_list(self, what: str) -> list[Ref]:
@@ -350,7 +457,7 @@ class HloParser(AttrParser):
 
 def parse(text: str, *, source_name: str = "<text>", verify: bool = True,
           allow_elided_constants: bool = False) -> Module:
-    """Parse HLO text (long or short form) into a `Module`.
+    """Parse HLO text (long or short form, or a single instruction) into a `Module`.
 
     Raises `HloParseError` for malformed text (with line:column) and, when `verify` is true,
     `HloVerifyError` from `hlofuse.ir.verifier.verify` for semantically invalid modules.
@@ -372,10 +479,8 @@ def parse(text: str, *, source_name: str = "<text>", verify: bool = True,
         if gc_was_enabled:
             gc.enable()
     if verify:
-        try:
-            from hlofuse.ir.verifier import verify as run_verifier
-        except ImportError:  # the verifier is optional until it lands
-            return module
+        from hlofuse.ir.verifier import verify as run_verifier
+
         run_verifier(module)
     return module
 

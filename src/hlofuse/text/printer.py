@@ -20,22 +20,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
-import numpy as np
-
 from hlofuse.ir.attributes import (
     ATTRIBUTES,
     AttrKind,
+    attr_kind,
     format_padding,
     format_slice,
     format_window,
 )
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.instruction import Instruction, Metadata
+from hlofuse.ir.instruction import Instruction, Metadata, Verbatim
 from hlofuse.ir.literal import Literal, format_literal
 from hlofuse.ir.module import DebugInfo, Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, format_shape
+from hlofuse.ir.shape import Shape, format_shape
 from hlofuse.text.lexer import encode_string
 
 _ORDER = {name: i for i, name in enumerate(ATTRIBUTES)}
@@ -126,7 +124,8 @@ def format_instruction(instr: Instruction, *, long: bool = False, root: bool = F
     if instr.attrs:
         keys = sorted(instr.attrs, key=lambda k: _ORDER.get(k, len(_ORDER)))
         for key in keys:
-            out += f", {key}={format_attr_value(key, instr.attrs[key], long=long)}"
+            out += (f", {key}="
+                    f"{format_attr_value(key, instr.attrs[key], long=long, opcode=instr.opcode)}")
     if instr.metadata:
         out += ", metadata=" + format_metadata(instr.metadata)
     if instr.control_predecessors:
@@ -136,59 +135,15 @@ def format_instruction(instr: Instruction, *, long: bool = False, root: bool = F
 
 
 def format_constant(value: Literal, shape: Shape) -> str:
-    """`ir.literal.format_literal`, except that a nan with a non-default payload prints as
-    `nan(0x...)` (XLA's spelling) so that it reads back bit for bit."""
-    if isinstance(value, np.ndarray) and isinstance(shape, ArrayShape) and _has_odd_nan(value):
-        return _format_with_payloads(value, shape)
-    if isinstance(value, tuple) and isinstance(shape, TupleShape):
-        return "(" + ", ".join(format_constant(v, s)
-                               for v, s in zip(value, shape.elements, strict=True)) + ")"
+    """The text inside `constant(...)` (`ir.literal.format_literal`: a NaN with a non-default
+    payload prints as `nan(0x...)`, XLA's spelling, so that it reads back bit for bit)."""
     return format_literal(value, shape)
 
 
-def _has_odd_nan(value: np.ndarray) -> bool:
-    if value.dtype.kind != "f" and value.dtype != np.dtype(ml_dtypes.bfloat16):
-        return False
-    with np.errstate(invalid="ignore"):
-        nans = np.isnan(value.astype(np.float64))
-    if not nans.any():
-        return False
-    bits = value.view(np.dtype(f"u{value.itemsize}"))[nans]
-    mantissa = _MANTISSA_BITS[value.itemsize if value.dtype.kind == "f" else 0]
-    payload = bits & ((1 << mantissa) - 1)
-    return bool((payload != (1 << (mantissa - 1))).any())
-
-
-_MANTISSA_BITS = {2: 10, 4: 23, 8: 52, 0: 7}  # by itemsize; 0 stands for bf16
-
-
-def _format_with_payloads(value: np.ndarray, shape: ArrayShape) -> str:
-    mantissa = _MANTISSA_BITS[value.itemsize if value.dtype.kind == "f" else 0]
-    bits = value.view(np.dtype(f"u{value.itemsize}"))
-
-    def scalar(index: tuple[int, ...]) -> str:
-        v = value[index]
-        if np.isnan(float(v)):
-            b = int(bits[index])
-            payload = b & ((1 << mantissa) - 1)
-            sign = "-" if b >> (value.itemsize * 8 - 1) else ""
-            if payload != 1 << (mantissa - 1):
-                return f"{sign}nan(0x{payload:x})"
-        return format_literal(np.asarray(v, dtype=value.dtype).reshape(()),
-                              ArrayShape(shape.dtype, ()))
-
-    def nested(prefix: tuple[int, ...]) -> str:
-        dim = len(prefix)
-        if dim == value.ndim - 1:
-            return "{" + ", ".join(scalar((*prefix, i)) for i in range(value.shape[dim])) + "}"
-        return "{ " + ", ".join(nested((*prefix, i)) for i in range(value.shape[dim])) + " }"
-
-    return scalar(()) if value.ndim == 0 else nested(())
-
-
-def format_attr_value(key: str, value: Any, *, long: bool = False) -> str:
-    """The text of one attribute value, by the attribute's kind in the schema."""
-    kind = ATTRIBUTES.get(key)
+def format_attr_value(key: str, value: Any, *, long: bool = False,
+                      opcode: Opcode | None = None) -> str:
+    """The text of one attribute value, by the attribute's kind in the schema (for `opcode`)."""
+    kind = attr_kind(opcode.value, key) if opcode is not None else ATTRIBUTES.get(key)
     pct = "%" if long else ""
     if kind is AttrKind.INT or kind is AttrKind.ENUM:
         return str(value)
@@ -196,6 +151,10 @@ def format_attr_value(key: str, value: Any, *, long: bool = False) -> str:
         return "{" + ",".join(str(v) for v in value) + "}"
     if kind is AttrKind.BOOL:
         return "true" if value else "false"
+    if kind is AttrKind.FLOAT:
+        return repr(float(value))
+    if kind is AttrKind.SHAPES:
+        return "{" + ", ".join(format_shape(s) for s in value) + "}"
     if kind is AttrKind.STRING:
         return encode_string(value)
     if kind is AttrKind.SLICE:
@@ -218,7 +177,7 @@ def format_metadata(metadata: Metadata) -> str:
     for key, value in metadata.fields:
         if isinstance(value, bool):
             items.append(f"{key}={'true' if value else 'false'}")
-        elif isinstance(value, int):
+        elif isinstance(value, int | Verbatim):  # verbatim: a braced list as written
             items.append(f"{key}={value}")
         else:
             items.append(f"{key}={encode_string(str(value))}")

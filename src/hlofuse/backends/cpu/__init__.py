@@ -67,10 +67,12 @@ def available() -> bool:
 def generate(module: Module, threads: int | None = None) -> Program:
     """The C program for an (optimised) module, without compiling it. `threads`: how many
     threads parallel loops may use (default `runtime.default_threads()`: HLOFUSE_THREADS, else
-    the CPUs this process may run on)."""
-    from hlofuse.backends.cpu import driver, runtime
+    the CPUs this process may run on). Collectives, async wrappers and batch norm are first
+    lowered to plain HLO with their one-device values (on a copy: `one_device.py`)."""
+    from hlofuse.backends.cpu import driver, one_device, runtime
 
-    return driver.generate(module, threads=threads or runtime.default_threads())
+    return driver.generate(one_device.prepare(module),
+                           threads=threads or runtime.default_threads())
 
 
 def compile_module(module: Module, threads: int | None = None) -> CpuExecutable:

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlofuse.backends.cpu import cprelude
+from hlofuse.backends.cpu import cexpr_types, cprelude
 from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.errors import CompileError
-from hlofuse.ir.dtypes import DType
+from hlofuse.ir.dtypes import F64, DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
@@ -63,19 +63,35 @@ def _name(dtype: DType | str) -> str:
 
 def ctype(dtype: DType) -> str:
     """The C storage type of `dtype` (arrays, kernel arguments)."""
-    try:
-        return _CTYPES[_name(dtype)]
-    except KeyError:
-        raise UnsupportedOpError(f"element type {dtype} has no C type in the cpu backend") from None
+    t = _CTYPES.get(_name(dtype))
+    if t is None and not isinstance(dtype, str):
+        t = cexpr_types.storage_ctype(dtype)
+    if t is None:
+        raise UnsupportedOpError(f"element type {dtype} has no C type in the cpu backend")
+    return t
 
 
 def compute_type(dtype: DType) -> str:
-    """The C type values of `dtype` are computed in (float for f16/bf16)."""
-    return "float" if _name(dtype) in _NARROW else ctype(dtype)
+    """The C type values of `dtype` are computed in (float for f16/bf16 and the 8- and 4-bit
+    floats, the value itself for sub-byte integers)."""
+    if _name(dtype) in _NARROW:
+        return "float"
+    if not isinstance(dtype, str) and _name(dtype) not in _CTYPES:
+        t = cexpr_types.compute_ctype(dtype)
+        if t is not None:
+            return t
+    return ctype(dtype)
+
+
+def _extended(dtype: DType | str) -> bool:
+    """A type `cexpr_types` handles (sub-byte integer, complex, 8- or 4-bit float)?"""
+    return not isinstance(dtype, str) and dtype.name not in _CTYPES
 
 
 def load(dtype: DType, expr: str) -> str:
     """Storage value -> compute value."""
+    if _extended(dtype):
+        return cexpr_types.load(dtype, expr) or expr  # type: ignore[arg-type]
     n = _name(dtype)
     if n == "f16":
         return f"hf_f16_to_f32({expr})"
@@ -86,6 +102,8 @@ def load(dtype: DType, expr: str) -> str:
 
 def store(dtype: DType, expr: str) -> str:
     """Compute value -> storage value (round to nearest even for f16/bf16)."""
+    if _extended(dtype):
+        return cexpr_types.store(dtype, expr) or expr  # type: ignore[arg-type]
     n = _name(dtype)
     if n == "f16":
         return f"hf_f32_to_f16({expr})"
@@ -96,6 +114,8 @@ def store(dtype: DType, expr: str) -> str:
 
 def _round(dtype: DType, expr: str) -> str:
     """Round a float expression to `dtype` (identity for f32/f64)."""
+    if _extended(dtype) and cexpr_types.is_small_float(dtype):  # type: ignore[arg-type]
+        return cexpr_types.round_to(dtype, expr)  # type: ignore[arg-type]
     n = _name(dtype)
     if n == "f16":
         return f"hf_round_f16({expr})"
@@ -150,6 +170,13 @@ def _int_text(v: int, name: str) -> str:
 def literal(value: object, dtype: DType) -> str:
     """A C constant of `dtype`'s compute type holding `value` exactly."""
     n = _name(dtype)
+    if _extended(dtype):
+        if dtype.is_complex:
+            return cexpr_types.complex_literal(value, dtype, _float_text)
+        if cexpr_types.is_small_float(dtype):
+            return cexpr_types.small_float_literal(value, dtype)
+        if dtype.is_narrow_int:
+            return cexpr_types.narrow_literal(value, dtype)
     if n == "pred":
         return "((uint8_t)1)" if bool(value) else "((uint8_t)0)"
     if n in ("f16", "bf16", "f32"):
@@ -168,7 +195,11 @@ def array_initializer(array: np.ndarray, dtype: DType) -> str:
     flat = np.ascontiguousarray(np.asarray(array).astype(dtype.np)).reshape(-1)
     if flat.size == 0:
         return "{0}"
-    if n in _NARROW:
+    if _extended(dtype) and dtype.is_complex:
+        items = [literal(v, dtype) for v in flat.tolist()]
+    elif _extended(dtype):
+        items = [str(v) for v in cexpr_types.storage_bits(flat, dtype)]
+    elif n in _NARROW:
         items = [str(v) for v in flat.view(np.uint16).tolist()]
     elif n == "pred":
         items = ["1" if v else "0" for v in flat.tolist()]
@@ -251,6 +282,17 @@ _MATH_OPS = {
     Opcode.POWER: "pow",
 }
 
+_LIBM_UNARY = {
+    Opcode.ACOS: "acos",
+    Opcode.ACOSH: "acosh",
+    Opcode.ASIN: "asin",
+    Opcode.ASINH: "asinh",
+    Opcode.ATAN: "atan",
+    Opcode.ATANH: "atanh",
+    Opcode.COSH: "cosh",
+    Opcode.SINH: "sinh",
+}
+
 _EXACT_UNARY = {  # libm functions that are exact (correctly rounded by definition)
     Opcode.CEIL: "ceil",
     Opcode.FLOOR: "floor",
@@ -312,14 +354,30 @@ def _elementwise(instr: _Op, operands: list[str]) -> str:
         return _convert(instr, instr.arg_dtypes[0], dt, ops[0])
     if op is Opcode.BITCAST_CONVERT:
         return _bitcast_convert(instr, instr.arg_dtypes[0], dt, ops[0])
+    if op is Opcode.STOCHASTIC_CONVERT:  # round in double, then a saturating convert
+        src, rnd = instr.arg_dtypes
+        if not (src.is_float and rnd.kind == "unsigned" and dt.is_integral):
+            raise _unsupported(instr, dt, "stochastic-convert converts floats to integers")
+        rounded = f"hf_stochastic_round((double){ops[0]}, (uint64_t){ops[1]}, {rnd.bits})"
+        return _convert(instr, F64, dt, rounded)
     if op is Opcode.COMPARE:
         return _compare(instr, ops)
     if op is Opcode.IS_FINITE:
         return f"((uint8_t)(isfinite{ops[0]} != 0))"
+    if dt.is_complex or (instr.arg_dtypes and instr.arg_dtypes[0].is_complex):
+        expr = cexpr_types.complex_op(op, dt, instr.arg_dtypes, ops)
+        if expr is None:
+            raise _unsupported(instr, dt)
+        return expr
     if op in (Opcode.REAL, Opcode.IMAG):
-        if instr.arg_dtypes[0].name != dt.name:
-            raise _unsupported(instr, dt, "complex numbers are not supported")
         return ops[0] if op is Opcode.REAL else literal(0, dt)  # a real number's parts
+    if dt.is_narrow_int:
+        expr = cexpr_types.narrow_int_op(op, dt, ops)
+        if expr is None:
+            raise _unsupported(instr, dt)
+        return expr
+    if cexpr_types.is_small_float(dt):  # computed in float, rounded to the type after every op
+        return cexpr_types.round_to(dt, _float_op(instr, dt, ops))
     if dt.is_float:
         return _float_op(instr, dt, ops)
     if dt.is_pred:
@@ -362,11 +420,15 @@ def _float_op(instr: _Op, dt: DType, ops: list[str]) -> str:
         if e is None or m is None or int(e) < 1 or int(m) < 0:  # type: ignore[call-overload]
             raise _unsupported(instr, dt, "needs exponent_bits >= 1 and mantissa_bits >= 0")
         e, m = int(e), int(m)  # type: ignore[call-overload]
-        if _name(dt) == "bf16":
-            return f"hf_round_bf16(hf_reduce_precision_f32({ops[0]}, {e}, {m}))"
+        if _name(dt) == "bf16" or cexpr_types.is_small_float(dt):  # via f32 (the caller
+            # rounds small floats to their type)
+            return _round(dt, f"hf_reduce_precision_f32({ops[0]}, {e}, {m})")
         return f"hf_reduce_precision_{_name(dt)}({ops[0]}, {e}, {m})"
     if op in _MATH_OPS or op is Opcode.LOGISTIC:
         return _math_call(op, dt, ops)
+    if op in _LIBM_UNARY:  # in double, rounded once (f64: the C library's own accuracy)
+        fn = _LIBM_UNARY[op]
+        return f"{fn}{ops[0]}" if f64 else _round(dt, f"((float){fn}((double){ops[0]}))")
     raise _unsupported(instr, dt)
 
 
@@ -422,6 +484,7 @@ def _int_op(instr: _Op, dt: DType, ops: list[str]) -> str:
         Opcode.SIGN: "sign",
         Opcode.CLZ: "clz",
         Opcode.POPCNT: "popcnt",
+        Opcode.MULHI: "mulhi",
     }
     if op in helpers:
         return f"hf_{helpers[op]}_{n}({', '.join(ops)})"
@@ -439,7 +502,19 @@ def _compare(instr: _Op, ops: list[str]) -> str:
     kind = instr.attrs.get("type")
     kind = None if kind is None else str(kind)
     a, b = ops
-    if src.is_float and kind == "TOTALORDER":
+    if src.is_complex and sym not in ("==", "!="):
+        raise _unsupported(instr, src, "complex numbers compare only EQ and NE")
+    if src.is_narrow_int and kind in ("SIGNED", "UNSIGNED"):
+        if kind == "SIGNED" and not src.is_signed:  # read the bits as the signed type
+            from hlofuse.ir.dtypes import DTYPES
+
+            signed = DTYPES[f"s{src.bits}"]
+            a, b = cexpr_types.wrap(signed, a), cexpr_types.wrap(signed, b)
+        elif kind == "UNSIGNED" and src.is_signed:  # the order of the unsigned bits
+            a, b = f"((uint8_t){a})", f"((uint8_t){b})"
+    elif src.is_small_float and kind == "TOTALORDER":
+        a, b = cexpr_types.total_order_key(src, a), cexpr_types.total_order_key(src, b)
+    elif src.is_float and kind == "TOTALORDER":
         sfx = _fsfx(src)
         a, b = f"hf_tokey_{sfx}({a})", f"hf_tokey_{sfx}({b})"
     elif src.is_integral and kind == "UNSIGNED" and src.is_signed:
@@ -455,8 +530,24 @@ def _convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
     s, d = _name(src), _name(dst)
     if s == d:
         return x
+    if dst.is_complex or src.is_complex:
+        expr = cexpr_types.complex_convert(src, dst, x)
+        if expr is None:
+            raise _unsupported(instr, dst, f"convert from {src}")
+        return expr
     if dst.is_pred:
         return f"((uint8_t)({x} != 0))"
+    if dst.is_narrow_int:
+        if src.is_float:  # saturate in 32 bits, then to the narrow range
+            lo, hi = (-(1 << (dst.bits - 1)), (1 << (dst.bits - 1)) - 1) if dst.is_signed \
+                else (0, (1 << dst.bits) - 1)
+            wide = "s32" if dst.is_signed else "u32"
+            v = f"hf_cvt_{_fsfx(src)}_{wide}({x})"
+            clamped = f"hf_min_s64(hf_max_s64((int64_t){v}, {lo}), {hi})"
+            return f"(({compute_type(dst)}){clamped})"
+        return cexpr_types.wrap(dst, f"(int64_t){x}")
+    if cexpr_types.is_small_float(dst):
+        return cexpr_types.round_to(dst, x)
     if src.is_pred or (src.is_integral and dst.is_integral):
         if d in _NARROW:
             return x if src.is_pred else _round(dst, f"((float){x})")
@@ -487,9 +578,9 @@ def _bitcast_convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
     s, d = _name(src), _name(dst)
     if s == d:
         return x
-    bits = f"uint{src.bits}_t"
+    bits = f"uint{max(src.bits, 8)}_t"
     # source value -> raw bits
-    if s in _NARROW:
+    if s in _NARROW or _extended(src):
         raw = store(src, x)
     elif s == "f32":
         raw = f"hf_f32_bits({x})"
@@ -498,7 +589,7 @@ def _bitcast_convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
     else:
         raw = f"(({bits}){x})"
     # raw bits -> destination value
-    if d in _NARROW:
+    if d in _NARROW or _extended(dst):
         return load(dst, raw)
     if d == "f32":
         return f"hf_f32_from_bits({raw})"

@@ -17,17 +17,24 @@ What the helpers guarantee (each matches `backends/interpreter/elementwise.py` b
 - reduce-precision follows XLA's EmitReducePrecisionIR (quiet_nans=false).
 - Kernel scratch memory comes from `hf_alloc`, which never returns NULL: a failure jumps back
   to `hf_entry`, which reports it (status 3, the bytes and the kernel).
-Every helper is `static inline`, so unused ones cost nothing in the object file.
+Every helper is `static inline`, so unused ones cost nothing in the object file. The helpers of
+the sub-byte, complex and 8-/4-bit float types and mulhi are in `cprelude_types`. <complex.h>
+is included for the C library's complex functions, with its `complex` and `I` macros undone.
 """
 
 from __future__ import annotations
 
 import functools
 
+from hlofuse.backends.cpu import cprelude_types
+
 _INCLUDES = """\
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include <complex.h>
+#undef complex
+#undef I
 #include <stdlib.h>
 #include <setjmp.h>
 #ifdef _OPENMP
@@ -332,6 +339,7 @@ def helpers() -> str:
     parts += [_cvt_helpers("f32"), _cvt_helpers("f64")]
     parts += [_int_helpers(name) for name in _INT_TYPES]
     parts.append(_rp_helpers())
+    parts.append(cprelude_types.helpers())
     return "".join(parts)
 
 

@@ -11,8 +11,10 @@ the interpreter cannot run raises `InterpreterError` naming the opcode and the i
 in `IDENTITY_CUSTOM_CALLS`).
 
 Dispatch is one handler per opcode (`core.HANDLERS`, each `(Interpreter, instr, operand
-values) -> value`); op groups live in elementwise, shaping, reductions, convolution, indexing,
-sorting, rng and linalg. Parameters are bound by the evaluation loop itself.
+values) -> value`); op groups live in elementwise (with numerics), conversions, shaping,
+reductions, convolution, indexing, sorting, rng, linalg, batch_norm and collectives (one-device
+semantics of collectives, async wrappers and copies). Parameters are bound by the evaluation
+loop itself.
 
 Numerics: every float op is computed in f64 and rounded once to its result type, so + - * /
 sqrt are correctly rounded and transcendentals are (nearly always) correctly rounded too;
@@ -28,6 +30,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from hlofuse.backends.interpreter import (  # noqa: F401  (register the handlers)
+    batch_norm,
+    collectives,
+    conversions,
     convolution,
     elementwise,
     indexing,

@@ -49,14 +49,14 @@ NO_RULE: dict[Opcode, str] = {
     Opcode.RNG_GET_AND_UPDATE_STATE: "stateful rng ops have backend-defined values",
     Opcode.INFEED: "infeed/outfeed need a host transfer channel",
     Opcode.OUTFEED: "infeed/outfeed need a host transfer channel",
-    Opcode.ALL_REDUCE: "collectives need more than one device",
-    Opcode.ALL_GATHER: "collectives need more than one device",
-    Opcode.FFT: "complex element types are not supported",
-    Opcode.SEND: "send/recv need a host transfer channel",
-    Opcode.SEND_DONE: "send/recv need a host transfer channel",
-    Opcode.RECV: "send/recv need a host transfer channel",
-    Opcode.RECV_DONE: "send/recv need a host transfer channel",
+    Opcode.SEND: "send/recv need a transfer channel to another device or the host",
+    Opcode.SEND_DONE: "send/recv need a transfer channel to another device or the host",
+    Opcode.RECV: "send/recv need a transfer channel to another device or the host",
+    Opcode.RECV_DONE: "send/recv need a transfer channel to another device or the host",
     Opcode.SCAN: "the scan op is not implemented (JAX lowers lax.scan to a while loop)",
+    Opcode.COLLECTIVE_REDUCE: "collective-reduce has no documented semantics in XLA",
+    Opcode.SCALED_DOT: "block-scaled dot (scales per block of the operands) is not implemented",
+    Opcode.SHUFFLE: "shuffle has no documented semantics in XLA",
 }
 
 

@@ -9,10 +9,11 @@
 * Shifts by at least the bit width (the amount read as unsigned) give 0, or the sign fill for
   shift-right-arithmetic.
 * Integer power: a negative exponent gives 0, except base 1 gives 1 (XLA's EmitIntegerPow).
-* convert float -> int: nan -> 0, out-of-range values saturate; x -> pred is `x != 0`.
 * compare with `type=TOTALORDER` orders floats -nan < -inf < ... < -0 < +0 < ... < inf < nan.
 * sign(-0) = -0, sign(nan) = nan; round-nearest-afz rounds halves away from zero.
-* bitcast-convert between widths adds or removes a minor dimension (little-endian order).
+* sub-byte integers, complex numbers and the total order of every float type: `numerics.py`.
+  The 8- and 4-bit floats compute in f64 and round once, like f16 and bf16.
+* convert, bitcast-convert, reduce-precision and stochastic-convert: `conversions.py`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.backends.interpreter import numerics
 from hlofuse.backends.interpreter.core import Interpreter, handles, out_np, unsupported
 from hlofuse.ir.dtypes import DType, from_numpy
 from hlofuse.ir.instruction import Instruction
@@ -36,7 +38,7 @@ def dtype_of(x: np.ndarray) -> DType:
     return from_numpy(x.dtype)
 
 
-def _result_dtype(instr: Instruction) -> DType:
+def result_dtype(instr: Instruction) -> DType:
     shape = instr.shape
     if not isinstance(shape, ArrayShape):
         raise unsupported(instr, f"expected an array-shaped result, got {shape}")
@@ -49,9 +51,12 @@ def float_op(fn: Callable[..., Any], out: DType, *xs: np.ndarray) -> np.ndarray:
     For +, -, *, /, sqrt and fmod this is exactly the correctly rounded result of the narrower
     type (f64 has more than twice the precision of f32, f16 and bf16); for transcendental
     functions it is the (nearly always correctly rounded) reference value. f16/bf16 results
-    are therefore what XLA's CPU backend gets by computing in f32 and rounding back."""
-    wide = tuple(np.asarray(x).astype(np.float64) for x in xs)
-    return np.asarray(fn(*wide)).astype(out.np)
+    are therefore what XLA's CPU backend gets by computing in f32 and rounding back. Complex
+    values compute in complex128."""
+    wide = tuple(np.asarray(x).astype(np.complex128 if np.iscomplexobj(x) else np.float64)
+                 for x in xs)
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(*wide)).astype(out.np)
 
 
 # ----- unary ------------------------------------------------------------------------------
@@ -96,23 +101,33 @@ _FLOAT_UNARY: dict[Opcode, Callable[[np.ndarray], np.ndarray]] = {
     Opcode.SQRT: np.sqrt,
     Opcode.TAN: np.tan,
     Opcode.TANH: np.tanh,
+    **numerics.UNARY_MATH,
 }
+_NOT_COMPLEX = (Opcode.CBRT, Opcode.CEIL, Opcode.FLOOR, Opcode.ROUND_AFZ, Opcode.ROUND_EVEN,
+                Opcode.ERF)
 
 
 @handles(*_FLOAT_UNARY)
 def _float_unary(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    out = _result_dtype(instr)
-    if not out.is_float:
-        raise unsupported(instr, f"{instr.opcode.value} needs a floating-point type, got {out}")
-    return float_op(_FLOAT_UNARY[instr.opcode], out, ops[0])
+    out = result_dtype(instr)
+    op = instr.opcode
+    if not out.is_inexact or (out.is_complex and op in _NOT_COMPLEX):
+        raise unsupported(instr, f"{op.value} needs a floating-point type, got {out}")
+    if out.is_complex and op is Opcode.LOGISTIC:
+        return float_op(lambda z: 1 / (1 + np.exp(-z)), out, ops[0])
+    return float_op(_FLOAT_UNARY[op], out, ops[0])
 
 
 @handles(Opcode.ABS)
 def _abs(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    out = _result_dtype(instr)
+    out = result_dtype(instr)
     x = ops[0]
+    if np.iscomplexobj(x):  # |z| is real
+        return float_op(numerics.complex_abs, out, x)
     if out.is_float:
         return float_op(np.abs, out, x)
+    if out.is_narrow_int:
+        return numerics.narrow_unary(Opcode.ABS, x, out)
     if out.kind == "unsigned" or out.is_pred:
         return np.array(x, copy=True)
     return np.abs(x).astype(out.np)  # abs(INT_MIN) wraps to INT_MIN
@@ -120,18 +135,24 @@ def _abs(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
 
 @handles(Opcode.NEGATE)
 def _negate(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    out = _result_dtype(instr)
-    if out.is_float:
+    out = result_dtype(instr)
+    if out.is_inexact:
         return float_op(np.negative, out, ops[0])
+    if out.is_narrow_int:
+        return numerics.narrow_unary(Opcode.NEGATE, ops[0], out)
     return np.negative(ops[0]).astype(out.np)
 
 
 @handles(Opcode.SIGN)
 def _sign(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    out = _result_dtype(instr)
+    out = result_dtype(instr)
     x = ops[0]
+    if out.is_complex:
+        return float_op(numerics.complex_sign, out, x)
     if out.is_float:
         return float_op(_float_sign, out, x)
+    if out.is_narrow_int:
+        return numerics.narrow_unary(Opcode.SIGN, x, out)
     if out.kind == "unsigned" or out.is_pred:
         return (x != 0).astype(out.np)
     return np.sign(x).astype(out.np)
@@ -142,6 +163,8 @@ def _not(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
     x = ops[0]
     if x.dtype == np.bool_:
         return np.logical_not(x)
+    if result_dtype(instr).is_narrow_int:
+        return numerics.narrow_unary(Opcode.NOT, x, result_dtype(instr))
     return np.invert(x)
 
 
@@ -157,12 +180,16 @@ def _unsigned(x: np.ndarray) -> np.ndarray:
 @handles(Opcode.POPCNT)
 def _popcnt(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
     x = np.asarray(ops[0])
+    if result_dtype(instr).is_narrow_int:
+        return numerics.narrow_unary(Opcode.POPCNT, x, result_dtype(instr))
     return np.bitwise_count(_unsigned(x)).astype(out_np(instr))
 
 
 @handles(Opcode.CLZ)
 def _clz(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
     x = np.asarray(ops[0])
+    if result_dtype(instr).is_narrow_int:
+        return numerics.narrow_unary(Opcode.CLZ, x, result_dtype(instr))
     bits = x.dtype.itemsize * 8
     v = _unsigned(x).astype(np.uint64)
     length = np.zeros(v.shape, dtype=np.int64)
@@ -176,116 +203,21 @@ def _clz(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
 
 @handles(Opcode.REAL)
 def _real(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    return np.asarray(ops[0]).astype(out_np(instr))
+    return np.real(np.asarray(ops[0])).astype(out_np(instr))
 
 
 @handles(Opcode.IMAG)
 def _imag(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    return np.zeros_like(np.asarray(ops[0]), dtype=out_np(instr))
+    x = np.asarray(ops[0])
+    if np.iscomplexobj(x):
+        return np.imag(x).astype(out_np(instr))
+    return np.zeros(x.shape).astype(out_np(instr))  # a real number's imaginary part (0.0,
+    # whose encoding is not all zero bits in every type: e8m0 has no zero)
 
 
-# ----- convert, bitcast-convert, reduce-precision -----------------------------------------
-
-
-def convert(x: np.ndarray, to: DType) -> np.ndarray:
-    """XLA's convert: float->int truncates, saturates and maps nan to 0; x->pred is x != 0."""
-    x = np.asarray(x)
-    src = dtype_of(x)
-    if to.is_pred:
-        return np.asarray(x != 0)
-    if src.is_float and to.is_integral:
-        t = np.trunc(x.astype(np.float64))
-        if to.is_signed:
-            lo, hi = -(2.0 ** (to.bits - 1)), 2.0 ** (to.bits - 1)
-        else:
-            lo, hi = 0.0, 2.0**to.bits
-        info = np.iinfo(to.np)
-        big = t >= hi
-        small = t < lo
-        safe = np.where(np.isnan(t) | big | small, 0.0, t)
-        res = safe.astype(to.np)
-        res = np.where(big, np.array(info.max, to.np), res)
-        res = np.where(small, np.array(info.min, to.np), res)
-        return np.asarray(res, dtype=to.np)
-    if src.is_pred:
-        return x.astype(np.uint8).astype(to.np)
-    if {src.name, to.name} == {"bf16", "f16"}:
-        return x.astype(np.float32).astype(to.np)
-    return x.astype(to.np)
-
-
-@handles(Opcode.CONVERT)
-def _convert(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    return convert(ops[0], _result_dtype(instr))
-
-
-@handles(Opcode.BITCAST_CONVERT)
-def _bitcast_convert(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    out = _result_dtype(instr)
-    x = np.asarray(ops[0], order="C")
-    src_bits = x.dtype.itemsize * 8
-    if out.is_pred or x.dtype == np.bool_:
-        raise unsupported(instr, "bitcast-convert to or from pred is not defined")
-    if src_bits == out.bits:
-        return x.view(out.np).copy()
-    dims = array_dims(instr)
-    return x.reshape(-1).view(out.np).reshape(dims).copy()
-
-
-def array_dims(instr: Instruction) -> tuple[int, ...]:
-    shape = instr.shape
-    assert isinstance(shape, ArrayShape)
-    return shape.dims
-
-
-_FLOAT_LAYOUT = {16: (5, 10), 32: (8, 23), 64: (11, 52)}
-
-
-def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:
-    """XLA's EmitReducePrecisionIR (quiet_nans=false) on the bits of f16/f32/f64 (bf16 via f32)."""
-    dt = dtype_of(x)
-    if dt.name == "bf16":
-        return reduce_precision(x.astype(np.float32), exponent_bits, mantissa_bits).astype(x.dtype)
-    nbits = dt.bits
-    src_exp, src_man = _FLOAT_LAYOUT[nbits]
-    u = np.dtype(f"u{nbits // 8}")
-    one = u.type(1)
-    xi = np.asarray(x, order="C").view(u).copy()
-    sign_mask = u.type(1 << (nbits - 1))
-    exp_mask = u.type(((1 << src_exp) - 1) << src_man)
-    is_nan = (xi & ~sign_mask) > exp_mask
-    if mantissa_bits < src_man:
-        shift = src_man - mantissa_bits
-        last = u.type(1 << shift)
-        base_bias = u.type((1 << (shift - 1)) - 1)
-        bias = ((xi & last) >> u.type(shift)) + base_bias
-        trunc_mask = ~(last - one)
-        xi = (xi + bias) & trunc_mask
-    if exponent_bits < src_exp:
-        exponent_bias = (1 << (src_exp - 1)) - 1
-        reduced_bias = (1 << (exponent_bits - 1)) - 1
-        max_exp = u.type((exponent_bias + reduced_bias) << src_man)
-        min_exp = u.type((exponent_bias - reduced_bias) << src_man)
-        x_exp = xi & exp_mask
-        signed_zero = xi & sign_mask
-        signed_inf = signed_zero | exp_mask
-        xi = np.where(x_exp > max_exp, signed_inf, xi)
-        xi = np.where(x_exp <= min_exp, signed_zero, xi)
-    result = np.asarray(xi, dtype=u).view(x.dtype)
-    if mantissa_bits > 0:
-        return np.where(is_nan, x, result)
-    return np.where(is_nan, np.array(np.inf, x.dtype), result)
-
-
-@handles(Opcode.REDUCE_PRECISION)
-def _reduce_precision(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    e = instr.attrs.get("exponent_bits")
-    m = instr.attrs.get("mantissa_bits")
-    if e is None or m is None:
-        raise unsupported(instr, "reduce-precision needs exponent_bits and mantissa_bits")
-    if int(e) < 1:
-        raise unsupported(instr, "exponent_bits must be at least 1")
-    return reduce_precision(np.asarray(ops[0]), int(e), int(m))
+@handles(Opcode.COMPLEX)
+def _complex(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    return numerics.make_complex(ops[0], ops[1], result_dtype(instr))
 
 
 # ----- binary -----------------------------------------------------------------------------
@@ -384,8 +316,26 @@ _PRED_BINARY: dict[Opcode, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 
+_COMPLEX_BINARY: dict[Opcode, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    Opcode.ADD: np.add,
+    Opcode.SUBTRACT: np.subtract,
+    Opcode.MULTIPLY: numerics.complex_multiply,
+    Opcode.DIVIDE: numerics.complex_divide,
+    Opcode.POWER: numerics.complex_power,
+}
+
+
 def binary(op: Opcode, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
     """One binary elementwise op on values of element type `dt`."""
+    if dt.is_complex:
+        fn = _COMPLEX_BINARY.get(op)
+        if fn is None:
+            raise ValueError(f"{op.value} is not defined for {dt}")
+        return float_op(fn, dt, a, b)
+    if dt.is_narrow_int:
+        return numerics.narrow_binary(op, a, b, dt)
+    if op is Opcode.MULHI and dt.is_integral:
+        return numerics.mulhi(a, b, dt)
     if dt.is_float:
         fn = _FLOAT_BINARY.get(op)
         if fn is None:
@@ -427,12 +377,13 @@ _BINARY_OPS = (
     Opcode.SHIFT_LEFT,
     Opcode.SHIFT_RIGHT_LOGICAL,
     Opcode.SHIFT_RIGHT_ARITHMETIC,
+    Opcode.MULHI,
 )
 
 
 @handles(*_BINARY_OPS)
 def _binary(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    dt = _result_dtype(instr)
+    dt = result_dtype(instr)
     try:
         return binary(instr.opcode, ops[0], ops[1], dt)
     except ValueError as exc:
@@ -445,6 +396,8 @@ def _binary(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarr
 def total_order_key(x: np.ndarray) -> np.ndarray:
     """Signed integers that order floats totally: -nan < -inf < ... < -0 < +0 < ... < nan."""
     x = np.asarray(x, order="C")
+    if x.dtype.itemsize < 2 or dtype_of(x).name == "bf16":
+        return numerics.total_order_key(x)
     it = np.dtype(f"i{x.dtype.itemsize}")
     i = x.view(it)
     return np.where(i < 0, i ^ np.array(np.iinfo(it).max, it), i)
@@ -465,8 +418,15 @@ def compare(a: np.ndarray, b: np.ndarray, direction: str, kind: str | None) -> n
     dt = dtype_of(a)
     if dt.is_float and kind == "TOTALORDER":
         a, b = total_order_key(a), total_order_key(b)
-    elif dt.is_float and dt.name in _NARROW_FLOATS:
-        a, b = a.astype(np.float32), b.astype(np.float32)
+    elif dt.is_complex and direction not in ("EQ", "NE"):
+        raise ValueError(f"complex numbers compare only EQ and NE, not {direction}")
+    elif dt.is_float and (dt.name in _NARROW_FLOATS or dt.is_small_float):
+        a, b = a.astype(np.float64), b.astype(np.float64)
+    elif dt.is_narrow_int and kind in ("SIGNED", "UNSIGNED"):
+        unsigned = numerics.DTYPES[f"u{dt.bits}"]
+        to = unsigned if kind == "UNSIGNED" else numerics.DTYPES[f"s{dt.bits}"]
+        a, b = (numerics.wrap(np.asarray(v).astype(np.int64), to).astype(np.int64)
+                for v in (a, b))
     elif dt.is_integral and kind == "UNSIGNED" and dt.is_signed:
         a, b = _unsigned(np.asarray(a, order="C")), _unsigned(np.asarray(b, order="C"))
     elif dt.is_integral and kind == "SIGNED" and not dt.is_signed:
@@ -481,7 +441,10 @@ def _compare(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndar
     if direction not in _DIRECTIONS:
         raise unsupported(instr, f"unknown comparison direction {direction!r}")
     kind = instr.attrs.get("type")
-    return compare(ops[0], ops[1], direction, None if kind is None else str(kind))
+    try:
+        return compare(ops[0], ops[1], direction, None if kind is None else str(kind))
+    except ValueError as exc:
+        raise unsupported(instr, str(exc)) from None
 
 
 @handles(Opcode.SELECT)
@@ -492,7 +455,9 @@ def _select(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarr
 @handles(Opcode.CLAMP)
 def _clamp(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
     lo, x, hi = ops
-    dt = _result_dtype(instr)
+    dt = result_dtype(instr)
+    if dt.is_complex:
+        raise unsupported(instr, "clamp is not defined for complex numbers (no order)")
     if dt.is_float:  # max/min propagate nan, like XLA's EmitFloatMax/Min
         return float_op(lambda lo_, x_, hi_: np.minimum(np.maximum(x_, lo_), hi_), dt, lo, x, hi)
     return np.asarray(np.minimum(np.maximum(x, lo), hi), dtype=dt.np)

@@ -196,6 +196,8 @@ def _select_and_scatter(interp: Interpreter, instr: Instruction, ops: list[Any])
     window = instr.attrs.get("window")
     select = instr.attrs.get("select")
     scatter = instr.attrs.get("scatter")
+    if window is None and operand.ndim == 0:
+        window = ()  # a scalar's window is empty
     if window is None or select is None or scatter is None:
         raise unsupported(instr, "select-and-scatter needs window=, select= and scatter=")
     if any(w.window_dilation != 1 or w.base_dilation != 1 or w.reversal for w in window):

@@ -1,4 +1,5 @@
-"""Dense linear algebra: cholesky and triangular-solve (batched over leading dimensions).
+"""Dense linear algebra: cholesky and triangular-solve (batched over leading dimensions), fft and
+ragged-dot.
 
 JAX on CPU lowers its linalg routines to LAPACK custom calls, so these ops come from other
 producers (or XLA's own tests). Semantics, per XLA's operation semantics:
@@ -10,7 +11,18 @@ producers (or XLA's own tests). Semantics, per XLA's operation semantics:
   `lower` (or upper) triangle of a, with ones on the diagonal when unit_diagonal=true;
   op is the identity, the transpose, or the adjoint (= transpose for real types).
 
-Computed in f64 and rounded to the result type.
+* fft over the minor `len(fft_length)` dimensions: FFT / IFFT (complex -> complex, the inverse
+  scaled by 1/N), RFFT (real -> complex, the last dimension `n // 2 + 1`) and IRFFT (complex ->
+  real, reading the first `n // 2 + 1` elements of the last dimension); numpy's fftn family.
+* ragged-dot(lhs, rhs, group_sizes), one group dimension (group_sizes a vector of g sizes):
+  - the ragged dimension a free lhs dimension (rhs has group dimension `rhs_group_dims`): row r of
+    that dimension, in group i (the groups are consecutive ranges of the given sizes), is
+    contracted with rhs[i]; rows past the last group are zero;
+  - the ragged dimension contracting: result group i contracts only the range of group i, the
+    g groups are a new major result dimension (no batch dimensions);
+  - the ragged dimension a batch dimension: the dot itself.
+
+Computed in f64 (c128) and rounded to the result type.
 """
 
 from __future__ import annotations
@@ -19,7 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from hlofuse.backends.interpreter.core import Interpreter, handles, out_np, unsupported
+from hlofuse.backends.interpreter.core import (
+    Interpreter,
+    array_shape,
+    handles,
+    out_np,
+    unsupported,
+)
+from hlofuse.backends.interpreter.reductions import dot_dims, dot_general
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 
@@ -67,3 +86,68 @@ def _triangular_solve(interp: Interpreter, instr: Instruction, ops: list[Any]) -
     else:  # x t = b  <=>  t^T x^T = b^T
         x = np.swapaxes(np.linalg.solve(np.swapaxes(t, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
     return x.astype(out_np(instr))
+
+
+_FFTS = {"FFT": np.fft.fftn, "IFFT": np.fft.ifftn, "RFFT": np.fft.rfftn, "IRFFT": np.fft.irfftn}
+
+
+@handles(Opcode.FFT)
+def _fft(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    kind = str(instr.attrs.get("fft_type", "FFT"))
+    fn = _FFTS.get(kind)
+    if fn is None:
+        raise unsupported(instr, f"unknown fft_type={kind}")
+    lengths = [int(n) for n in instr.attrs.get("fft_length", ())]
+    x = np.asarray(ops[0])
+    if not lengths or len(lengths) > x.ndim:
+        raise unsupported(instr, f"fft_length={lengths} for an operand of rank {x.ndim}")
+    x = x.astype(np.float64 if kind == "RFFT" else np.complex128)
+    axes = tuple(range(x.ndim - len(lengths), x.ndim))
+    return np.asarray(fn(x, s=lengths, axes=axes)).astype(out_np(instr))
+
+
+def _group_bounds(sizes: np.ndarray, extent: int) -> list[tuple[int, int]]:
+    ends = np.minimum(np.cumsum(sizes.astype(np.int64)), extent)
+    starts = np.concatenate([[0], ends[:-1]])
+    return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
+
+
+@handles(Opcode.RAGGED_DOT)
+def _ragged_dot(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    lhs, rhs, sizes = (np.asarray(o) for o in ops)
+    lb, rb, lc, rc = dims = dot_dims(instr)
+    ragged = [int(d) for d in instr.attrs.get("lhs_ragged_dims", ())]
+    group = [int(d) for d in instr.attrs.get("rhs_group_dims", ())]
+    out, shape = out_np(instr), array_shape(instr)
+    if len(ragged) != 1 or sizes.ndim != 1:
+        raise unsupported(instr, "only one ragged dimension with a vector of group sizes is "
+                          "interpreted")
+    r = ragged[0]
+    bounds = _group_bounds(sizes, lhs.shape[r])
+    if r in lb:
+        return dot_general(lhs, rhs, dims, out).reshape(shape.dims)
+    if r in lc:
+        if lb:
+            raise unsupported(instr, "a ragged contracting dimension with batch dimensions")
+        parts = []
+        for a, b in bounds:
+            mask = np.zeros(lhs.shape[r], dtype=bool)
+            mask[a:b] = True
+            keep = mask.reshape([-1 if i == r else 1 for i in range(lhs.ndim)])
+            parts.append(dot_general(np.where(keep, lhs, 0).astype(lhs.dtype), rhs, dims, out))
+        return np.stack(parts).reshape(shape.dims)
+    if len(group) != 1:
+        raise unsupported(instr, "a ragged free dimension needs one rhs_group_dims dimension")
+    g = group[0]
+    # The position of the ragged dimension in the result: after the batch dimensions, among
+    # the free lhs dimensions.
+    free = [i for i in range(lhs.ndim) if i not in lb and i not in lc]
+    at = len(lb) + free.index(r)
+    sub = [d - (d > g) for d in rb], [d - (d > g) for d in rc]
+    result = np.zeros(shape.dims, dtype=out)
+    for i, (a, b) in enumerate(bounds):
+        piece = dot_general(lhs, np.take(rhs, i, axis=g), (lb, sub[0], lc, sub[1]), out)
+        index = [slice(None)] * piece.ndim
+        index[at] = slice(a, b)
+        result[tuple(index)] = piece[tuple(index)]
+    return result

@@ -29,6 +29,7 @@ from hlofuse.backends.interpreter.core import (
     out_np,
     unsupported,
 )
+from hlofuse.backends.interpreter.numerics import wrap
 from hlofuse.backends.interpreter.shaping import pad_array
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import from_numpy
@@ -48,6 +49,7 @@ _INT_UFUNCS = {
     Opcode.OR: np.bitwise_or,
     Opcode.XOR: np.bitwise_xor,
 }
+_COMPLEX_UFUNCS = {Opcode.ADD: np.add, Opcode.MULTIPLY: np.multiply}
 _PRED_UFUNCS = {
     Opcode.ADD: np.logical_or,
     Opcode.OR: np.logical_or,
@@ -73,13 +75,21 @@ def simple_reducer(comp: Computation) -> np.ufunc | None:
     if any(p.shape != shape and not p.shape.compatible(shape) for p in params):
         return None
     dt = shape.dtype
+    if dt.is_narrow_int:  # sub-byte integers wrap at their width: the elementwise ops do that
+        return None
+    if dt.is_complex:
+        return _COMPLEX_UFUNCS.get(root.opcode)
     table = _PRED_UFUNCS if dt.is_pred else _FLOAT_UFUNCS if dt.is_float else _INT_UFUNCS
     return table.get(root.opcode)
 
 
 def _accumulator(dtype: np.dtype) -> np.dtype:
-    """Accumulate floats in f64 (rounded once at the end); integers in their own type."""
-    return np.dtype(np.float64) if from_numpy(dtype).is_float else dtype
+    """Accumulate floats in f64 and complex numbers in c128 (rounded once at the end); integers
+    in their own type."""
+    dt = from_numpy(dtype)
+    if dt.is_complex:
+        return np.dtype(np.complex128)
+    return np.dtype(np.float64) if dt.is_float else dtype
 
 
 def _ufunc_reduce(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray, axes: tuple[int, ...]):
@@ -186,6 +196,8 @@ def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> A
     inits = [np.asarray(o).reshape(()) for o in ops[n:]]
     window = instr.attrs.get("window")
     rank = inputs[0].ndim
+    if window is None and rank == 0:
+        window = ()  # a scalar's window is empty: one position, reducer(init, x)
     if window is None:
         raise unsupported(instr, "reduce-window needs a window= attribute")
     if len(window) != rank:
@@ -223,6 +235,8 @@ def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> A
 def contract_dtype(out: np.dtype) -> np.dtype:
     """The dtype products are computed in for a result of type `out`."""
     dt = from_numpy(out)
+    if dt.is_complex:
+        return np.dtype(np.complex128)
     if dt.is_float:
         return np.dtype(np.float64)
     if dt.is_pred:
@@ -234,19 +248,17 @@ def finish_contraction(value: np.ndarray, out: np.dtype) -> np.ndarray:
     dt = from_numpy(out)
     if dt.is_pred:
         return np.asarray(value != 0)
+    if dt.is_narrow_int:
+        return wrap(np.asarray(value).astype(np.int64), dt)
     return np.asarray(value).astype(out)
 
 
-@handles(Opcode.DOT)
-def _dot(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    lhs, rhs = np.asarray(ops[0]), np.asarray(ops[1])
-    a = instr.attrs
-    lb = [int(d) for d in a.get("lhs_batch_dims", ())]
-    rb = [int(d) for d in a.get("rhs_batch_dims", ())]
-    lc = [int(d) for d in a.get("lhs_contracting_dims", ())]
-    rc = [int(d) for d in a.get("rhs_contracting_dims", ())]
-    if len(lb) != len(rb) or len(lc) != len(rc):
-        raise unsupported(instr, "batch/contracting dimension lists differ in length")
+def dot_general(lhs: np.ndarray, rhs: np.ndarray, dims: Sequence[Sequence[int]],
+                out: np.dtype) -> np.ndarray:
+    """dot_general of `lhs` and `rhs` with `dims` = (lhs batch, rhs batch, lhs contracting,
+    rhs contracting): result dimensions batch, lhs free, rhs free; in the contraction type of
+    `out`, rounded (or wrapped) to `out`."""
+    lb, rb, lc, rc = ([int(d) for d in ds] for ds in dims)
     letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     lhs_sub = [""] * lhs.ndim
     rhs_sub = [""] * rhs.ndim
@@ -266,10 +278,24 @@ def _dot(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
         if not rhs_sub[i]:
             rhs_sub[i] = next(letters)
             out_sub.append(rhs_sub[i])
-    out = out_np(instr)
     ct = contract_dtype(out)
     spec = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out_sub)}"
     value = np.einsum(spec, lhs.astype(ct), rhs.astype(ct), optimize=True)
-    result = finish_contraction(value, out)
-    return result.reshape(array_shape(instr).dims)
+    return finish_contraction(value, out)
 
+
+def dot_dims(instr: Instruction) -> list[list[int]]:
+    """(lhs batch, rhs batch, lhs contracting, rhs contracting) of a dot-like instruction."""
+    a = instr.attrs
+    dims = [[int(d) for d in a.get(k, ())] for k in (
+        "lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims")]
+    if len(dims[0]) != len(dims[1]) or len(dims[2]) != len(dims[3]):
+        raise unsupported(instr, "batch/contracting dimension lists differ in length")
+    return dims
+
+
+@handles(Opcode.DOT)
+def _dot(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    lhs, rhs = np.asarray(ops[0]), np.asarray(ops[1])
+    result = dot_general(lhs, rhs, dot_dims(instr), out_np(instr))
+    return result.reshape(array_shape(instr).dims)

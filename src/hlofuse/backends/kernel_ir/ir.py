@@ -414,7 +414,7 @@ def _const_key(value: Any, dtype: DType) -> tuple[str, Any]:
     import numpy as np
 
     arr = np.asarray(value).astype(dtype.np)
-    if dtype.is_float:
+    if dtype.is_float or dtype.is_complex:
         return (arr.tobytes().hex(), arr.item())
     if dtype.is_pred:
         return ("b", bool(arr))

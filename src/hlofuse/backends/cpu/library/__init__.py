@@ -16,17 +16,20 @@ op and may be placed in any block of a kernel body. Each op matches the interpre
     select-and-scatter  windows.py   sequential select, then scatter in source order
 
 cholesky and triangular-solve are not implemented yet (they raise LibraryOpError).
-Anything else raises `LibraryOpError` (a CompileError) naming the instruction.
+Anything else raises `LibraryOpError` (a CompileError) naming the instruction; a library op on
+complex, sub-byte integer or 8-/4-bit float values raises `UnsupportedOpError`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 from hlofuse.backends.cpu.library import conv, gemm, rng, sort, windows
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import leaves
 
 Emitter = Callable[[Instruction, list[str], list[str], set[str]], tuple[str, str]]
 
@@ -51,4 +54,12 @@ def emit(
     emitter = _EMITTERS.get(instr.opcode)
     if emitter is None:
         raise LibraryOpError(instr, "not a library op the cpu backend implements")
+    for shape in [*leaves(instr.shape), *(s for o in instr.operands for s in leaves(o.shape))]:
+        dt = getattr(shape, "dtype", None)
+        if dt is not None and (dt.is_complex or dt.is_narrow_int or dt.is_small_float):
+            where = instr.parent.name if instr.parent is not None else "?"
+            raise UnsupportedOpError(
+                f"instruction {instr.name} in {where}: the cpu backend's {instr.opcode.value} "
+                f"does not support element type {dt} (complex, sub-byte and 8-/4-bit float "
+                "library ops are not implemented); the interpreter backend runs it")
     return emitter(instr, ins, outs, names)

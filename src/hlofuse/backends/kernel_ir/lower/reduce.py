@@ -140,6 +140,8 @@ def _reduce_window_value(b: Builder, instr: Instruction, idx: Index) -> list[Val
     acc = Accumulators(b, instr)
     in_dims = dims_of(acc.inputs[0])
     window = instr.attrs.get("window")
+    if window is None and not in_dims:
+        window = ()  # a scalar's window is empty (XLA's verifier allows leaving it out)
     if window is None or len(window) != len(in_dims):
         raise LoweringError(f"{where(instr)}: needs a window= with one entry per dimension")
     if any(w.reversal for w in window):

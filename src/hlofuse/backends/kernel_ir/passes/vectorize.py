@@ -43,6 +43,9 @@ from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.opcodes import Opcode
 
+# Element types with vector lanes (the cpu backend's `cvec` tables).
+LANE_TYPES = frozenset({"pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f16",
+                        "bf16", "f32", "f64"})
 UNROLL_MAX = 16  # inner loops up to this many iterations may be unrolled into a vector loop
 REDUCERS = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND,
                       Opcode.OR, Opcode.XOR})
@@ -164,6 +167,9 @@ class _Vectorizer:
         vals = self.body_vals(body)
         if not self.conds_ok(vals, v):
             return None
+        if any(x.dtype.name not in LANE_TYPES for x in vals) or any(
+                s.buf.dtype.name not in LANE_TYPES for s in body if isinstance(s, ir.Store)):
+            return None  # complex, sub-byte and 8-bit float values have no vector lanes
         stores = [s for s in body if isinstance(s, ir.Store)]
         stored = {s.buf for s in stores}
         private: dict[Buffer, Buffer] = {}

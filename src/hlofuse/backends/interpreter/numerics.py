@@ -1,0 +1,243 @@
+"""The element types beyond the byte-sized integers and IEEE floats, for the interpreter's
+elementwise ops: sub-byte integers (s1/s2/s4, u1/u2/u4), complex numbers, and the helpers the
+8- and 4-bit floats need. `elementwise.py` hands these types here.
+
+Sub-byte integers (held one per byte by ml_dtypes) follow the same rules as the wide ones at their
+own width: every result wraps to the width; `x / 0` is -1 (signed) or all ones, `INT_MIN / -1`
+is `INT_MIN`, `x % 0` is `x`; shift amounts are read as unsigned and a shift by at least the width
+gives 0 (or the sign fill: an arithmetic shift reads the bits as signed, for unsigned types
+too); popcnt and count-leading-zeros count within the width. They are
+computed in int64 and wrapped (`wrap`).
+
+Complex numbers are computed in complex128 and rounded once to c64 where the result is c64 (the
+float rule of `float_op`); multiplication is the naive formula and division Smith's method, each
+step rounded (what the cpu backend computes, bit for bit); power has fixed zero cases. `sign(z)`
+is `z / |z|` (0 for 0); `abs` (`hypot` of the parts), `real` and `imag` give the component type.
+Comparing complex numbers is defined for EQ and NE only.
+
+Total order (`total_order_key`) for every float type: -NaN < -inf < ... < -0 < +0 < ... < +inf <
++NaN from the raw bits, fp4 (4 bits in a byte) and e8m0 (no sign bit) included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from hlofuse.ir.dtypes import DTYPES, DType, from_numpy
+from hlofuse.ir.opcodes import Opcode
+
+Op = Opcode
+__all__ = ["DTYPES", "UNARY_MATH", "complex_abs", "complex_divide", "complex_multiply",
+           "complex_power", "complex_sign", "from_bits", "make_complex", "mulhi",
+           "narrow_binary", "narrow_unary", "raw_bits", "total_order_key", "wrap"]
+
+
+def wrap(x: np.ndarray, dt: DType) -> np.ndarray:
+    """int64 values -> `dt` (an integer type of any width), wrapping modulo 2^bits."""
+    bits = dt.bits
+    u = np.asarray(x, dtype=np.int64) & ((1 << bits) - 1)
+    if dt.is_signed:
+        u = np.where(u >> (bits - 1) & 1, u - (1 << bits), u)
+    return u.astype(dt.np)
+
+
+def raw_bits(x: np.ndarray, dt: DType) -> np.ndarray:
+    """The `dt.bits` bits of each element, as uint64 (sub-byte types keep their low bits)."""
+    x = np.ascontiguousarray(x)
+    u = x.view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
+    return u & np.uint64((1 << dt.bits) - 1) if dt.bits < 64 else u
+
+
+def from_bits(bits: np.ndarray, dt: DType) -> np.ndarray:
+    """The inverse of `raw_bits`."""
+    if dt.is_integral and dt.bits < 8:
+        return wrap(np.asarray(bits, dtype=np.int64), dt)
+    storage = np.dtype(f"u{dt.itemsize}")
+    return np.asarray(bits, dtype=np.uint64).astype(storage).view(dt.np)
+
+
+def _trunc_div(a: np.ndarray, b: np.ndarray, signed: bool, bits: int) -> np.ndarray:
+    zero = b == 0
+    safe = np.where(zero, 1, b)
+    q = np.where((a < 0) != (safe < 0), -(np.abs(a) // np.abs(safe)), np.abs(a) // np.abs(safe))
+    return np.where(zero, -1 if signed else (1 << bits) - 1, q)
+
+
+def narrow_binary(op: Opcode, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
+    """A binary op on a sub-byte integer type."""
+    x, y = np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)
+    bits = dt.bits
+    simple: dict[Opcode, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+        Op.ADD: np.add, Op.SUBTRACT: np.subtract, Op.MULTIPLY: np.multiply,
+        Op.AND: np.bitwise_and, Op.OR: np.bitwise_or, Op.XOR: np.bitwise_xor,
+        Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum,
+    }
+    if op in simple:
+        return wrap(simple[op](x, y), dt)
+    if op is Op.DIVIDE:
+        return wrap(_trunc_div(x, y, dt.is_signed, bits), dt)
+    if op is Op.REMAINDER:
+        zero = y == 0
+        safe = np.where(zero, 1, y)
+        return wrap(np.where(zero, x, np.fmod(x, safe)), dt)
+    if op is Op.POWER:
+        acc = np.ones_like(x)
+        base, e = x.copy(), y.copy()
+        for _ in range(bits):
+            acc = np.where(e & 1, acc * base, acc) & 0xFFFF
+            base = (base * base) & 0xFFFF
+            e = np.where(e > 0, e >> 1, 0)
+        if dt.is_signed:
+            acc = np.where(y < 0, np.where(x == 1, 1, 0), acc)
+        return wrap(acc, dt)
+    if op in (Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC):
+        amount = y & ((1 << bits) - 1)
+        oob = amount >= bits
+        amt = np.where(oob, 0, amount)
+        if op is Op.SHIFT_LEFT:
+            r = np.where(oob, 0, x << amt)
+        elif op is Op.SHIFT_RIGHT_LOGICAL:
+            r = np.where(oob, 0, (x & ((1 << bits) - 1)) >> amt)
+        else:  # on the bits read as signed (unsigned types too), sign-filled
+            sx = wrap(x, DTYPES[f"s{bits}"]).astype(np.int64)
+            r = np.where(oob, sx >> (bits - 1), sx >> amt)
+        return wrap(r, dt)
+    if op is Op.MULHI:
+        return mulhi(a, b, dt)
+    raise ValueError(f"{op.value} is not defined for {dt}")
+
+
+def narrow_unary(op: Opcode, a: np.ndarray, dt: DType) -> np.ndarray:
+    """A unary op on a sub-byte integer type."""
+    x = np.asarray(a).astype(np.int64)
+    bits = dt.bits
+    if op is Op.NEGATE:
+        return wrap(-x, dt)
+    if op is Op.ABS:
+        return wrap(np.abs(x), dt)
+    if op is Op.SIGN:
+        return wrap(np.sign(x), dt)
+    if op is Op.NOT:
+        return wrap(~x, dt)
+    u = x & ((1 << bits) - 1)
+    if op is Op.POPCNT:
+        return wrap(np.bitwise_count(u.astype(np.uint64)).astype(np.int64), dt)
+    if op is Op.CLZ:
+        length = np.zeros_like(u)
+        for k in range(bits):
+            length = np.where(u >> k != 0, k + 1, length)
+        return wrap(bits - length, dt)
+    raise ValueError(f"{op.value} is not defined for {dt}")
+
+
+def mulhi(a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
+    """The high `bits` bits of the double-width product (signed for signed types)."""
+    bits = dt.bits
+    if bits <= 32:
+        product = np.asarray(a).astype(np.int64) * np.asarray(b).astype(np.int64)
+        return wrap(product >> bits, dt)
+    x = np.asarray(a).astype(object).reshape(-1)
+    y = np.asarray(b).astype(object).reshape(-1)
+    high = [(int(p) * int(q)) >> bits for p, q in zip(x, y, strict=True)]
+    out = np.array([h & ((1 << bits) - 1) for h in high], dtype=np.uint64)
+    return out.view(dt.np).reshape(np.shape(a)) if dt.is_signed else \
+        out.astype(dt.np).reshape(np.shape(a))
+
+
+# ----- complex ----------------------------------------------------------------------------
+
+
+def _parts(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    z = np.asarray(z, dtype=np.complex128)
+    return z.real.copy(), z.imag.copy()
+
+
+def complex_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The naive formula, each product and sum rounded (numpy may fuse them)."""
+    (ar, ai), (br, bi) = _parts(a), _parts(b)
+    return _pack(ar * br - ai * bi, ar * bi + ai * br)
+
+
+def complex_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Smith's method; a zero divisor divides each part by |re b| (inf or nan)."""
+    (ar, ai), (br, bi) = _parts(a), _parts(b)
+    ar, ai, br, bi = np.broadcast_arrays(ar, ai, br, bi)
+    big = np.abs(br) >= np.abs(bi)
+    zero = (br == 0) & (bi == 0)
+    with np.errstate(all="ignore"):
+        rat1 = bi / br
+        scl1 = 1.0 / (br + bi * rat1)
+        rat2 = br / bi
+        scl2 = 1.0 / (bi + br * rat2)
+        re = np.where(zero, ar / np.abs(br), np.where(big, (ar + ai * rat1) * scl1,
+                                                      (ar * rat2 + ai) * scl2))
+        im = np.where(zero, ai / np.abs(br), np.where(big, (ai - ar * rat1) * scl1,
+                                                      (ai * rat2 - ar) * scl2))
+    return _pack(re, im)
+
+
+def complex_power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a ** b: 1 when b is 0; for a = 0, 0 when b is real and positive, else nan; otherwise
+    numpy's complex power."""
+    a, b = np.broadcast_arrays(np.asarray(a, np.complex128), np.asarray(b, np.complex128))
+    with np.errstate(all="ignore"):
+        out = np.power(a, b)
+    zero_a = a == 0
+    out = np.where(zero_a, np.where((b.real > 0) & (b.imag == 0), 0j, complex(np.nan, np.nan)),
+                   out)
+    return np.where(b == 0, 1 + 0j, out)
+
+
+def _pack(re: np.ndarray, im: np.ndarray) -> np.ndarray:
+    out = np.empty(np.broadcast_shapes(np.shape(re), np.shape(im)), dtype=np.complex128)
+    out.real, out.imag = re, im
+    return out
+
+
+def complex_abs(z: np.ndarray) -> np.ndarray:
+    """|z| as the C library's hypot (correctly rounded), not numpy's complex abs."""
+    return np.hypot(np.real(z), np.imag(z))
+
+
+def complex_sign(z: np.ndarray) -> np.ndarray:
+    """z / |z| (through `complex_divide`), 0 for 0."""
+    mag = complex_abs(z)
+    return np.where(mag == 0, z, complex_divide(z, np.where(mag == 0, 1, mag)))
+
+
+def make_complex(re: np.ndarray, im: np.ndarray, out: DType) -> np.ndarray:
+    """The `complex` op: parts exactly as given (no arithmetic on infinities or NaNs)."""
+    result = np.empty(np.broadcast_shapes(np.shape(re), np.shape(im)), dtype=out.np)
+    result.real = re
+    result.imag = im
+    return result
+
+
+# ----- floats -----------------------------------------------------------------------------
+
+
+def total_order_key(x: np.ndarray) -> np.ndarray:
+    """Signed integers ordering floats totally (module docstring), any float type."""
+    x = np.asarray(x)
+    dt = from_numpy(x.dtype)
+    fmt = dt.float_format
+    bits = raw_bits(x, dt).astype(np.int64)
+    if not fmt.has_sign:
+        return bits
+    sign = bits >> (dt.bits - 1) & 1
+    magnitude = bits & ((1 << (dt.bits - 1)) - 1)
+    return np.where(sign == 1, -magnitude - 1, magnitude)
+
+
+UNARY_MATH: dict[Opcode, Callable[[np.ndarray], np.ndarray]] = {
+    Op.ACOS: np.arccos,
+    Op.ACOSH: np.arccosh,
+    Op.ASIN: np.arcsin,
+    Op.ASINH: np.arcsinh,
+    Op.ATAN: np.arctan,
+    Op.ATANH: np.arctanh,
+    Op.COSH: np.cosh,
+    Op.SINH: np.sinh,
+}
