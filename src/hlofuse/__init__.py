@@ -18,18 +18,23 @@ from typing import Any
 
 from hlofuse.api import Executable, compile
 from hlofuse.errors import (
+    AllocationError,
+    CacheDirError,
     CompileError,
     HloError,
     HloParseError,
     HloVerifyError,
     InputError,
     InterpreterError,
+    LimitError,
     PassError,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllocationError",
+    "CacheDirError",
     "CompileError",
     "Executable",
     "HloError",
@@ -37,6 +42,7 @@ __all__ = [
     "HloVerifyError",
     "InputError",
     "InterpreterError",
+    "LimitError",
     "PassError",
     "compile",
     "explain",
