@@ -93,6 +93,13 @@ def _fmt(x: float | None, spec: str = ".2e", suffix: str = "") -> str:
     return "-" if x is None else f"{x:{spec}}{suffix}"
 
 
+def _kernels(k: float | None) -> str:
+    """Kernel calls per env step; a whole-loop kernel is a fraction of one per step."""
+    if k is None:
+        return "-"
+    return f"{k:.1f}" if k >= 0.1 or k == 0 else f"{k:.1e}"
+
+
 def row_summary(row: dict[str, Any]) -> str:
     parts = [f"{row['variant']}:"]
     for name, rate in sorted(row["env_steps_per_s"].items(), key=lambda kv: -kv[1]):
@@ -127,7 +134,7 @@ def markdown(payload: dict[str, Any]) -> str:
     for e in payload["table"]:
         who = e.get("pipeline") or ("peer" if e.get("peer") else "")
         lines.append(
-            f"| {e['step']} | {e['change']} | {who} | {_fmt(e.get('kernels_per_step'), '.1f')} "
+            f"| {e['step']} | {e['change']} | {who} | {_kernels(e.get('kernels_per_step'))} "
             f"| {_fmt(e['env_steps_per_s'])} | "
             f"{_fmt(e['speedup_vs_baseline'], '.2f', 'x')} | "
             f"{_fmt(e['ratio_vs_jax'], '.2f', 'x')} | {_fmt(e['jax_env_steps_per_s'])} | "
@@ -149,7 +156,7 @@ def markdown(payload: dict[str, Any]) -> str:
             rate = row["env_steps_per_s"].get(case)
             ratio = row["ratio_vs_jax"].get(case)
             k = row.get(f"hlofuse_{case.removeprefix('hlofuse-')}_kernels_per_step")
-            ks = "" if k is None else f"; {k:.1f} k/step"
+            ks = "" if k is None else f"; {_kernels(k)} k/step"
             cells.append("-" if rate is None else f"{rate:.2e} ({ratio:.2f}x{ks})")
         lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     lines += _compile_table(payload, pipelines)
