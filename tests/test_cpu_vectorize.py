@@ -50,7 +50,7 @@ def _asm(tmp_path: Path, src: str, target: str) -> str:
         pytest.skip(f"the C compiler does not accept {MARCH[target]}")
     path = tmp_path / f"k_{target}.c"
     path.write_text(src)
-    out = subprocess.run([*build.find_compiler(), *FLAGS, MARCH[target], "-fopenmp", "-S",
+    out = subprocess.run([*build.find_compiler(), *FLAGS, MARCH[target], "-S",
                           str(path), "-o", "-"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout

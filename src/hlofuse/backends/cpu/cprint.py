@@ -288,7 +288,7 @@ class KernelPrinter:
 
         ins = [self.cname[b] for b in s.ins]
         outs = [self.cname[b] for b in s.outs]
-        defs, stmts = library.emit(s.op, ins, outs, self.used)
+        defs, stmts = library.emit(s.op, ins, outs, self.used, self.k.threads)
         if defs:
             self.defs.append(defs)
         for text in stmts.splitlines():
