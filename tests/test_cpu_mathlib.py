@@ -251,7 +251,8 @@ def test_vector_forms_match_scalar_bit_for_bit(lib, inputs, w):
             f"memcpy(o + i, &x, sizeof x); }} }}")
     vec = build.load_library("\n".join(lines) + "\n", name=f"vmath_v{w}")
     x = inputs[: inputs.size // w * w]
-    opcode = {"exp": "exponential", "log": "log", "tanh": "tanh", "logistic": "logistic"}
+    opcode = {"exp": "exponential", "log": "log", "tanh": "tanh", "logistic": "logistic",
+              "sin": "sine", "cos": "cosine"}
     for op in vmath.OPS:
         want = mathlib.call_array(lib, mathlib.FUNCTIONS[opcode[op]][0], x)
         got = np.empty_like(x)

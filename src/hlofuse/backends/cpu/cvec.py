@@ -15,8 +15,9 @@ types, its loads and stores are whole vectors, and every op below is one vector 
 concatenated). `vector_op` gives the vector expression of a `ScalarOp`, or None when the op has
 no vector form yet; the printer then computes it lane by lane (`lane_loop`), which is correct and
 usually vectorized by the compiler, but not guaranteed to be (tests/test_cpu_vectorize.py lists
-which ops are explicit). f32 exp, log, tanh and logistic (also f16/bf16, computed in f32) are
-explicit: `vmath.py`'s vector instantiation, the same operations as the scalar mathlib function.
+which ops are explicit). f32 exp, log, tanh, logistic, sin and cos (also f16/bf16, computed in
+f32) are explicit: `vmath.py`'s vector instantiation, the same operations as the scalar mathlib
+function.
 """
 
 from __future__ import annotations
@@ -217,7 +218,8 @@ static inline {u16} {names['f32_to_bf16']}({f} v)
         return names
 
     def vmath(self, op: str, w: int) -> str:
-        """The f32 vector function of `op` (vmath.OPS: exp, log, tanh, logistic) on `w` lanes."""
+        """The f32 vector function of `op` (vmath.OPS: exp, log, tanh, logistic, sin, cos) on
+        `w` lanes."""
         self.types(w)
         self._add(f"vmath_v{w}", vmath.vector(w))
         return vmath.function(op, w)
@@ -274,7 +276,8 @@ _BITWISE = {Opcode.AND: "&", Opcode.OR: "|", Opcode.XOR: "^"}
 _PRED_BINARY = {Opcode.ADD: "|", Opcode.MAXIMUM: "|", Opcode.OR: "|", Opcode.MULTIPLY: "&",
                 Opcode.MINIMUM: "&", Opcode.AND: "&", Opcode.XOR: "^"}
 _CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
-_VMATH = {Opcode.EXP: "exp", Opcode.LOG: "log", Opcode.TANH: "tanh", Opcode.LOGISTIC: "logistic"}
+_VMATH = {Opcode.EXP: "exp", Opcode.LOG: "log", Opcode.TANH: "tanh", Opcode.LOGISTIC: "logistic",
+          Opcode.SIN: "sin", Opcode.COS: "cos"}
 
 
 def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str], w: int
