@@ -109,8 +109,9 @@ class Case:
         t3 = time.perf_counter()
         self.compile_s = {"hlofuse": (t1 - t0) + (t2 - t1), "jax.jit": (t1 - t0) + (t3 - t2)}
         self.dev = jax.device_put(args)
-        self.lib = self.exe._native._lib if self.exe._native is not None else None
-        self.kernels = len(self.exe._native.program.kernels) if self.exe._native else 0
+        native = self.exe._runner  # the cpu backend's CpuExecutable
+        self.lib = native._lib
+        self.kernels = len(native.program.kernels)
         self.torch: Callable[[], Any] | None = None
         if with_torch and p.torch_fn is not None:
             import torch

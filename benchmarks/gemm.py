@@ -9,7 +9,11 @@ XLA) are timed from Python, their call overhead included (it dominates the small
 best of --repeat interleaved samples, by wall or (--cpu-time) process CPU time.
 
     python benchmarks/gemm.py [--repeat 7]          # writes results/gemm.json
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/gemm.py --out gemm_1thread
+    python benchmarks/gemm.py --threads 1 --cpu-time --out gemm_1thread
+
+`--threads` (default: the runtime's, HLOFUSE_THREADS else the CPUs this process may use) is how
+many threads of hlofuse's pool our GEMM and the BLAS driver may cut a dot into (OpenBLAS itself
+always runs single-threaded inside them).
 
 Conditions: OpenBLAS picks its kernels when it loads (OPENBLAS_CORETYPE overrides; the JSON
 records it and the kernel set it chose, `corename`). Compare columns within one run.
@@ -60,16 +64,16 @@ static double hf_now(void) {
 /* The best of `reps` timed calls of our GEMM (which = 0) or the bound BLAS (which = 1) on
    c[batch][M][N] = op(a) x op(b), a stored K x M when ta, b stored N x K when tb. */
 double hf_bench(int which, int64_t reps, int64_t batch, int64_t M, int64_t N, int64_t K,
-                int ta, int tb, const float *a, const float *b, float *c) {
+                int ta, int tb, const float *a, const float *b, float *c, int threads) {
     const int64_t sam = ta ? 1 : K, sak = ta ? M : 1, sbk = tb ? 1 : N, sbn = tb ? K : 1;
     double best = 1e30;
     for (int64_t r = 0; r < reps; r++) {
         const double t0 = hf_now();
         if (which == 0)
-            hflib_gemm_f32(batch, M, N, K, a, M * K, sam, sak, b, K * N, sbk, sbn, c);
+            hflib_gemm_f32(batch, M, N, K, a, M * K, sam, sak, b, K * N, sbk, sbn, c, threads);
         else
             hflib_blas_f32(ta ? 112 : 111, tb ? 112 : 111, batch, M, N, K, a, M * K, sam,
-                           ta ? M : K, b, K * N, sbn, tb ? K : N, c);
+                           ta ? M : K, b, K * N, sbn, tb ? K : N, c, threads);
         const double dt = hf_now() - t0;
         if (dt < best) best = dt;
     }
@@ -80,8 +84,9 @@ double hf_bench(int which, int64_t reps, int64_t batch, int64_t M, int64_t N, in
 
 def kernels() -> ctypes.CDLL:
     """Our GEMM and the BLAS driver, exactly as the cpu backend emits them, with a timing loop
-    (the library's BLAS pointers are bound when it loads, as for any module)."""
-    from hlofuse.backends.cpu import build, cexpr
+    (the library's BLAS pointers are bound when it loads, as for any module; its
+    `hf_parallel_ptr` is pointed at the runtime's pool, as the executable does)."""
+    from hlofuse.backends.cpu import build, cexpr, runtime
     from hlofuse.backends.cpu.library import gemm
 
     src = "\n".join([cexpr.prelude(), gemm.gemm_helper("f32"),
@@ -89,7 +94,10 @@ def kernels() -> ctypes.CDLL:
     lib = build.load_library(src, name="bench_gemm")
     lib.hf_bench.restype = ctypes.c_double
     lib.hf_bench.argtypes = [ctypes.c_int, *[ctypes.c_int64] * 5, ctypes.c_int, ctypes.c_int,
-                             *[ctypes.c_void_p] * 3]
+                             *[ctypes.c_void_p] * 3, ctypes.c_int]
+    pool = runtime.parallel_address()
+    if pool is not None:
+        ctypes.c_void_p.in_dll(lib, "hf_parallel_ptr").value = pool
     return lib
 
 
@@ -128,8 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-time", action="store_true",
                     help="time samples by process CPU time, not wall time: on a loaded machine "
                          "this excludes the time the OS gave to others (use with one thread: "
-                         "OMP_NUM_THREADS=1; jax.jit then still counts all its threads)")
+                         "--threads 1; jax.jit then still counts all its threads)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads of hlofuse's pool for our GEMM and the BLAS driver")
     args = ap.parse_args(argv)
+    from hlofuse.backends.cpu import runtime
+
+    threads = args.threads or runtime.default_threads()
     found = blas.find()
     rows = []
     lib = kernels()
@@ -153,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 blas.unbind(lib)
             c = np.empty(want.shape, np.float32)
             t = lib.hf_bench(which, reps, batch, m, n, k, int(ta), int(tb), a.ctypes.data,
-                             b.ctypes.data, c.ctypes.data)
+                             b.ctypes.data, c.ctypes.data, threads)
             np.testing.assert_allclose(c, want, rtol=1e-3, atol=1e-3 * math.sqrt(k))
             gf[peer] = flops / t / 1e9
         blas.bind(lib)
@@ -184,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             "default_gemm": "own" if active is None else "blas",
             "env": {k: v for k, v in os.environ.items()
                     if k.startswith(("OPENBLAS_", "OMP_", "HLOFUSE_"))},
-            "load": os.getloadavg(), "repeat": args.repeat,
+            "threads": threads, "load": os.getloadavg(), "repeat": args.repeat,
             "clock": "process CPU time" if args.cpu_time else "wall"}
     print(f"wrote {harness.save(args.out, {**info, 'rows': rows})}")
     return 0

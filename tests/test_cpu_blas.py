@@ -237,14 +237,14 @@ def test_library_without_dots_is_left_alone() -> None:
 
 _GEMM_HARNESS = r"""
 void hf_test_gemm_f32(int64_t batch, int64_t M, int64_t N, int64_t K, int ta, int tb,
-                      const float *a, const float *b, float *c) {
+                      const float *a, const float *b, float *c, int threads) {
     hflib_gemm_f32(batch, M, N, K, a, M * K, ta ? 1 : K, ta ? M : 1, b, K * N, tb ? 1 : N,
-                   tb ? K : 1, c);
+                   tb ? K : 1, c, threads);
 }
 void hf_test_gemm_f64(int64_t batch, int64_t M, int64_t N, int64_t K, int ta, int tb,
-                      const double *a, const double *b, double *c) {
+                      const double *a, const double *b, double *c, int threads) {
     hflib_gemm_f64(batch, M, N, K, a, M * K, ta ? 1 : K, ta ? M : 1, b, K * N, tb ? 1 : N,
-                   tb ? K : 1, c);
+                   tb ? K : 1, c, threads);
 }
 """
 
@@ -252,8 +252,9 @@ void hf_test_gemm_f64(int64_t batch, int64_t M, int64_t N, int64_t K, int ta, in
 @pytest.fixture(scope="module", params=[32, 64], ids=["vec32", "vec64"])
 def own_gemm(request: pytest.FixtureRequest) -> ctypes.CDLL:
     """Our GEMM alone, compiled for 32- and 64-byte vectors whatever the host (GCC vector
-    extensions lower the wider one to pairs): every tile and packing path on any CPU."""
-    from hlofuse.backends.cpu import cexpr
+    extensions lower the wider one to pairs): every tile and packing path on any CPU. Its
+    `hf_parallel_ptr` points at the runtime's pool, so dots cut into tasks run on threads."""
+    from hlofuse.backends.cpu import cexpr, runtime
 
     src = "\n".join([cexpr.prelude(), gemm.gemm_helper("f32"), gemm.gemm_helper("f64"),
                      _GEMM_HARNESS])
@@ -261,7 +262,10 @@ def own_gemm(request: pytest.FixtureRequest) -> ctypes.CDLL:
                              extra_flags=(f"-DHFLIB_VBYTES={request.param}",))
     for fn in (lib.hf_test_gemm_f32, lib.hf_test_gemm_f64):
         fn.argtypes = [*[ctypes.c_int64] * 4, ctypes.c_int, ctypes.c_int,
-                       *[ctypes.c_void_p] * 3]
+                       *[ctypes.c_void_p] * 3, ctypes.c_int]
+    pool = runtime.parallel_address()
+    if pool is not None:
+        ctypes.c_void_p.in_dll(lib, "hf_parallel_ptr").value = pool
     return lib
 
 
@@ -269,7 +273,8 @@ def own_gemm(request: pytest.FixtureRequest) -> ctypes.CDLL:
 def test_own_gemm_every_path(own_gemm: ctypes.CDLL, dtype: type) -> None:
     """Rows around the tile heights (1..9, 13, 25, 100: ragged panels, 8-row panels, 4 + 4),
     columns around the panel width (read in place or packed), short and long K, both operand
-    orders, batches: against numpy in float64."""
+    orders, batches, on 1 to 3 threads (the larger dots are cut into tasks): against numpy in
+    float64."""
     fn = own_gemm.hf_test_gemm_f32 if dtype is np.float32 else own_gemm.hf_test_gemm_f64
     rng = np.random.default_rng(7)
     tol = 1e-4 if dtype is np.float32 else 1e-12
@@ -281,7 +286,8 @@ def test_own_gemm_every_path(own_gemm: ctypes.CDLL, dtype: type) -> None:
                     a = rng.uniform(-1, 1, (batch, *((k, m) if ta else (m, k)))).astype(dtype)
                     b = rng.uniform(-1, 1, (batch, *((n, k) if tb else (k, n)))).astype(dtype)
                     c = np.full((batch, m, n), np.nan, dtype)
-                    fn(batch, m, n, k, ta, tb, a.ctypes.data, b.ctypes.data, c.ctypes.data)
+                    fn(batch, m, n, k, ta, tb, a.ctypes.data, b.ctypes.data, c.ctypes.data,
+                       1 + (m + k) % 3)
                     an = np.swapaxes(a, 1, 2) if ta else a
                     bn = np.swapaxes(b, 1, 2) if tb else b
                     want = an.astype(np.float64) @ bn.astype(np.float64)

@@ -2,8 +2,10 @@
 
 Every case is a one-instruction HLO module. All cases are lowered into ONE C file (compiled once
 per test module) with a harness `void run_<case>(void **ins, void **outs)` per case, called with
-ctypes on the case's inputs. Integers, sorts and random bits must match the interpreter exactly;
-float dots and convolutions within a tolerance (they accumulate in a different order/precision).
+ctypes on the case's inputs; the file's `hf_parallel_ptr` points at the runtime's pool, so the
+cases emitted for several threads (`threads`) really cut their work into tasks. Integers, sorts
+and random bits must match the interpreter exactly; float dots and convolutions within a
+tolerance (they accumulate in a different order/precision).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from hlofuse.backends import interpreter
-from hlofuse.backends.cpu import build, cexpr, library
+from hlofuse.backends.cpu import build, cexpr, library, runtime
 from hlofuse.backends.cpu.library import blas, scalar
 from hlofuse.errors import CompileError
 from hlofuse.ir.shape import ArrayShape, leaves
@@ -33,6 +35,7 @@ class Case:
     rtol: float = 0.0  # 0: bit-exact
     atol: float = 0.0
     module: object = field(default=None, repr=False)
+    threads: int = 1  # threads of the pool the op may use
 
 
 def _rand(shape: tuple[int, ...], dtype: object, seed: int, lo: float = -1, hi: float = 1):
@@ -81,7 +84,7 @@ DOT_CASES = [
     _dot("dot_matvec", "f32[37,50]", "f32[50]", "f32[37]",
          "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
          [_rand((37, 50), "f4", 13), _rand((50,), "f4", 14)]),
-    # several K, M and N blocks, and the OpenMP path (M*N*K >= 1e6)
+    # several K, M and N blocks
     _dot("dot_blocked", "f32[200,300]", "f32[300,150]", "f32[200,150]",
          "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
          [_rand((200, 300), "f4", 15), _rand((300, 150), "f4", 16)], rtol=1e-4, atol=1e-4),
@@ -335,7 +338,37 @@ SELECT_SCATTER_CASES = [
                     "LE", 94),
 ]
 
-CASES = DOT_CASES + CONV_CASES + SELECT_SCATTER_CASES + SORT_CASES + TOPK_CASES + RNG_CASES
+def _threaded(case: Case, threads: int) -> Case:
+    return Case(f"{case.name}_{threads}threads", case.hlo, case.inputs, case.rtol, case.atol,
+                threads=threads)
+
+
+# big enough to be cut into tasks for the pool (gemm/conv/sort PARALLEL_WORK)
+THREADED_CASES = [
+    _threaded(next(c for c in DOT_CASES if c.name == "dot_blocked"), 3),  # row blocks
+    _threaded(_dot("dot_batch_tasks", "f32[6,64,70]", "f32[6,70,50]", "f32[6,64,50]",
+                   "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+                   "rhs_contracting_dims={1}",
+                   [_rand((6, 64, 70), "f4", 55), _rand((6, 70, 50), "f4", 56)], rtol=1e-4,
+                   atol=1e-4), 4),
+    _threaded(_dot("dot_s32_tasks", "s32[120,100]", "s32[100,90]", "s32[120,90]",
+                   "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+                   [_rand((120, 100), "i4", 57, -1000, 1000),
+                    _rand((100, 90), "i4", 58, -1000, 1000)]), 2),
+    _threaded(_conv("conv_tasks", ("f32", (4, 20, 20, 8)), ("f32", (3, 3, 8, 16)),
+                    "f32[4,20,20,16]", "window={size=3x3 pad=1_1x1_1}, "
+                    "dim_labels=b01f_01io->b01f", 80, rtol=1e-5, atol=1e-5), 3),
+    _threaded(_sort("sort_tasks", _cmp(["f32", "f32", "s32", "s32"],
+                    "  ROOT r = pred[] compare(p0, p1), direction=LT, type=TOTALORDER"),
+                    ["f32[64,2000]", "s32[64,2000]"], 1,
+                    [_rand((64, 2000), "f4", 82, -50, 50).round(),
+                     np.arange(128000, dtype=np.int32).reshape(64, 2000)]), 3),
+    _threaded(_topk("topk_tasks", "f32[100,1200]", "f32[100,7]", 7, True,
+                    _rand((100, 1200), "f4", 84, -9, 9).round()), 2),
+]
+
+CASES = (DOT_CASES + CONV_CASES + SELECT_SCATTER_CASES + SORT_CASES + TOPK_CASES + RNG_CASES
+         + THREADED_CASES)
 
 
 def _harness(i: int, case: Case, names: set[str]) -> tuple[str, str]:
@@ -345,7 +378,7 @@ def _harness(i: int, case: Case, names: set[str]) -> tuple[str, str]:
     n_in = sum(len(leaves(p.shape)) for p in instr.operands)
     ins = [f"ins[{j}]" for j in range(n_in)]
     outs = [f"outs[{j}]" for j in range(len(leaves(instr.shape)))]
-    defs, stmts = library.emit(instr, ins, outs, names)
+    defs, stmts = library.emit(instr, ins, outs, names, case.threads)
     body = "\n".join("    " + line for line in stmts.rstrip("\n").split("\n"))
     return defs, f"void run_{i}(void **ins, void **outs) {{\n{body}\n}}\n"
 
@@ -357,7 +390,11 @@ def compiled() -> ctypes.CDLL:
     for i, case in enumerate(CASES):
         defs, fn = _harness(i, case, names)
         parts += [defs, fn]
-    return build.load_library("\n".join(parts), name="test_cpu_library")
+    lib = build.load_library("\n".join(parts), name="test_cpu_library")
+    pool = runtime.parallel_address()
+    if pool is not None:
+        ctypes.c_void_p.in_dll(lib, "hf_parallel_ptr").value = pool
+    return lib
 
 
 def _run(lib: ctypes.CDLL, i: int, case: Case) -> list[np.ndarray]:

@@ -50,7 +50,7 @@ def _asm(tmp_path: Path, src: str, target: str) -> str:
         pytest.skip(f"the C compiler does not accept {MARCH[target]}")
     path = tmp_path / f"k_{target}.c"
     path.write_text(src)
-    out = subprocess.run([*build.find_compiler(), *FLAGS, MARCH[target], "-fopenmp", "-S",
+    out = subprocess.run([*build.find_compiler(), *FLAGS, MARCH[target], "-S",
                           str(path), "-o", "-"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
@@ -194,6 +194,20 @@ def test_layouts_vectorize(tmp_path: Path, case: str, target: str) -> None:
         body = _function(asm, k.name)
         assert not SCALAR.findall(body), (k.name, SCALAR.findall(body)[:10])
 
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_f32_math_calls_the_explicit_vector_forms(target: str) -> None:
+    """sin and cos (and exp, log, tanh, logistic) in a vector loop are vmath's vector functions,
+    not lane loops over the scalar ones."""
+    module = parse(LAYOUTS["interleaved_write"])
+    run_pipeline(module, "xla")
+    used: set[str] = set()
+    src = "".join(lower_kernel(i, used, Target.named(target)).source
+                  for i in module.entry.instructions if is_kernel(i))
+    w = Target.named(target).vector_bytes // 4
+    assert f"hf_sin_v{w}_f32(" in src and f"hf_cos_v{w}_f32(" in src
+    assert "hf_sin_f32(" not in src and "hf_cos_f32(" not in src
 
 SHIFTS = """
 ENTRY e {

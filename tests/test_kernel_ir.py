@@ -22,6 +22,7 @@ from hlofuse.backends.kernel_ir.passes import (
     split,
     vectorize,
 )
+from hlofuse.backends.kernel_ir.passes.vectorize import ACCUMULATORS
 from hlofuse.backends.kernel_ir.printer import format_kernel
 from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.dtypes import F32, PRED, S64
@@ -105,7 +106,7 @@ def test_a_long_elementwise_fusion_lowers_and_prints() -> None:
     run_pipeline(module, "xla")
     (instr,) = [i for i in module.entry.instructions if is_kernel(i)]
     k = lower_kernel(instr, set(), Target.named("avx2"))
-    assert k.source.count("hf_exp_f32(") == 3000  # one vector loop of 8 lanes, no tail
+    assert k.source.count("= hf_exp_v8_f32((") == 3000  # one vector loop of 8 lanes, no tail
 
 
 # ----- split, jam, collapse --------------------------------------------------------------------
@@ -241,11 +242,33 @@ ENTRY e {
   ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add
 }"""), Target.named("avx2"))
     partials = [b for b in k.locals if b.kind == "lanes"]
-    assert len(partials) == 1
-    init = [s for s in ir.walk(k.body) if isinstance(s, ir.Store) and s.buf is partials[0]
+    assert len(partials) == ACCUMULATORS
+    init = [s for s in ir.walk(k.body) if isinstance(s, ir.Store) and s.buf in partials
             and s.value.op == "const"]
-    assert [ir.const_value(s.value) for s in init] == [-0.0]  # not the init value 5
-    assert any(v.op == "lanes_reduce" for v in vals(k))
+    assert [ir.const_value(s.value) for s in init] == [-0.0] * ACCUMULATORS  # not the init 5
+    (red,) = [v for v in vals(k) if v.op == "lanes_reduce"]
+    assert set(red.buffers) == set(partials)
+    # 1000 = 31 iterations of 4 vectors of 8 (one partial each), then one vector into the
+    # first partial; no scalar tail
+    assert [(lp.lo, lp.hi, lp.vector, ir.step_of(lp)) for lp in loops(k)] == \
+        [(0, 992, 8, 32), (992, 1000, 8, 8)]
+
+
+def test_short_row_reductions_use_fewer_partials() -> None:
+    """A row of 2 whole vectors gets 2 partials; the 4 leftover lanes run in the scalar
+    tail."""
+    k = optimize(one(ADD + """
+ENTRY e {
+  p = f32[20] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add
+}"""), Target.named("avx2"))
+    partials = [b for b in k.locals if b.kind == "lanes"]
+    assert len(partials) == 2
+    (red,) = [v for v in vals(k) if v.op == "lanes_reduce"]
+    assert set(red.buffers) == set(partials)
+    assert [(lp.lo, lp.hi, lp.vector, ir.step_of(lp)) for lp in loops(k)] == \
+        [(0, 16, 8, 16), (16, 20, 0, 1)]
 
 
 def test_guarded_reads_varying_by_lane_stay_scalar() -> None:

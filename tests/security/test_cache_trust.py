@@ -195,7 +195,7 @@ def test_probe_memo_cannot_smuggle_flags(cache: Path, tmp_path: Path) -> None:
     hlofuse.compile(_text(tmp_path))
     memo = next(cache.glob("probe-*"))
     cachefs.write_entry(memo, "compiler-probe", json.dumps(
-        {"openmp": True, "warning_errors": ["-fplugin=/tmp/evil.so"]}).encode())
+        {"warning_errors": ["-fplugin=/tmp/evil.so"]}).encode())
     _fresh_process_state()
     assert "-fplugin=/tmp/evil.so" not in build.flags()
 

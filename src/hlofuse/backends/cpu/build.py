@@ -9,14 +9,15 @@ Conditions this module enforces:
 - Flags never change IEEE semantics: `-O3 -march=native` plus `-fno-math-errno` (lets sqrt
   vectorize; errno is never read), `-fno-trapping-math` (FP exception traps are off, as in numpy),
   `-ffp-contract=off` (no a*b+c -> fma contraction the interpreter would not do). Never
-  `-ffast-math`. `-fopenmp` when the compiler supports it. `HLOFUSE_CC_OPT` replaces `-O3`
-  (tests use `-O1` to compile faster).
+  `-ffast-math`. No `-fopenmp`: threads are the runtime's own pool (`runtime.py`), reached
+  through `hf_parallel_ptr`. `HLOFUSE_CC_OPT` replaces `-O3` (tests use `-O1` to compile
+  faster).
 - Never `-w`: warnings that mean a truncated or overflowed constant, a shift past the width, a
   division by a constant zero or a type confusion are errors (`WARNING_ERRORS`, those of them
   this compiler knows: GCC and clang name some differently). The generated code triggers none
   of them on valid input; a module that would makes the build fail with `CCompileError` rather
   than run with a silently truncated loop bound.
-- The compiler's answers (OpenMP support, which warning flags it knows) are probed once and kept
+- The compiler's answer (which warning flags it knows) is probed once and kept
   as a verified cache entry; a damaged one is probed again, and only flags from
   `WARNING_ERRORS` are ever read back from it.
 - The cache key covers the source, the compiler's identity, the flags and this CPU's features
@@ -153,17 +154,17 @@ def _cpu_identity() -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _compiler_facts(argv: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
-    """(OpenMP works, the `WARNING_ERRORS` this compiler knows). Probed once per compiler; the
-    answer is a verified cache entry, so a warm process does not pay for probe compiles."""
+def _compiler_facts(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The `WARNING_ERRORS` this compiler knows. Probed once per compiler; the answer is a
+    verified cache entry, so a warm process does not pay for probe compiles."""
     ident = hashlib.sha256(
         "\0".join([*argv, _compiler_identity(argv), *WARNING_ERRORS]).encode()).hexdigest()
     memo = cachefs.root() / f"probe-{ident[:24]}"
     facts = _parse_facts(cachefs.read_entry(memo, "compiler-probe"))
     if facts is not None:
         return facts
-    facts = (_probe_openmp(argv), _probe_warnings(argv))
-    payload = json.dumps({"openmp": facts[0], "warning_errors": list(facts[1])}).encode()
+    facts = _probe_warnings(argv)
+    payload = json.dumps({"warning_errors": list(facts)}).encode()
     try:
         cachefs.write_entry(cachefs.root() / memo.name, "compiler-probe", payload)
     except OSError as exc:
@@ -171,30 +172,18 @@ def _compiler_facts(argv: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
     return facts
 
 
-def _parse_facts(payload: bytes | None) -> tuple[bool, tuple[str, ...]] | None:
+def _parse_facts(payload: bytes | None) -> tuple[str, ...] | None:
     if payload is None:
         return None
     try:
-        data = json.loads(payload)
-        openmp, flags = data["openmp"], data["warning_errors"]
+        flags = json.loads(payload)["warning_errors"]
     except (ValueError, TypeError, KeyError):
         return None
-    if not isinstance(openmp, bool) or not isinstance(flags, list):
+    if not isinstance(flags, list):
         return None
     if not all(isinstance(f, str) and f in WARNING_ERRORS for f in flags):
         return None  # only our own flags are ever read back
-    return openmp, tuple(flags)
-
-
-def _probe_openmp(argv: tuple[str, ...]) -> bool:
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "omp.c"
-        src.write_text("#include <omp.h>\nint f(void) { return omp_get_max_threads(); }\n")
-        cmd = [*argv, "-fopenmp", "-fPIC", "-shared", str(src), "-o", str(Path(tmp) / "o.so")]
-        try:
-            return subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            return False
+    return tuple(flags)
 
 
 def _probe_warnings(argv: tuple[str, ...]) -> tuple[str, ...]:
@@ -226,11 +215,7 @@ def flags(extra_flags: tuple[str, ...] = ()) -> list[str]:
     """The full flag list for this machine's compiler."""
     argv = tuple(find_compiler())
     opt = os.environ.get("HLOFUSE_CC_OPT", "-O3")
-    openmp, warning_errors = _compiler_facts(argv)
-    out = [opt, *BASE_FLAGS, *warning_errors]
-    if openmp:
-        out.append("-fopenmp")
-    return out + list(extra_flags)
+    return [opt, *BASE_FLAGS, *_compiler_facts(argv), *extra_flags]
 
 
 def cache_key(source: str, extra_flags: tuple[str, ...] = ()) -> str:

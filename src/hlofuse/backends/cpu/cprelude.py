@@ -37,14 +37,11 @@ _INCLUDES = """\
 #undef I
 #include <stdlib.h>
 #include <setjmp.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 """
 
 # Scratch memory for kernels. A failed allocation never returns NULL into a kernel: it records
 # the bytes and jumps back to hf_entry (driver.py), which frees its arena and returns status 3.
-# Only the calling thread allocates (never inside an OpenMP region), so the jump is safe.
+# Only the calling thread allocates (never inside a task run on the pool), so the jump is safe.
 # sigsetjmp(.., 0): plain setjmp saves the signal mask, a system call per hf_entry.
 _ALLOC = r"""
 static __thread sigjmp_buf *hf_oom_jmp;
@@ -73,6 +70,19 @@ static void hf_parallel_serial(hf_task_fn fn, void *const *args, int64_t lo, int
 }
 __attribute__((unused)) void (*hf_parallel_ptr)(hf_task_fn, void *const *, int64_t, int64_t,
                                                 int64_t, int) = hf_parallel_serial;
+/* Per-thread scratch of library tasks (GEMM packing, sort offsets): the caller allocates `n`
+   slots before the pool runs, each chunk claims a free one for its duration. At most
+   min(threads, chunks) chunks run at once, so n = min(threads, chunks) slots always have a free
+   one; a claim never waits for a descheduled thread. */
+__attribute__((unused)) static int hf_slot_claim(int *busy, int n) {
+  for (int s = 0;; s = s + 1 < n ? s + 1 : 0)
+    if (!__atomic_load_n(&busy[s], __ATOMIC_RELAXED) &&
+        !__atomic_exchange_n(&busy[s], 1, __ATOMIC_ACQUIRE))
+      return s;
+}
+__attribute__((unused)) static void hf_slot_release(int *busy, int s) {
+  __atomic_store_n(&busy[s], 0, __ATOMIC_RELEASE);
+}
 """
 
 _FLOAT_CORE = r"""

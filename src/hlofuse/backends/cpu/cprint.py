@@ -160,7 +160,7 @@ class KernelPrinter:
         self.line("{")
         self.line(f"    void *const hf_a[] = {{{ptrs}}};")
         self.line(f"    hf_parallel_ptr({name}_t, hf_a, {c_int(s.lo)}, {c_int(s.hi)}, "
-                  f"{max(1, s.vector)}, {self.k.threads});")
+                  f"{ir.step_of(s)}, {self.k.threads});")
         self.line("}")
         self.invalidate(ir.written(s.body))
 
@@ -231,7 +231,7 @@ class KernelPrinter:
             return
         self.invalidate(ir.written(s.body))
         v = s.var.name
-        step = f"{v} += {s.vector}" if s.vector else f"++{v}"
+        step = f"{v} += {ir.step_of(s)}" if ir.step_of(s) > 1 else f"++{v}"
         lo, hi = bounds or (c_int(s.lo), c_int(s.hi))
         self.line(f"for (int64_t {v} = {lo}; {v} < {hi}; {step}) {{")
         saved = self.vec
@@ -288,7 +288,7 @@ class KernelPrinter:
 
         ins = [self.cname[b] for b in s.ins]
         outs = [self.cname[b] for b in s.outs]
-        defs, stmts = library.emit(s.op, ins, outs, self.used)
+        defs, stmts = library.emit(s.op, ins, outs, self.used, self.k.threads)
         if defs:
             self.defs.append(defs)
         for text in stmts.splitlines():
@@ -410,16 +410,39 @@ class KernelPrinter:
         return name
 
     def _hreduce(self, v: Val) -> str:
-        op, buf = v.arg
-        w = buf.size
-        short = compute_short(buf.dtype)
+        """The partial accumulators of a vector reduction combined pairwise (a tree over the
+        buffers, then over halves of the lanes: log2(W) vector ops, not W - 1 scalar ones)."""
+        op, *bufs = v.arg
+        w = bufs[0].size
+        dt = bufs[0].dtype
+        short = compute_short(dt)
         vt = self.lib.t(short, w)
-        name = f"hf_hred_{op.opcode.name.lower()}_{buf.dtype.name}_v{w}"
-        ct = cexpr.compute_type(buf.dtype)
-        body = cexpr.elementwise_op(op, [buf.dtype, buf.dtype], ["r", "v[l]"], self.where)
-        self.lib._add(name, f"static inline {ct} {name}({vt} v) {{ {ct} r = v[0]; "
-                            f"for (int l = 1; l < {w}; ++l) r = {body}; return r; }}")
-        return f"{name}({self.cname[buf]})"
+        name = f"hf_hred_{op.opcode.name.lower()}_{dt.name}_v{w}"
+        ct = cexpr.compute_type(dt)
+
+        def vop(a: str, b: str, lanes: int) -> str:
+            expr = cvec.vector_op(self.lib, op, [dt, dt], [a, b], lanes)
+            if expr is None:
+                raise CompileError(f"{self.where}: no vector form of the reducer {op.opcode}")
+            return expr
+
+        lines = []
+        cur, lanes = "v", w
+        while lanes > 1:
+            half = lanes // 2
+            ht = self.lib.t(short, half)
+            lo = f"__builtin_shufflevector({cur}, {cur}, {', '.join(map(str, range(half)))})"
+            hi = f"__builtin_shufflevector({cur}, {cur}, " \
+                 f"{', '.join(map(str, range(half, lanes)))})"
+            lines.append(f"const {ht} h{half} = {vop(lo, hi, half)};")
+            cur, lanes = f"h{half}", half
+        self.lib._add(name, f"static inline {ct} {name}({vt} v)\n{{\n    "
+                            + "\n    ".join(lines) + f"\n    return {cur}[0];\n}}")
+        parts = [self.cname[b] for b in bufs]
+        while len(parts) > 1:
+            parts = [vop(parts[i], parts[i + 1], w) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
+        return f"{name}({parts[0]})"
 
     # ----- vector values --------------------------------------------------------------------
 

@@ -15,11 +15,14 @@ types, its loads and stores are whole vectors, and every op below is one vector 
 concatenated). `vector_op` gives the vector expression of a `ScalarOp`, or None when the op has
 no vector form yet; the printer then computes it lane by lane (`lane_loop`), which is correct and
 usually vectorized by the compiler, but not guaranteed to be (tests/test_cpu_vectorize.py lists
-which ops are explicit).
+which ops are explicit). f32 exp, log, tanh, logistic, sin and cos (also f16/bf16, computed in
+f32) are explicit: `vmath.py`'s vector instantiation, the same operations as the scalar mathlib
+function.
 """
 
 from __future__ import annotations
 
+from hlofuse.backends.cpu import vmath
 from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.opcodes import Opcode
@@ -214,6 +217,13 @@ static inline {u16} {names['f32_to_bf16']}({f} v)
                       f"{{ return {names[f'{k}_to_f32']}({names[f'f32_to_{k}']}(v)); }}")
         return names
 
+    def vmath(self, op: str, w: int) -> str:
+        """The f32 vector function of `op` (vmath.OPS: exp, log, tanh, logistic, sin, cos) on
+        `w` lanes."""
+        self.types(w)
+        self._add(f"vmath_v{w}", vmath.vector(w))
+        return vmath.function(op, w)
+
     def shuffle_helper(self, kind: str, short: str, w: int, s: int) -> str:
         """`deint`: s vectors loaded from s*w consecutive elements -> s vectors of columns;
         `int`: the inverse (s column vectors -> s vectors to store consecutively)."""
@@ -266,6 +276,8 @@ _BITWISE = {Opcode.AND: "&", Opcode.OR: "|", Opcode.XOR: "^"}
 _PRED_BINARY = {Opcode.ADD: "|", Opcode.MAXIMUM: "|", Opcode.OR: "|", Opcode.MULTIPLY: "&",
                 Opcode.MINIMUM: "&", Opcode.AND: "&", Opcode.XOR: "^"}
 _CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+_VMATH = {Opcode.EXP: "exp", Opcode.LOG: "log", Opcode.TANH: "tanh", Opcode.LOGISTIC: "logistic",
+          Opcode.SIN: "sin", Opcode.COS: "cos"}
 
 
 def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str], w: int
@@ -308,6 +320,8 @@ def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str
         if code is Opcode.CLAMP:
             mx, mn = lib.minmax(short, w, True), lib.minmax(short, w, False)
             return f"{mn}({mx}({a[1]}, {a[0]}), {a[2]})"
+        if code in _VMATH and short == "f32":
+            return rounded(f"{lib.vmath(_VMATH[code], w)}({a[0]})")
         return None
     if dt.is_pred:
         if code in _PRED_BINARY:

@@ -5,12 +5,12 @@ collapse, vectorize, parallelize, hoist: `passes/`), then prints it (`backends/c
 
     Kernel ─ inputs/outputs/locals: Buffer          (name, element type, size, kind)
            └ body: [Stmt]
-    Stmt  = Loop(var, lo, hi, body, parallel, vector) | Store(buf, index, value)
+    Stmt  = Loop(var, lo, hi, body, parallel, vector, step) | Store(buf, index, value)
           | If(cond, then, orelse) | Let(value) | Copy(dst, src) | LibCall(op, ins, outs)
           | Comment(text)
     Val   = const | load(buf, Affine) | index(Affine) | alu(ScalarOp, args)
           | cond(c, a, b) | idiv/imod(x, n) | param(k)
-          | tile(buf, Affine, stride, k) | lanes_reduce(op, lanes buffer)   (vector loops only)
+          | tile(buf, Affine, stride, k) | lanes_reduce(op, lanes buffers...)
     Affine = const + Σ coef·term,   term = Var (a loop index) | Val (an s64 value: a clamped
              dynamic start, a gathered index, a delinearised coordinate)
 
@@ -29,6 +29,8 @@ Design (after tinygrad's UOps, TorchInductor's LoopBody, TVM's TIR BufferLoad/Fo
 - Element types are HLO's (`ir.dtypes.DType`); index arithmetic is s64. A `Loop` with
   `vector=W` runs W consecutive values of its variable per step (lanes); values that depend on
   it are vectors of W lanes, everything else stays scalar. Tails run as a second, scalar loop.
+  `step` (a multiple of W) is how far the variable advances per iteration when the body holds
+  several copies of the vector body (unrolled reductions: one partial accumulator per copy).
 
 Conditions every pass keeps: a `Var` is bound by exactly one enclosing `Loop`; a `Store`'s index
 stays in its buffer (lowering guarantees it, passes only substitute equal expressions); `In`
@@ -224,6 +226,13 @@ class Val:
         return self.arg[1] if self.op == "lanes_reduce" else self.arg[0]
 
     @property
+    def buffers(self) -> tuple[Buffer, ...]:
+        """Every buffer the value reads itself: a lanes_reduce combines several partial
+        accumulators (one per unrolled copy), lane by lane, before reducing across lanes."""
+        assert self.op in _READS
+        return tuple(self.arg[1:]) if self.op == "lanes_reduce" else (self.arg[0],)
+
+    @property
     def index(self) -> Affine:
         assert self.op in ("load", "index", "tile")
         return self.arg[1] if self.op in ("load", "tile") else self.arg
@@ -311,7 +320,7 @@ def reads(v: Val) -> frozenset[Buffer]:
         for x in postorder([v]):
             if x._reads is not None:
                 continue
-            acc: set[Buffer] = {x.buffer} if x.op in _READS else set()
+            acc: set[Buffer] = set(x.buffers) if x.op in _READS else set()
             for c in x.children():
                 assert c._reads is not None
                 acc |= c._reads
@@ -433,7 +442,8 @@ def const_value(v: Val) -> Any:
 @dataclass(eq=False)
 class Loop:
     """`for var in [lo, hi)`; `parallel`: iterations may run on different threads (they write
-    disjoint elements); `vector`: W lanes per step (0 = scalar)."""
+    disjoint elements); `vector`: W lanes per step (0 = scalar); `step`: how far the variable
+    advances per iteration (0: `vector`, or 1 for a scalar loop; see `step_of`)."""
 
     var: Var
     lo: int
@@ -441,6 +451,12 @@ class Loop:
     body: list[Stmt]
     parallel: bool = False
     vector: int = 0
+    step: int = 0
+
+
+def step_of(loop: Loop) -> int:
+    """How far `loop`'s variable advances per iteration."""
+    return loop.step or loop.vector or 1
 
 
 @dataclass(eq=False)

@@ -57,8 +57,8 @@ class _Fmt:
             c, a, b = (self.val(x, shared) for x in v.args)
             return f"({c} ? {a} : {b})"
         if op == "lanes_reduce":
-            sop, buf = v.arg
-            return f"reduce_lanes.{sop.opcode.value}({buf.name})"
+            sop, *bufs = v.arg
+            return f"reduce_lanes.{sop.opcode.value}({', '.join(b.name for b in bufs)})"
         return f"{op}?"
 
     def aff(self, a: Affine, shared: set[int]) -> str:
@@ -87,7 +87,8 @@ class _Fmt:
             shared = self.shared_of(ir.stmt_vals(s), depth)
             if isinstance(s, ir.Loop):
                 tags = (" parallel" if s.parallel else "") + \
-                    (f" vector {s.vector}" if s.vector else "")
+                    (f" vector {s.vector}" if s.vector else "") + \
+                    (f" step {s.step}" if s.step else "")
                 self.lines.append(f"{pad}for {s.var.name} in [{s.lo}, {s.hi}){tags}:")
                 self.block(s.body, depth + 1)
             elif isinstance(s, ir.Store):

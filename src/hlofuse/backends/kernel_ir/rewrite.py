@@ -123,8 +123,8 @@ class Rewriter:
                     return g.const(True, PRED) if val else other
             return g.alu(sop, *args)
         if op == "lanes_reduce":
-            sop, buf = v.arg
-            return g.make(op, v.dtype, args, (sop, self.buffer(buf)))
+            sop, *bufs = v.arg
+            return g.make(op, v.dtype, args, (sop, *(self.buffer(b) for b in bufs)))
         return g.make(op, v.dtype, args, v.arg)
 
     def stmts(self, body: list[Stmt]) -> list[Stmt]:
@@ -135,7 +135,8 @@ class Rewriter:
 
     def stmt(self, s: Stmt) -> list[Stmt]:
         if isinstance(s, ir.Loop):
-            return [ir.Loop(s.var, s.lo, s.hi, self.stmts(s.body), s.parallel, s.vector)]
+            return [ir.Loop(s.var, s.lo, s.hi, self.stmts(s.body), s.parallel, s.vector,
+                            s.step)]
         if isinstance(s, ir.Store):
             return [ir.Store(self.buffer(s.buf), self.affine(s.index), self.val(s.value))]
         if isinstance(s, ir.StoreTile):

@@ -1,13 +1,16 @@
 """Library ops of the CPU backend: ops that are not index maps or reductions, lowered to C
 helper functions and a call.
 
-    emit(instr, ins, outs, names) -> (definitions, statements)
+    emit(instr, ins, outs, names, threads) -> (definitions, statements)
 
 `ins` / `outs` are C pointer expressions (storage types of `cexpr.ctype`) for the operand leaves
 and result leaves, row-major and contiguous. `definitions` are file-scope C (helper functions;
 shared ones such as the GEMM kernels are wrapped in include guards, so they may appear more than
 once in a file; per-instruction ones are named uniquely through `names`); `statements` compute the
-op and may be placed in any block of a kernel body. Each op matches the interpreter's handler:
+op and may be placed in any block of a kernel body that is not inside a parallel loop. Large dots,
+convolutions and sorts cut themselves into tasks run on up to `threads` threads of the runtime's
+pool (`hf_parallel_ptr`; scratch is allocated before the tasks start, one slot per running task,
+`hf_slot_claim`). Each op matches the interpreter's handler:
 
     dot                 gemm.py      blocked GEMM, canonical [batch, M, K] x [batch, K, N]
     convolution         conv.py      direct loop nest, f64 accumulation for floats
@@ -32,26 +35,33 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import leaves
 
 Emitter = Callable[[Instruction, list[str], list[str], set[str]], tuple[str, str]]
+ThreadedEmitter = Callable[[Instruction, list[str], list[str], set[str], int], tuple[str, str]]
 
-_EMITTERS: dict[Opcode, Emitter] = {
+_THREADED: dict[Opcode, ThreadedEmitter] = {
     Opcode.DOT: gemm.emit_dot,
     Opcode.CONVOLUTION: conv.emit_convolution,
     Opcode.SORT: sort.emit_sort,
     Opcode.TOPK: sort.emit_topk,
+}
+_SERIAL: dict[Opcode, Emitter] = {
     Opcode.RNG_BIT_GENERATOR: rng.emit_rng_bit_generator,
     Opcode.SELECT_AND_SCATTER: windows.emit_select_and_scatter,
 }
 
-SUPPORTED: frozenset[Opcode] = frozenset(_EMITTERS)
+SUPPORTED: frozenset[Opcode] = frozenset(_THREADED) | frozenset(_SERIAL)
 
 __all__ = ["SUPPORTED", "LibraryOpError", "emit"]
 
 
 def emit(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+    instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
-    """(C definitions, C statements) computing the library op `instr` from `ins` into `outs`."""
-    emitter = _EMITTERS.get(instr.opcode)
+    """(C definitions, C statements) computing the library op `instr` from `ins` into `outs`,
+    on up to `threads` threads of the runtime's pool where the op has a parallel form."""
+    threaded = _THREADED.get(instr.opcode)
+    if threaded is not None:
+        return threaded(instr, ins, outs, names, max(1, threads))
+    emitter = _SERIAL.get(instr.opcode)
     if emitter is None:
         raise LibraryOpError(instr, "not a library op the cpu backend implements")
     for shape in [*leaves(instr.shape), *(s for o in instr.operands for s in leaves(o.shape))]:

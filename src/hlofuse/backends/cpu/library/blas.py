@@ -77,27 +77,51 @@ hf_blas_dgemm_batch_fn hf_blas_dgemm_batch = 0;
 _DRIVER = r"""
 #ifndef HFLIB_BLAS_{S}
 #define HFLIB_BLAS_{S}
-static void hflib_blas_{S}(int ta, int tb, int64_t batch, int64_t M, int64_t N, int64_t K,
-                           const {T} *a, int64_t sab, int64_t sam, int lda,
-                           const {T} *b, int64_t sbb, int64_t sbn, int ldb, {T} *c) {{
-    const hflib_split s = hflib_dot_split(batch, M, N, K, {PARALLEL_WORK});
-    const int64_t total = s.bt * s.mt * s.nt;
-    #pragma omp parallel for schedule(dynamic, 1) if (total > 1)
-    for (int64_t q = 0; q < total; q++) {{
+typedef struct {{
+    int ta, tb, lda, ldb;
+    int64_t batch, M, N, K, sab, sam, sbb, sbn;
+    const {T} *a, *b;
+    {T} *c;
+    hflib_split s;
+}} hflib_blas_job_{S};
+
+static void hflib_blas_task_{S}(void *const *args, int64_t lo, int64_t hi) {{
+    const hflib_blas_job_{S} *j = (const hflib_blas_job_{S} *)args[0];
+    const hflib_split s = j->s;
+    const int64_t M = j->M, N = j->N, K = j->K;
+    for (int64_t q = lo; q < hi; q++) {{
         const int64_t ib = q / (s.mt * s.nt), im = q / s.nt % s.mt, in = q % s.nt;
-        const int64_t t0 = ib * batch / s.bt, t1 = (ib + 1) * batch / s.bt;
+        const int64_t t0 = ib * j->batch / s.bt, t1 = (ib + 1) * j->batch / s.bt;
         const int64_t m0 = im * s.mc, n0 = in * s.nc;
         const int64_t m = M - m0 < s.mc ? M - m0 : s.mc, n = N - n0 < s.nc ? N - n0 : s.nc;
-        const {T} *at = a + t0 * sab + m0 * sam, *bt = b + t0 * sbb + n0 * sbn;
-        {T} *ct = c + t0 * M * N + m0 * N + n0;
+        const {T} *at = j->a + t0 * j->sab + m0 * j->sam, *bt = j->b + t0 * j->sbb + n0 * j->sbn;
+        {T} *ct = j->c + t0 * M * N + m0 * N + n0;
         if (t1 - t0 > 1 && hf_blas_{t}gemm_batch)
-            hf_blas_{t}gemm_batch({ROW_MAJOR}, ta, tb, m, n, K, 1, at, lda, sab, bt, ldb, sbb, 0,
-                                  ct, N, M * N, t1 - t0);
+            hf_blas_{t}gemm_batch({ROW_MAJOR}, j->ta, j->tb, m, n, K, 1, at, j->lda, j->sab, bt,
+                                  j->ldb, j->sbb, 0, ct, N, M * N, t1 - t0);
         else
             for (int64_t t = t0; t < t1; t++)
-                hf_blas_{t}gemm({ROW_MAJOR}, ta, tb, m, n, K, 1, at + (t - t0) * sab, lda,
-                                bt + (t - t0) * sbb, ldb, 0, ct + (t - t0) * M * N, N);
+                hf_blas_{t}gemm({ROW_MAJOR}, j->ta, j->tb, m, n, K, 1, at + (t - t0) * j->sab,
+                                j->lda, bt + (t - t0) * j->sbb, j->ldb, 0, ct + (t - t0) * M * N,
+                                N);
     }}
+}}
+
+/* c = a x b through the bound BLAS, cut into tasks (hflib_dot_split) run on up to `threads`
+   threads of the runtime's pool, each task one single-threaded BLAS call. */
+static void hflib_blas_{S}(int ta, int tb, int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const {T} *a, int64_t sab, int64_t sam, int lda,
+                           const {T} *b, int64_t sbb, int64_t sbn, int ldb, {T} *c,
+                           int threads) {{
+    const hflib_blas_job_{S} j = {{ta, tb, lda, ldb, batch, M, N, K, sab, sam, sbb, sbn, a, b, c,
+                                  hflib_dot_split(batch, M, N, K, {PARALLEL_WORK}, threads)}};
+    const int64_t total = j.s.bt * j.s.mt * j.s.nt;
+    void *const args[] = {{(void *)&j}};
+    if (total > 1 && threads > 1)
+        hf_parallel_ptr(hflib_blas_task_{S}, args, 0, total, 1,
+                        total < threads ? (int)total : threads);
+    else
+        hflib_blas_task_{S}(args, 0, total);
 }}
 #endif
 """
@@ -253,10 +277,12 @@ def layout(rows: int, cols: int, s_row: int, s_col: int) -> tuple[int, int] | No
 def call(
     suffix: str, batch: int, m: int, n: int, k: int,
     a: tuple[str, int, int, int], b: tuple[str, int, int, int], c: str, own: str,
+    threads: int = 1,
 ) -> list[str] | None:
     """C statements computing c = a x b with the BLAS when one is bound, else `own` (the
     statement calling our GEMM); None when this dot cannot go to the BLAS at all. `a` and `b`
-    are (pointer expression, batch stride, row stride, column stride)."""
+    are (pointer expression, batch stride, row stride, column stride); `threads`: the most
+    threads of the runtime's pool its tasks may use."""
     if suffix not in ("f32", "f64") or min(batch, m, n, k) <= 0:
         return None
     la = layout(m, k, a[2], a[3])
@@ -268,5 +294,6 @@ def call(
         return None
     t = "s" if suffix == "f32" else "d"
     return [f"if (hf_blas_{t}gemm) hflib_blas_{suffix}({la[0]}, {lb[0]}, {batch}, {m}, {n}, "
-            f"{k}, {a[0]}, {sab}, {a[2]}, {la[1]}, {b[0]}, {sbb}, {b[3]}, {lb[1]}, {c});",
+            f"{k}, {a[0]}, {sab}, {a[2]}, {la[1]}, {b[0]}, {sbb}, {b[3]}, {lb[1]}, {c}, "
+            f"{threads});",
             f"else {own}"]

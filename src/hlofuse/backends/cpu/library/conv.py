@@ -53,9 +53,11 @@ def _final(out: ArrayShape, acc: str) -> str:
 
 
 def emit_convolution(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+    instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
-    """(helper definitions, statements) for a convolution of `ins` into `outs[0]`."""
+    """(helper definitions, statements) for a convolution of `ins` into `outs[0]`; from
+    PARALLEL_WORK multiply-adds its (batch, output feature) pairs run on up to `threads`
+    threads of the runtime's pool."""
     lhs, rhs = (o.shape for o in instr.operands)
     out = instr.shape
     if not (isinstance(lhs, ArrayShape) and isinstance(rhs, ArrayShape)
@@ -101,11 +103,10 @@ def emit_convolution(
     lines = [
         comment(f"{instr.name}: dim_labels={labels}, {nsp} spatial dims, groups "
                 f"(feature {fgc}, batch {bgc})"),
-        f"static void {name}(const {lt} *restrict lhs, const {rt} *restrict rhs, "
-        f"{ot} *restrict out) {{",
-        f"    #pragma omp parallel for collapse(2) if ({work} >= {PARALLEL_WORK})",
-        f"    for (int64_t b = 0; b < {nb}; b++)",
-        f"    for (int64_t z = 0; z < {o}; z++) {{",
+        f"static void {name}_range(const {lt} *restrict lhs, const {rt} *restrict rhs, "
+        f"{ot} *restrict out, int64_t q0, int64_t q1) {{",
+        "    for (int64_t q = q0; q < q1; q++) {",
+        f"        const int64_t b = q / {o}, z = q % {o};",
         f"        const int64_t g = z / {og};",
         f"        const int64_t lhs_b = {'g * ' + str(nb) + ' + b' if bgc > 1 else 'b'};",
         f"        const int64_t c0 = {'g * ' + str(cg) if fgc > 1 else '0'};",
@@ -150,5 +151,17 @@ def emit_convolution(
                        + [f"s{d} * {os_[2 + d]}" for d in range(nsp)])
     lines.append(f"{ind}out[{obase}] = {_final(out, 'acc')};")
     lines += ["        }", "    }", "}"]
+    pairs = nb * o
+    par = threads > 1 and pairs > 1 and work >= PARALLEL_WORK
+    lines += [
+        f"static void {name}_t(void *const *a, int64_t lo, int64_t hi) {{",
+        f"    {name}_range((const {lt} *)a[0], (const {rt} *)a[1], ({ot} *)a[2], lo, hi);",
+        "}",
+        f"static void {name}(const {lt} *lhs, const {rt} *rhs, {ot} *out) {{",
+        "    void *const a[] = {(void *)lhs, (void *)rhs, (void *)out};",
+        f"    hf_parallel_ptr({name}_t, a, 0, {pairs}, 1, {min(threads, pairs)});" if par
+        else f"    {name}_t(a, 0, {pairs});",
+        "}",
+    ]
     stmt = f"{name}((const {lt} *)({ins[0]}), (const {rt} *)({ins[1]}), ({ot} *)({outs[0]}));\n"
     return "\n".join(lines) + "\n", stmt

@@ -12,10 +12,12 @@ f32 and f64 accumulators (f16/bf16 operands are converted to f32 first) go to Op
 `blas.py` has bound it (the scipy-openblas32 wheel, through function pointers; the rule for when
 is there), else to our GEMM; integer accumulators always to ours. Both run through one task
 split (`hflib_dot_split`): below PARALLEL_WORK multiply-adds one task, else batch items, then
-row or column blocks, handed out dynamically to the threads (OpenBLAS runs single-threaded).
+row or column blocks, run on up to `threads` threads of the runtime's pool (`hf_parallel_ptr`,
+tasks claimed one at a time; OpenBLAS runs single-threaded inside a task).
 
-Our GEMM is BLIS-shaped: B packed into KC x NR panels, A into MR x KC panels (per thread, in
-scratch allocated before the threads start), and micro-kernels of 2, 4, 6 (MR) or 8 rows x NR
+Our GEMM is BLIS-shaped: B packed into KC x NR panels, A into MR x KC panels (in the scratch
+slot of the running task: one slot per thread, allocated before the tasks start and claimed
+with `hf_slot_claim`), and micro-kernels of 2, 4, 6 (MR) or 8 rows x NR
 columns (two SIMD vectors, GCC/clang vector extensions) keep their accumulators in registers and
 store whole tiles as vectors. Operands that few panels reuse (small M, narrow N, small B) are
 read where they are instead of packed. Single-threaded it reaches 0.88-1.1x OpenBLAS's
@@ -53,23 +55,18 @@ _SPLIT = r"""
 #ifndef HFLIB_DOT_SPLIT
 #define HFLIB_DOT_SPLIT
 #include <stdint.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-/* How a dot is cut into tasks for the threads: batch items first, then row (or, for fewer rows
-   than columns, column) blocks of multiples of 16, at most 4 tasks per thread and about
-   HFLIB_TASK_WORK multiply-adds or more each; one task below `parallel_work`. Tasks are handed
-   out dynamically, so a thread the OS has descheduled delays only the task it holds. */
+/* How a dot is cut into tasks for `threads` threads: batch items first, then row (or, for fewer
+   rows than columns, column) blocks of multiples of 16, at most 4 tasks per thread and about
+   HFLIB_TASK_WORK multiply-adds or more each; one task below `parallel_work`. The tasks run on
+   the runtime's pool (hf_parallel_ptr), claimed one at a time, so a thread the OS has
+   descheduled delays only the task it holds. */
 enum { HFLIB_TASK_WORK = 1 << 19 };
 typedef struct { int64_t bt, mt, nt, mc, nc; } hflib_split;
 static hflib_split hflib_dot_split(int64_t batch, int64_t M, int64_t N, int64_t K,
-                                   double parallel_work) {
+                                   double parallel_work, int threads) {
     hflib_split s = {1, 1, 1, M, N};
     const double work = (double)batch * M * N * K;
-    int threads = 1;
-#ifdef _OPENMP
-    if (work >= parallel_work) threads = omp_get_max_threads();
-#endif
+    if (work < parallel_work) threads = 1;
     double want = work / HFLIB_TASK_WORK;
     if (want > 4.0 * threads) want = 4.0 * threads;
     const int64_t tasks = threads > 1 && want > 1 ? (int64_t)want : 1;
@@ -211,41 +208,57 @@ static void hflib_gemm_block_{S}(int64_t m, int64_t n, int64_t K, const {T} *a, 
 }}
 
 /* c[batch][M][N] = a[batch][M][K] * b[batch][K][N], where element (m, k) of batch t of a is
-   a[t*sab + m*sam + k*sak] (likewise b); c is contiguous. Cut into tasks (hflib_dot_split);
-   each thread packs into its own part of one scratch buffer, allocated before the threads
-   start. */
+   a[t*sab + m*sam + k*sak] (likewise b); c is contiguous. Cut into tasks (hflib_dot_split) run
+   on up to `threads` threads of the pool; each running task packs into its own slot of one
+   scratch buffer, allocated before the tasks start. */
+typedef struct {{
+    int64_t batch, M, N, K, sab, sam, sak, sbb, sbk, sbn, asize, per;
+    const {T} *a, *b;
+    {T} *c, *scratch;
+    hflib_split s;
+    int *busy, slots;
+}} hflib_gemm_job_{S};
+
+static void hflib_gemm_task_{S}(void *const *args, int64_t lo, int64_t hi) {{
+    const hflib_gemm_job_{S} *j = (const hflib_gemm_job_{S} *)args[0];
+    const hflib_split s = j->s;
+    const int slot = hf_slot_claim(j->busy, j->slots);
+    {T} *apack = j->scratch + slot * j->per, *bpack = apack + j->asize;
+    for (int64_t q = lo; q < hi; q++) {{
+        const int64_t ib = q / (s.mt * s.nt), im = q / s.nt % s.mt, in = q % s.nt;
+        const int64_t m0 = im * s.mc, n0 = in * s.nc;
+        const int64_t m = j->M - m0 < s.mc ? j->M - m0 : s.mc;
+        const int64_t n = j->N - n0 < s.nc ? j->N - n0 : s.nc;
+        for (int64_t t = ib * j->batch / s.bt; t < (ib + 1) * j->batch / s.bt; t++)
+            hflib_gemm_block_{S}(m, n, j->K, j->a + t * j->sab + m0 * j->sam, j->sam, j->sak,
+                                 j->b + t * j->sbb + n0 * j->sbn, j->sbk, j->sbn,
+                                 j->c + t * j->M * j->N + m0 * j->N + n0, j->N, apack, bpack);
+    }}
+    hf_slot_release(j->busy, slot);
+}}
+
 static void hflib_gemm_{S}(int64_t batch, int64_t M, int64_t N, int64_t K,
                            const {T} *a, int64_t sab, int64_t sam, int64_t sak,
-                           const {T} *b, int64_t sbb, int64_t sbk, int64_t sbn, {T} *c) {{
+                           const {T} *b, int64_t sbb, int64_t sbk, int64_t sbn, {T} *c,
+                           int threads) {{
     enum {{ NR = HFLIB_NR_{S}, KC = HFLIB_KC_{S}, MC = HFLIB_MC_{S}, NC = HFLIB_NC_{S} }};
     if (M == 0 || N == 0) return;
     if (K == 0) {{ memset(c, 0, sizeof({T}) * batch * M * N); return; }}
-    const hflib_split s = hflib_dot_split(batch, M, N, K, {PARALLEL_WORK});
-    const int64_t total = s.bt * s.mt * s.nt;
-    int threads = 1;
-#ifdef _OPENMP
-    if (total > 1) threads = omp_get_max_threads();
-#endif
-    const int64_t ncmax = s.nc < NC ? s.nc : NC, kcmax = K < KC ? K : KC;
-    const int64_t asize = (int64_t)MC * kcmax, bsize = kcmax * ((ncmax + NR - 1) / NR * NR);
-    const int64_t per = (asize + bsize + 15) / 16 * 16;  /* keeps each part 64-byte aligned */
-    {T} *scratch = hf_alloc(64, sizeof({T}) * per * threads);
-    #pragma omp parallel for schedule(dynamic, 1) if (total > 1)
-    for (int64_t q = 0; q < total; q++) {{
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        {T} *apack = scratch + tid * per, *bpack = apack + asize;
-        const int64_t ib = q / (s.mt * s.nt), im = q / s.nt % s.mt, in = q % s.nt;
-        const int64_t m0 = im * s.mc, n0 = in * s.nc;
-        const int64_t m = M - m0 < s.mc ? M - m0 : s.mc, n = N - n0 < s.nc ? N - n0 : s.nc;
-        for (int64_t t = ib * batch / s.bt; t < (ib + 1) * batch / s.bt; t++)
-            hflib_gemm_block_{S}(m, n, K, a + t * sab + m0 * sam, sam, sak,
-                                 b + t * sbb + n0 * sbn, sbk, sbn, c + t * M * N + m0 * N + n0,
-                                 N, apack, bpack);
-    }}
-    free(scratch);
+    hflib_gemm_job_{S} j = {{batch, M, N, K, sab, sam, sak, sbb, sbk, sbn, 0, 0, a, b, c, 0,
+                             hflib_dot_split(batch, M, N, K, {PARALLEL_WORK}, threads), 0, 1}};
+    const int64_t total = j.s.bt * j.s.mt * j.s.nt;
+    if (total > 1 && threads > 1) j.slots = total < threads ? (int)total : threads;
+    const int64_t ncmax = j.s.nc < NC ? j.s.nc : NC, kcmax = K < KC ? K : KC;
+    j.asize = (int64_t)MC * kcmax;
+    const int64_t bsize = kcmax * ((ncmax + NR - 1) / NR * NR);
+    j.per = (j.asize + bsize + 15) / 16 * 16;  /* keeps each slot 64-byte aligned */
+    j.scratch = hf_alloc(64, sizeof({T}) * j.per * j.slots + sizeof(int) * j.slots);
+    j.busy = (int *)(j.scratch + j.per * j.slots);
+    memset(j.busy, 0, sizeof(int) * j.slots);
+    void *const args[] = {{&j}};
+    if (j.slots > 1) hf_parallel_ptr(hflib_gemm_task_{S}, args, 0, total, 1, j.slots);
+    else hflib_gemm_task_{S}(args, 0, total);
+    free(j.scratch);
 }}
 #endif
 """
@@ -341,9 +354,10 @@ def _copy_canonical(
 
 
 def emit_dot(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+    instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
-    """(helper definitions, statements) computing dot `instr` from `ins` into `outs[0]`."""
+    """(helper definitions, statements) computing dot `instr` from `ins` into `outs[0]`, cut
+    into tasks for up to `threads` threads of the runtime's pool when it is large enough."""
     lhs_shape, rhs_shape = (o.shape for o in instr.operands)
     out_shape = instr.shape
     if not (isinstance(lhs_shape, ArrayShape) and isinstance(rhs_shape, ArrayShape)
@@ -402,8 +416,8 @@ def emit_dot(
         body.append(f"{acc_t} *{c} = hf_alloc(0, sizeof({acc_t}) * {max(1, out_shape.size)});")
         scratch.append(c)
     own = (f"hflib_gemm_{suffix}({batch}, {m}, {n}, {k}, {a}, {sab}, {sam}, {sak}, "
-           f"{b}, {sbb}, {sbk}, {sbn}, {c});")
-    via_blas = blas.call(suffix, batch, m, n, k, a_op, b_op, c, own)
+           f"{b}, {sbb}, {sbk}, {sbn}, {c}, {threads});")
+    via_blas = blas.call(suffix, batch, m, n, k, a_op, b_op, c, own, threads)
     if via_blas is not None:
         defs += blas.declarations(suffix, PARALLEL_WORK)
     body.extend(via_blas or [own])

@@ -80,33 +80,27 @@ def _params(types: list[str], prefix: str, const: bool) -> list[str]:
 
 def _rows_function(
     name: str, in_types: list[str], out_types: list[str], outer: int, n: int, inner: int,
-    sort_body: str, gather: list[str], what: str,
+    sort_body: str, gather: list[str], what: str, threads: int,
 ) -> str:
-    """A C function sorting every row: offsets into `idx`, `sort_body`, then `gather` lines."""
+    """A C function sorting every row: offsets into `idx`, `sort_body`, then `gather` lines.
+    From PARALLEL_WORK elements the rows run as tasks on up to `threads` threads of the
+    runtime's pool, each running task with its own slot of offset scratch (allocated first)."""
     rows = outer * inner
     params = _params(in_types, "in", True) + _params(out_types, "out", False)
-    par = int(rows * n >= PARALLEL_WORK and rows > 1)
+    slots = max(1, min(threads, rows)) if rows * n >= PARALLEL_WORK else 1
     width = max(1, n)
-    # scratch for every thread, allocated before the parallel region (hf_alloc's rule)
+    ins = [f"(const {t} *)a[{i}]" for i, t in enumerate(in_types)]
+    outs = [f"({t} *)a[{len(in_types) + i}]" for i, t in enumerate(out_types)]
+    arg_names = [f"in{i}" for i in range(len(in_types))] + \
+        [f"out{i}" for i in range(len(out_types))]
     lines = [
         ctext.comment(what),
-        f"static void {name}({', '.join(params)}) {{",
-        "#ifdef _OPENMP",
-        f"    const int teams = {par} ? omp_get_max_threads() : 1;",
-        "#else",
-        "    const int teams = 1;",
-        "#endif",
-        f"    int64_t *bufs = hf_alloc(0, sizeof(int64_t) * {2 * width} * (size_t)teams);",
-        f"    #pragma omp parallel if ({par}) num_threads(teams)",
-        "    {",
-        "#ifdef _OPENMP",
-        f"    int64_t *idx_buf = bufs + {2 * width} * (int64_t)omp_get_thread_num();",
-        "#else",
-        "    int64_t *idx_buf = bufs;",
-        "#endif",
+        f"static void {name}_range({', '.join(params)}, int64_t *bufs, int *busy, int slots, "
+        "int64_t lo, int64_t hi) {",
+        "    const int slot = hf_slot_claim(busy, slots);",
+        f"    int64_t *idx_buf = bufs + {2 * width} * (int64_t)slot;",
         f"    int64_t *tmp_buf = idx_buf + {width};",
-        "    #pragma omp for schedule(static)",
-        f"    for (int64_t row = 0; row < {rows}; row++) {{",
+        "    for (int64_t row = lo; row < hi; row++) {",
         f"        const int64_t n = {n};",
         f"        const int64_t base = row / {inner} * {n * inner} + row % {inner};",
         "        int64_t *idx = idx_buf, *tmp = tmp_buf;",
@@ -114,12 +108,33 @@ def _rows_function(
     ]
     lines += ["    " + line for line in sort_body.strip("\n").split("\n")]
     lines += ["        " + g for g in gather]
-    lines += ["    }", "    }", "    free(bufs);", "}"]
+    k = len(arg_names)
+    lines += [
+        "    }",
+        "    hf_slot_release(busy, slot);",
+        "}",
+        f"static void {name}_t(void *const *a, int64_t lo, int64_t hi) {{",
+        f"    {name}_range({', '.join(ins + outs)}, (int64_t *)a[{k}], (int *)a[{k + 1}], "
+        f"{slots}, lo, hi);",
+        "}",
+        f"static void {name}({', '.join(params)}) {{",
+        "    /* scratch for every slot, allocated before any task runs (hf_alloc's rule) */",
+        f"    int64_t *bufs = hf_alloc(0, sizeof(int64_t) * {2 * width * slots} + "
+        f"sizeof(int) * {slots});",
+        f"    int *busy = (int *)(bufs + {2 * width * slots});",
+        f"    memset(busy, 0, sizeof(int) * {slots});",
+        f"    void *const a[] = {{{', '.join(f'(void *){x}' for x in arg_names)}, "
+        "(void *)bufs, (void *)busy};",
+        f"    hf_parallel_ptr({name}_t, a, 0, {rows}, 1, {slots});" if slots > 1
+        else f"    {name}_t(a, 0, {rows});",
+        "    free(bufs);",
+        "}",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def emit_sort(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+    instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
     """(helper definitions, statements) for a sort of `ins` into `outs`."""
     comp = instr.attrs.get("to_apply")
@@ -164,7 +179,7 @@ def emit_sort(
     what = f"{instr.name}: {len(types)} operand(s) along dimension {dim}, {outer * inner} rows " \
            f"of {n}, stable"
     rows_fn = _rows_function(rows_name, types, types, outer, n, inner, _merge_sort(less),
-                             gather, what)
+                             gather, what, threads)
     defs = scalar.scalar_function(comp, cmp_name) + less_fn + rows_fn
     call_args = [f"(const {t} *)({p})" for t, p in zip(types, ins, strict=True)]
     call_args += [f"({t} *)({p})" for t, p in zip(types, outs, strict=True)]
@@ -185,7 +200,7 @@ static inline int{B}_t hflib_total_key_{B}(const void *p) {{
 
 
 def emit_topk(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+    instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
     """(helper definitions, statements) for topk: values and s32 indices of the k largest
     (largest=true) or smallest elements of each row of the last dimension."""
@@ -219,6 +234,7 @@ def emit_topk(
         "}",
     ]
     what = f"{instr.name}: the {k} {'largest' if largest else 'smallest'} of {rows} rows of {n}"
-    defs += _rows_function(name, [ct], [ct, idx_ct], rows, n, 1, _merge_sort(less), gather, what)
+    defs += _rows_function(name, [ct], [ct, idx_ct], rows, n, 1, _merge_sort(less), gather, what,
+                           threads)
     stmt = f"{name}((const {ct} *)({ins[0]}), ({ct} *)({outs[0]}), ({idx_ct} *)({outs[1]}));\n"
     return defs, stmt

@@ -54,6 +54,8 @@ def estimate_ns(loop: ir.Loop) -> float:
         elif v.op in ("load", "tile"):
             own += NS_PER_BYTE * v.buffer.dtype.itemsize
     own += NS_PER_OP * ops / max(1, loop.vector)
+    # an unrolled vector loop's body holds step / vector copies, each covering `vector` values
+    own /= max(1, ir.step_of(loop) // max(1, loop.vector))
     return (loop.hi - loop.lo) * (own + nested)
 
 
@@ -77,7 +79,8 @@ def access_counts(body: list[Stmt]) -> dict[Buffer, int]:
                 add(b)
     for v in ir.postorder(roots):
         if v.op in ("load", "tile", "lanes_reduce"):
-            add(v.buffer)
+            for b in v.buffers:
+                add(b)
     return count
 
 

@@ -57,7 +57,7 @@ def _loop(g: Graph, loop: ir.Loop, budget: int) -> list[Stmt]:
             continue
         var = Var(loop.var.name, a, b)
         body = Rewriter(g, {loop.var: ir.affine(var)}).stmts(loop.body)
-        pieces.extend(_loop(g, ir.Loop(var, a, b, body, loop.parallel, loop.vector),
+        pieces.extend(_loop(g, ir.Loop(var, a, b, body, loop.parallel, loop.vector, loop.step),
                             inner_budget))
     return pieces
 

@@ -16,10 +16,15 @@ vectorizes over n with the 4 columns as separate vectors instead of not at all. 
   (transposed in registers, stored contiguously);
 * locals used only inside the loop (accumulators of small reductions, guarded temporaries) are
   privatised: each becomes a `lanes` buffer, one register per lane;
-* a reduction into an accumulator the loop does not index (a row reduction) keeps W partial
-  accumulators in a `lanes` buffer that starts at the reducer's identity, combined lane by lane
-  after the loop (`lanes_reduce`) and before the scalar tail; only reducers that may be
-  reassociated (`COMMUTATIVE` ops on one type) are, others leave the loop scalar.
+* a reduction into an accumulator the loop does not index (a row reduction) keeps partial
+  accumulators in `lanes` buffers that start at the reducer's identity: up to ACCUMULATORS
+  vectors (shared among the loop's reductions), the loop running that many copies of its body
+  per iteration (`step`), copy j on lanes v + j*W into partial j, so the chains of adds are
+  independent; whole vectors left over run into the first partial, then the partials are
+  combined pairwise and across lanes by a tree (`lanes_reduce`, before the scalar tail). Only
+  reducers that may be reassociated (`REDUCERS` on one type) are, others leave the loop
+  scalar. The order is XLA CPU's kind (YNNPACK's row reduction: vector partials, lanes combined
+  pairwise), not the interpreter's (numpy's pairwise sum in f64).
 
 Legality, checked before any change: the body holds only stores, lets and comments (no `If`, no
 inner loop after unrolling, no library call or copy); every store to a buffer that is not
@@ -47,6 +52,7 @@ from hlofuse.ir.opcodes import Opcode
 LANE_TYPES = frozenset({"pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f16",
                         "bf16", "f32", "f64"})
 UNROLL_MAX = 16  # inner loops up to this many iterations may be unrolled into a vector loop
+ACCUMULATORS = 4  # vector partial accumulators of a reduction loop (shared by its reductions)
 REDUCERS = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND,
                       Opcode.OR, Opcode.XOR})
 
@@ -192,22 +198,35 @@ class _Vectorizer:
             reductions[buf] = red
         vec_hi = loop.lo + (n // w) * w
         vbody = self.vector_body(body, v, w, private, reductions, (loop.lo, vec_hi - w))
+        copies = min(ACCUMULATORS // max(1, len(reductions)), n // w) if reductions else 1
         out: list[Stmt] = []
-        partials: dict[Buffer, Buffer] = {}
+        partials: dict[Buffer, list[Buffer]] = {}
         for buf, (_at, op) in reductions.items():
-            p = self.new_buffer(buf.name + "p", buf.dtype, w)
-            partials[buf] = p
-            out.append(ir.Store(p, ir.ZERO, self.g.const(identity(op, buf.dtype), buf.dtype)))
-        if partials:
-            vbody = Rewriter(self.g, buffers=partials).stmts(vbody)
-        vvar = Var(v.name, loop.lo, vec_hi)
-        vbody = Rewriter(self.g, {v: ir.affine(vvar)}).stmts(vbody)
-        out.append(ir.Loop(vvar, loop.lo, vec_hi, vbody, loop.parallel, vector=w))
+            partials[buf] = [self.new_buffer(f"{buf.name}p{j}" if j else buf.name + "p",
+                                             buf.dtype, w) for j in range(max(1, copies))]
+            for p in partials[buf]:
+                out.append(ir.Store(p, ir.ZERO, self.g.const(identity(op, buf.dtype),
+                                                             buf.dtype)))
+        # the main loop: `copies` copies of the vector body per iteration, copy j on lanes
+        # v + j*w accumulating into partial j (independent chains hide the add's latency)
+        unroll_hi = loop.lo + (n // (w * copies)) * (w * copies) if copies > 1 else vec_hi
+        mvar = Var(v.name, loop.lo, unroll_hi)
+        main: list[Stmt] = []
+        for j in range(max(1, copies)):
+            bufs = {buf: ps[j] for buf, ps in partials.items()}
+            main += Rewriter(self.g, {v: ir.affine(mvar) + j * w}, buffers=bufs).stmts(vbody)
+        out.append(ir.Loop(mvar, loop.lo, unroll_hi, main, loop.parallel, vector=w,
+                           step=w * copies if copies > 1 else 0))
+        if unroll_hi < vec_hi:  # whole vectors left over: into the first partial
+            rvar = Var(v.name, unroll_hi, vec_hi)
+            bufs = {buf: ps[0] for buf, ps in partials.items()}
+            rest = Rewriter(self.g, {v: ir.affine(rvar)}, buffers=bufs).stmts(vbody)
+            out.append(ir.Loop(rvar, unroll_hi, vec_hi, rest, loop.parallel, vector=w))
         for buf, (at, op) in reductions.items():
             acc = self.g.load(buf, at)
-            lanes = self.g.make("lanes_reduce", buf.dtype, (), (ir.ScalarOp(op, buf.dtype),
-                                                                 partials[buf]))
-            out.append(ir.Store(buf, at, self.g.alu(ir.ScalarOp(op, buf.dtype), acc, lanes)))
+            sop = ir.ScalarOp(op, buf.dtype)
+            lanes = self.g.make("lanes_reduce", buf.dtype, (), (sop, *partials[buf]))
+            out.append(ir.Store(buf, at, self.g.alu(sop, acc, lanes)))
         if vec_hi < loop.hi:
             tvar = Var(v.name, vec_hi, loop.hi)
             tail = Rewriter(self.g, {v: ir.affine(tvar)}).stmts(body)
@@ -229,7 +248,8 @@ class _Vectorizer:
                         count[b] = count.get(b, 0) + 1
             for x in self.body_vals(stmts):
                 if x.op in ("load", "tile", "lanes_reduce"):
-                    count[x.buffer] = count.get(x.buffer, 0) + 1
+                    for b in x.buffers:
+                        count[b] = count.get(b, 0) + 1
             return count
 
         if self._all is None:
