@@ -40,7 +40,8 @@ class Kernel:
     """One kernel's C code and its calling convention."""
 
     name: str  # the C function's name, unique within a Program
-    source: str  # C text defining `name` (and any static helpers/constants it needs)
+    source: str  # C text defining `name` (and any static helpers/constants it needs); empty
+    # when an earlier kernel of the Program prints the same function (schedule.canonical_kernel)
     inputs: tuple[ArrayShape, ...]  # one per operand leaf, in operand order
     outputs: tuple[ArrayShape, ...]  # one per result leaf
     instruction: str  # the HLO instruction it computes (for profiles and explain)

@@ -54,6 +54,7 @@ from hlofuse.backends.cpu.schedule import (
     KernelLowering,
     Loc,
     MemCopy,
+    NameLog,
     Note,
     Result,
     Schedule,
@@ -156,7 +157,7 @@ def generate(module: Module, *, kernel_lowering: KernelLowering | None = None,
     parallel loops may use `threads` threads of the runtime's pool (1: none)."""
     limits.check_module(module)
     _check_supported(module)
-    sched = schedule(module, kernel_lowering or _default_lowering(threads), set(_RESERVED))
+    sched = schedule(module, kernel_lowering or _default_lowering(threads), NameLog(_RESERVED))
     return _Printer(sched).program(module)
 
 

@@ -1,0 +1,95 @@
+"""What keeps the cpu backend's compile time down (issue 13), each checked against the
+interpreter: kernels that print to the same C (up to their own names and comments) are emitted
+once and called from every site.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.backends import interpreter
+from hlofuse.backends.cpu import build
+from hlofuse.backends.cpu.contract import Kernel
+from hlofuse.backends.cpu.schedule import canonical_kernel
+from hlofuse.text import parse
+
+try:
+    build.find_compiler()
+except build.CompilerNotFoundError:  # pragma: no cover
+    pytest.skip("no C compiler", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def _fast_compiles(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("HLOFUSE_CC_OPT", "-O1")
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "_LOADED", {})
+
+
+# Layers of the same block (tanh(x * w) * k + x, minus its row means), the last with k = 2 (its
+# kernel must stay a function of its own).
+def _layers(n: int) -> str:
+    lines = ["HloModule layers", "", "add_f32 {", "  a = f32[] parameter(0)",
+             "  b = f32[] parameter(1)", "  ROOT s = f32[] add(a, b)", "}", "",
+             "ENTRY e {", "  x0 = f32[16,64] parameter(0)", "  w = f32[16,64] parameter(1)",
+             "  zero = f32[] constant(0)", "  n = f32[] constant(0.015625)",
+             "  inv = f32[16,64] broadcast(n), dimensions={}"]
+    for i in range(n):
+        c = "2" if i == n - 1 else "1"
+        lines += [
+            f"  m{i} = f32[16,64] multiply(x{i}, w)",
+            f"  t{i} = f32[16,64] tanh(m{i})",
+            f"  k{i} = f32[] constant({c})",
+            f"  kb{i} = f32[16,64] broadcast(k{i}), dimensions={{}}",
+            f"  s{i} = f32[16,64] multiply(t{i}, kb{i})",
+            f"  y{i} = f32[16,64] add(s{i}, x{i})",
+            f"  r{i} = f32[16] reduce(y{i}, zero), dimensions={{1}}, to_apply=add_f32",
+            f"  rb{i} = f32[16,64] broadcast(r{i}), dimensions={{0}}",
+            f"  q{i} = f32[16,64] multiply(rb{i}, inv)",
+            f"  x{i + 1} = f32[16,64] subtract(y{i}, q{i})",
+        ]
+    lines += [f"  ROOT out = f32[16,64] copy(x{n})", "}", ""]
+    return "\n".join(lines)
+
+
+def test_identical_kernels_are_printed_once_and_called_from_every_site() -> None:
+    text = _layers(8)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((16, 64)).astype(np.float32) for _ in range(2)]
+    exe = hlofuse.compile(text)
+    program = exe._runner.program
+    names = [k.name for k in program.kernels]
+    printed = [k for k in program.kernels if k.source]
+    assert len(printed) < len(program.kernels)  # the four equal layers share functions
+    for k in program.kernels:  # every site calls a function that is printed exactly once
+        assert sum(p.name == k.name for p in printed) == 1
+        assert program.source.count(f"static void {k.name}(") == 1
+    assert len(set(names)) == len(printed)
+    # eight layers of tanh (a few ulp each) and float sums in another order
+    np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
+                               rtol=1e-4, atol=1e-4)
+    prof = exe.profile(*args)  # one row per call site, each called once
+    assert len(prof.rows) == len(program.kernels)
+    assert all(r.calls == 1 for r in prof.rows)
+
+
+def _kernel(name: str, body: str) -> Kernel:
+    return Kernel(name=name, source=body, inputs=(), outputs=(), instruction="i", kind="loop")
+
+
+def test_canonical_kernel_renames_only_the_kernels_own_names() -> None:
+    a = ("/* fusion.1 */\nstatic void f_p1(float *o, int64_t lo) { float acc = 1.0f; "
+         "o[lo] = acc; }\nstatic void f(float *out0) { f_p1(out0, 0); }")
+    b = ("/* fusion.7: other comment */\nstatic void f_2_p1(float *o, int64_t lo) { float acc_3 = "
+         "1.0f; o[lo] = acc_3; }\nstatic void f_2(float *out0) { f_2_p1(out0, 0); }")
+    c = b.replace("1.0f", "2.0f")
+    d = b.replace("f_2_p1(out0", "hf_other(out0")
+    ka = canonical_kernel(_kernel("f", a), ["acc"])
+    kb = canonical_kernel(_kernel("f_2", b), ["acc_3"])
+    assert ka == kb
+    assert canonical_kernel(_kernel("f_2", c), ["acc_3"]) != ka  # another constant
+    assert canonical_kernel(_kernel("f_2", d), ["acc_3"]) != ka  # calls something else
+    # a name the kernel did not take is compared as written
+    assert canonical_kernel(_kernel("f_2", b), []) != ka
