@@ -11,7 +11,7 @@ import pytest
 
 import hlofuse
 from hlofuse.backends import interpreter
-from hlofuse.backends.cpu import build
+from hlofuse.backends.cpu import build, driver
 from hlofuse.backends.cpu.contract import Kernel
 from hlofuse.backends.cpu.schedule import canonical_kernel
 from hlofuse.text import parse
@@ -66,7 +66,7 @@ def test_identical_kernels_are_printed_once_and_called_from_every_site() -> None
     assert len(printed) < len(program.kernels)  # the four equal layers share functions
     for k in program.kernels:  # every site calls a function that is printed exactly once
         assert sum(p.name == k.name for p in printed) == 1
-        assert program.source.count(f"static void {k.name}(") == 1
+        assert program.source.count(f"HF_KERNEL void {k.name}(") == 1
     assert len(set(names)) == len(printed)
     # eight layers of tanh (a few ulp each) and float sums in another order
     np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
@@ -111,3 +111,92 @@ def test_concatenate_of_many_operands_matches_the_interpreter(pieces: int) -> No
     if pieces > 16:  # bisection: no chain of `pieces` nested branches
         depth = max(len(line) - len(line.lstrip()) for line in exe.source.splitlines())
         assert depth < 4 * 40
+
+
+# ----- a program built as several translation units ------------------------------------------
+
+_SPLIT = """HloModule split
+
+ENTRY e {
+  a = f32[64,96] parameter(0)
+  b = f32[96,48] parameter(1)
+  x = f32[256,1024] parameter(2)
+  d = f32[64,48] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[64,48] tanh(d)
+  e = f32[256,1024] exponential(x)
+  s = f32[256,1024] multiply(e, x)
+  ROOT r = (f32[64,48], f32[256,1024]) tuple(t, s)
+}
+"""
+
+
+def _split_args() -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [rng.standard_normal(s).astype(np.float32) for s in ((64, 96), (96, 48), (256, 1024))]
+
+
+def _compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The compiles and links `load_units` runs from now on (what each was)."""
+    seen: list[str] = []
+    real = build._run_compiler
+
+    def spy(cmd: list[str], what: str, *rest: object) -> None:
+        seen.append(what)
+        real(cmd, what, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_run_compiler", spy)
+    return seen
+
+
+def _check_split(exe: hlofuse.Executable, args: list[np.ndarray]) -> None:
+    want = interpreter.run(parse(_SPLIT), *args)
+    for got, w in zip(exe(*args), want, strict=True):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+
+
+def test_split_program_matches_the_interpreter_and_profiles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(driver, "UNIT_BYTES", 1)  # every kernel a unit of its own
+    seen = _compiles(monkeypatch)
+    exe = hlofuse.compile(_SPLIT, threads=2)
+    program = exe._runner.program
+    units = driver.units(program)
+    assert units is not None
+    assert len(units) == len([k for k in program.kernels if k.source]) + 1
+    assert len(seen) == len(units) + 1 and seen[-1].endswith("(link)")
+    assert "hf_parallel_ptr(" in program.source  # a parallel loop runs in a kernel unit
+    _check_split(exe, _split_args())
+    del seen[:]
+    prof = exe.profile(*_split_args())  # -DHF_PROFILE changes the driver's unit alone
+    assert [s for s in seen if "link" not in s] == [f"split (unit {len(units)} of {len(units)})"]
+    assert len(prof.rows) == len(program.kernels) and all(r.calls == 1 for r in prof.rows)
+
+
+def test_damaged_unit_object_is_compiled_again(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setattr(driver, "UNIT_BYTES", 1)
+    exe = hlofuse.compile(_SPLIT)
+    units = driver.units(exe._runner.program)
+    assert units is not None
+    cache = tmp_path / "cache"
+    for lib in cache.glob("*/*.so"):
+        lib.unlink()  # the library must be linked again, from the objects
+    victim = build.object_key(units[0])
+    obj = cache / victim[:2] / f"{victim}.o"
+    obj.write_bytes(b"\x7fELF not an object")
+    build._LOADED.clear()
+    (cache / "programs").rename(tmp_path / "programs-moved")  # no warm compile either
+    seen = _compiles(monkeypatch)
+    exe = hlofuse.compile(_SPLIT)
+    assert seen == [f"split (unit 1 of {len(units)})", "split (link)"]
+    _check_split(exe, _split_args())
+    digest = build.cachefs.read_entry(obj.with_name(obj.name + ".digest"), "object-digest")
+    assert digest is not None and build.cachefs.digest(obj.read_bytes()) == digest.decode()
+
+
+def test_units_cut_only_programs_made_by_the_driver() -> None:
+    program = driver.generate(parse(_SPLIT))
+    assert driver.units(program) is None  # small: one file
+    assert driver.units(program, unit_bytes=1) is not None
+    hand = type(program)(source=program.source, inputs=program.inputs,
+                         outputs=program.outputs, kernels=program.kernels)
+    assert driver.units(hand, unit_bytes=1) is None  # no split offsets: never cut

@@ -32,7 +32,7 @@ from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
 from hlofuse.ir.shape import ArrayShape, format_shape
 
-FORMAT = 2
+FORMAT = 3
 KIND = "program"
 
 
@@ -78,6 +78,7 @@ def program_to_data(program: Program) -> dict[str, Any]:
         "entry_symbol": program.entry_symbol,
         "arena_bytes": program.arena_bytes,
         "arena_largest": program.arena_largest,
+        "split": list(program.split),
         "inputs": _shapes(program.inputs),
         "outputs": _shapes(program.outputs),
         "kernels": [
@@ -136,15 +137,24 @@ def program_from_data(data: Any) -> Program:
             instruction=_get(kd, "instruction", str), kind=_get(kd, "kind", str),
             inplace={o: i for o, i in pairs},
         ))
+    source = _get(data, "source", str)
     return Program(
-        source=_get(data, "source", str),
+        source=source,
         inputs=_shape_list(data, "inputs"),
         outputs=_shape_list(data, "outputs"),
         kernels=tuple(kernels),
         entry_symbol=_get(data, "entry_symbol", str),
         arena_bytes=_get(data, "arena_bytes", int),
         arena_largest=_get(data, "arena_largest", str),
+        split=_split(_get(data, "split", list), len(source)),
     )
+
+
+def _split(value: list[Any], size: int) -> tuple[int, int]:
+    if len(value) != 2 or not all(type(v) is int for v in value) or not (
+            0 <= value[0] <= value[1] <= size):
+        raise _Bad("split")
+    return value[0], value[1]
 
 
 # ----- the cache --------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ class KernelPrinter:
         head += [comment(s) for s in k.source_lines]
         self.block(k.body, id(k.body))
         body = "\n".join(self.lines)
-        sig = f"static void {k.name}({', '.join(self.args)})"
+        sig = f"HF_KERNEL void {k.name}({', '.join(self.args)})"
         return "".join(self.defs) + "\n".join(head) + f"\n{sig}\n{{\n{body}\n}}\n"
 
     def parameters(self) -> list[str]:

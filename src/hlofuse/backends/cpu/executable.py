@@ -184,7 +184,6 @@ class CpuExecutable:
     """A module compiled to native code. Call it with numpy arrays; get a list of arrays."""
 
     def __init__(self, module: Module, program: Program) -> None:
-        from hlofuse.backends.cpu import build
 
         self.module = module
         self.program = program
@@ -200,12 +199,23 @@ class CpuExecutable:
             )
         self._in_type = ctypes.c_void_p * max(1, len(self._in_specs))
         self._out_type = ctypes.c_void_p * max(1, len(self._out_specs))
-        self._lib = build.load_library(program.source, name=module.name)
+        self._lib = self._load(())
         self._entry = self._bind(self._lib)
         root = module.entry.root
         self._out_names = [f"output {j} of {root.name} ({dt.name}{list(dims)})"
                            for j, (dt, dims) in enumerate(self._out_specs)]
         self._prof_lib: ctypes.CDLL | None = None
+
+    def _load(self, extra_flags: tuple[str, ...]) -> ctypes.CDLL:
+        """The library: a large program as translation units compiled in parallel, each cached
+        on its own (`driver.units`, `build.load_units`), a small one as its single file."""
+        from hlofuse.backends.cpu import build, driver
+
+        units = driver.units(self.program)
+        if units is None:
+            return build.load_library(self.program.source, name=self.name,
+                                      extra_flags=extra_flags)
+        return build.load_units(units, name=self.name, extra_flags=extra_flags)
 
     @property
     def source(self) -> str:
@@ -315,11 +325,8 @@ class CpuExecutable:
 
     def _profiling_library(self) -> ctypes.CDLL:
         if self._prof_lib is None:
-            from hlofuse.backends.cpu import build
 
-            self._prof_lib = build.load_library(
-                self.program.source, name=self.name, extra_flags=("-DHF_PROFILE",)
-            )
+            self._prof_lib = self._load(("-DHF_PROFILE",))
         return self._prof_lib
 
     def profile(self, *arrays: Any, repeat: int = 1) -> Profile:
