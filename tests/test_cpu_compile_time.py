@@ -200,3 +200,38 @@ def test_units_cut_only_programs_made_by_the_driver() -> None:
     hand = type(program)(source=program.source, inputs=program.inputs,
                          outputs=program.outputs, kernels=program.kernels)
     assert driver.units(hand, unit_bytes=1) is None  # no split offsets: never cut
+
+
+# ----- the warm path ----------------------------------------------------------------------------
+
+
+def test_warm_compile_parses_nothing_until_the_module_is_asked_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hlofuse.errors import InputError
+    from hlofuse.text import parser
+
+    text = _layers(3)
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal((16, 64)).astype(np.float32) for _ in range(2)]
+    cold = hlofuse.compile(text)
+    want = cold(*args)
+    build._LOADED.clear()  # as in a new process: the library comes from the disk cache
+    parses: list[int] = []
+    real = parser.parse
+
+    def counting(*a: object, **k: object) -> object:
+        parses.append(1)
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parser, "parse", counting)
+    monkeypatch.setattr("hlofuse.text.parse", counting)
+    warm = hlofuse.compile(text)
+    for got, w in zip(warm(*args), want, strict=True):
+        np.testing.assert_array_equal(got, w)
+    assert parses == []  # neither the text nor the optimised module
+    with pytest.raises(InputError, match="x0"):  # the message needs the module: parsed now
+        warm(args[0])
+    assert len(parses) == 1
+    assert warm.module.entry.root.opcode is cold.module.entry.root.opcode
+    assert hlofuse.print_module(warm.module) == hlofuse.print_module(cold.module)
+    assert len(parses) == 1
