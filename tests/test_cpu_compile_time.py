@@ -235,3 +235,19 @@ def test_warm_compile_parses_nothing_until_the_module_is_asked_for(
     assert warm.module.entry.root.opcode is cold.module.entry.root.opcode
     assert hlofuse.print_module(warm.module) == hlofuse.print_module(cold.module)
     assert len(parses) == 1
+
+
+def test_warning_errors_probe_keeps_every_flag_the_compiler_knows(tmp_path) -> None:
+    """Each flag of WARNING_ERRORS is kept exactly when the compiler accepts it alone (GCC's
+    "did you mean -Wno-overflow?" about clang's -Werror=integer-overflow once dropped GCC's own
+    -Werror=overflow, -Werror=div-by-zero and -Werror=int-conversion)."""
+    import subprocess
+
+    argv = tuple(build.find_compiler())
+    kept = build._probe_warnings(argv)
+    src = tmp_path / "w.c"
+    src.write_text("int hf_probe(void) { return 0; }\n")
+    for flag in build.WARNING_ERRORS:
+        proc = subprocess.run([*argv, "-fsyntax-only", flag, str(src)], capture_output=True,
+                              text=True)
+        assert (flag in kept) == (proc.returncode == 0 and not proc.stderr.strip()), flag

@@ -168,8 +168,8 @@ def _cpu_identity() -> str:
 def _compiler_facts(argv: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
     """(OpenMP works, the `WARNING_ERRORS` this compiler knows). Probed once per compiler; the
     answer is a verified cache entry, so a warm process does not pay for probe compiles."""
-    ident = hashlib.sha256(
-        "\0".join([*argv, _compiler_identity(argv), *WARNING_ERRORS]).encode()).hexdigest()
+    ident = hashlib.sha256(  # "2": the warning flags probed one by one (_probe_warnings)
+        "\0".join([*argv, _compiler_identity(argv), *WARNING_ERRORS, "2"]).encode()).hexdigest()
     memo = cachefs.root() / f"probe-{ident[:24]}"
     facts = _parse_facts(cachefs.read_entry(memo, "compiler-probe"))
     if facts is not None:
@@ -224,13 +224,11 @@ def _probe_warnings(argv: tuple[str, ...]) -> tuple[str, ...]:
             return proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
 
         flags = list(WARNING_ERRORS)
-        ok, err = complaints(flags)
-        if ok:
-            return tuple(flags)
-        # drop the flags the compiler names (unknown options), then check the rest one by one
-        flags = [f for f in flags if f[len("-Werror="):] not in err]
         if complaints(flags)[0]:
             return tuple(flags)
+        # One by one: an error message cannot tell which flags it is about (GCC rejecting
+        # clang's -Werror=integer-overflow suggests "-Wno-overflow", so dropping every flag
+        # the message names dropped GCC's own -Werror=overflow and -Werror=div-by-zero).
         return tuple(f for f in flags if complaints([f])[0])
 
 
