@@ -251,3 +251,26 @@ def test_warning_errors_probe_keeps_every_flag_the_compiler_knows(tmp_path) -> N
         proc = subprocess.run([*argv, "-fsyntax-only", flag, str(src)], capture_output=True,
                               text=True)
         assert (flag in kept) == (proc.returncode == 0 and not proc.stderr.strip()), flag
+
+
+def test_a_kernel_past_the_inline_budget_calls_its_lane_loops_out_of_line() -> None:
+    from hlofuse.backends.cpu import cprint
+
+    n = cprint.INLINE_LANE_LOOPS + 20
+    lines = ["HloModule chain", "", "ENTRY e {", "  x0 = f32[256] parameter(0)",
+             "  y = f32[256] parameter(1)"]
+    for i in range(n):  # tanh and exp have no vector form: one lane loop each
+        op = "tanh" if i % 2 else "exponential"
+        lines += [f"  t{i} = f32[256] {op}(x{i})", f"  x{i + 1} = f32[256] multiply(t{i}, y)"]
+    lines += [f"  ROOT r = f32[256] copy(x{n})", "}", ""]
+    text = "\n".join(lines)
+    rng = np.random.default_rng(3)
+    args = [(rng.standard_normal(256) * 0.1).astype(np.float32),
+            rng.uniform(0.2, 0.5, 256).astype(np.float32)]
+    exe = hlofuse.compile(text)
+    src = exe.source
+    calls = src.count("= hf_lanes_")
+    assert calls == n - cprint.INLINE_LANE_LOOPS
+    assert src.count("static __attribute__((noinline)) hf_v") == 2  # one per (op, types)
+    np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
+                               rtol=1e-5, atol=1e-6)
