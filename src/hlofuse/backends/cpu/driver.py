@@ -163,7 +163,8 @@ _LIBRARY_GUARD = re.compile(r"^#ifndef (HFLIB_\w+)$", re.MULTILINE)
 
 def units(program: Program, unit_bytes: int | None = None) -> list[str] | None:
     """The program as translation units to compile separately and link into one library: the
-    kernels in consecutive groups of about `unit_bytes` of C (`UNIT_BYTES`), each group after
+    kernels in groups of about `unit_bytes` of C (`UNIT_BYTES`; a group is a function of the
+    program alone, so its object is reused wherever the same kernels meet), each group after
     the prelude, then the driver (`hf_entry`, the prelude's state, the constants) after the
     prelude and the kernels' prototypes. Kernel functions are hidden globals there
     (`HF_KERNEL`), static in the single file; the prelude's state (scratch failures, the pool
