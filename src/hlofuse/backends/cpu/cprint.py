@@ -1,7 +1,7 @@
 """The C printer: one kernel-IR `Kernel` -> one C function (plus its constant tables), with
 explicit SIMD for vector loops (`cvec.py`).
 
-    static void fused_sin_multiply(const float *restrict in0, float *restrict out0)
+    HF_KERNEL void fused_sin_multiply(const float *restrict in0, float *restrict out0)
     {
         for (int64_t i0 = 0; i0 < 2048; i0 += 8) {
             const hf_v8_f32 v0 = hf_ld_v8_f32(in0 + i0);
