@@ -132,7 +132,15 @@ def _shape(text: Any) -> ArrayShape:
 
 
 def _shape_list(data: Any, field: str) -> tuple[ArrayShape, ...]:
-    return tuple(_shape(t) for t in _get(data, field, list))
+    texts = _get(data, field, list)
+    if not all(isinstance(t, str) for t in texts):
+        raise _Bad("shape")
+    return _shape_tuple(tuple(texts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_tuple(texts: tuple[str, ...]) -> tuple[ArrayShape, ...]:
+    return tuple(_shape(t) for t in texts)  # kernels repeat their signatures: one parse each
 
 
 def signature_to_data(sig: Signature) -> dict[str, Any]:

@@ -182,7 +182,8 @@ def units(program: Program, unit_bytes: int | None = None) -> list[str] | None:
     # Kernels that include the same library code (the GEMM: include-guarded `HFLIB_*` blocks,
     # compiled once per unit) go side by side; a kernel's size is its own code, plus the
     # library code when its unit does not have that yet.
-    libs = {k.name: tuple(sorted(set(_LIBRARY_GUARD.findall(k.source)))) for k in printed}
+    libs = {k.name: tuple(sorted(set(_LIBRARY_GUARD.findall(k.source))))
+            if "#ifndef HFLIB_" in k.source else () for k in printed}
     order = sorted(range(len(printed)), key=lambda i: (not libs[printed[i].name],
                                                        libs[printed[i].name], i))
     groups: list[list[str]] = [[]]
