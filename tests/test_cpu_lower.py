@@ -502,7 +502,7 @@ def test_kernel_names_and_signatures(built) -> None:
     (kid,) = ids["dus_inplace"]
     assert h.entries[kid].kernel.name.startswith("dynamic_update_slice")
     for e in h.entries:
-        assert f"static void {e.kernel.name}(" in e.kernel.source
+        assert f"HF_KERNEL void {e.kernel.name}(" in e.kernel.source
 
 
 def test_elementwise_is_one_flat_loop_and_nests_when_needed(lowered) -> None:

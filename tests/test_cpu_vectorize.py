@@ -122,7 +122,7 @@ def test_cartpole_kernels_compile_to_packed_code(tmp_path: Path, target: str) ->
                for c in module.computations_post_order() if not c.is_fusion_computation
                for i in c.instructions if is_kernel(i)]
     big = [k for k in kernels if any(s.size >= 2048 for s in k.outputs)]
-    src = cexpr.prelude() + "".join(k.source.replace("static void", "void") for k in kernels)
+    src = "#define HF_KERNEL\n" + cexpr.prelude() + "".join(k.source for k in kernels)
     asm = _asm(tmp_path, src, target)
     for k in big:
         body = _function(asm, k.name)
@@ -188,7 +188,7 @@ def test_layouts_vectorize(tmp_path: Path, case: str, target: str) -> None:
     used: set[str] = set()
     ck = [lower_kernel(i, used, Target.named(target)) for i in module.entry.instructions
           if is_kernel(i)]
-    src = cexpr.prelude() + "".join(k.source.replace("static void", "void") for k in ck)
+    src = "#define HF_KERNEL\n" + cexpr.prelude() + "".join(k.source for k in ck)
     asm = _asm(tmp_path, src, target)
     for k in ck:
         body = _function(asm, k.name)

@@ -74,10 +74,17 @@ def _check_threads(threads: int | None) -> None:
 class Executable:
     """A compiled module. `exe(*arrays)` returns a tuple of numpy arrays (the flattened outputs)."""
 
-    module: Module
+    _module: Module | Callable[[], Module] = field(repr=False)  # or made on first use
     pipeline: str | None
     backend: str
     _runner: Any = field(repr=False)
+
+    @property
+    def module(self) -> Module:
+        """The optimised module (from the compile cache: parsed when first asked for)."""
+        if not isinstance(self._module, Module):
+            self._module = self._module()
+        return self._module
 
     def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
         return tuple(self._runner(*arrays))

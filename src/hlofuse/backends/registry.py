@@ -6,7 +6,8 @@
 
 A `Backend` says whether it can run here (`require` raises the error that says why not, e.g. no
 C compiler), turns an optimised module into a runner, and optionally: compiles HLO text through
-a cache (`compile_text`: (module, runner) or None to compile normally), prints the code it
+a cache (`compile_text`: (module, or a function making it on first use; runner) or None to
+compile normally), prints the code it
 generates (`generate`), and profiles (`profiles`: runners have `.profile(*arrays)`). Adding a
 backend (Triton, say) is one `register` call; nothing else dispatches on backend names.
 """
@@ -29,7 +30,8 @@ class Backend:
     # optimised module, options -> runner: runner(*arrays) -> [arrays]. Options every backend
     # accepts (and may ignore): threads (int | None)
     compile: Callable[..., Any]
-    compile_text: Callable[..., tuple[Module, Any] | None] | None = None  # (text, pipeline, opts)
+    # (text, pipeline, opts) -> (the module, or a function making it on first use; runner)
+    compile_text: Callable[..., tuple[Module | Callable[[], Module], Any] | None] | None = None
     generate: Callable[[Module], str] | None = None  # the source it would compile
     profiles: bool = False  # runners have .profile(*arrays, repeat=)
 
@@ -112,8 +114,9 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
     threads = threads or runtime.default_threads()
     hit = artifacts.lookup(text, pipeline, threads)
     if hit is not None:
-        module, program = hit
-        return module, CpuExecutable(module, program)
+        make_module, program, signature = hit
+        exe = CpuExecutable(make_module, program, signature)
+        return (lambda: exe.module), exe  # parsed only if asked for
     from hlofuse.passes.pipelines import run_pipeline
     from hlofuse.text import parse
 

@@ -23,10 +23,11 @@ The pieces, in the order a module flows through them:
     assign.py      buffer assignment: liveness on the driver IR, arena offsets
     driver.py      prints the whole file (`contract.Program`): prelude, kernels, constants and
                    the native driver `hf_entry`, while/conditional/call included, so no Python
-                   runs between kernels
+                   runs between kernels; each distinct kernel function once; a large program
+                   also as several translation units (`units`)
     build.py       find the C compiler, compile with fixed flags (never -ffast-math, never -w),
                    cache the .so by content hash (atomic writes, safe across processes), load
-                   with ctypes
+                   with ctypes; translation units compiled in parallel, each object cached
     executable.py  `CpuExecutable`: argument checks like the interpreter, the ctypes call, and
                    `profile()` from the -DHF_PROFILE build
 

@@ -5,9 +5,10 @@
                                   holds: the optimised module as HLO text, the Program as JSON
                                   (C source, kernel table, shapes as HLO shape text)
 
-A warm `hlofuse.compile(text)` then skips the pipeline and the C generation: it parses the
-optimised module (for the entry signature and `Executable.module`), rebuilds the `Program` from
-plain data, and loads the library from `build`'s cache. Conditions enforced:
+A warm `hlofuse.compile(text)` then skips the pipeline, the C generation and parsing: it
+rebuilds the `Program` and the entry's signature (parameter shapes) from plain data and loads
+the library from `build`'s cache; the optimised module is parsed only if `Executable.module`
+is asked for (or a call's arguments are wrong, for the message). Conditions enforced:
 - The key covers hlofuse's own source files, so editing the compiler invalidates every entry.
 - Nothing executable is stored or read: no pickle, no marshal. An entry is a `cachefs` entry
   (owner and mode checked, sha256 of the content verified) holding JSON; the module is parsed
@@ -23,16 +24,18 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hlofuse.backends.cpu import cachefs
 from hlofuse.backends.cpu.contract import Kernel, Program
+from hlofuse.backends.cpu.executable import Signature
 from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
-from hlofuse.ir.shape import ArrayShape, format_shape
+from hlofuse.ir.shape import ArrayShape, Shape, format_shape
 
-FORMAT = 2
+FORMAT = 3
 KIND = "program"
 
 
@@ -78,6 +81,7 @@ def program_to_data(program: Program) -> dict[str, Any]:
         "entry_symbol": program.entry_symbol,
         "arena_bytes": program.arena_bytes,
         "arena_largest": program.arena_largest,
+        "split": list(program.split),
         "inputs": _shapes(program.inputs),
         "outputs": _shapes(program.outputs),
         "kernels": [
@@ -106,20 +110,50 @@ def _get(data: Any, field: str, kind: type) -> Any:
     return value
 
 
-def _shape(text: Any) -> ArrayShape:
+@functools.lru_cache(maxsize=4096)
+def _any_shape(text: str) -> Shape:
+    """A shape from its HLO text (shapes are immutable values: one parse per distinct text)."""
     from hlofuse.text.attrs import AttrParser
 
-    if not isinstance(text, str):
-        raise _Bad("shape")
     parser = AttrParser(text, "<cache>")
     shape = parser.parse_shape()
-    if not isinstance(shape, ArrayShape) or parser.lexer.peek().kind != "eof":
+    if parser.lexer.peek().kind != "eof":
+        raise _Bad("shape")
+    return shape
+
+
+def _shape(text: Any) -> ArrayShape:
+    if not isinstance(text, str):
+        raise _Bad("shape")
+    shape = _any_shape(text)
+    if not isinstance(shape, ArrayShape):
         raise _Bad("shape")
     return shape
 
 
 def _shape_list(data: Any, field: str) -> tuple[ArrayShape, ...]:
-    return tuple(_shape(t) for t in _get(data, field, list))
+    texts = _get(data, field, list)
+    if not all(isinstance(t, str) for t in texts):
+        raise _Bad("shape")
+    return _shape_tuple(tuple(texts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_tuple(texts: tuple[str, ...]) -> tuple[ArrayShape, ...]:
+    return tuple(_shape(t) for t in texts)  # kernels repeat their signatures: one parse each
+
+
+def signature_to_data(sig: Signature) -> dict[str, Any]:
+    return {"name": sig.name, "params": [format_shape(s) for s in sig.params], "root": sig.root}
+
+
+def signature_from_data(data: Any) -> Signature:
+    params = []
+    for text in _get(data, "params", list):
+        if not isinstance(text, str):
+            raise _Bad("params")
+        params.append(_any_shape(text))
+    return Signature(_get(data, "name", str), tuple(params), _get(data, "root", str))
 
 
 def program_from_data(data: Any) -> Program:
@@ -136,23 +170,34 @@ def program_from_data(data: Any) -> Program:
             instruction=_get(kd, "instruction", str), kind=_get(kd, "kind", str),
             inplace={o: i for o, i in pairs},
         ))
+    source = _get(data, "source", str)
     return Program(
-        source=_get(data, "source", str),
+        source=source,
         inputs=_shape_list(data, "inputs"),
         outputs=_shape_list(data, "outputs"),
         kernels=tuple(kernels),
         entry_symbol=_get(data, "entry_symbol", str),
         arena_bytes=_get(data, "arena_bytes", int),
         arena_largest=_get(data, "arena_largest", str),
+        split=_split(_get(data, "split", list), len(source)),
     )
+
+
+def _split(value: list[Any], size: int) -> tuple[int, int]:
+    if len(value) != 2 or not all(type(v) is int for v in value) or not (
+            0 <= value[0] <= value[1] <= size):
+        raise _Bad("split")
+    return value[0], value[1]
 
 
 # ----- the cache --------------------------------------------------------------------------------
 
 
 def lookup(text: str, pipeline: str | None, threads: int | None = None
-           ) -> tuple[Module, Program] | None:
-    """The optimised module and program compiled earlier from this text, or None."""
+           ) -> tuple[Callable[[], Module], Program, Signature] | None:
+    """What was compiled earlier from this text, or None: a function that parses the
+    optimised module (called only when the module itself is asked for: a call needs only the
+    signature), the program, and the entry's signature."""
     from hlofuse.text import parse
 
     payload = cachefs.read_entry(_path(key(text, pipeline, threads)), KIND)
@@ -162,9 +207,12 @@ def lookup(text: str, pipeline: str | None, threads: int | None = None
         data = json.loads(payload)
         if _get(data, "format", int) != FORMAT:
             return None
-        return parse(_get(data, "module", str)), program_from_data(_get(data, "program", dict))
+        module_text = _get(data, "module", str)
+        program = program_from_data(_get(data, "program", dict))
+        signature = signature_from_data(_get(data, "signature", dict))
     except (ValueError, RecursionError, _Bad, HloError):
         return None
+    return (lambda: parse(module_text)), program, signature
 
 
 def store(text: str, pipeline: str | None, module: Module, program: Program,
@@ -173,6 +221,7 @@ def store(text: str, pipeline: str | None, module: Module, program: Program,
     from hlofuse.text import print_module
 
     data = {"format": FORMAT, "module": print_module(module),
+            "signature": signature_to_data(Signature.of(module)),
             "program": program_to_data(program)}
     payload = json.dumps(data, separators=(",", ":")).encode()
     path = _path(key(text, pipeline, threads))

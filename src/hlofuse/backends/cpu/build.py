@@ -3,6 +3,10 @@
     source ──sha256(source, compiler, flags, cpu)──▶ <cache>/<kk>/<key>.so    (+ <key>.so.digest)
                                                    └▶ <cache>/src/<name>-<key>.c  (kept for reading)
 
+    units (driver.units: a large program as several translation units, the driver last)
+      each ──sha256(unit, compiler, flags + -c, cpu)──▶ <cache>/<kk>/<okey>.o (+ <okey>.o.digest)
+      all  ──sha256(object keys, flags)──▶ <cache>/<kk>/<key>.so (+ .digest)    `load_units`
+
 Conditions this module enforces:
 - The compiler is `$CC`, else the first of cc, gcc, clang on PATH; none gives
   `CompilerNotFoundError`, whose message names the interpreter backend as the fallback.
@@ -31,6 +35,14 @@ Conditions this module enforces:
   set once, when it is loaded; the generated C and so the cache key do not depend on the BLAS.
 - A compile failure raises `CCompileError` with the compiler's message and the path of the C file,
   which is kept for inspection.
+- Split builds (`load_units`): each unit's object is an entry of its own, so a unit seen before
+  (in this module, its profiling build, or another module) is not compiled again; missing
+  ones compile in parallel, at most `jobs()` at once (the CPUs this process may run on, at
+  least 1). Cached objects are linked only from verified copies: their bytes are read once,
+  checked against their `.o.digest` entry and written into a private (0700) directory under
+  the cache, where new objects are compiled too; a damaged object entry is compiled again.
+  Objects and the library are written atomically like any entry; the same flags, warning
+  errors and CPU-specific key apply to every unit.
 """
 
 from __future__ import annotations
@@ -157,8 +169,8 @@ def _cpu_identity() -> str:
 def _compiler_facts(argv: tuple[str, ...]) -> tuple[str, ...]:
     """The `WARNING_ERRORS` this compiler knows. Probed once per compiler; the answer is a
     verified cache entry, so a warm process does not pay for probe compiles."""
-    ident = hashlib.sha256(
-        "\0".join([*argv, _compiler_identity(argv), *WARNING_ERRORS]).encode()).hexdigest()
+    ident = hashlib.sha256(  # "2": the warning flags probed one by one (_probe_warnings)
+        "\0".join([*argv, _compiler_identity(argv), *WARNING_ERRORS, "2"]).encode()).hexdigest()
     memo = cachefs.root() / f"probe-{ident[:24]}"
     facts = _parse_facts(cachefs.read_entry(memo, "compiler-probe"))
     if facts is not None:
@@ -201,13 +213,11 @@ def _probe_warnings(argv: tuple[str, ...]) -> tuple[str, ...]:
             return proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
 
         flags = list(WARNING_ERRORS)
-        ok, err = complaints(flags)
-        if ok:
-            return tuple(flags)
-        # drop the flags the compiler names (unknown options), then check the rest one by one
-        flags = [f for f in flags if f[len("-Werror="):] not in err]
         if complaints(flags)[0]:
             return tuple(flags)
+        # One by one: an error message cannot tell which flags it is about (GCC rejecting
+        # clang's -Werror=integer-overflow suggests "-Wno-overflow", so dropping every flag
+        # the message names dropped GCC's own -Werror=overflow and -Werror=div-by-zero).
         return tuple(f for f in flags if complaints([f])[0])
 
 
@@ -324,6 +334,164 @@ def _build(
     except OSError as exc:
         _unlink(tmp_lib)
         raise _Unwritable(f"{lib_path.parent}: {exc.strerror or exc}") from exc
+
+
+def jobs() -> int:
+    """How many compiler processes `load_units` runs at once: the CPUs this process may run
+    on (`sched_getaffinity`, else `os.cpu_count()`), at least 1."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, n)
+
+
+def object_key(unit: str, extra_flags: tuple[str, ...] = ()) -> str:
+    """The cache key of one translation unit's object file (`cache_key` with `-c`)."""
+    return cache_key(unit, (*extra_flags, "-c"))
+
+
+def load_units(
+    units: list[str], *, name: str = "module", extra_flags: tuple[str, ...] = ()
+) -> ctypes.CDLL:
+    """Compile the translation units `units` (the last one the driver; `extra_flags`, e.g.
+    `-DHF_PROFILE`, apply to it alone), link them into one library and load it. Each unit's
+    object is a cache entry of its own (`object_key`): a unit seen before, in this module or
+    another, is not compiled again; the others compile in parallel (`jobs()` at once). The
+    library is cached under a key of its objects' keys, so a warm load compiles and links
+    nothing."""
+    last = len(units) - 1
+    keys = [object_key(u, extra_flags if i == last else ()) for i, u in enumerate(units)]
+    h = hashlib.sha256(b"link\0")
+    for part in (*keys, " ".join(flags(extra_flags))):
+        h.update(part.encode())
+        h.update(b"\0")
+    key = h.hexdigest()
+    lib = _LOADED.get(key)
+    if lib is not None:
+        return lib
+    for _attempt in range(2):
+        lib_dir = cachefs.directory(key[:2])
+        lib_path = lib_dir / f"{key}.so"
+        sum_path = lib_dir / f"{key}.so.digest"
+        lib = _load_cached(lib_path, sum_path)
+        if lib is not None:
+            break
+        try:
+            _build_units(units, keys, name, lib_path, sum_path, extra_flags)
+        except _Unwritable as exc:
+            cachefs.unwritable(str(exc))
+            continue
+        lib = _load_cached(lib_path, sum_path)
+        if lib is None:
+            raise CompileError(f"the library built for {name} at {lib_path} does not load")
+        break
+    if lib is None:
+        raise CompileError(f"no usable cache directory to build {name} in")
+    from hlofuse.backends.cpu.library import blas
+
+    blas.bind(lib)
+    _LOADED[key] = lib
+    return lib
+
+
+def _build_units(
+    units: list[str], keys: list[str], name: str, lib_path: Path, sum_path: Path,
+    extra_flags: tuple[str, ...],
+) -> None:
+    """Objects from the cache (verified, copied into a private directory) or compiled there in
+    parallel and then cached; one link of those copies into `lib_path`. A damaged object entry
+    is compiled again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    last = len(units) - 1
+    try:
+        src_dir = cachefs.directory("src")
+        work = Path(tempfile.mkdtemp(prefix=".link-", dir=lib_path.parent))  # 0700
+    except OSError as exc:
+        raise _Unwritable(f"{lib_path.parent}: {exc.strerror or exc}") from exc
+    try:
+        objs = [work / f"u{i}.o" for i in range(len(units))]
+        todo = []
+        for i, okey in enumerate(keys):
+            obj_dir = cachefs.directory(okey[:2])
+            expected = cachefs.read_entry(obj_dir / f"{okey}.o.digest", "object-digest")
+            data = (cachefs.read_verified(obj_dir / f"{okey}.o",
+                                          expected.decode("ascii", "replace"))
+                    if expected is not None else None)
+            if data is not None:
+                objs[i].write_bytes(data)
+            else:
+                todo.append(i)
+
+        def compile_unit(i: int) -> None:
+            what = f"{name} (unit {i + 1} of {len(units)})"
+            c_path = src_dir / f"{_safe(name)}-{keys[i][:16]}.c"
+            try:
+                cachefs.atomic_write(c_path, units[i].encode())
+            except OSError as exc:
+                raise _Unwritable(f"{src_dir}: {exc.strerror or exc}") from exc
+            extra = extra_flags if i == last else ()
+            cmd = [*find_compiler(), *flags((*extra, "-c")), str(c_path), "-o", str(objs[i])]
+            _run_compiler(cmd, what, c_path, lib_path.parent)
+            data = objs[i].read_bytes()
+            obj_dir = cachefs.directory(keys[i][:2])
+            try:
+                cachefs.atomic_write(obj_dir / f"{keys[i]}.o", data)
+                cachefs.write_entry(obj_dir / f"{keys[i]}.o.digest", "object-digest",
+                                    cachefs.digest(data).encode())
+            except OSError as exc:
+                raise _Unwritable(f"{obj_dir}: {exc.strerror or exc}") from exc
+
+        if len(todo) == 1 or jobs() == 1:
+            for i in todo:
+                compile_unit(i)
+        elif todo:
+            with ThreadPoolExecutor(max_workers=min(jobs(), len(todo))) as pool:
+                futures = [pool.submit(compile_unit, i) for i in todo]
+                try:
+                    for f in futures:
+                        f.result()  # the first failure, in unit order
+                except BaseException:
+                    for f in futures:
+                        f.cancel()
+                    raise
+        fd, tmp_lib = tempfile.mkstemp(prefix=f".{lib_path.stem}.", suffix=".so",
+                                       dir=lib_path.parent)
+        os.close(fd)
+        cmd = [*find_compiler(), *flags(extra_flags), *map(str, objs), "-o", tmp_lib, "-lm"]
+        try:
+            _run_compiler(cmd, f"{name} (link)", src_dir, lib_path.parent)
+            os.chmod(tmp_lib, 0o700)  # the linker creates it with the umask's mode
+            with open(tmp_lib, "rb") as f:
+                digest = cachefs.digest(f.read())
+            os.replace(tmp_lib, lib_path)
+            cachefs.write_entry(sum_path, "library-digest", digest.encode())
+        except OSError as exc:
+            raise _Unwritable(f"{lib_path.parent}: {exc.strerror or exc}") from exc
+        finally:
+            _unlink(tmp_lib)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_compiler(cmd: list[str], what: str, c_path: Path, cache: Path) -> None:
+    """Run one compile or link; `CCompileError` (naming the kept C file) or `_Unwritable`."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise CCompileError(
+            f"compiling {what} timed out after {COMPILE_TIMEOUT_S} s; the C file is kept at "
+            f"{c_path}", c_path,
+        ) from exc
+    if proc.returncode != 0:
+        if any(e in proc.stderr for e in _DISK_ERRORS):
+            raise _Unwritable(f"{cache}: {proc.stderr.strip().splitlines()[-1]}")
+        errors = "\n".join(proc.stderr.strip().splitlines()[:20])
+        raise CCompileError(
+            f"the C compiler failed on {what} (exit {proc.returncode}); the generated C is kept "
+            f"at {c_path}:\n{errors}", c_path,
+        )
 
 
 def _unlink(path: str) -> None:

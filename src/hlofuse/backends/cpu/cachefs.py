@@ -5,6 +5,7 @@
     read_entry(path, kind)    the payload of a verified entry, or None (missing or damaged)
     write_entry(path, kind, payload)        atomic; a verified entry for `read_entry`
     open_verified(path, digest)             an open file whose bytes have that sha256, or None
+    read_verified(path, digest)             the bytes of such a file, or None
     unwritable(reason)        switch this process to the private fallback (one warning)
 
 Whoever can write the cache directory can make hlofuse run code: it holds shared libraries that
@@ -199,6 +200,21 @@ def atomic_write(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def read_verified(path: Path, sha256: str) -> bytes | None:
+    """The bytes of the trusted file `path` if they have the digest `sha256`, else None (read
+    once: what is checked is what is returned)."""
+    fd = _open_trusted(path)
+    if fd is None:
+        return None
+    try:
+        data = _read_all(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if digest(data) == sha256 else None
 
 
 def open_verified(path: Path, sha256: str) -> int | None:

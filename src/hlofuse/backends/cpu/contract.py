@@ -5,10 +5,12 @@
 A `Kernel` is one C function computing one kernel (a fusion, or an unfused op that does work).
 Its C signature is fixed so the driver can call any kernel without knowing what it does:
 
-    static void NAME(const T0 *in0, ..., const Tn *inN, U0 *out0, ..., Um *outM)
+    HF_KERNEL void NAME(const T0 *in0, ..., const Tn *inN, U0 *out0, ..., Um *outM)
 
-inputs first (the operands' array leaves, tuple operands flattened depth-first), then outputs (the
-result's array leaves); `T`/`U` are the storage types of `cexpr.ctype`. Rank-0 arrays are pointers
+(`HF_KERNEL`: `static` in the single file, a hidden global when the program is built as
+several translation units, `driver.units`). Inputs first (the operands' array leaves, tuple
+operands flattened depth-first), then outputs (the result's array leaves); `T`/`U` are the
+storage types of `cexpr.ctype`. Rank-0 arrays are pointers
 to one element. Buffers never alias, except an output and the input that `inplace` pairs it with:
 the kernel must be correct both when they are the same buffer and when they are not.
 
@@ -40,7 +42,8 @@ class Kernel:
     """One kernel's C code and its calling convention."""
 
     name: str  # the C function's name, unique within a Program
-    source: str  # C text defining `name` (and any static helpers/constants it needs)
+    source: str  # C text defining `name` (and any static helpers/constants it needs); empty
+    # when an earlier kernel of the Program prints the same function (schedule.canonical_kernel)
     inputs: tuple[ArrayShape, ...]  # one per operand leaf, in operand order
     outputs: tuple[ArrayShape, ...]  # one per result leaf
     instruction: str  # the HLO instruction it computes (for profiles and explain)
@@ -64,3 +67,6 @@ class Program:
     entry_symbol: str = ENTRY_SYMBOL
     arena_bytes: int = 0  # the work arena hf_entry allocates per call (for error messages)
     arena_largest: str = ""  # its largest buffer: shape, instruction, bytes (for error messages)
+    # (end of the prelude, start of the driver) in `source`, the kernels between: how
+    # `driver.units` cuts a large program into translation units; (0, 0): never cut
+    split: tuple[int, int] = (0, 0)

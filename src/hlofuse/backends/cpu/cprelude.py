@@ -39,13 +39,26 @@ _INCLUDES = """\
 #include <setjmp.h>
 """
 
+# `HF_KERNEL` is the linkage of kernel functions: static in one whole file, a hidden global in
+# the units of a split build (driver.units). The prelude's state (the scratch-failure record
+# below, the pool pointer) is defined by every file, except the kernel units of a split build
+# (`HF_EXTERN_STATE`), which share the driver unit's.
 # Scratch memory for kernels. A failed allocation never returns NULL into a kernel: it records
 # the bytes and jumps back to hf_entry (driver.py), which frees its arena and returns status 3.
 # Only the calling thread allocates (never inside a task run on the pool), so the jump is safe.
 # sigsetjmp(.., 0): plain setjmp saves the signal mask, a system call per hf_entry.
 _ALLOC = r"""
-static __thread sigjmp_buf *hf_oom_jmp;
-static __thread int64_t hf_oom_bytes, hf_oom_kernel = -1;
+#ifndef HF_KERNEL
+#define HF_KERNEL static
+#endif
+#define HF_HIDDEN __attribute__((visibility("hidden")))
+#ifdef HF_EXTERN_STATE
+extern HF_HIDDEN __thread sigjmp_buf *hf_oom_jmp;
+extern HF_HIDDEN __thread int64_t hf_oom_bytes, hf_oom_kernel;
+#else
+HF_HIDDEN __thread sigjmp_buf *hf_oom_jmp;
+HF_HIDDEN __thread int64_t hf_oom_bytes, hf_oom_kernel = -1;
+#endif
 __attribute__((unused)) static void *hf_alloc(size_t align, size_t bytes) {
   size_t n = bytes ? bytes : 1;
   void *p = align ? aligned_alloc(align, (n + align - 1) / align * align) : malloc(n);
@@ -63,6 +76,9 @@ __attribute__((unused)) static void *hf_alloc(size_t align, size_t bytes) {
 # (runtime.py: bounded spin, then sleep; chunks claimed from a counter).
 _PARALLEL = r"""
 typedef void (*hf_task_fn)(void *const *args, int64_t lo, int64_t hi);
+#ifdef HF_EXTERN_STATE
+extern void (*hf_parallel_ptr)(hf_task_fn, void *const *, int64_t, int64_t, int64_t, int);
+#else
 static void hf_parallel_serial(hf_task_fn fn, void *const *args, int64_t lo, int64_t hi,
                                int64_t step, int threads) {
   (void)step; (void)threads;
@@ -70,6 +86,7 @@ static void hf_parallel_serial(hf_task_fn fn, void *const *args, int64_t lo, int
 }
 __attribute__((unused)) void (*hf_parallel_ptr)(hf_task_fn, void *const *, int64_t, int64_t,
                                                 int64_t, int) = hf_parallel_serial;
+#endif
 /* Per-thread scratch of library tasks (GEMM packing, sort offsets): the caller allocates `n`
    slots before the pool runs, each chunk claims a free one for its duration. At most
    min(threads, chunks) chunks run at once, so n = min(threads, chunks) slots always have a free

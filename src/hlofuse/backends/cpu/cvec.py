@@ -70,6 +70,21 @@ class VecLib:
 
     def __init__(self) -> None:
         self.defs: dict[str, str] = {}
+        self.lane_loops = 0  # lane loops printed inline in this kernel (cprint.INLINE_LANE_LOOPS)
+
+    def lanes(self, vt: str, w: int, params: list[str], expr: str) -> str:
+        """A function `vt NAME(params)` returning `expr` (which reads `a0[hf_l]`, `a1`, ...)
+        lane by lane, out of line (noinline): one definition however many kernels call it.
+        Its name is a digest of its own text (code-made: opcode expressions and C types)."""
+        import hashlib
+
+        sig = ", ".join(f"{t} a{i}" for i, t in enumerate(params))
+        body = (f"{{ {vt} r; for (int hf_l = 0; hf_l < {w}; ++hf_l) r[hf_l] = {expr}; "
+                f"return r; }}")
+        key = "lanes_" + hashlib.sha256(f"{vt}({sig}){body}".encode()).hexdigest()[:16]
+        name = "hf_" + key
+        self._add(key, f"static __attribute__((noinline)) {vt} {name}({sig}) {body}")
+        return name
 
     def text(self) -> str:
         return "".join(self.defs.values())

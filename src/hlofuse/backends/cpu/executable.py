@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ from hlofuse.backends.cpu.contract import Program
 from hlofuse.errors import AllocationError, CompileError
 from hlofuse.escape import terminal
 from hlofuse.ir.module import Module
-from hlofuse.ir.shape import ArrayShape, TokenShape, TupleShape, leaves
+from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape, leaves
 
 
 class NativeRuntimeError(CompileError):
@@ -180,18 +180,41 @@ class Profile:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Signature:
+    """What a call needs of the module: its name, the entry parameters' shapes, the root's
+    name (for messages)."""
+
+    name: str
+    params: tuple[Shape, ...]
+    root: str
+
+    @staticmethod
+    def of(module: Module) -> Signature:
+        entry = module.entry
+        return Signature(module.name, tuple(p.shape for p in entry.parameters), entry.root.name)
+
+
 class CpuExecutable:
     """A module compiled to native code. Call it with numpy arrays; get a list of arrays."""
 
-    def __init__(self, module: Module, program: Program) -> None:
-        from hlofuse.backends.cpu import build
-
-        self.module = module
+    def __init__(self, module: Module | Callable[[], Module], program: Program,
+                 signature: Signature | None = None) -> None:
+        """`module`: the optimised module, or (with its `signature`) a function that makes it
+        when first needed (a warm compile from `artifacts` parses it only then)."""
+        if isinstance(module, Module):
+            self._module: Module | None = module
+            self._make_module: Callable[[], Module] | None = None
+            signature = Signature.of(module)
+        elif signature is None:
+            raise TypeError("a module made on demand needs its signature")
+        else:
+            self._module, self._make_module = None, module
         self.program = program
-        self.name = module.name
-        self._params = list(module.entry.parameters)
-        self._simple = all(isinstance(p.shape, ArrayShape) for p in self._params)
-        self._in_specs = [spec for p in self._params for spec in _leaf_specs(p.shape)]
+        self.name = signature.name
+        self._param_shapes = list(signature.params)
+        self._simple = all(isinstance(s, ArrayShape) for s in self._param_shapes)
+        self._in_specs = [spec for s in self._param_shapes for spec in _leaf_specs(s)]
         self._out_specs = [(s.dtype.np, tuple(s.dims)) for s in program.outputs]
         if len(self._in_specs) != len(program.inputs):
             raise CompileError(
@@ -200,12 +223,31 @@ class CpuExecutable:
             )
         self._in_type = ctypes.c_void_p * max(1, len(self._in_specs))
         self._out_type = ctypes.c_void_p * max(1, len(self._out_specs))
-        self._lib = build.load_library(program.source, name=module.name)
+        self._lib = self._load(())
         self._entry = self._bind(self._lib)
-        root = module.entry.root
-        self._out_names = [f"output {j} of {root.name} ({dt.name}{list(dims)})"
+        self._out_names = [f"output {j} of {signature.root} ({dt.name}{list(dims)})"
                            for j, (dt, dims) in enumerate(self._out_specs)]
         self._prof_lib: ctypes.CDLL | None = None
+
+    @property
+    def module(self) -> Module:
+        """The optimised module (parsed on first use when the executable came from the
+        compile cache)."""
+        if self._module is None:
+            assert self._make_module is not None
+            self._module = self._make_module()
+        return self._module
+
+    def _load(self, extra_flags: tuple[str, ...]) -> ctypes.CDLL:
+        """The library: a large program as translation units compiled in parallel, each cached
+        on its own (`driver.units`, `build.load_units`), a small one as its single file."""
+        from hlofuse.backends.cpu import build, driver
+
+        units = driver.units(self.program)
+        if units is None:
+            return build.load_library(self.program.source, name=self.name,
+                                      extra_flags=extra_flags)
+        return build.load_units(units, name=self.name, extra_flags=extra_flags)
 
     @property
     def source(self) -> str:
@@ -253,10 +295,10 @@ class CpuExecutable:
 
         checked = check_args(self.module, arrays)
         flat: list[Any] = []
-        for value, p in zip(checked, self._params, strict=True):
-            if isinstance(p.shape, TokenShape):
+        for value, shape in zip(checked, self._param_shapes, strict=True):
+            if isinstance(shape, TokenShape):
                 continue
-            _flatten_value(value, p.shape, flat)
+            _flatten_value(value, shape, flat)
         return [np.ascontiguousarray(a) for a in flat]
 
     def _outputs(self) -> list[np.ndarray]:
@@ -315,11 +357,8 @@ class CpuExecutable:
 
     def _profiling_library(self) -> ctypes.CDLL:
         if self._prof_lib is None:
-            from hlofuse.backends.cpu import build
 
-            self._prof_lib = build.load_library(
-                self.program.source, name=self.name, extra_flags=("-DHF_PROFILE",)
-            )
+            self._prof_lib = self._load(("-DHF_PROFILE",))
         return self._prof_lib
 
     def profile(self, *arrays: Any, repeat: int = 1) -> Profile:

@@ -8,7 +8,7 @@ vector width unless `target` says otherwise) and printed (`cprint.KernelPrinter`
 helpers it uses (`cvec.VecLib`, include-guarded) first.
 
 Conditions enforced: `instr` is a kernel (`passes.fusion.kernels.is_kernel`); the generated
-function has the contract's signature `static void NAME(const T0 *restrict in0, ...,
+function has the contract's signature `HF_KERNEL void NAME(const T0 *restrict in0, ...,
 U0 *restrict out0, ...)` (no `restrict` on an input/output pair listed in `Kernel.inplace`).
 Anything that cannot be lowered raises `LoweringError` (a CompileError) naming the instruction.
 """

@@ -1,7 +1,11 @@
 """The driver IR: what `hf_entry` does, in order, before any buffer has an address.
 
     schedule(module, lowering) -> Schedule
-        kernels: the Kernel of every kernel instruction, in call order of first use
+        kernels: the Kernel of every kernel instruction, in call order of first use; a kernel
+                 whose C is the same as an earlier one's up to its own fresh names and
+                 comments (`canonical_kernel`) is not printed again: its entry names the
+                 earlier function (`Kernel.source` empty) and keeps its own instruction, so
+                 profiles still count every call site
         body:    [Call | MemCopy | While | Branch | Note]
         buffers: every internal buffer (`Buf`), to be placed by `assign.py`
 
@@ -29,8 +33,9 @@ in the arena; `driver.py` prints.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hlofuse.analysis.kernels import is_kernel
@@ -44,6 +49,56 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
 
 KernelLowering = Callable[[Instruction, set[str]], Kernel]
+
+
+class NameLog(set[str]):
+    """The set of C names in use, also recording the order names were added (`fresh` only adds
+    with `add`), so the names one kernel's lowering took are `log[mark:]`."""
+
+    def __init__(self, names: Any = ()) -> None:
+        super().__init__(names)
+        self.log: list[str] = []
+
+    def add(self, name: str) -> None:
+        if name not in self:
+            self.log.append(name)
+        super().add(name)
+
+
+# Comments (dropped), string and character literals, pp-numbers (kept whole, so a name is never
+# matched inside a literal), identifiers (renamed when fresh).
+_C_TOKENS = re.compile(
+    r"""(/\*.*?\*/)|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\.?\d(?:[eEpP][+-]|[\w.])*"""
+    r"""|([A-Za-z_]\w*)""",
+    re.DOTALL,
+)
+
+
+def canonical_kernel(kernel: Kernel, fresh: list[str]) -> tuple[Any, ...]:
+    """What makes two kernels interchangeable: the C text without comments, with the names the
+    kernel's lowering took (`fresh`: its function, locals, helpers; each unique in the file)
+    replaced by their order of first use, names derived from the function's (`NAME_p1`) by
+    their suffix, and the calling convention (shapes, in-place pairs).
+    Equal keys mean one function is the other with its own names renamed one to one, so
+    either computes both."""
+    names = {kernel.name, *fresh}
+    derived = kernel.name + "_"
+    order: dict[str, str] = {}
+
+    def token(m: re.Match[str]) -> str:
+        if m.group(1) is not None:
+            return " "
+        ident = m.group(2)
+        if ident is None:
+            return m.group(0)
+        if ident in names:
+            return order.setdefault(ident, f"@{len(order)}")
+        if ident.startswith(derived):  # the kernel's outlined loops: NAME_p1, NAME_p1_t
+            return "@K" + ident[len(kernel.name):]
+        return ident
+
+    text = _C_TOKENS.sub(token, kernel.source)
+    return (text, kernel.inputs, kernel.outputs, tuple(sorted(kernel.inplace.items())))
 
 
 class Loc:
@@ -178,6 +233,7 @@ class _Scheduler:
         self._lowering = lowering
         self._used = used
         self._kernel_of: dict[Instruction, int] = {}
+        self._function_of: dict[tuple[Any, ...], Kernel] = {}  # canonical_kernel -> printed
         self.sched = Schedule([], [])
         self.analyzer = Analyzer(lambda instr: self.kernel(instr)[1].inplace)
         self._consts: dict[tuple[Instruction, int], Const] = {}
@@ -187,8 +243,15 @@ class _Scheduler:
 
     def kernel(self, instr: Instruction) -> tuple[int, Kernel]:
         if instr not in self._kernel_of:
-            k = self._lowering(instr, self._used)
-            self._used.add(k.name)
+            used = self._used
+            mark = len(used.log) if isinstance(used, NameLog) else None
+            k = self._lowering(instr, used)
+            used.add(k.name)
+            if mark is not None:
+                key = canonical_kernel(k, used.log[mark:])  # type: ignore[attr-defined]
+                first = self._function_of.setdefault(key, k)
+                if first is not k:  # the same function again: call the first one
+                    k = replace(k, name=first.name, source="")
             self._kernel_of[instr] = len(self.sched.kernels)
             self.sched.kernels.append(k)
         i = self._kernel_of[instr]

@@ -48,7 +48,9 @@ from dataclasses import dataclass
 INT32_MAX = 2**31 - 1
 CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
 
-# The pointer globals every generated file that has a float dot defines (include-guarded).
+# The pointer globals every generated file that has a float dot defines (include-guarded); the
+# kernel units of a split build (`HF_EXTERN_STATE`, driver.units) declare them, the driver's
+# unit defines them.
 DECLARATIONS = r"""
 #ifndef HFLIB_BLAS_DECLS
 #define HFLIB_BLAS_DECLS
@@ -64,10 +66,17 @@ typedef void (*hf_blas_sgemm_batch_fn)(int, int, int, int, int, int, float, cons
 typedef void (*hf_blas_dgemm_batch_fn)(int, int, int, int, int, int, double, const double *,
                                        int, int, const double *, int, int, double, double *,
                                        int, int, int);
+#ifdef HF_EXTERN_STATE
+extern hf_blas_sgemm_fn hf_blas_sgemm;
+extern hf_blas_dgemm_fn hf_blas_dgemm;
+extern hf_blas_sgemm_batch_fn hf_blas_sgemm_batch;
+extern hf_blas_dgemm_batch_fn hf_blas_dgemm_batch;
+#else
 hf_blas_sgemm_fn hf_blas_sgemm = 0;
 hf_blas_dgemm_fn hf_blas_dgemm = 0;
 hf_blas_sgemm_batch_fn hf_blas_sgemm_batch = 0;
 hf_blas_dgemm_batch_fn hf_blas_dgemm_batch = 0;
+#endif
 
 #endif
 """

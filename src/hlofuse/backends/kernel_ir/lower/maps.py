@@ -5,7 +5,8 @@ Each handler gives the value of its instruction at a result index by reading its
 mapped index. Semantics are the interpreter's: dynamic-slice / dynamic-update-slice / gather start
 indices are clamped so the slice fits (`Builder.clamp`, computed once in the preamble when they do
 not depend on the loops); pad (negative edges crop, interior padding), concatenate and
-dynamic-update-slice read an operand only where its index is in bounds (`Builder.cases`).
+dynamic-update-slice read an operand only where its index is in bounds (`Builder.cases`; a
+concatenate of many operands bisects on the index).
 Conditions on loop indices stay affine comparisons, so the `split` pass cuts loop ranges where
 they change and each piece is branch-free. bitcast-convert between widths is the row-major byte
 view (little-endian, as numpy's `view`): a narrower result has an extra minor dimension of
@@ -171,14 +172,23 @@ def _pad(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
     ])]
 
 
+# A concatenate of up to this many operands is a chain of cases (the `split` pass, whose budget
+# is the same, cuts the loop into branch-free pieces); a longer one bisects, so a 1,024-operand
+# concatenate is ten comparisons deep, not a chain of 1,024 nested branches (which took GCC
+# over a minute).
+LINEAR_CONCATENATE = 16
+
+
 @handles(Opcode.CONCATENATE)
 def _concatenate(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
     (dim,) = instr.dimensions
     m = idx.coords(b.g)
-    cases: list[tuple[Val | None, Callable[[], Val]]] = []
-    offset = 0
+    dtype = array_shape(instr).dtype
     ops = [o for o in instr.operands if dims_of(o)[dim] > 0]
-    for j, o in enumerate(ops):
+    reads: list[Callable[[], Val]] = []
+    ends: list[int] = []  # operand j covers [ends[j-1], ends[j]) along `dim`
+    offset = 0
+    for o in ops:
         od = dims_of(o)
         lo = offset
         offset += od[dim]
@@ -188,9 +198,21 @@ def _concatenate(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
         def fn(o: Instruction = o, od: tuple[int, ...] = od, multi: list[Affine] = multi) -> Val:
             return b.value(o, ix.of_multi(od, multi))
 
-        cond = None if j == len(ops) - 1 else b.lt(m[dim], offset)
-        cases.append((cond, fn))
-    return [b.cases(array_shape(instr).dtype, cases)]
+        reads.append(fn)
+        ends.append(offset)
+    if len(ops) <= LINEAR_CONCATENATE:
+        cases = [(None if j == len(ops) - 1 else b.lt(m[dim], ends[j]), fn)
+                 for j, fn in enumerate(reads)]
+        return [b.cases(dtype, cases)]
+
+    def tree(lo: int, hi: int) -> Val:  # operands lo..hi-1, by bisection on the coordinate
+        if hi - lo == 1:
+            return reads[lo]()
+        mid = (lo + hi) // 2
+        return b.cases(dtype, [(b.lt(m[dim], ends[mid - 1]), lambda: tree(lo, mid)),
+                               (None, lambda: tree(mid, hi))])
+
+    return [tree(0, len(ops))]
 
 
 @handles(Opcode.GATHER)

@@ -1,0 +1,276 @@
+"""What keeps the cpu backend's compile time down (issue 13), each checked against the
+interpreter: kernels that print to the same C (up to their own names and comments) are emitted
+once and called from every site; a concatenate of many operands bisects instead of nesting one
+branch per operand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse.backends import interpreter
+from hlofuse.backends.cpu import build, driver
+from hlofuse.backends.cpu.contract import Kernel
+from hlofuse.backends.cpu.schedule import canonical_kernel
+from hlofuse.text import parse
+
+try:
+    build.find_compiler()
+except build.CompilerNotFoundError:  # pragma: no cover
+    pytest.skip("no C compiler", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def _fast_compiles(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("HLOFUSE_CC_OPT", "-O1")
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "_LOADED", {})
+
+
+# Layers of the same block (tanh(x * w) * k + x, minus its row means), the last with k = 2 (its
+# kernel must stay a function of its own).
+def _layers(n: int) -> str:
+    lines = ["HloModule layers", "", "add_f32 {", "  a = f32[] parameter(0)",
+             "  b = f32[] parameter(1)", "  ROOT s = f32[] add(a, b)", "}", "",
+             "ENTRY e {", "  x0 = f32[16,64] parameter(0)", "  w = f32[16,64] parameter(1)",
+             "  zero = f32[] constant(0)", "  n = f32[] constant(0.015625)",
+             "  inv = f32[16,64] broadcast(n), dimensions={}"]
+    for i in range(n):
+        c = "2" if i == n - 1 else "1"
+        lines += [
+            f"  m{i} = f32[16,64] multiply(x{i}, w)",
+            f"  t{i} = f32[16,64] tanh(m{i})",
+            f"  k{i} = f32[] constant({c})",
+            f"  kb{i} = f32[16,64] broadcast(k{i}), dimensions={{}}",
+            f"  s{i} = f32[16,64] multiply(t{i}, kb{i})",
+            f"  y{i} = f32[16,64] add(s{i}, x{i})",
+            f"  r{i} = f32[16] reduce(y{i}, zero), dimensions={{1}}, to_apply=add_f32",
+            f"  rb{i} = f32[16,64] broadcast(r{i}), dimensions={{0}}",
+            f"  q{i} = f32[16,64] multiply(rb{i}, inv)",
+            f"  x{i + 1} = f32[16,64] subtract(y{i}, q{i})",
+        ]
+    lines += [f"  ROOT out = f32[16,64] copy(x{n})", "}", ""]
+    return "\n".join(lines)
+
+
+def test_identical_kernels_are_printed_once_and_called_from_every_site() -> None:
+    text = _layers(8)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((16, 64)).astype(np.float32) for _ in range(2)]
+    exe = hlofuse.compile(text)
+    program = exe._runner.program
+    names = [k.name for k in program.kernels]
+    printed = [k for k in program.kernels if k.source]
+    assert len(printed) < len(program.kernels)  # the four equal layers share functions
+    for k in program.kernels:  # every site calls a function that is printed exactly once
+        assert sum(p.name == k.name for p in printed) == 1
+        assert program.source.count(f"HF_KERNEL void {k.name}(") == 1
+    assert len(set(names)) == len(printed)
+    # eight layers of tanh (a few ulp each) and float sums in another order
+    np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
+                               rtol=1e-4, atol=1e-4)
+    prof = exe.profile(*args)  # one row per call site, each called once
+    assert len(prof.rows) == len(program.kernels)
+    assert all(r.calls == 1 for r in prof.rows)
+
+
+def _kernel(name: str, body: str) -> Kernel:
+    return Kernel(name=name, source=body, inputs=(), outputs=(), instruction="i", kind="loop")
+
+
+def test_canonical_kernel_renames_only_the_kernels_own_names() -> None:
+    a = ("/* fusion.1 */\nstatic void f_p1(float *o, int64_t lo) { float acc = 1.0f; "
+         "o[lo] = acc; }\nstatic void f(float *out0) { f_p1(out0, 0); }")
+    b = ("/* fusion.7: other comment */\nstatic void f_2_p1(float *o, int64_t lo) { float acc_3 = "
+         "1.0f; o[lo] = acc_3; }\nstatic void f_2(float *out0) { f_2_p1(out0, 0); }")
+    c = b.replace("1.0f", "2.0f")
+    d = b.replace("f_2_p1(out0", "hf_other(out0")
+    ka = canonical_kernel(_kernel("f", a), ["acc"])
+    kb = canonical_kernel(_kernel("f_2", b), ["acc_3"])
+    assert ka == kb
+    assert canonical_kernel(_kernel("f_2", c), ["acc_3"]) != ka  # another constant
+    assert canonical_kernel(_kernel("f_2", d), ["acc_3"]) != ka  # calls something else
+    # a name the kernel did not take is compared as written
+    assert canonical_kernel(_kernel("f_2", b), []) != ka
+
+
+@pytest.mark.parametrize("pieces", [3, 17, 40])
+def test_concatenate_of_many_operands_matches_the_interpreter(pieces: int) -> None:
+    params = "\n".join(f"  p{i} = f32[{1 + i % 3},8] parameter({i})" for i in range(pieces))
+    total = sum(1 + i % 3 for i in range(pieces))
+    ops = ", ".join(f"p{i}" for i in range(pieces))
+    text = (f"HloModule cat\n\nENTRY e {{\n{params}\n  c = f32[{total},8] concatenate({ops}), "
+            f"dimensions={{0}}\n  ROOT t = f32[{total},8] tanh(c)\n}}\n")
+    rng = np.random.default_rng(pieces)
+    args = [rng.standard_normal((1 + i % 3, 8)).astype(np.float32) for i in range(pieces)]
+    exe = hlofuse.compile(text)
+    np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
+                               rtol=2e-6, atol=2e-6)
+    if pieces > 16:  # bisection: no chain of `pieces` nested branches
+        depth = max(len(line) - len(line.lstrip()) for line in exe.source.splitlines())
+        assert depth < 4 * 40
+
+
+# ----- a program built as several translation units ------------------------------------------
+
+_SPLIT = """HloModule split
+
+ENTRY e {
+  a = f32[64,96] parameter(0)
+  b = f32[96,48] parameter(1)
+  x = f32[256,1024] parameter(2)
+  d = f32[64,48] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[64,48] tanh(d)
+  e = f32[256,1024] exponential(x)
+  s = f32[256,1024] multiply(e, x)
+  ROOT r = (f32[64,48], f32[256,1024]) tuple(t, s)
+}
+"""
+
+
+def _split_args() -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [rng.standard_normal(s).astype(np.float32) for s in ((64, 96), (96, 48), (256, 1024))]
+
+
+def _compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The compiles and links `load_units` runs from now on (what each was)."""
+    seen: list[str] = []
+    real = build._run_compiler
+
+    def spy(cmd: list[str], what: str, *rest: object) -> None:
+        seen.append(what)
+        real(cmd, what, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_run_compiler", spy)
+    return seen
+
+
+def _check_split(exe: hlofuse.Executable, args: list[np.ndarray]) -> None:
+    want = interpreter.run(parse(_SPLIT), *args)
+    for got, w in zip(exe(*args), want, strict=True):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+
+
+def test_split_program_matches_the_interpreter_and_profiles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(driver, "UNIT_BYTES", 1)  # every kernel a unit of its own
+    seen = _compiles(monkeypatch)
+    exe = hlofuse.compile(_SPLIT, threads=2)
+    program = exe._runner.program
+    units = driver.units(program)
+    assert units is not None
+    assert len(units) == len([k for k in program.kernels if k.source]) + 1
+    assert len(seen) == len(units) + 1 and seen[-1].endswith("(link)")
+    assert "hf_parallel_ptr(" in program.source  # a parallel loop runs in a kernel unit
+    _check_split(exe, _split_args())
+    del seen[:]
+    prof = exe.profile(*_split_args())  # -DHF_PROFILE changes the driver's unit alone
+    assert [s for s in seen if "link" not in s] == [f"split (unit {len(units)} of {len(units)})"]
+    assert len(prof.rows) == len(program.kernels) and all(r.calls == 1 for r in prof.rows)
+
+
+def test_damaged_unit_object_is_compiled_again(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setattr(driver, "UNIT_BYTES", 1)
+    exe = hlofuse.compile(_SPLIT)
+    units = driver.units(exe._runner.program)
+    assert units is not None
+    cache = tmp_path / "cache"
+    for lib in cache.glob("*/*.so"):
+        lib.unlink()  # the library must be linked again, from the objects
+    victim = build.object_key(units[0])
+    obj = cache / victim[:2] / f"{victim}.o"
+    obj.write_bytes(b"\x7fELF not an object")
+    build._LOADED.clear()
+    (cache / "programs").rename(tmp_path / "programs-moved")  # no warm compile either
+    seen = _compiles(monkeypatch)
+    exe = hlofuse.compile(_SPLIT)
+    assert seen == [f"split (unit 1 of {len(units)})", "split (link)"]
+    _check_split(exe, _split_args())
+    digest = build.cachefs.read_entry(obj.with_name(obj.name + ".digest"), "object-digest")
+    assert digest is not None and build.cachefs.digest(obj.read_bytes()) == digest.decode()
+
+
+def test_units_cut_only_programs_made_by_the_driver() -> None:
+    program = driver.generate(parse(_SPLIT))
+    assert driver.units(program) is None  # small: one file
+    assert driver.units(program, unit_bytes=1) is not None
+    hand = type(program)(source=program.source, inputs=program.inputs,
+                         outputs=program.outputs, kernels=program.kernels)
+    assert driver.units(hand, unit_bytes=1) is None  # no split offsets: never cut
+
+
+# ----- the warm path ----------------------------------------------------------------------------
+
+
+def test_warm_compile_parses_nothing_until_the_module_is_asked_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hlofuse.errors import InputError
+    from hlofuse.text import parser
+
+    text = _layers(3)
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal((16, 64)).astype(np.float32) for _ in range(2)]
+    cold = hlofuse.compile(text)
+    want = cold(*args)
+    build._LOADED.clear()  # as in a new process: the library comes from the disk cache
+    parses: list[int] = []
+    real = parser.parse
+
+    def counting(*a: object, **k: object) -> object:
+        parses.append(1)
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parser, "parse", counting)
+    monkeypatch.setattr("hlofuse.text.parse", counting)
+    warm = hlofuse.compile(text)
+    for got, w in zip(warm(*args), want, strict=True):
+        np.testing.assert_array_equal(got, w)
+    assert parses == []  # neither the text nor the optimised module
+    with pytest.raises(InputError, match="x0"):  # the message needs the module: parsed now
+        warm(args[0])
+    assert len(parses) == 1
+    assert warm.module.entry.root.opcode is cold.module.entry.root.opcode
+    assert hlofuse.print_module(warm.module) == hlofuse.print_module(cold.module)
+    assert len(parses) == 1
+
+
+def test_warning_errors_probe_keeps_every_flag_the_compiler_knows(tmp_path) -> None:
+    """Each flag of WARNING_ERRORS is kept exactly when the compiler accepts it alone (GCC's
+    "did you mean -Wno-overflow?" about clang's -Werror=integer-overflow once dropped GCC's own
+    -Werror=overflow, -Werror=div-by-zero and -Werror=int-conversion)."""
+    import subprocess
+
+    argv = tuple(build.find_compiler())
+    kept = build._probe_warnings(argv)
+    src = tmp_path / "w.c"
+    src.write_text("int hf_probe(void) { return 0; }\n")
+    for flag in build.WARNING_ERRORS:
+        proc = subprocess.run([*argv, "-fsyntax-only", flag, str(src)], capture_output=True,
+                              text=True)
+        assert (flag in kept) == (proc.returncode == 0 and not proc.stderr.strip()), flag
+
+
+def test_a_kernel_past_the_inline_budget_calls_its_lane_loops_out_of_line() -> None:
+    from hlofuse.backends.cpu import cprint
+
+    n = cprint.INLINE_LANE_LOOPS + 20
+    lines = ["HloModule chain", "", "ENTRY e {", "  x0 = f32[256] parameter(0)",
+             "  y = f32[256] parameter(1)"]
+    for i in range(n):  # expm1 and log1p have no vector form: one lane loop each
+        op = "log-plus-one" if i % 2 else "exponential-minus-one"
+        lines += [f"  t{i} = f32[256] {op}(x{i})", f"  x{i + 1} = f32[256] multiply(t{i}, y)"]
+    lines += [f"  ROOT r = f32[256] copy(x{n})", "}", ""]
+    text = "\n".join(lines)
+    rng = np.random.default_rng(3)
+    args = [(rng.standard_normal(256) * 0.1).astype(np.float32),
+            rng.uniform(0.2, 0.5, 256).astype(np.float32)]
+    exe = hlofuse.compile(text)
+    src = exe.source
+    calls = src.count("= hf_lanes_")
+    assert calls == n - cprint.INLINE_LANE_LOOPS
+    assert src.count("static __attribute__((noinline)) hf_v") == 2  # one per (op, types)
+    np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
+                               rtol=1e-5, atol=1e-6)
