@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
+import hlofuse
 from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir import lower as kir_lower
@@ -22,6 +24,7 @@ from hlofuse.backends.kernel_ir.passes import (
     split,
     vectorize,
 )
+from hlofuse.backends.kernel_ir.passes.parallel import access_counts
 from hlofuse.backends.kernel_ir.passes.vectorize import ACCUMULATORS
 from hlofuse.backends.kernel_ir.printer import format_kernel
 from hlofuse.backends.kernel_ir.target import Target
@@ -332,6 +335,33 @@ ENTRY e {
 }""")
     parallelize(k, threads=2)  # every iteration folds into one accumulator: not parallel
     assert not any(lp.parallel for lp in loops(k))
+
+
+def test_a_loop_reading_a_shared_local_stays_serial() -> None:
+    # a column reduction over a large [500, 65536] input keeps its accumulator in heap scratch,
+    # then copies it out: that copy loop reads a local the kernel shares, which the outlined
+    # range function would not receive (gymnax rollouts' reward sum failed to compile)
+    text = ADD + """
+ENTRY e {
+  p = f32[500,65536] parameter(0)
+  z = f32[] parameter(1)
+  ROOT r = f32[65536] reduce(p, z), dimensions={0}, to_apply=add
+}"""
+    k = one(text)
+    parallelize(k, threads=2)
+    counts = access_counts(k.body)
+    for lp in loops(k):
+        if lp.parallel:
+            mine = access_counts(lp.body)
+            assert all(mine[b] == counts[b] for b in mine if b.kind in ("local", "lanes"))
+    if not hlofuse.backends.cpu.available():
+        return
+    exe = hlofuse.compile(text, threads=2)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((500, 65536)).astype(np.float32)
+    z = np.float32(0.5)
+    np.testing.assert_allclose(exe(x, z)[0], x.sum(0, dtype=np.float64) + 0.5, rtol=1e-4,
+                               atol=1e-3)
 
 
 def test_hoist_moves_invariants_but_not_guarded_or_written_reads() -> None:

@@ -5,8 +5,8 @@ single-thread time (`estimate_ns`: iterations times loads, stores and ops, trans
 weighted, divided by the vector width) is at least `PARALLEL_NS`, and it is safe: every store to
 a buffer that is not a local writes an address with a nonzero coefficient on the loop variable
 and no value term that depends on it (iterations write disjoint elements), every local it
-stores to
-is accessed only inside it (so each thread declares its own copy) and fits on the stack
+reads or stores to is accessed only inside it (each thread declares its own copy; the outlined
+range function receives only the kernel's parameters) and fits on the stack
 (`ir.STACK_LOCAL_BYTES`: heap scratch is allocated outside parallel regions only), and it
 contains no copy or library call. Smaller loops stay serial: waking the pool costs microseconds
 (benchmarks/threads.py measured the threshold).
@@ -87,6 +87,9 @@ def access_counts(body: list[Stmt]) -> dict[Buffer, int]:
 def _safe(loop: ir.Loop, counts: dict[Buffer, int]) -> bool:
     v = loop.var
     mine = access_counts(loop.body)
+    for b, n in mine.items():
+        if b.kind in ("local", "lanes") and n != counts.get(b):
+            return False  # a local the loop shares with the rest of the kernel (read or written)
     for s in ir.walk(loop.body):
         if isinstance(s, ir.Copy | ir.LibCall):
             return False
