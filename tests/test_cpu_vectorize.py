@@ -256,3 +256,24 @@ def test_shifts_are_vector_ops_with_xla_semantics(target: str, monkeypatch: pyte
     got = cpu.compile_module(module)(*args)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.skipif(not __import__("hlofuse.backends.cpu", fromlist=["available"]).available(),
+                    reason="no C compiler")
+@pytest.mark.parametrize("target", ["avx2", "avx512", "sse2", "scalar"])
+def test_a_named_target_compiles_for_its_level_where_the_host_runs_it(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hlofuse.backends.cpu import build
+    from hlofuse.backends.kernel_ir import target as tgt
+
+    host = tgt._detect(tuple(build.find_compiler()))
+    monkeypatch.setenv("HLOFUSE_TARGET", target)
+    named = Target.named(target)
+    x86 = ("sse2", "avx2", "avx512")
+    runs_here = (named.name in x86 and host.name in x86
+                 and named.vector_bytes <= host.vector_bytes)
+    want = named.march if runs_here else "-march=native"
+    assert want in build.flags()
+    assert sum(f.startswith("-march=") for f in build.flags()) == 1
+    monkeypatch.delenv("HLOFUSE_TARGET")
+    assert "-march=native" in build.flags()

@@ -10,7 +10,8 @@
 Conditions this module enforces:
 - The compiler is `$CC`, else the first of cc, gcc, clang on PATH; none gives
   `CompilerNotFoundError`, whose message names the interpreter backend as the fallback.
-- Flags never change IEEE semantics: `-O3 -march=native` plus `-fno-math-errno` (lets sqrt
+- Flags never change IEEE semantics: `-O3 -march=native` (under `HLOFUSE_TARGET`, that x86
+  level where the host runs it: `target.march`) plus `-fno-math-errno` (lets sqrt
   vectorize; errno is never read), `-fno-trapping-math` (FP exception traps are off, as in numpy),
   `-ffp-contract=off` (no a*b+c -> fma contraction the interpreter would not do). Never
   `-ffast-math`. No `-fopenmp`: threads are the runtime's own pool (`runtime.py`), reached
@@ -65,8 +66,7 @@ from hlofuse.backends.cpu import cachefs
 from hlofuse.errors import CompileError
 
 COMPILE_TIMEOUT_S = 600
-BASE_FLAGS: tuple[str, ...] = (
-    "-march=native",
+BASE_FLAGS: tuple[str, ...] = (  # after -march (target.march(): native unless HLOFUSE_TARGET)
     "-fno-math-errno",
     "-fno-trapping-math",
     "-ffp-contract=off",
@@ -225,7 +225,9 @@ def flags(extra_flags: tuple[str, ...] = ()) -> list[str]:
     """The full flag list for this machine's compiler."""
     argv = tuple(find_compiler())
     opt = os.environ.get("HLOFUSE_CC_OPT", "-O3")
-    return [opt, *BASE_FLAGS, *_compiler_facts(argv), *extra_flags]
+    from hlofuse.backends.kernel_ir.target import march
+
+    return [opt, march(), *BASE_FLAGS, *_compiler_facts(argv), *extra_flags]
 
 
 def cache_key(source: str, extra_flags: tuple[str, ...] = ()) -> str:

@@ -12,6 +12,9 @@ Detection asks the compiler which macros `-march=native` defines (__AVX512F__, _
 __ARM_NEON, __SSE2__) rather than reading /proc/cpuinfo, so what is detected is what the
 compiler will generate code for. `HLOFUSE_TARGET` (one of the names above) overrides detection
 (tests use it to compile for x86-64-v3 and -v4 on any host). The answer is cached per compiler.
+`march()` is the flag the build uses: the named target's x86 level where the host can run it
+(so `HLOFUSE_TARGET=avx2` on an AVX-512 machine generates and compiles what an AVX2 machine
+would), else `-march=native`.
 """
 
 from __future__ import annotations
@@ -49,6 +52,28 @@ class Target:
         except HloError:
             return _NAMED["scalar"]
         return _detect(argv)
+
+
+def march() -> str:
+    """The -march flag generated C is compiled with: `-march=native`, or the named target's
+    when `HLOFUSE_TARGET` names an x86 level the host can run (`avx2` on an AVX-512 host compiles
+    for x86-64-v3, as an AVX2 machine would). A wider or foreign target keeps `-march=native`:
+    its vector types still compile (64-byte vectors become two 32-byte ones on AVX2), and the
+    code runs here."""
+    env = os.environ.get("HLOFUSE_TARGET")
+    if not env:
+        return "-march=native"
+    named = Target.named(env)
+    from hlofuse.backends.cpu import build
+
+    try:
+        host = _detect(tuple(build.find_compiler()))
+    except HloError:
+        return "-march=native"
+    x86 = ("sse2", "avx2", "avx512")
+    if named.name in x86 and host.name in x86 and named.vector_bytes <= host.vector_bytes:
+        return named.march
+    return "-march=native"
 
 
 _NAMED = {
