@@ -49,6 +49,7 @@ Conditions this module enforces:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 import ctypes
 import errno
 import functools
@@ -248,6 +249,14 @@ def load_library(
 ) -> ctypes.CDLL:
     """Compile `source` (or reuse the cached build) and load it."""
     key = cache_key(source, extra_flags)
+    return _load_or_build(key, name, lambda lib_path, sum_path: _build(
+        source, key, name, lib_path, sum_path, extra_flags))
+
+
+def _load_or_build(key: str, name: str,
+                   build: Callable[[Path, Path], None]) -> ctypes.CDLL:
+    """The library cached under `key`, built by `build(lib_path, sum_path)` when missing or
+    damaged; an unwritable cache directory falls back once (cachefs.unwritable)."""
     lib = _LOADED.get(key)
     if lib is not None:
         return lib
@@ -259,7 +268,7 @@ def load_library(
         if lib is not None:
             break
         try:
-            _build(source, key, name, lib_path, sum_path, extra_flags)
+            build(lib_path, sum_path)
         except _Unwritable as exc:
             cachefs.unwritable(str(exc))
             continue
@@ -368,33 +377,8 @@ def load_units(
     for part in (*keys, " ".join(flags(extra_flags))):
         h.update(part.encode())
         h.update(b"\0")
-    key = h.hexdigest()
-    lib = _LOADED.get(key)
-    if lib is not None:
-        return lib
-    for _attempt in range(2):
-        lib_dir = cachefs.directory(key[:2])
-        lib_path = lib_dir / f"{key}.so"
-        sum_path = lib_dir / f"{key}.so.digest"
-        lib = _load_cached(lib_path, sum_path)
-        if lib is not None:
-            break
-        try:
-            _build_units(units, keys, name, lib_path, sum_path, extra_flags)
-        except _Unwritable as exc:
-            cachefs.unwritable(str(exc))
-            continue
-        lib = _load_cached(lib_path, sum_path)
-        if lib is None:
-            raise CompileError(f"the library built for {name} at {lib_path} does not load")
-        break
-    if lib is None:
-        raise CompileError(f"no usable cache directory to build {name} in")
-    from hlofuse.backends.cpu.library import blas
-
-    blas.bind(lib)
-    _LOADED[key] = lib
-    return lib
+    return _load_or_build(h.hexdigest(), name, lambda lib_path, sum_path: _build_units(
+        units, keys, name, lib_path, sum_path, extra_flags))
 
 
 def _build_units(
