@@ -49,7 +49,6 @@ Conditions this module enforces:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 import ctypes
 import errno
 import functools
@@ -61,6 +60,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from hlofuse.backends.cpu import cachefs
