@@ -23,6 +23,8 @@ its stale ancestors. Instructions outside the computation fall back to a walk ov
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 
@@ -126,6 +128,35 @@ class ReachabilityMap:
 
     def is_connected(self, a: Instruction, b: Instruction) -> bool:
         return self.is_reachable(a, b) or self.is_reachable(b, a)
+
+    def connected_to(self, a: Instruction) -> Callable[[Instruction], bool]:
+        """`is_connected(a, .)` as one function, for asking about many b with one a (the
+        siblings of a shared operand): a's row and index are looked up once, at the first
+        question. Valid until the next `update_fusion`."""
+        comp = self.comp
+        if a.parent is not comp:
+            return lambda b: self.is_connected(a, b)
+        index, rows, stale = self._index, self._bits, self._stale
+        row_a = ia = -1
+
+        def connected(b: Instruction) -> bool:
+            nonlocal row_a, ia
+            if b.parent is not comp:
+                return self.is_connected(a, b)
+            row_b = rows.get(b)
+            if row_b is None or b in stale:
+                row_b = self._row(b)
+            if ia < 0:
+                ia = index.get(a, -1)
+            if ia >= 0 and row_b >> ia & 1:
+                return True  # a reaches b
+            if row_a < 0:
+                row_a = self._row(a)
+                ia = index[a]
+            ib = index.get(b)
+            return ib is not None and bool(row_a >> ib & 1)
+
+        return connected
 
     def update_fusion(self, instr: Instruction) -> None:
         """`instr` changed (it fused something in, or is new in place of another
