@@ -129,34 +129,47 @@ class ReachabilityMap:
     def is_connected(self, a: Instruction, b: Instruction) -> bool:
         return self.is_reachable(a, b) or self.is_reachable(b, a)
 
-    def connected_to(self, a: Instruction) -> Callable[[Instruction], bool]:
-        """`is_connected(a, .)` as one function, for asking about many b with one a (the
-        siblings of a shared operand): a's row and index are looked up once, at the first
-        question. Valid until the next `update_fusion`."""
-        comp = self.comp
+    def first_unconnected(self, a: Instruction, nodes: list[Instruction], start: int,
+                          admit: dict[Instruction, bool],
+                          ask: Callable[[Instruction], bool]) -> int:
+        """The first position j >= start of `nodes` whose node b is admitted (`admit[b]`, or
+        `ask(b)` when absent) and not connected to `a`; len(nodes) if none. One tight loop
+        for the K^2/2 pairs of sibling fusion (an unrolled loop's steps all reading one input
+        are all connected): a's row is looked up once, nothing is allocated per pair."""
+        comp, n = self.comp, len(nodes)
         if a.parent is not comp:
-            return lambda b: self.is_connected(a, b)
+            for j in range(start, n):
+                b = nodes[j]
+                ok = admit.get(b)
+                if (ask(b) if ok is None else ok) and not self.is_connected(a, b):
+                    return j
+            return n
         index, rows, stale = self._index, self._bits, self._stale
-        row_a = ia = -1
-
-        def connected(b: Instruction) -> bool:
-            nonlocal row_a, ia
+        row_a = ia = -1  # looked up at the first pair that needs them
+        for j in range(start, n):
+            b = nodes[j]
+            ok = admit.get(b)
+            if not (ask(b) if ok is None else ok):
+                continue
             if b.parent is not comp:
-                return self.is_connected(a, b)
+                if not self.is_connected(a, b):
+                    return j
+                continue
             row_b = rows.get(b)
             if row_b is None or b in stale:
                 row_b = self._row(b)
             if ia < 0:
-                ia = index.get(a, -1)
+                ia = index.get(a, -1)  # none yet: a is upstream of no row computed so far
             if ia >= 0 and row_b >> ia & 1:
-                return True  # a reaches b
+                continue  # a reaches b
             if row_a < 0:
                 row_a = self._row(a)
                 ia = index[a]
             ib = index.get(b)
-            return ib is not None and bool(row_a >> ib & 1)
-
-        return connected
+            if ib is not None and row_a >> ib & 1:
+                continue  # b reaches a
+            return j
+        return n
 
     def update_fusion(self, instr: Instruction) -> None:
         """`instr` changed (it fused something in, or is new in place of another

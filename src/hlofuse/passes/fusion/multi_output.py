@@ -356,34 +356,30 @@ def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionCon
     siblings = sorted(parent.users, key=fusion_priority, reverse=True)  # stable
     changed = False
     candidacy: dict[Instruction, FusionDecision] = {}
+    admitted: dict[Instruction, bool] = {}  # bool(candidacy[x]), without __bool__ per pair
+
+    def ask(x: Instruction) -> bool:
+        d = candidacy[x] = is_sibling_candidate(x, config, analyses)
+        ok = admitted[x] = d.reason is None
+        return ok
+
     i = 0
     while i < len(siblings):
         a = siblings[i]
         if not is_fusion(a):
             i += 1
             continue
-        d = candidacy.get(a)
-        if d is None:
-            d = candidacy[a] = is_sibling_candidate(a, config, analyses)
-        if not d:
+        ok = admitted.get(a)
+        if not (ask(a) if ok is None else ok):
             i += 1
             continue
-        connected = reach.connected_to(a)
         j = i + 1
         while j < len(siblings):
             start = j
-            n = len(siblings)
-            while j < n:  # the run of pairs refused for candidacy or connectivity
-                b = siblings[j]
-                d = candidacy.get(b)
-                if d is None:
-                    d = candidacy[b] = is_sibling_candidate(b, config, analyses)
-                if d and not connected(b):
-                    break
-                j += 1
-            if j > start:
+            j = reach.first_unconnected(a, siblings, start, admitted, ask)
+            if j > start:  # refused for candidacy or connectivity
                 record.refused_siblings(a, siblings[start:j], candidacy)
-            if j == n:
+            if j == len(siblings):
                 break
             b = siblings[j]
             decision = shapes_compatible_for_multi_output_fusion(a, b, config, _ask(analyses))
@@ -411,7 +407,7 @@ def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionCon
             changed = True
             reach.update_fusion(a)
             candidacy = {}  # a new dict: deferred trace batches keep the old one's answers
-            connected = reach.connected_to(a)
+            admitted = {}
         i += 1
     return changed
 
