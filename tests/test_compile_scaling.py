@@ -16,7 +16,8 @@ import sys
 import time
 
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.passes.pipelines import run_pipeline
+from hlofuse.passes.base import Context, PassEvent
+from hlofuse.passes.pipelines import build, run_pipeline
 from hlofuse.text import parse
 
 MAX_RATIO = 6.0
@@ -51,6 +52,80 @@ def wide_hlo(k: int, size: int = 64) -> str:
     return "\n".join([*lines, "}"]) + "\n"
 
 
+def scan_hlo(steps: int, b: int = 8, d: int = 8) -> str:
+    """An unrolled lax.scan of a GRU-like cell, as jax.lax.scan(..., unroll=True) lowers it
+    once the calls are inlined: every step slices its input from one stacked parameter (so
+    `steps` sibling fusions share that operand, all connected through the carry), two dots on
+    the carry, an elementwise gate, and a row sum stacked into the second output."""
+    f, g = f"f32[{b},{d}]", f"f32[{b}]"
+    lines = ["HloModule scan", "", "add_f32 {", "  x = f32[] parameter(0)",
+             "  y = f32[] parameter(1)", "  ROOT s = f32[] add(x, y)", "}", "", "ENTRY main {",
+             f"  carry = {f} parameter(0)", f"  xs = f32[{steps},{b},{d}] parameter(1)",
+             f"  w = f32[{d},{d}] parameter(2)", f"  u = f32[{d},{d}] parameter(3)",
+             "  one = f32[] constant(1)", "  zero = f32[] constant(0)"]
+    h, ys = "carry", []
+    for t in range(steps):
+        lines += [
+            f"  s{t} = f32[1,{b},{d}] slice(xs), slice={{[{t}:{t + 1}], [0:{b}], [0:{d}]}}",
+            f"  x{t} = {f} reshape(s{t})",
+            f"  hu{t} = {f} dot({h}, u), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}",
+            f"  za{t} = {f} add(hu{t}, x{t})",
+            f"  zn{t} = {f} negate(za{t})",
+            f"  ze{t} = {f} exponential(zn{t})",
+            f"  ones{t} = {f} broadcast(one), dimensions={{}}",
+            f"  zd{t} = {f} add(ze{t}, ones{t})",
+            f"  z{t} = {f} divide(ones{t}, zd{t})",
+            f"  omz{t} = {f} subtract(ones{t}, z{t})",
+            f"  keep{t} = {f} multiply(omz{t}, {h})",
+            f"  hw{t} = {f} dot({h}, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}",
+            f"  ca{t} = {f} add(hw{t}, x{t})",
+            f"  c{t} = {f} tanh(ca{t})",
+            f"  new{t} = {f} multiply(z{t}, c{t})",
+            f"  h{t} = {f} add(keep{t}, new{t})",
+            f"  sq{t} = {f} multiply(h{t}, h{t})",
+            f"  y{t} = {g} reduce(sq{t}, zero), dimensions={{1}}, to_apply=add_f32",
+            f"  yb{t} = f32[1,{b}] reshape(y{t})"]
+        h = f"h{t}"
+        ys.append(f"yb{t}")
+    lines += [f"  ys = f32[{steps},{b}] concatenate({', '.join(ys)}), dimensions={{0}}",
+              f"  ROOT out = ({f}, f32[{steps},{b}]) tuple({h}, ys)"]
+    return "\n".join([*lines, "}"]) + "\n"
+
+
+def pass_cpu_seconds(text: str, pass_name: str, repeat: int = 3) -> float:
+    """CPU seconds `pass_name` took within the `xla` pipeline (summed over its runs), best of
+    `repeat`."""
+    best = float("inf")
+    for _ in range(repeat):
+        module = parse(text)
+        timer = _PassTimer(pass_name)
+        gc.collect()
+        gc.disable()
+        try:
+            build("xla").execute(module, Context(observers=[timer]))
+        finally:
+            gc.enable()
+        best = min(best, timer.spent)
+    return best
+
+
+class _PassTimer:
+    """An observer summing the CPU seconds of one pass's runs."""
+
+    def __init__(self, pass_name: str) -> None:
+        self.pass_name, self.spent = pass_name, 0.0
+        self.started: dict[str, float] = {}
+
+    def __call__(self, event: PassEvent) -> None:
+        if event.pass_name != self.pass_name:
+            return
+        now = time.process_time()
+        if event.phase == "start":
+            self.started[event.path] = now
+        else:
+            self.spent += now - self.started.pop(event.path)
+
+
 def pipeline_cpu_seconds(text: str, repeat: int = 3) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -81,6 +156,27 @@ def test_chain_scales_near_linearly() -> None:
 
 def test_wide_graph_scales_near_linearly() -> None:
     assert_near_linear(wide_hlo(100), wide_hlo(400))
+
+
+def test_scan_multi_output_fusion_scales_near_linearly() -> None:
+    """An unrolled scan: its steps are siblings of the stacked input, all connected, so
+    sibling fusion refuses steps^2/2 pairs (each a trace line, as in XLA); those must stay
+    cheap enough that multi-output fusion grows near-linearly with the module."""
+    small, large = scan_hlo(32), scan_hlo(128)
+    pass_cpu_seconds(small, "multi-output-fusion", repeat=1)  # warm-up
+    t_small = pass_cpu_seconds(small, "multi-output-fusion")
+    t_large = pass_cpu_seconds(large, "multi-output-fusion")
+    ratio = t_large / t_small
+    assert ratio < MAX_RATIO, (
+        f"4x the steps took {ratio:.1f}x the time in multi-output fusion "
+        f"({t_small:.3f} s -> {t_large:.3f} s)")
+
+
+def test_scan_module_fuses_like_xla() -> None:
+    """The generated scan fuses: each step's elementwise gate is one kernel with its slice."""
+    module = parse(scan_hlo(4))
+    run_pipeline(module, "xla")
+    assert not any(i.opcode is Opcode.SLICE for i in module.entry.instructions)
 
 
 def test_deep_chain_fuses_without_recursion() -> None:

@@ -102,6 +102,22 @@ class Computation:
             raise IndexError(f"computation {self.name} has no parameter {number}")
         return p
 
+    def parameters_numbered(self, start: int, stop: int) -> list[Instruction]:
+        """`[parameter(i) for i in range(start, stop)]`, checking the index's entries in one
+        loop instead of a lookup per number (a wide fusion's parameters are listed after
+        every change to it)."""
+        out = self._parameter_index[start:stop]
+        if len(out) == stop - start:
+            n = start
+            for p in out:
+                if p is None or p.parent is not self or p.parameter_number != n \
+                        or p.opcode is not Opcode.PARAMETER:
+                    break
+                n += 1
+            else:
+                return out  # type: ignore[return-value]
+        return [self.parameter(i) for i in range(start, stop)]
+
     def parameters_renumbered(self, removed: int) -> None:
         """Parameter `removed` is gone and the ones after it were numbered one lower: move
         their index entries down too (a rebuild would cost a scan of every instruction)."""

@@ -141,12 +141,12 @@ def _param_for(fusion: Instruction, operand: Instruction) -> Instruction:
 def fusion_parameters(fusion: Instruction, start: int = 0) -> list[Instruction]:
     """The fused computation's parameters in number order (one per fusion operand), from
     parameter `start` on."""
-    fused = fusion.fused_computation
-    return [fused.parameter(i) for i in range(start, fusion.operand_count)]
+    return fusion.fused_computation.parameters_numbered(start, fusion.operand_count)
 
 
-def _remove_parameter(fusion: Instruction, param: Instruction) -> None:
-    """Drop an unused parameter and its operand; renumber the later parameters."""
+def _remove_parameter(fusion: Instruction, param: Instruction) -> list[Instruction]:
+    """Drop an unused parameter and its operand; renumber the later parameters (returned, in
+    their new number order)."""
     assert not param.users, f"parameter {param.name} still used"
     fused = fusion.fused_computation
     number = param.parameter_number
@@ -158,6 +158,7 @@ def _remove_parameter(fusion: Instruction, param: Instruction) -> None:
         assert p.parameter_number is not None
         p.parameter_number -= 1
     fused.parameters_renumbered(number)
+    return later
 
 
 def _drop_operand(fusion: Instruction, number: int) -> None:
@@ -175,14 +176,16 @@ def _drop_operand(fusion: Instruction, number: int) -> None:
             users.append(fusion)
 
 
-def _rename_parameters(fusion: Instruction, start: int = 0) -> None:
+def _rename_parameters(fusion: Instruction, start: int = 0,
+                       params: list[Instruction] | None = None) -> None:
     """Keep parameter names in step with their numbers (`param_2` is parameter(2)), from
-    parameter `start` on (the ones before it are known to be in step)."""
+    parameter `start` on (the ones before it are known to be in step); `params`: those
+    parameters, when the caller has them already."""
     fused = fusion.fused_computation
     module = fused.parent
     if module is None:
         return
-    for p in fusion_parameters(fusion, start):
+    for p in fusion_parameters(fusion, start) if params is None else params:
         base = f"param_{p.parameter_number}"
         if p.name == base or p.name.startswith(base + "."):
             continue
@@ -293,10 +296,10 @@ def fuse_instruction(fusion: Instruction, producer: Instruction, *,
     value = _clone_body(fusion, producer)
     added = fused.instructions[start:]
     param.replace_all_uses_with(value)
-    _remove_parameter(fusion, param)
+    later = _remove_parameter(fusion, param)
     if incremental:
         assert number is not None
-        _tidy_after_clone(fusion, number, added, users)
+        _tidy_after_clone(fusion, number, added, users, later)
     else:
         _tidy(fusion)
     _remove_if_dead(producer)
@@ -304,7 +307,7 @@ def fuse_instruction(fusion: Instruction, producer: Instruction, *,
 
 
 def _tidy_after_clone(fusion: Instruction, number: int, added: list[Instruction],
-                      users: list[Instruction]) -> None:
+                      users: list[Instruction], later: list[Instruction]) -> None:
     """`_tidy` for a tidy fusion into which one plain producer was just cloned in place of
     parameter `number`: `added` are the new parameters and the clone (appended, in that order),
     `users` the replaced parameter's users.
@@ -313,8 +316,8 @@ def _tidy_after_clone(fusion: Instruction, number: int, added: list[Instruction]
     from `number` on need renaming, and the post order of the new list is the old one with the
     clone, preceded by those of its operands not yet listed before its first user, moved in
     front of that first user (a DFS reaches them there first; everything else is already in
-    defs-before-uses order)."""
-    _rename_parameters(fusion, number)
+    defs-before-uses order). `later`: the parameters from `number` on (renumbered)."""
+    _rename_parameters(fusion, number, later)
     fused = fusion.fused_computation
     instrs = fused.instructions
     value = added[-1]

@@ -23,6 +23,8 @@ its stale ancestors. Instructions outside the computation fall back to a walk ov
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 
@@ -126,6 +128,48 @@ class ReachabilityMap:
 
     def is_connected(self, a: Instruction, b: Instruction) -> bool:
         return self.is_reachable(a, b) or self.is_reachable(b, a)
+
+    def first_unconnected(self, a: Instruction, nodes: list[Instruction], start: int,
+                          admit: dict[Instruction, bool],
+                          ask: Callable[[Instruction], bool]) -> int:
+        """The first position j >= start of `nodes` whose node b is admitted (`admit[b]`, or
+        `ask(b)` when absent) and not connected to `a`; len(nodes) if none. One tight loop
+        for the K^2/2 pairs of sibling fusion (an unrolled loop's steps all reading one input
+        are all connected): a's row is looked up once, nothing is allocated per pair."""
+        comp, n = self.comp, len(nodes)
+        if a.parent is not comp:
+            for j in range(start, n):
+                b = nodes[j]
+                ok = admit.get(b)
+                if (ask(b) if ok is None else ok) and not self.is_connected(a, b):
+                    return j
+            return n
+        index, rows, stale = self._index, self._bits, self._stale
+        row_a = ia = -1  # looked up at the first pair that needs them
+        for j in range(start, n):
+            b = nodes[j]
+            ok = admit.get(b)
+            if not (ask(b) if ok is None else ok):
+                continue
+            if b.parent is not comp:
+                if not self.is_connected(a, b):
+                    return j
+                continue
+            row_b = rows.get(b)
+            if row_b is None or b in stale:
+                row_b = self._row(b)
+            if ia < 0:
+                ia = index.get(a, -1)  # none yet: a is upstream of no row computed so far
+            if ia >= 0 and row_b >> ia & 1:
+                continue  # a reaches b
+            if row_a < 0:
+                row_a = self._row(a)
+                ia = index[a]
+            ib = index.get(b)
+            if ib is not None and row_a >> ib & 1:
+                continue  # b reaches a
+            return j
+        return n
 
     def update_fusion(self, instr: Instruction) -> None:
         """`instr` changed (it fused something in, or is new in place of another

@@ -309,8 +309,12 @@ class _ComputationRun:
                 continue
             if not is_fusible(instr) and not is_fusion(instr):
                 continue
-            operand_numbers = [i for i, o in enumerate(instr.operands) if o in index]
-            operand_numbers.sort(key=lambda i: index[instr.operand(i)], reverse=True)
+            # unvisited operands, latest in post order first (a stable sort: equal operands
+            # keep their positions' order); keys looked up in C, not by a lambda per operand,
+            # since a wide consumer (a scan's stacked outputs) comes back after every fusion
+            keys = list(map(index.get, instr.operands))
+            operand_numbers = [i for i, k in enumerate(keys) if k is not None]
+            operand_numbers.sort(key=keys.__getitem__, reverse=True)
             for i in operand_numbers:
                 operand = instr.operand(i)
                 if not is_fusible(operand):

@@ -46,9 +46,9 @@ Every decision, fused or refused, goes into the module's fusion trace (trace.py)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from operator import attrgetter
+from typing import ClassVar, Protocol
 
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.fusion import (
@@ -84,13 +84,61 @@ from hlofuse.passes.fusion.mof_fusible import (
 from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.order import PostOrderKeeper
 from hlofuse.passes.fusion.perf_model import fusion_is_faster, producer_consumer_merged_too_large
-from hlofuse.passes.fusion.trace import trace_of
+from hlofuse.passes.fusion.trace import FusionTrace, TraceEvent, trace_of
 from hlofuse.passes.registry import register
 from hlofuse.passes.utils import non_fusion_computations
 
 PASS_NAME = "multi-output-fusion"
 
-Recorder = Callable[[Instruction, Instruction, FusionDecision, bool], None]
+
+
+class Recorder(Protocol):
+    """Where the pass's decisions go (the module's fusion trace)."""
+
+    def __call__(self, producer: Instruction, consumer: Instruction, decision: FusionDecision,
+                 fused: bool) -> None: ...
+
+    def refused_siblings(self, a: Instruction, siblings: list[Instruction],
+                         candidacy: dict[Instruction, FusionDecision]) -> None:
+        """Each of `siblings` refused as a sibling of `a`: `candidacy[b]` when that refuses,
+        else because the two are connected (tuple / get-tuple-element siblings unrecorded).
+        `candidacy` must not change its answers for these siblings afterwards."""
+
+
+class TraceRecorder:
+    """A `Recorder` writing into `trace` for computation `comp`."""
+
+    def __init__(self, trace: FusionTrace, comp: Computation) -> None:
+        self.trace, self.comp_name = trace, comp.name
+
+    def __call__(self, producer: Instruction, consumer: Instruction, decision: FusionDecision,
+                 fused: bool) -> None:
+        self.trace.record(PASS_NAME, consumer.name, producer.name, decision, self.comp_name,
+                          fused)
+
+    def refused_siblings(self, a: Instruction, siblings: list[Instruction],
+                         candidacy: dict[Instruction, FusionDecision]) -> None:
+        a_name, comp_name = a.name, self.comp_name
+        names = list(map(_NAME, siblings))  # names and opcodes now: later passes rename
+        opcodes = list(map(_OPCODE, siblings))
+        decisions = list(map(candidacy.__getitem__, siblings))
+
+        def expand() -> list[TraceEvent]:
+            events = []
+            for name, opcode, d in zip(names, opcodes, decisions):
+                if opcode is Opcode.TUPLE or opcode is Opcode.GET_TUPLE_ELEMENT:
+                    continue
+                if d:
+                    d = FusionDecision.no(f"{a_name} and {name} are connected")
+                events.append(TraceEvent(PASS_NAME, a_name, name, "refused", d.reason or "",
+                                         d.rule, dict(d.figures), comp_name))
+            return events
+
+        self.trace.defer(expand)
+
+
+_NAME = attrgetter("name")
+_OPCODE = attrgetter("opcode")
 
 
 # ----- priority ------------------------------------------------------------------------------
@@ -294,21 +342,51 @@ def select_preferred(candidates: list[Instruction]) -> Instruction | None:
 def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionConfig,
                   record: Recorder, reorder: Reorder | None = None,
                   analyses: FusionAnalyses | None = None) -> bool:
-    """FuseSiblings(parent): merge users of `parent` pairwise into multi-output fusions."""
+    """FuseSiblings(parent): merge users of `parent` pairwise into multi-output fusions.
+
+    Every pair is decided as `siblings_legal` decides it, in the same order, but K siblings
+    make K^2/2 pairs (an unrolled loop's steps all reading one input are all connected), so
+    a refused pair costs little: a sibling's candidacy is asked once and remembered until the
+    next merge (the only change this function makes to the graph), connectivity to `a` is
+    one function with a's reachability row looked up once, and a run of refusals goes into
+    the trace as one deferred batch (`Recorder.refused_siblings`). Only a pair that passes
+    both goes through the remaining checks."""
     if not is_profitable_operand(parent, config):
         return False
     siblings = sorted(parent.users, key=fusion_priority, reverse=True)  # stable
     changed = False
+    candidacy: dict[Instruction, FusionDecision] = {}
+    admitted: dict[Instruction, bool] = {}  # bool(candidacy[x]), without __bool__ per pair
+
+    def ask(x: Instruction) -> bool:
+        d = candidacy[x] = is_sibling_candidate(x, config, analyses)
+        ok = admitted[x] = d.reason is None
+        return ok
+
     i = 0
     while i < len(siblings):
         a = siblings[i]
-        if not is_fusion(a) or not is_sibling_candidate(a, config, analyses):
+        if not is_fusion(a):
+            i += 1
+            continue
+        ok = admitted.get(a)
+        if not (ask(a) if ok is None else ok):
             i += 1
             continue
         j = i + 1
         while j < len(siblings):
+            start = j
+            j = reach.first_unconnected(a, siblings, start, admitted, ask)
+            if j > start:  # refused for candidacy or connectivity
+                record.refused_siblings(a, siblings[start:j], candidacy)
+            if j == len(siblings):
+                break
             b = siblings[j]
-            decision = siblings_legal(a, b, reach, config, analyses)
+            decision = shapes_compatible_for_multi_output_fusion(a, b, config, _ask(analyses))
+            if decision:
+                decision = legal_to_fuse(a, b, config, analyses)
+            if decision:
+                decision = FusionDecision.ok()  # as all_ in siblings_legal: no figures
             if not decision:
                 if b.opcode not in (Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT):
                     record(b, a, decision, False)
@@ -328,6 +406,8 @@ def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionCon
             del siblings[j]
             changed = True
             reach.update_fusion(a)
+            candidacy = {}  # a new dict: deferred trace batches keep the old one's answers
+            admitted = {}
         i += 1
     return changed
 
@@ -401,9 +481,6 @@ class MultiOutputFusion(FusionOptions):  # type: ignore[misc,valid-type]
         trace = trace_of(module)
         changed = False
         for comp in non_fusion_computations(module):
-            def record(producer: Instruction, consumer: Instruction, d: FusionDecision,
-                       fused: bool, _c: Computation = comp) -> None:
-                trace.record(PASS_NAME, consumer.name, producer.name, d, _c.name, fused)
-
+            record = TraceRecorder(trace, comp)
             changed |= run_on_computation(comp, config, record)
         return changed

@@ -12,7 +12,7 @@ and read as JSON lines.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,9 +50,37 @@ class TraceEvent:
         return text
 
 
-@dataclass
 class FusionTrace:
-    events: list[TraceEvent] = field(default_factory=list)
+    """The events in decision order. `record` appends one event; `defer` appends a batch that
+    is made into events only when the trace is read (`events`, iteration, `len`), for passes
+    that refuse many pairs in a row (sibling multi-output fusion's K^2/2 connected pairs):
+    the run then allocates nothing per refused pair, and a trace nobody reads costs nothing."""
+
+    def __init__(self, events: list[TraceEvent] | None = None) -> None:
+        self._entries: list[TraceEvent | Callable[[], list[TraceEvent]]] = (
+            list(events) if events is not None else [])
+        self._deferred = False
+
+    @property
+    def events(self) -> list[TraceEvent]:
+        if self._deferred:
+            flat: list[TraceEvent] = []
+            for entry in self._entries:
+                if isinstance(entry, TraceEvent):
+                    flat.append(entry)
+                else:
+                    flat.extend(entry())
+            self._entries = flat
+            self._deferred = False
+        return self._entries  # type: ignore[return-value]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FusionTrace) and self.events == other.events
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"FusionTrace(events={self.events!r})"
 
     def record(self, pass_name: str, consumer: str, producer: str, decision: FusionDecision,
                computation: str = "", fused: bool | None = None) -> TraceEvent:
@@ -60,8 +88,15 @@ class FusionTrace:
         event = TraceEvent(pass_name, consumer, producer, "fused" if did_fuse else "refused",
                            decision.reason or "", decision.rule, dict(decision.figures),
                            computation)
-        self.events.append(event)
+        self._entries.append(event)
         return event
+
+    def defer(self, expand: Callable[[], list[TraceEvent]]) -> None:
+        """Append the events `expand()` returns, in their place, when the trace is next read.
+        `expand` must depend only on what it captured (names, decisions), not on the module,
+        which later passes keep changing."""
+        self._entries.append(expand)
+        self._deferred = True
 
     def __iter__(self) -> Iterator[TraceEvent]:
         return iter(self.events)
