@@ -155,3 +155,13 @@ def test_whole_loop_fusion_is_a_setting(pipeline: str) -> None:
     assert loops == []
     assert any(i.opcode is Opcode.WHILE for i in module.entry.instructions)
     assert not [e for e in trace_of(module) if e.pass_name == "whole-loop-fusion"]
+
+
+def test_block_size_grows_with_the_batch_within_l1() -> None:
+    from hlofuse.backends.kernel_ir.lower.whole_loop import block_size
+
+    assert block_size(2048, 24) == 512  # four blocks at least
+    assert block_size(65536, 24) == 1024
+    assert block_size(65536, 64) == 512  # 1024 x 64 bytes would not fit L1
+    assert block_size(65536, 1000) == 256  # nothing fits: the smallest block
+    assert block_size(300, 4) == 256

@@ -2,6 +2,7 @@
 
     copy state and outputs from the inputs (skipped when the driver runs them in place)
     for blk in [0, N / B):                      parallel over blocks of B batch elements
+                                                (B: 256-1024, `block_size`)
         uniform state u = its init              (a per-block copy: a random key, ...)
         for t in [0, S):                        the loop's iterations, in order
             u' = uniform part of the body(u, t)
@@ -34,7 +35,22 @@ from hlofuse.backends.kernel_ir.lower.builder import Builder, LoweringError, arr
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 
-BLOCK = 256  # elements per block: a block's state stays in L1 across the iterations
+BLOCK = 256  # the smallest block: a block's state stays in L1 across the iterations
+BLOCKS = (1024, 512, BLOCK)  # tried largest first (`block_size`)
+MIN_BLOCKS = 4  # at least this many blocks, so threads share the batch evenly
+L1_STATE_BYTES = 32 * 1024  # a block's carried state must fit a 32 KiB L1 data cache
+
+
+def block_size(batch: int, state_bytes_per_element: int) -> int:
+    """Elements per block: the largest of `BLOCKS` that leaves at least `MIN_BLOCKS` blocks and
+    whose carried state fits `L1_STATE_BYTES`, else `BLOCK`. Larger blocks share each
+    iteration's per-block work (the uniform part, loop control, row addressing) among more
+    elements: CartPole `separate`, 2048 x 2000, ran 7.2e8 env-steps/s at 256, 9.7e8 at 512 and
+    1.08e9 at 1024 (2 blocks) here; the paper's program as written 2.54e8 / 2.66e8 / 2.67e8."""
+    for size in BLOCKS:
+        if batch >= MIN_BLOCKS * size and size * state_bytes_per_element <= L1_STATE_BYTES:
+            return size
+    return BLOCK
 
 
 def lower_whole_loop(b: Builder, fusion: Instruction, inputs: list[Buffer],
@@ -118,14 +134,17 @@ class _WholeLoop:
                 b.emit(ir.Copy(self.outs[k], src, if_distinct=True))
                 pairs[self.kept.index(k)] = src.index
         n = self.plan.batch
-        full = n // BLOCK
+        per_element = sum(self.outs[k].size * self.outs[k].dtype.itemsize
+                          for k, kind in enumerate(self.plan.kinds) if kind == "state") // n
+        size = block_size(n, per_element)
+        full = n // size
         if full > 1:
             with b.loop(full, "blk") as blk:
-                self.block(ir.affine(blk) * BLOCK, BLOCK)
+                self.block(ir.affine(blk) * size, size)
         elif full == 1:
-            self.block(ir.ZERO, BLOCK)
-        if n % BLOCK:
-            self.block(ir.affine(full * BLOCK), n % BLOCK)
+            self.block(ir.ZERO, size)
+        if n % size:
+            self.block(ir.affine(full * size), n % size)
         self.finals()
         return pairs
 
