@@ -277,3 +277,34 @@ def test_a_named_target_compiles_for_its_level_where_the_host_runs_it(
     assert sum(f.startswith("-march=") for f in build.flags()) == 1
     monkeypatch.delenv("HLOFUSE_TARGET")
     assert "-march=native" in build.flags()
+
+
+def test_an_s32_iota_is_computed_in_32_bit_lanes() -> None:
+    """A causal mask (s32 iotas compared) builds its positions in 32-bit lanes, not in 64-bit
+    ones converted (half the vector work); the values are the interpreter's."""
+    import numpy as np
+
+    from hlofuse.backends import cpu, interpreter
+
+    text = """
+ENTRY e {
+  p = f32[64,64] parameter(0)
+  r = s32[64,64] iota(), iota_dimension=0
+  c = s32[64,64] iota(), iota_dimension=1
+  ge = pred[64,64] compare(r, c), direction=GE
+  m = f32[] constant(-1e9)
+  mb = f32[64,64] broadcast(m), dimensions={}
+  ROOT s = f32[64,64] select(ge, p, mb)
+}"""
+    module = parse(text)
+    run_pipeline(module, "xla")
+    (kernel,) = [i for i in module.entry.instructions if is_kernel(i)]
+    k = lower_kernel(kernel, set(), Target.named("avx2"))
+    assert "hf_iota32_v8()" in k.source
+    # no 64-bit index converted to 32 bits (an unused 64-bit one may be printed: GCC drops it)
+    assert not re.search(r"__builtin_convertvector\(\(v\d+\), hf_v8_i32\)", k.source), k.source
+    if not cpu.available():
+        return
+    x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    np.testing.assert_array_equal(cpu.compile_module(module)(x)[0],
+                                  interpreter.run(parse(text), x)[0])

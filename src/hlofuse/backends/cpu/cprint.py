@@ -40,6 +40,7 @@ from hlofuse.backends.cpu.cvec import VecLib, compute_short, storage_short
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import STACK_LOCAL_BYTES, Affine, Buffer, Stmt, Val, Var
 from hlofuse.errors import CompileError
+from hlofuse.ir.opcodes import Opcode
 
 # Lane loops (an op without a vector form, e.g. exp or tanh, computed lane by lane through an
 # always-inline polynomial) a kernel inlines; past these, each is a call to one out-of-line
@@ -519,6 +520,9 @@ class KernelPrinter:
             return self._local(vt, f"{self.vexpr(v.args[0])} {sym} "
                                    f"{self.lib.splat('i64', w)}({c_int(v.arg)})")
         if op == "alu":
+            narrow = self._narrow_index(v, w)
+            if narrow is not None:
+                return self._local(vt, narrow)
             args = [self.vexpr(a) for a in v.args]
             expr = cvec.vector_op(self.lib, v.arg, [a.dtype for a in v.args], args, w)
             if expr is not None:
@@ -546,6 +550,31 @@ class KernelPrinter:
         self.line(f"{vt} {name};")
         self.line(f"for (int hf_l = 0; hf_l < {w}; ++hf_l) {name}[hf_l] = {expr};")
         return name
+
+    def _narrow_index(self, v: Val, w: int) -> str | None:
+        """A 32-bit convert of a 64-bit index (an s32 iota, a position compared with another):
+        the index computed in 32-bit lanes, not in 64-bit ones converted. Exact: sums and
+        products modulo 2^32 are the low bits of the 64-bit ones, and the arithmetic is
+        unsigned (no overflow); half the vector work, no conversion."""
+        if v.arg.opcode is not Opcode.CONVERT or v.dtype.name not in ("s32", "u32"):
+            return None
+        (src,) = v.args
+        if src.op != "index" or src.dtype.name not in ("s64", "u64"):
+            return None
+        if self.varying_terms(src.arg):
+            return None
+        assert self.vec is not None
+        var, _w = self.vec
+        a: Affine = src.arg
+        c = a.coef(var)
+        rest = Affine(tuple((t, k) for t, k in a.terms if not (
+            isinstance(t, Val) and self.varies(t))), a.const)
+        ut = self.lib.t("u32", w)
+        expr = f"{self.lib.splat('u32', w)}((uint32_t)({self.aff(rest)}))"
+        if c:
+            expr += f" + {self.lib.iota32(w)}() * {c_int(c % (1 << 32))}u"
+        return f"({self.lib.t(compute_short(v.dtype), w)})({expr})" if v.dtype.name == "s32" \
+            else f"({ut})({expr})"
 
     def _tile(self, v: Val, vt: str) -> str:
         assert self.vec is not None

@@ -132,6 +132,13 @@ class VecLib:
                         f"{{ {vt} v = {{{', '.join(str(i) for i in range(w))}}}; return v; }}")
         return name
 
+    def iota32(self, w: int) -> str:
+        vt = self.t("u32", w)
+        name = f"hf_iota32_v{w}"
+        self._add(name, f"static inline {vt} {name}(void) "
+                        f"{{ {vt} v = {{{', '.join(f'{i}u' for i in range(w))}}}; return v; }}")
+        return name
+
     def mask_to_pred(self, short: str, w: int) -> str:
         """A comparison's mask (lanes of -1/0 as wide as `short`) -> pred lanes (0/1 bytes)."""
         mt = self.t(_itype(short), w)
