@@ -54,6 +54,9 @@ class Target:
         return _detect(argv)
 
 
+NATIVE_MARCH = "-march=native"
+
+
 def march() -> str:
     """The -march flag generated C is compiled with: `-march=native`, or the named target's
     when `HLOFUSE_TARGET` names an x86 level the host can run (`avx2` on an AVX-512 host compiles
@@ -62,18 +65,18 @@ def march() -> str:
     code runs here."""
     env = os.environ.get("HLOFUSE_TARGET")
     if not env:
-        return "-march=native"
+        return NATIVE_MARCH
     named = Target.named(env)
     from hlofuse.backends.cpu import build
 
     try:
         host = _detect(tuple(build.find_compiler()))
     except HloError:
-        return "-march=native"
+        return NATIVE_MARCH
     x86 = ("sse2", "avx2", "avx512")
     if named.name in x86 and host.name in x86 and named.vector_bytes <= host.vector_bytes:
         return named.march
-    return "-march=native"
+    return NATIVE_MARCH
 
 
 _NAMED = {
@@ -88,12 +91,12 @@ _NAMED = {
 @functools.lru_cache(maxsize=4)
 def _detect(argv: tuple[str, ...]) -> Target:
     try:
-        out = subprocess.run([*argv, "-march=native", "-dM", "-E", "-x", "c", os.devnull],
+        out = subprocess.run([*argv, NATIVE_MARCH, "-dM", "-E", "-x", "c", os.devnull],
                              capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         out = ""
     macros = {line.split()[1] for line in out.splitlines() if line.startswith("#define ")}
-    native = "-march=native"
+    native = NATIVE_MARCH
     if "__AVX512F__" in macros:
         return Target("avx512", 64, native)
     if "__AVX2__" in macros:
