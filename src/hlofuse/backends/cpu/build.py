@@ -316,26 +316,15 @@ def _build(
     except OSError as exc:
         raise _Unwritable(f"{lib_path.parent}: {exc.strerror or exc}") from exc
     cmd = [*find_compiler(), *flags(extra_flags), str(c_path), "-o", tmp_lib, "-lm"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
+    try:  # Ctrl-C or a failure while compiling leaves no temporary library behind
+        _run_compiler(cmd, name, c_path, lib_path.parent)
+        _store_library(tmp_lib, lib_path, sum_path)
+    finally:
         _unlink(tmp_lib)
-        raise CCompileError(
-            f"compiling {name} timed out after {COMPILE_TIMEOUT_S} s; the C file is kept at "
-            f"{c_path}", c_path,
-        ) from exc
-    except BaseException:  # Ctrl-C while compiling: leave no temporary library behind
-        _unlink(tmp_lib)
-        raise
-    if proc.returncode != 0:
-        _unlink(tmp_lib)
-        if any(e in proc.stderr for e in _DISK_ERRORS):
-            raise _Unwritable(f"{lib_path.parent}: {proc.stderr.strip().splitlines()[-1]}")
-        errors = "\n".join(proc.stderr.strip().splitlines()[:20])
-        raise CCompileError(
-            f"the C compiler failed on {name} (exit {proc.returncode}); the generated C is kept "
-            f"at {c_path}:\n{errors}", c_path,
-        )
+
+
+def _store_library(tmp_lib: str, lib_path: Path, sum_path: Path) -> None:
+    """Move a freshly built library into the cache, library first, then its digest entry."""
     try:
         os.chmod(tmp_lib, 0o700)  # the linker creates it with the umask's mode
         with open(tmp_lib, "rb") as f:
@@ -343,7 +332,6 @@ def _build(
         os.replace(tmp_lib, lib_path)
         cachefs.write_entry(sum_path, "library-digest", digest.encode())
     except OSError as exc:
-        _unlink(tmp_lib)
         raise _Unwritable(f"{lib_path.parent}: {exc.strerror or exc}") from exc
 
 
@@ -448,13 +436,7 @@ def _build_units(
         cmd = [*find_compiler(), *flags(extra_flags), *map(str, objs), "-o", tmp_lib, "-lm"]
         try:
             _run_compiler(cmd, f"{name} (link)", src_dir, lib_path.parent)
-            os.chmod(tmp_lib, 0o700)  # the linker creates it with the umask's mode
-            with open(tmp_lib, "rb") as f:
-                digest = cachefs.digest(f.read())
-            os.replace(tmp_lib, lib_path)
-            cachefs.write_entry(sum_path, "library-digest", digest.encode())
-        except OSError as exc:
-            raise _Unwritable(f"{lib_path.parent}: {exc.strerror or exc}") from exc
+            _store_library(tmp_lib, lib_path, sum_path)
         finally:
             _unlink(tmp_lib)
     finally:
