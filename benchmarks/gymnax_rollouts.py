@@ -37,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
+import plots
 
 ENVS = ("CartPole-v1", "Acrobot-v1")
 MORE = ("Pendulum-v1", "MountainCar-v0")
@@ -155,13 +156,7 @@ def plot(payload: dict[str, Any], path: Path) -> Path | None:
         for label, key in (("jax.jit", "jax.jit"), ("hlofuse", "hlofuse (hlofuse)")):
             ax.plot(xs, [r["env_steps_per_s"][key] for r in s["rows"]], marker="o", ms=4,
                     label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("environments")
-        ax.set_ylabel("env-steps / s")
-        ax.set_title(f"gymnax {s['env']}, {s['steps']} steps")
-        ax.grid(which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        plots.throughput_axes(ax, "environments", f"gymnax {s['env']}, {s['steps']} steps")
     m = payload.get("machine", {})
     fig.suptitle(f"gymnax rollouts vs batch size ({m.get('cpu', '')}, "
                  f"{m.get('cores', '?')} cores)")

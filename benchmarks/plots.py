@@ -32,6 +32,17 @@ def _plt() -> Any:
     return plt
 
 
+def throughput_axes(ax: Any, xlabel: str, title: str) -> None:
+    """Log-log env-steps/s against batch size, the layout of every throughput sweep plot."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("env-steps / s")
+    ax.set_title(title)
+    ax.grid(which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def _color(name: str, i: int) -> str:
     return COLORS.get(name, EXTRA[i % len(EXTRA)])
 
@@ -100,13 +111,8 @@ def scaling(payload: dict[str, Any], path: Path) -> Path:
             continue
         ax.plot(*zip(*pts, strict=True), marker="o", ms=4, label=name, color=_color(name, i),
                 linestyle="--" if name == "C reference" else "-")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("number of environments")
-    ax.set_ylabel("env-steps / s")
-    ax.set_title(f"CartPole throughput vs batch size (`{sweep['program']}` program)")
-    ax.grid(which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    throughput_axes(ax, "number of environments",
+                    f"CartPole throughput vs batch size (`{sweep['program']}` program)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
