@@ -327,6 +327,16 @@ def non_fusion_computations(module: Module) -> list[Computation]:
     return [c for c in computations_post_order(module) if not c.is_fusion_computation]
 
 
+def each_while(comps: Iterable[Computation]) -> Iterator[tuple[Computation, Instruction]]:
+    """Each computation's while loops, listed when the walk reaches that computation, skipping a
+    loop an earlier rewrite (of a loop before it) moved out of it: passes that rewrite loops one
+    at a time iterate this."""
+    for comp in comps:
+        for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
+            if w.parent is comp:
+                yield comp, w
+
+
 def reachable_computations(module: Module) -> list[Computation]:
     """Computations reachable from the entry through called computations, callees first."""
     seen: set[int] = set()

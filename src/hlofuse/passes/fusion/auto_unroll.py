@@ -47,7 +47,7 @@ from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
 from hlofuse.passes.simplify.unroll import unroll
 from hlofuse.passes.simplify.while_loops import condition_of, trip_count
-from hlofuse.passes.utils import has_side_effect, reachable_computations
+from hlofuse.passes.utils import each_while, has_side_effect, reachable_computations
 
 PASS = "auto-unroll"
 ROUNDS = 7  # interleaved timing rounds per candidate (autotune)
@@ -274,18 +274,15 @@ class AutoUnroll(FusionOptions):  # type: ignore[misc]
             return False
         trace = trace_of(module)
         changed = False
-        for comp in reachable_computations(module):
-            for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
-                if w.parent is not comp:
-                    continue
-                decision = auto_unroll_legal(w, config).with_figures(
-                    **source_figure(module, w))
-                if decision:
-                    decision = self.choose(module, w, config, decision)
-                if decision:
-                    unroll(module, comp, w, int(decision.figures["factor"]))
-                    changed = True
-                trace.record(PASS, w.name, w.name, decision, comp.name)
+        for comp, w in each_while(reachable_computations(module)):
+            decision = auto_unroll_legal(w, config).with_figures(
+                **source_figure(module, w))
+            if decision:
+                decision = self.choose(module, w, config, decision)
+            if decision:
+                unroll(module, comp, w, int(decision.figures["factor"]))
+                changed = True
+            trace.record(PASS, w.name, w.name, decision, comp.name)
         return changed
 
     def choose(self, module: Module, w: Instruction, config: FusionConfig,

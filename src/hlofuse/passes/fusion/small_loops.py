@@ -41,7 +41,7 @@ from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
 from hlofuse.passes.simplify.unroll import unroll
 from hlofuse.passes.simplify.while_loops import condition_of, trip_count
-from hlofuse.passes.utils import has_side_effect, reachable_computations
+from hlofuse.passes.utils import each_while, has_side_effect, reachable_computations
 
 PASS = "unroll-small-loops"
 _ROTATION = (Opcode.SHIFT_LEFT, Opcode.SHIFT_RIGHT_LOGICAL, Opcode.XOR)
@@ -100,16 +100,13 @@ class UnrollSmallLoops(FusionOptions):  # type: ignore[misc]
             return False
         trace = trace_of(module)
         changed = False
-        for comp in reachable_computations(module):
-            for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
-                if w.parent is not comp:
-                    continue
-                rng = is_rng_loop(w)
-                decision = small_loop_legal(w, config).with_figures(
-                    rng=rng, **source_figure(module, w))
-                if decision:
-                    changed |= unroll(module, comp, w, config.unroll_small_loops,
-                                      complete_only=True)
-                if decision or rng:
-                    trace.record(PASS, w.name, w.name, decision, comp.name)
+        for comp, w in each_while(reachable_computations(module)):
+            rng = is_rng_loop(w)
+            decision = small_loop_legal(w, config).with_figures(
+                rng=rng, **source_figure(module, w))
+            if decision:
+                changed |= unroll(module, comp, w, config.unroll_small_loops,
+                                  complete_only=True)
+            if decision or rng:
+                trace.record(PASS, w.name, w.name, decision, comp.name)
         return changed

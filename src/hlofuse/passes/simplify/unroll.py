@@ -26,11 +26,11 @@ from hlofuse.ir.clone import clone_computation
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.registry import register
 from hlofuse.passes.simplify.while_loops import body_of, condition_of, trip_count
 from hlofuse.passes.utils import (
     clone_body_into,
+    each_while,
     has_side_effect,
     reachable_computations,
     sweep,
@@ -92,8 +92,6 @@ class WhileLoopUnroller:
 
     def run(self, module: Module) -> bool:
         changed = False
-        for comp in reachable_computations(module):
-            for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
-                if w.parent is comp:
-                    changed |= unroll(module, comp, w, self.factor, self.complete_only)
+        for comp, w in each_while(reachable_computations(module)):
+            changed |= unroll(module, comp, w, self.factor, self.complete_only)
         return changed

@@ -49,6 +49,7 @@ from hlofuse.passes.utils import (
     clone_body_into,
     clone_computation_into_module,
     delete,
+    each_while,
     has_side_effect,
     ordered,
     reachable_computations,
@@ -462,24 +463,21 @@ class WhileLoopSimplifier:
         comps = reachable_computations(module)
         counts = callers(module, comps)
         cache: dict[int, bool] = {}
-        for comp in comps:
-            for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
-                if w.parent is not comp:
-                    continue
-                n = trip_count(w)
-                pure_cond = not any(has_side_effect(i, cache)
-                                    for i in condition_of(w).instructions)
-                if n == 0 and pure_cond:
-                    _replace_while(comp, w, w.operand(0))
-                    changed = True
-                    continue
-                if n == 1 and pure_cond:
-                    inline_body_once(comp, w)
-                    counts = callers(module, reachable_computations(module))
-                    changed = True
-                    continue
-                if self.sink_constants:
-                    changed |= sink_invariants(module, comp, w, counts)
-                if self.remove_dead:
-                    changed |= remove_dead_elements(module, comp, w, counts, cache)
+        for comp, w in each_while(comps):
+            n = trip_count(w)
+            pure_cond = not any(has_side_effect(i, cache)
+                                for i in condition_of(w).instructions)
+            if n == 0 and pure_cond:
+                _replace_while(comp, w, w.operand(0))
+                changed = True
+                continue
+            if n == 1 and pure_cond:
+                inline_body_once(comp, w)
+                counts = callers(module, reachable_computations(module))
+                changed = True
+                continue
+            if self.sink_constants:
+                changed |= sink_invariants(module, comp, w, counts)
+            if self.remove_dead:
+                changed |= remove_dead_elements(module, comp, w, counts, cache)
         return changed
