@@ -569,12 +569,10 @@ class KernelPrinter:
         c = a.coef(var)
         rest = Affine(tuple((t, k) for t, k in a.terms if not (
             isinstance(t, Val) and self.varies(t))), a.const)
-        ut = self.lib.t("u32", w)
         expr = f"{self.lib.splat('u32', w)}((uint32_t)({self.aff(rest)}))"
         if c:
-            expr += f" + {self.lib.iota32(w)}() * {c_int(c % (1 << 32))}u"
-        return f"({self.lib.t(compute_short(v.dtype), w)})({expr})" if v.dtype.name == "s32" \
-            else f"({ut})({expr})"
+            expr += f" + {self.lib.iota(w, 'u32')}() * {c_int(c % (1 << 32))}u"
+        return f"({self.lib.t(compute_short(v.dtype), w)})({expr})"
 
     def _tile(self, v: Val, vt: str) -> str:
         assert self.vec is not None

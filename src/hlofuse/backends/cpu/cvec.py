@@ -125,18 +125,14 @@ class VecLib:
                         f"{{ {vt} v = {{{', '.join(['s'] * w)}}}; return v; }}")
         return name
 
-    def iota(self, w: int) -> str:
-        vt = self.t("i64", w)
-        name = f"hf_iota_v{w}"
+    def iota(self, w: int, short: str = "i64") -> str:
+        """Lane numbers 0..w-1: 64-bit (index arithmetic) or `u32` (32-bit indices)."""
+        vt = self.t(short, w)
+        name = f"hf_iota_v{w}" if short == "i64" else f"hf_iota32_v{w}"
+        suffix = "u" if short.startswith("u") else ""
         self._add(name, f"static inline {vt} {name}(void) "
-                        f"{{ {vt} v = {{{', '.join(str(i) for i in range(w))}}}; return v; }}")
-        return name
-
-    def iota32(self, w: int) -> str:
-        vt = self.t("u32", w)
-        name = f"hf_iota32_v{w}"
-        self._add(name, f"static inline {vt} {name}(void) "
-                        f"{{ {vt} v = {{{', '.join(f'{i}u' for i in range(w))}}}; return v; }}")
+                        f"{{ {vt} v = {{{', '.join(f'{i}{suffix}' for i in range(w))}}}; "
+                        f"return v; }}")
         return name
 
     def mask_to_pred(self, short: str, w: int) -> str:
