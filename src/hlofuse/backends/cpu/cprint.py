@@ -52,6 +52,14 @@ INLINE_LANE_LOOPS = 64
 
 INT64_MAX = (1 << 63) - 1
 
+# A lane-varying select computes a side only when some lane of the vector selects it if that
+# side has at least this many values of its own (`KernelPrinter._lazy_side`): a branch costs
+# a few cycles (a mispredicted one ~15), a side this large 16+. CartPole as the paper wrote it
+# draws four uniforms per environment (a threefry each, ~90 vector ops) for states it keeps
+# only where an episode ended (~5% of environments per step).
+LAZY_SELECT_MIN_OPS = 32
+LAZY_SELECT_MAX_DEPTH = 8  # lazy sides inside lazy sides, at most (deeper ones blend)
+
 
 def c_int(n: int) -> str:
     """An integer constant for int64 arithmetic."""
@@ -72,6 +80,10 @@ class KernelPrinter:
         self.depth = 1
         self.scopes: list[dict[Any, tuple[str, frozenset[Buffer]]]] = [{}]
         self.vec: tuple[Var, int] | None = None
+        self.users: dict[int, set[int]] = {}  # in a vector loop: value -> the values using it
+        self.lazy: dict[int, int] = {}  # in a vector loop: select -> its side computed lazily
+        self.groups: dict[tuple[int, int], list[Val]] = {}  # (condition, side) -> its selects
+        self.lazy_depth = 0  # lazy sides being printed, one inside another
         self.n = 0
         self.defs: list[str] = []  # file-scope definitions (constant tables, library helpers)
         self.cname: dict[Buffer, str] = {}
@@ -243,13 +255,15 @@ class KernelPrinter:
         step = f"{v} += {ir.step_of(s)}" if ir.step_of(s) > 1 else f"++{v}"
         lo, hi = bounds or (c_int(s.lo), c_int(s.hi))
         self.line(f"for (int64_t {v} = {lo}; {v} < {hi}; {step}) {{")
-        saved = self.vec
+        saved = self.vec, self.users, self.lazy, self.groups
         if s.vector:
             self.vec = (s.var, s.vector)
+            self.users = _users(s.body)
+            self.lazy = self._lazy_selects(s.body)
             self.lib.types(s.vector)
         with self.scope():
             self.block(s.body, id(s.body))
-        self.vec = saved
+        self.vec, self.users, self.lazy, self.groups = saved
         self.line("}")
         self.invalidate(ir.written(s.body))
 
@@ -404,6 +418,8 @@ class KernelPrinter:
             assert self.vec is not None
             short = compute_short(v.dtype)
             sel = self.lib.select(short, self.vec[1])
+            if v.uid in self.lazy_now():
+                return self._lazy_cond(v, ctype, sel, self.lazy[v.uid])
             return self._local(ctype, f"{sel}({self.vexpr(c)}, {self.vexpr(a)}, "
                                       f"{self.vexpr(b)})")
         cond = self.sx(c)
@@ -417,6 +433,107 @@ class KernelPrinter:
             self.line(f"{name} = {self.vexpr(b) if vector else self.sx(b)};")
         self.line("}")
         return name
+
+    def lazy_now(self) -> dict[int, int]:
+        """The lazy selects in force: none past `LAZY_SELECT_MAX_DEPTH` nested lazy sides (each
+        is printed by a nested call)."""
+        return self.lazy if self.lazy_depth < LAZY_SELECT_MAX_DEPTH else {}
+
+    def _lazy_selects(self, body: list[Stmt]) -> dict[int, int]:
+        """The lane-varying selects (`select` ops and `cond` values) of a vector loop that
+        compute one side only when some lane of the vector takes it (1: the side taken where
+        the condition holds, 2: the other): a side with at least `LAZY_SELECT_MIN_OPS` values
+        of its own (nothing else in the loop uses them) that reads no buffer the loop writes,
+        the larger if both qualify. Selects on one condition form a group (`_lazy_group`)."""
+        roots: list[Val] = []
+        for st in ir.walk(body):
+            roots.extend(ir.stmt_vals(st))
+        stored = ir.written(body)
+        out: dict[int, int] = {}
+        self.groups: dict[tuple[int, int], list[Val]] = {}
+        for v in ir.postorder(roots):
+            is_select = v.op == "cond" or (v.op == "alu" and v.arg.opcode is Opcode.SELECT)
+            if not is_select or not self.varies(v.args[0]):
+                continue
+            sizes = [(self._owned(v, k, LAZY_SELECT_MIN_OPS), k) for k in (1, 2)
+                     if not ir.reads(v.args[k]) & stored]
+            size, side = max(sizes, default=(0, 0))
+            if size >= LAZY_SELECT_MIN_OPS:
+                out[v.uid] = side
+                self.groups.setdefault((v.args[0].uid, side), []).append(v)
+        return out
+
+    def _owned(self, v: Val, k: int, limit: int | None = None) -> int | set[int]:
+        """The lane-varying values under `v`'s side `k` that only that side uses (every user
+        is `v` or another of them), not yet printed: their number, counted up to `limit`, or
+        (no limit) the set of their uids."""
+        side = v.args[k]
+        if side in v.args[:k] + v.args[k + 1:] or not self.varies(side) or \
+                self.users.get(side.uid) != {v.uid} or self.find((side.uid, True)):
+            return 0 if limit else set()
+        inside = {side.uid}
+        work = [side]
+        while work and (limit is None or len(inside) < limit):
+            x = work.pop()
+            for c in x.children():
+                if c.uid in inside or not self.varies(c) or self.find((c.uid, True)):
+                    continue
+                if self.users.get(c.uid, set()) <= inside:
+                    inside.add(c.uid)
+                    work.append(c)
+        return len(inside) if limit else inside
+
+    def _lazy_cond(self, v: Val, ctype: str, sel: str, side: int) -> str:
+        """A select whose side `side` is computed only when some lane of the vector takes it,
+        with the other selects of its group (the same condition and side):
+
+            r1, r2, ... = 0
+            if (any lane of c) { r1 = a1; r2 = a2; ... }      (side 1; side 2 tests !c)
+            v1 = select(c, r1, b1)  ...  each where it is used
+
+        Exact: every lane gets the side it selects; a lazy side's values are pure and read no
+        buffer the loop writes, so computing them early, or for fewer vectors, changes nothing.
+        What a lazy side shares with the rest of the loop is computed before the branch, so
+        nothing is computed twice; one branch per group, so the sides' dependency chains
+        still overlap."""
+        assert self.vec is not None
+        c, other = v.args[0], v.args[3 - side]
+        lazy = self.find(("lazy", v.uid))
+        if lazy is None:
+            self._lazy_group(c, side)
+            lazy = self.find(("lazy", v.uid))
+            assert lazy is not None
+        args = f"{lazy}, {self.vexpr(other)}" if side == 1 else f"{self.vexpr(other)}, {lazy}"
+        return self._local(ctype, f"{sel}({self.vexpr(c)}, {args})")
+
+    def _lazy_group(self, c: Val, side: int) -> None:
+        """Emit the branch computing the lazy sides of the group (`c`, `side`) that are not
+        computed in this scope yet; each result is remembered as ("lazy", select uid)."""
+        assert self.vec is not None
+        w = self.vec[1]
+        members = [m for m in self.groups[(c.uid, side)] if self.find(("lazy", m.uid)) is None]
+        for m in members:  # the shared part, before the branch
+            own = self._owned(m, side)
+            assert isinstance(own, set)
+            for x in _strict_postorder(m.args[side], self.lazy_now()):
+                if x.uid not in own and self.varies(x):
+                    self.vexpr(x)
+        names = []
+        for m in members:
+            short = compute_short(m.dtype)
+            name = self.fresh()
+            self.line(f"{self.lib.t(short, w)} {name} = {self.lib.splat(short, w)}(0);")
+            names.append(name)
+        cv = self.vexpr(c)
+        self.line(f"if ({self.lib.any_pred(w)}({cv if side == 1 else f'({cv}) ^ 1'})) {{")
+        self.lazy_depth += 1
+        with self.scope():
+            for m, name in zip(members, names, strict=True):
+                self.line(f"{name} = {self.vexpr(m.args[side])};")
+        self.lazy_depth -= 1
+        self.line("}")
+        for m, name in zip(members, names, strict=True):
+            self.remember(("lazy", m.uid), name, m.args[side])
 
     def _hreduce(self, v: Val) -> str:
         """The partial accumulators of a vector reduction combined pairwise (a tree over the
@@ -464,7 +581,7 @@ class KernelPrinter:
         found = self.find((v.uid, True))
         if found is not None:
             return found
-        for x in _strict_postorder(v):
+        for x in _strict_postorder(v, self.lazy_now()):
             if self.varies(x) and self.find((x.uid, True)) is None:
                 self.remember((x.uid, True), self._vector(x), x)
         result = self.find((v.uid, True))
@@ -523,6 +640,9 @@ class KernelPrinter:
             narrow = self._narrow_index(v, w)
             if narrow is not None:
                 return self._local(vt, narrow)
+            if v.uid in self.lazy_now():
+                return self._lazy_cond(v, vt, self.lib.select(compute_short(v.dtype), w),
+                                       self.lazy[v.uid])
             args = [self.vexpr(a) for a in v.args]
             expr = cvec.vector_op(self.lib, v.arg, [a.dtype for a in v.args], args, w)
             if expr is not None:
@@ -598,9 +718,22 @@ def cexpr_name(base: str, used: set[str]) -> str:
     return fresh(base, used)
 
 
-def _strict_postorder(root: Val) -> list[Val]:
-    """Values to materialise for `root`, operands first; a `cond`'s sides are not entered (they
-    are computed inside its branches)."""
+def _users(body: list[Stmt]) -> dict[int, set[int]]:
+    """Value -> the values that use it (by uid), over everything `body`'s statements compute,
+    both sides of every `cond` included."""
+    roots: list[Val] = []
+    for s in ir.walk(body):
+        roots.extend(ir.stmt_vals(s))
+    users: dict[int, set[int]] = {}
+    for v in ir.postorder(roots):
+        for c in v.children():
+            users.setdefault(c.uid, set()).add(v.uid)
+    return users
+
+
+def _strict_postorder(root: Val, lazy: dict[int, int] | None = None) -> list[Val]:
+    """Values to materialise for `root`, operands first; the sides of a `cond` and of a select
+    in `lazy` are not entered (they are computed inside its branches)."""
     out: list[Val] = []
     seen: set[int] = set()
     stack: list[tuple[Val, bool]] = [(root, False)]
@@ -613,7 +746,7 @@ def _strict_postorder(root: Val) -> list[Val]:
             continue
         seen.add(v.uid)
         stack.append((v, True))
-        kids = v.args[:1] if v.op == "cond" else v.children()
+        kids = v.args[:1] if v.op == "cond" or (lazy and v.uid in lazy) else v.children()
         for c in reversed(kids):
             if c.uid not in seen:
                 stack.append((c, False))

@@ -155,6 +155,19 @@ static inline {vt} {name}({self.t('u8', w)} p, {vt} a, {vt} b)
 }}""")
         return name
 
+    def any_pred(self, w: int) -> str:
+        """Whether any of `w` pred lanes (0/1 bytes) is set: the lanes' bytes ORed as 64-bit
+        words (one vector test once GCC sees through the memcpy), never lane by lane."""
+        pt = self.t("u8", w)
+        name = f"hf_any_v{w}"
+        if w % 8 == 0:
+            body = (f"uint64_t q[{w // 8}]; memcpy(q, &p, sizeof q); uint64_t r = 0; "
+                    f"for (int i = 0; i < {w // 8}; ++i) r |= q[i]; return r != 0;")
+        else:
+            body = f"unsigned r = 0; for (int i = 0; i < {w}; ++i) r |= p[i]; return r != 0;"
+        self._add(name, f"static inline int {name}({pt} p) {{ {body} }}")
+        return name
+
     def blend(self, short: str, w: int) -> str:
         """Like `select`, on a comparison mask of `short`'s width."""
         vt, ut, it = self.t(short, w), self.t(_utype(short), w), self.t(_itype(short), w)
