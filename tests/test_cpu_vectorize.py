@@ -310,3 +310,40 @@ ENTRY e {
     x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
     np.testing.assert_array_equal(cpu.compile_module(module)(x)[0],
                                   interpreter.run(parse(text), x)[0])
+
+
+@pytest.mark.parametrize("offset", ["4096", "1099511627776", "p"])  # 2^12, 2^40, a parameter
+def test_counter_words_are_computed_in_32_bit_lanes(offset: str) -> None:
+    """The two 32-bit words of a 64-bit element counter (JAX's threefry): with a known offset
+    the high word is a constant and the low word is 32-bit lane arithmetic (`passes/narrow`);
+    with an unknown one the 64-bit arithmetic stays. Values are the interpreter's."""
+    import numpy as np
+
+    from hlofuse.backends import cpu, interpreter
+
+    c = "u64[] parameter(0)" if offset == "p" else f"u64[] constant({offset})"
+    text = f"""
+ENTRY e {{
+  c = {c}
+  i = u64[1024] iota(), iota_dimension=0
+  cb = u64[1024] broadcast(c), dimensions={{}}
+  s = u64[1024] add(i, cb)
+  k = u64[] constant(32)
+  kb = u64[1024] broadcast(k), dimensions={{}}
+  h = u64[1024] shift-right-logical(s, kb)
+  hi = u32[1024] convert(h)
+  lo = u32[1024] convert(s)
+  ROOT x = u32[1024] xor(hi, lo)
+}}"""
+    module = parse(text)
+    run_pipeline(module, "xla")
+    (kernel,) = [i for i in module.entry.instructions if is_kernel(i)]
+    k = lower_kernel(kernel, set(), Target.named("avx2"))
+    body = k.source[k.source.index("HF_KERNEL void"):]
+    wide = "hf_v8_u64" in body  # 64-bit lanes (an unused i64 index may be printed: GCC drops it)
+    assert wide == (offset == "p"), body
+    if not cpu.available():
+        return
+    args = (np.uint64(5 << 33),) if offset == "p" else ()
+    np.testing.assert_array_equal(cpu.compile_module(module)(*args)[0],
+                                  interpreter.run(parse(text), *args)[0])

@@ -28,7 +28,7 @@ from hlofuse.backends.kernel_ir.passes.parallel import access_counts
 from hlofuse.backends.kernel_ir.passes.vectorize import ACCUMULATORS
 from hlofuse.backends.kernel_ir.printer import format_kernel
 from hlofuse.backends.kernel_ir.target import Target
-from hlofuse.ir.dtypes import F32, PRED, S64
+from hlofuse.ir.dtypes import F32, PRED, S64, U64
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
@@ -395,3 +395,23 @@ def test_vectorize_does_nothing_for_the_scalar_target() -> None:
     k = one(ELEMENTWISE)
     vectorize(k, Target.named("scalar"))
     assert not any(lp.vector for lp in loops(k))
+
+
+def test_value_bounds_of_arithmetic_stop_where_it_could_wrap() -> None:
+    g = ir.Graph()
+    i = g.index(ir.affine(ir.Var("i", 0, 2048)))
+    u64 = ir.ScalarOp(Opcode.CONVERT, U64)
+    x = g.alu(ir.ScalarOp(Opcode.ADD, U64), g.alu(u64, i), g.const(4096, U64))
+    assert ir.value_bounds(x) == (4096, 4096 + 2047)
+    shr = ir.ScalarOp(Opcode.SHIFT_RIGHT_LOGICAL, U64)
+    assert ir.value_bounds(g.alu(shr, x, g.const(32, U64))) == (0, 0)
+    big = g.alu(ir.ScalarOp(Opcode.MULTIPLY, U64), x, g.const(1 << 60, U64))
+    assert ir.value_bounds(big) is None  # may wrap around 2^64
+    neg = g.alu(ir.ScalarOp(Opcode.SUBTRACT, S64), i, g.const(5000, S64))
+    assert ir.value_bounds(neg) == (-5000, 2047 - 5000)
+    memo: dict[int, ir.Bounds] = {}
+    deep = x
+    for _ in range(12):  # x * 2^12 (a DAG that doubles at every level: linear with a memo)
+        deep = g.alu(ir.ScalarOp(Opcode.ADD, U64), deep, deep)
+    assert ir.value_bounds(deep, memo=memo) == (4096 << 12, (4096 + 2047) << 12)
+    assert len(memo) <= 16

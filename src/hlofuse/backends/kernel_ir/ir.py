@@ -248,14 +248,29 @@ class Val:
         return f"%{self.uid}:{self.op}"
 
 
-def value_bounds(v: Val, depth: int = 0) -> tuple[int, int] | None:
+Bounds = tuple[int, int] | None
+
+
+def value_bounds(v: Val, depth: int = 0, memo: dict[int, Bounds] | None = None) -> Bounds:
     """Inclusive bounds of an integer value, where they are known: constants, index
-    expressions, clamps (maximum/minimum: a dynamic slice's start), integer conversions and
-    loads (the type's range). None for anything else, or past a small depth."""
+    expressions, clamps (maximum/minimum: a dynamic slice's start), integer conversions, loads
+    (the type's range), and sums, differences, products and right shifts by a constant whose
+    exact result stays in the type's range (no wrap-around). None for anything else, or past a
+    small depth. `memo` (value uid -> bounds) keeps a pass that asks for many values linear."""
+    if memo is not None:
+        if v.uid not in memo:
+            memo[v.uid] = _value_bounds(v, depth, memo)
+        return memo[v.uid]
+    return _value_bounds(v, depth, memo)
+
+
+def _value_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None) -> Bounds:
     import numpy as np
 
     if depth > 16 or not v.dtype.is_integral:
         return None
+    if v.op == "alu" and v.arg.opcode in _ARITH_BOUNDS:
+        return _arith_bounds(v, depth, memo)
     if v.op == "const":
         return int(const_value(v)), int(const_value(v))
     if v.op == "index":
@@ -264,7 +279,7 @@ def value_bounds(v: Val, depth: int = 0) -> tuple[int, int] | None:
         info = np.iinfo(v.dtype.np)
         return int(info.min), int(info.max)
     if v.op == "alu" and v.arg.opcode in (Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.CONVERT):
-        rs = [value_bounds(a, depth + 1) for a in v.args]
+        rs = [value_bounds(a, depth + 1, memo) for a in v.args]
         if any(r is None for r in rs):
             return None
         if v.arg.opcode is Opcode.CONVERT:
@@ -275,6 +290,34 @@ def value_bounds(v: Val, depth: int = 0) -> tuple[int, int] | None:
         pick = max if v.arg.opcode is Opcode.MAXIMUM else min
         return pick(r[0] for r in rs), pick(r[1] for r in rs)  # type: ignore[index]
     return None
+
+
+_ARITH_BOUNDS = frozenset({Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY,
+                           Opcode.SHIFT_RIGHT_LOGICAL})
+
+
+def _arith_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None) -> Bounds:
+    import numpy as np
+
+    if v.dtype.is_narrow_int:
+        return None
+    a, b = (value_bounds(x, depth + 1, memo) for x in v.args)
+    if a is None or b is None:
+        return None
+    code = v.arg.opcode
+    if code is Opcode.ADD:
+        lo, hi = a[0] + b[0], a[1] + b[1]
+    elif code is Opcode.SUBTRACT:
+        lo, hi = a[0] - b[1], a[1] - b[0]
+    elif code is Opcode.MULTIPLY:
+        ends = [x * y for x in a for y in b]
+        lo, hi = min(ends), max(ends)
+    else:  # a non-negative value shifted right by a constant within the type's width
+        if a[0] < 0 or b[0] != b[1] or not 0 <= b[0] < v.dtype.bits:
+            return None
+        lo, hi = a[0] >> b[0], a[1] >> b[0]
+    info = np.iinfo(v.dtype.np)
+    return (lo, hi) if info.min <= lo and hi <= info.max else None
 
 
 def postorder(roots: Iterable[Val]) -> list[Val]:

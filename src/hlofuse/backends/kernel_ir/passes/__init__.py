@@ -3,6 +3,7 @@
     split       cut loop ranges where pad/concatenate conditions change (branch-free pieces)
     jam         merge adjacent sibling loops over one range (pieces share their values)
     collapse    flatten perfect nests whose accesses are row-major compatible
+    narrow      integer index arithmetic in the fewest bits its results need
     vectorize   explicit SIMD for innermost loops (tiles, privatised locals, partial sums)
     parallelize mark big, safe top-level loops parallel
     hoist       compute loop invariants once, before their loop
@@ -17,18 +18,21 @@ from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.passes.collapse import collapse
 from hlofuse.backends.kernel_ir.passes.hoist import hoist
 from hlofuse.backends.kernel_ir.passes.jam import jam
+from hlofuse.backends.kernel_ir.passes.narrow import narrow
 from hlofuse.backends.kernel_ir.passes.parallel import parallelize
 from hlofuse.backends.kernel_ir.passes.split import split
 from hlofuse.backends.kernel_ir.passes.vectorize import vectorize
 from hlofuse.backends.kernel_ir.target import Target
 
-__all__ = ["collapse", "hoist", "jam", "optimize", "parallelize", "split", "vectorize"]
+__all__ = ["collapse", "hoist", "jam", "narrow", "optimize", "parallelize", "split",
+           "vectorize"]
 
 
 def optimize(kernel: ir.Kernel, target: Target, threads: int = 1) -> ir.Kernel:
     split(kernel)
     jam(kernel)
     collapse(kernel)
+    narrow(kernel)
     vectorize(kernel, target)
     parallelize(kernel, threads)
     hoist(kernel)
