@@ -14,7 +14,9 @@ explicit SIMD for vector loops (`cvec.py`).
 What it guarantees:
 - Values print once per scope, as `const` locals, at their first use; a value is never reused
   across a store to a buffer it reads (the memo drops it), and a loop starts without values that
-  read buffers the loop writes. `cond` values compute each side only in its branch.
+  read buffers the loop writes. `cond` values compute each side only in its branch. In a
+  vector loop, a select with a large side of its own computes that side only when some lane
+  takes it (`_lazy_cond`), one branch per condition.
 - Inside a vector loop every value that depends on the loop variable (or reads a `lanes`
   buffer) is a vector of W lanes; others stay scalar and are splatted where combined. Loads and
   stores whose index has coefficient 1 on the loop variable are whole vectors; `tile` values and
