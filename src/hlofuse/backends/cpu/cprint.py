@@ -645,6 +645,9 @@ class KernelPrinter:
             if v.uid in self.lazy_now():
                 return self._lazy_cond(v, vt, self.lib.select(compute_short(v.dtype), w),
                                        self.lazy[v.uid])
+            blend = self._blend_on_compare(v, w)
+            if blend is not None:
+                return self._local(vt, blend)
             args = [self.vexpr(a) for a in v.args]
             expr = cvec.vector_op(self.lib, v.arg, [a.dtype for a in v.args], args, w)
             if expr is not None:
@@ -653,6 +656,23 @@ class KernelPrinter:
         if op == "cond":
             return self._cond(v, vt, vector=True)
         raise CompileError(f"{self.where}: cannot print a {op} value in a vector loop")
+
+    def _blend_on_compare(self, v: Val, w: int) -> str | None:
+        """A select on a lane-varying comparison of a type as wide as the select's: a blend on
+        the comparison's mask, not on pred lanes (bytes) widened back to a mask."""
+        if v.arg.opcode is not Opcode.SELECT:
+            return None
+        p, a, b = v.args
+        if not (self.varies(p) and p.op == "alu" and p.arg.opcode is Opcode.COMPARE):
+            return None
+        src = p.args[0].dtype
+        short = compute_short(v.dtype)
+        if src.is_pred or cvec.CTYPES[compute_short(src)][1] != cvec.CTYPES[short][1]:
+            return None
+        found = cvec.compare_mask(self.lib, p.arg, src, [self.vexpr(x) for x in p.args], w)
+        if found is None:
+            return None
+        return f"{self.lib.blend(short, w)}({found[0]}, {self.vexpr(a)}, {self.vexpr(b)})"
 
     def _lane_loop(self, v: Val, vt: str, w: int) -> str:
         dtypes = [a.dtype for a in v.args]

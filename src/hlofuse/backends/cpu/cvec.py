@@ -396,6 +396,17 @@ def _shift(lib: VecLib, code: Opcode, short: str, a: list[str], w: int) -> str:
 
 
 def _compare(lib: VecLib, op: ScalarOp, src: DType, a: list[str], w: int) -> str | None:
+    found = compare_mask(lib, op, src, a, w)
+    if found is None:
+        return None
+    mask, short = found
+    return f"{lib.mask_to_pred(short, w)}({mask})"
+
+
+def compare_mask(lib: VecLib, op: ScalarOp, src: DType, a: list[str], w: int
+                 ) -> tuple[str, str] | None:
+    """A comparison as a lane mask (-1/0 lanes as wide as the compared type) and that type's
+    short name, or None where it has no vector form."""
     sym = _CMP.get(str(op.attr("direction")))
     kind = op.attr("type")
     kind = None if kind is None else str(kind)
@@ -409,7 +420,7 @@ def _compare(lib: VecLib, op: ScalarOp, src: DType, a: list[str], w: int) -> str
     elif src.is_integral and kind == "SIGNED" and not src.is_signed:
         it = lib.t(_itype(short), w)
         x, y, short = f"(({it}){x})", f"(({it}){y})", _itype(short)
-    return f"{lib.mask_to_pred(short, w)}({x} {sym} {y})"
+    return f"({x} {sym} {y})", short
 
 
 def _convert(lib: VecLib, src: DType, dst: DType, x: str, w: int) -> str | None:

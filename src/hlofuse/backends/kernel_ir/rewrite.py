@@ -7,8 +7,9 @@ Replaces loop variables by affine expressions (split: `i -> i'`, unroll: `k -> 2
 `n*i + j -> t` through `affine_hook`) and buffers by buffers (privatised locals), rebuilding
 every value that changes through the kernel's `Graph` (so results stay interned). While
 rebuilding it folds what the new ranges decide: comparisons of index expressions, `and`/`or`
-of constants, `cond` with a constant condition, `idiv`/`imod` of ranges that no longer need
-them. Traversals are iterative (values) or bounded by the loop depth (statements).
+of constants, `select(p, true, false)` (p), `cond` with a constant condition, `idiv`/`imod` of
+ranges that no longer need them. Traversals are iterative (values) or bounded by the loop
+depth (statements).
 """
 
 from __future__ import annotations
@@ -113,6 +114,10 @@ class Rewriter:
             folded = fold_compare(g, sop, *args) if len(args) == 2 else None
             if folded is not None:
                 return folded
+            if sop.opcode is Opcode.SELECT and sop.dtype.is_pred and \
+                    args[1].op == "const" and args[2].op == "const" and \
+                    bool(ir.const_value(args[1])) and not bool(ir.const_value(args[2])):
+                return args[0]  # select(p, true, false) is p
             if sop.opcode in (Opcode.AND, Opcode.OR) and sop.dtype.is_pred:
                 consts = [a for a in args if a.op == "const"]
                 if consts:
