@@ -76,6 +76,37 @@ def test_identical_kernels_are_printed_once_and_called_from_every_site() -> None
     assert all(r.calls == 1 for r in prof.rows)
 
 
+def test_equal_kernels_are_lowered_once() -> None:
+    """The structural key finds the repeated layers before lowering: the lowering runs once per
+    distinct kernel; the last layer (another constant) and an add of one operand twice (one
+    buffer read twice) are kernels of their own."""
+    from hlofuse.backends.cpu.kernel_key import structural_key
+    from hlofuse.backends.cpu.kernels import lower_kernel
+    from hlofuse.passes.pipelines import run_pipeline
+
+    module = parse(_layers(8))
+    run_pipeline(module, "xla")
+    lowered: list[str] = []
+
+    def counting(instr, used):  # type: ignore[no-untyped-def]
+        lowered.append(instr.name)
+        return lower_kernel(instr, used)
+
+    program = driver.generate(module, kernel_lowering=counting)
+    assert len(lowered) == len({k.name for k in program.kernels}) < len(program.kernels)
+    twice = parse("""HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  a = f32[4] add(x, y)
+  b = f32[4] add(x, x)
+  ROOT r = (f32[4], f32[4]) tuple(a, b)
+}
+""")
+    a, b = (next(i for i in twice.entry.instructions if i.name == n) for n in ("a", "b"))
+    assert structural_key(a) != structural_key(b)
+
+
 def _kernel(name: str, body: str) -> Kernel:
     return Kernel(name=name, source=body, inputs=(), outputs=(), instruction="i", kind="loop")
 

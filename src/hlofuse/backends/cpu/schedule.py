@@ -42,6 +42,7 @@ from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends.cpu.buffers import Analyzer, CompAnalysis, Src, is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 from hlofuse.backends.cpu.contract import Kernel
+from hlofuse.backends.cpu.kernel_key import structural_key
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -234,6 +235,7 @@ class _Scheduler:
         self._used = used
         self._kernel_of: dict[Instruction, int] = {}
         self._function_of: dict[tuple[Any, ...], Kernel] = {}  # canonical_kernel -> printed
+        self._by_structure: dict[tuple[Any, ...], Kernel] = {}  # structural_key -> kernel
         self.sched = Schedule([], [])
         self.analyzer = Analyzer(lambda instr: self.kernel(instr)[1].inplace)
         self._consts: dict[tuple[Instruction, int], Const] = {}
@@ -245,13 +247,20 @@ class _Scheduler:
         if instr not in self._kernel_of:
             used = self._used
             mark = len(used.log) if isinstance(used, NameLog) else None
-            k = self._lowering(instr, used)
-            used.add(k.name)
-            if mark is not None:
-                key = canonical_kernel(k, used.log[mark:])  # type: ignore[attr-defined]
-                first = self._function_of.setdefault(key, k)
-                if first is not k:  # the same function again: call the first one
-                    k = replace(k, name=first.name, source="")
+            shape_key = structural_key(instr) if mark is not None else None
+            same = self._by_structure.get(shape_key) if shape_key is not None else None
+            if same is not None:  # a kernel equal to an earlier one: call its function
+                k = replace(same, source="", instruction=instr.name)
+            else:
+                k = self._lowering(instr, used)
+                used.add(k.name)
+                if mark is not None:
+                    key = canonical_kernel(k, used.log[mark:])  # type: ignore[attr-defined]
+                    first = self._function_of.setdefault(key, k)
+                    if first is not k:  # the same function again: call the first one
+                        k = replace(k, name=first.name, source="")
+                if shape_key is not None:
+                    self._by_structure[shape_key] = k
             self._kernel_of[instr] = len(self.sched.kernels)
             self.sched.kernels.append(k)
         i = self._kernel_of[instr]
