@@ -46,6 +46,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
+from hlofuse.backends.subnormals import check as check_subnormals
+
 if TYPE_CHECKING:
     from hlofuse.backends.cpu.contract import Program
     from hlofuse.backends.cpu.executable import CpuExecutable
@@ -65,19 +68,24 @@ def available() -> bool:
     return True
 
 
-def generate(module: Module, threads: int | None = None) -> Program:
+def generate(module: Module, threads: int | None = None,
+             subnormals: str = DEFAULT_SUBNORMALS) -> Program:
     """The C program for an (optimised) module, without compiling it. `threads`: how many
     threads parallel loops may use (default `runtime.default_threads()`: HLOFUSE_THREADS, else
-    the CPUs this process may run on). Collectives, async wrappers and batch norm are first
-    lowered to plain HLO with their one-device values (on a copy: `one_device.py`)."""
+    the CPUs this process may run on). `subnormals`: "flush" (XLA's CPU runtime: FTZ and DAZ
+    while `hf_entry` runs) or "keep" (`backends/subnormals.py`, `fpenv.py`). Collectives, async
+    wrappers and batch norm are first lowered to plain HLO with their one-device values (on a
+    copy: `one_device.py`)."""
     from hlofuse.backends.cpu import driver, one_device, runtime
 
     return driver.generate(one_device.prepare(module),
-                           threads=threads or runtime.default_threads())
+                           threads=threads or runtime.default_threads(),
+                           subnormals=check_subnormals(subnormals))
 
 
-def compile_module(module: Module, threads: int | None = None) -> CpuExecutable:
+def compile_module(module: Module, threads: int | None = None,
+                   subnormals: str = DEFAULT_SUBNORMALS) -> CpuExecutable:
     """Generate, compile (through the cache) and load an already optimised module."""
     from hlofuse.backends.cpu.executable import CpuExecutable
 
-    return CpuExecutable(module, generate(module, threads))
+    return CpuExecutable(module, generate(module, threads, subnormals))
