@@ -31,40 +31,43 @@ C = r"""
 #ifndef HF_FLUSH_SUBNORMALS
 #define HF_FLUSH_SUBNORMALS 0
 #endif
+#define HF_FPENV_FN __attribute__((unused)) static inline
 #if defined(__SSE__) || defined(__x86_64__)
 typedef unsigned int hf_fpcr_t;
 #define HF_FPCR_FLUSH 0x8040u /* MXCSR FTZ | DAZ */
-static inline hf_fpcr_t hf_fpcr_get(void) { return __builtin_ia32_stmxcsr(); }
-static inline void hf_fpcr_set(hf_fpcr_t c) { __builtin_ia32_ldmxcsr(c); }
+HF_FPENV_FN hf_fpcr_t hf_fpcr_get(void) { return __builtin_ia32_stmxcsr(); }
+HF_FPENV_FN void hf_fpcr_set(hf_fpcr_t c) { __builtin_ia32_ldmxcsr(c); }
 #elif defined(__aarch64__)
 typedef unsigned long long hf_fpcr_t;
 #define HF_FPCR_FLUSH (1ull << 24) /* FPCR FZ */
-static inline hf_fpcr_t hf_fpcr_get(void) {
+HF_FPENV_FN hf_fpcr_t hf_fpcr_get(void) {
   hf_fpcr_t c;
   __asm__ __volatile__("mrs %0, fpcr" : "=r"(c));
   return c;
 }
-static inline void hf_fpcr_set(hf_fpcr_t c) { __asm__ __volatile__("msr fpcr, %0" : : "r"(c)); }
+HF_FPENV_FN void hf_fpcr_set(hf_fpcr_t c) {
+  __asm__ __volatile__("msr fpcr, %0" : : "r"(c));
+}
 #else
 typedef unsigned int hf_fpcr_t;
 #define HF_FPCR_FLUSH 0u /* no control register we know: subnormals are kept */
-static inline hf_fpcr_t hf_fpcr_get(void) { return 0u; }
-static inline void hf_fpcr_set(hf_fpcr_t c) { (void)c; }
+HF_FPENV_FN hf_fpcr_t hf_fpcr_get(void) { return 0u; }
+HF_FPENV_FN void hf_fpcr_set(hf_fpcr_t c) { (void)c; }
 #endif
 /* Set this file's mode in the calling thread; returns the register to restore. */
-__attribute__((unused)) static inline hf_fpcr_t hf_fpcr_enter(void) {
+HF_FPENV_FN hf_fpcr_t hf_fpcr_enter(void) {
   const hf_fpcr_t saved = hf_fpcr_get();
   const hf_fpcr_t want = HF_FLUSH_SUBNORMALS ? (saved | HF_FPCR_FLUSH)
                                              : (saved & ~(hf_fpcr_t)HF_FPCR_FLUSH);
   if (want != saved) hf_fpcr_set(want);
   return saved;
 }
-__attribute__((unused)) static inline void hf_fpcr_leave(hf_fpcr_t saved) {
+HF_FPENV_FN void hf_fpcr_leave(hf_fpcr_t saved) {
   if (hf_fpcr_get() != saved) hf_fpcr_set(saved);
 }
 /* A zero of its sign for a subnormal (bit operations: no mode, no microcode assist), when this
    file flushes; the value itself otherwise. */
-static inline float hf_ftz_f32(float x) {
+HF_FPENV_FN float hf_ftz_f32(float x) {
 #if HF_FLUSH_SUBNORMALS
   uint32_t u;
   memcpy(&u, &x, 4);
@@ -73,7 +76,7 @@ static inline float hf_ftz_f32(float x) {
 #endif
   return x;
 }
-static inline double hf_ftz_f64(double x) {
+HF_FPENV_FN double hf_ftz_f64(double x) {
 #if HF_FLUSH_SUBNORMALS
   uint64_t u;
   memcpy(&u, &x, 8);
