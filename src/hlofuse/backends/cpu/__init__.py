@@ -30,6 +30,8 @@ The pieces, in the order a module flows through them:
                    with ctypes; translation units compiled in parallel, each object cached
     executable.py  `CpuExecutable`: argument checks like the interpreter, the ctypes call, and
                    `profile()` from the -DHF_PROFILE build
+    fpenv.py       the floating-point control register: subnormals flushed (XLA's CPU runtime)
+                   or kept for the duration of `hf_entry`, in the caller and in pool workers
 
 Input is hostile (docs/security.md): `limits.py` bounds sizes, integers and nesting before any C
 is written; `ctext.py` is the only way input text (comments) and integers reach the C;
