@@ -125,10 +125,11 @@ def flush(value: Any) -> Any:
         return value if flushed is parts else flushed.view(value.dtype).reshape(value.shape)
     exp, sign, view = _MASKS[dt.name]
     bits = np.ascontiguousarray(value).view(view)
-    tiny = (bits & bits.dtype.type(exp)) == 0
-    tiny &= bits != 0
-    tiny &= bits != bits.dtype.type(sign)
+    u = bits.dtype.type
+    # subnormal: magnitude bits in [1, smallest normal); as unsigned, magnitude - 1 below
+    # smallest normal - 1 (a zero wraps around to the largest value)
+    tiny = (bits & u(~sign & (2 ** (8 * bits.itemsize) - 1))) - u(1) < u((exp & -exp) - 1)
     if not tiny.any():
         return value
-    out = np.where(tiny, bits & bits.dtype.type(sign), bits).astype(view, copy=False)
+    out = np.where(tiny, bits & u(sign), bits).astype(view, copy=False)
     return out.view(value.dtype).reshape(value.shape)
