@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.backends.interpreter.flush import Rule as FlushRule
 from hlofuse.backends.interpreter.flush import flush as flush_value
 from hlofuse.backends.interpreter.flush import rule as flush_rule
 from hlofuse.backends.subnormals import FLUSH, KEEP
@@ -141,12 +142,19 @@ class _Plan:
         self.size = len(order)
         self.params: list[tuple[int, int]] = []
         self.steps: list[_Step] = []
+        flushed: set[int] = set()  # slots whose value a step already flushed
         for i, instr in enumerate(order):
             if instr.opcode is Opcode.PARAMETER:
                 self.params.append((i, instr.parameter_number or 0))
-            else:
-                self.steps.append(_Step(instr, i, [slots[id(o)] for o in instr.operands],
-                                        flush))
+                continue
+            step = _Step(instr, i, [slots[id(o)] for o in instr.operands], flush)
+            rule = step.flush
+            if rule is not None:  # no second look at what the producer flushed
+                ops = tuple(k for k in rule.operands if step.operands[k] not in flushed)
+                step.flush = rule = FlushRule(ops, rule.result) if ops or rule.result else None
+                if rule is not None and rule.result:
+                    flushed.add(i)
+            self.steps.append(step)
         self.root = slots[id(comp.root)]
         self.param_count = len(self.params)
         self.max_nbytes = max((step.nbytes for step in self.steps), default=0)

@@ -59,6 +59,13 @@ MOVES = frozenset({
 # a real number becoming a complex one of its precision are moves too.
 BIT_CONVERSIONS = frozenset({("f32", "bf16"), ("bf16", "f32")})
 
+# Ops whose real result is never subnormal when their operands are not: one of the operands,
+# an integral value, or a root of a normal number. Their results need no second look.
+NO_NEW_SUBNORMALS = frozenset({
+    Opcode.COMPARE, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.CLAMP, Opcode.SIGN, Opcode.FLOOR,
+    Opcode.CEIL, Opcode.ROUND_AFZ, Opcode.ROUND_EVEN, Opcode.SQRT, Opcode.RSQRT, Opcode.CBRT,
+})
+
 # (exponent mask, sign mask, unsigned view) of each flushed real type's bits.
 _MASKS: dict[str, tuple[int, int, str]] = {
     "bf16": (0x7F80, 0x8000, "u2"),
@@ -102,8 +109,14 @@ def rule(instr: Instruction) -> Rule | None:
     if op is Opcode.REMAINDER:
         operands = tuple(i for i in operands if i == 1)
         result = False
+    elif op is Opcode.CONVERT:  # only a narrowing float conversion makes new subnormals
+        assert src is not None and dst is not None
+        result = _flushes(instr.shape) and src.is_inexact and \
+            dst.component.bits < src.component.bits
     else:
-        result = _flushes(instr.shape)
+        out = _dtype(instr.shape)
+        result = _flushes(instr.shape) and (
+            op not in NO_NEW_SUBNORMALS or out is None or out.is_complex)
     if not operands and not result:
         return None
     return Rule(operands, result)
