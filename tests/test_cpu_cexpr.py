@@ -6,6 +6,10 @@ ctypes on inputs full of edge values (zeros of both signs, extremes, NaN, infini
 out-of-range shifts and float->int converts, division by zero) plus random bit patterns. Results
 must equal the interpreter's bit for bit (any NaN equals any NaN); transcendental functions may
 differ by mathlib's documented ulp bound (one ulp of the type for f16/bf16).
+
+Both subnormal modes (`backends/subnormals.py`): each loop runs in its file's mode (fpenv.py's
+`hf_fpcr_enter`, as `hf_entry` does), against the interpreter in the same mode; the "flush"
+file holds the cases with a type that flushes.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import pytest
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.interpreter.numerics import total_order_key
+from hlofuse.backends.subnormals import FLUSH_TYPES
 from hlofuse.errors import CompileError
 from hlofuse.ir.dtypes import DTYPES, DType
 from hlofuse.ir.instruction import Instruction
@@ -206,26 +211,34 @@ class Built:
     expected: np.ndarray
 
 
-@pytest.fixture(scope="module")
-def compiled() -> tuple[list[Built], list[str], ctypes.CDLL]:
-    """Every case the interpreter runs, its expected output, and the compiled C library."""
-    from hlofuse.backends.cpu import build
+def _flushes(case: Case) -> bool:
+    return any(dt.name in FLUSH_TYPES for dt in (*case.operand_dtypes, case.result))
+
+
+@pytest.fixture(scope="module", params=["keep", "flush"])
+def compiled(request: pytest.FixtureRequest) -> tuple[list[Built], list[str], ctypes.CDLL]:
+    """Every case the interpreter runs, its expected output, and the compiled C library, with
+    subnormals kept or flushed (`request.param`)."""
+    from hlofuse.backends.cpu import build, fpenv
 
     try:
         build.find_compiler()
     except CompileError:
         pytest.skip("no C compiler")
+    mode = request.param
     rng = np.random.default_rng(0)
     built: list[Built] = []
     missing: list[str] = []
     body: list[str] = []
     for k, case in enumerate(_cases()):
         inputs = _inputs(case, rng)
+        if mode == "flush" and not _flushes(case):
+            continue
         try:
             module = parse(case.text)
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
-                expected = interpreter.run(module, *inputs)[0]
+                expected = interpreter.run(module, *inputs, subnormals=mode)[0]
         except Exception:  # the interpreter does not run this combination
             continue
         root: Instruction = module.entry.root
@@ -241,11 +254,13 @@ def compiled() -> tuple[list[Built], list[str], ctypes.CDLL]:
         params.append(f"{cexpr.ctype(case.result)} *restrict out")
         body.append(
             f"void {fn}({', '.join(params)}, int n) {{\n"
-            f"  for (int i = 0; i < n; i++) out[i] = {cexpr.store(case.result, expr)};\n}}\n"
+            "  const hf_fpcr_t fpcr = hf_fpcr_enter();\n"
+            f"  for (int i = 0; i < n; i++) out[i] = {cexpr.store(case.result, expr)};\n"
+            "  hf_fpcr_leave(fpcr);\n}\n"
         )
         built.append(Built(case, fn, inputs, np.asarray(expected)))
-    source = cexpr.prelude() + "".join(body)
-    lib = build.load_library(source, name="test_cpu_cexpr")
+    source = fpenv.define(mode) + cexpr.prelude() + "".join(body)
+    lib = build.load_library(source, name=f"test_cpu_cexpr_{mode}")
     return built, missing, lib
 
 
@@ -314,7 +329,8 @@ def test_matches_interpreter(compiled: tuple[list[Built], list[str], ctypes.CDLL
                              op: Opcode) -> None:
     built, missing, lib = compiled
     mine = [b for b in built if b.case.op is op]
-    assert mine or op in (Opcode.IMAG,), f"the interpreter ran no case of {op.value}"
+    flush_file = bool(built) and all(_flushes(b.case) for b in built)
+    assert mine or op in (Opcode.IMAG,) or flush_file, f"the interpreter ran no case of {op.value}"
     failures = []
     for b in mine:
         got = _call(lib, b)

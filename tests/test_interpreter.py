@@ -325,14 +325,27 @@ def test_rng_bit_generator_matches_jax(algorithm: str, shape: tuple, dtype: str)
                 assert same_bits(g, w), (key, g, w)
 
 
-def test_subnormals_follow_ieee_not_xla_cpu_flushing() -> None:
-    # Documented deviation: XLA's CPU runtime flushes subnormals (DAZ/FTZ); the interpreter
-    # is IEEE 754, like numpy and the C backend.
+def test_subnormals_flush_as_xla_cpu_or_keep_as_ieee() -> None:
+    # subnormals="flush" (the default) is XLA's CPU runtime (DAZ/FTZ); "keep" is IEEE 754, like
+    # numpy. Bit moves keep subnormals either way (tests/test_subnormals.py against jax.jit).
     tiny = f32(1e-40)
-    assert unary("sign", "f32[1]", "f32[1]", tiny).tolist() == [1.0]
-    assert unary("convert", "f32[1]", "pred[1]", tiny).tolist() == [True]
-    half = binary("multiply", "f32[1]", "f32[1]", tiny, f32(0.5))
-    assert half[0] == np.float32(5e-41)
+    assert unary("sign", "f32[1]", "f32[1]", tiny).tolist() == [0.0]
+    assert unary("convert", "f32[1]", "pred[1]", tiny).tolist() == [False]
+    assert binary("multiply", "f32[1]", "f32[1]", tiny, f32(0.5))[0] == 0
+    assert unary("negate", "f32[1]", "f32[1]", tiny)[0] == -tiny[0]
+    assert unary("convert", "f32[1]", "bf16[1]", tiny)[0] != 0
+    assert unary("bitcast-convert", "f32[1]", "s32[1]", tiny)[0] == tiny.view(np.int32)[0]
+    rem = binary("remainder", "f32[2]", "f32[2]", f32(1e-40, 1.0), f32(1.0, 1e-40))
+    assert rem[0] == np.float32(1e-40) and np.isnan(rem[1])  # only the divisor flushes
+
+    def keep(text: str, *args: np.ndarray) -> np.ndarray:
+        return interpreter.run(parse("HloModule t\n\n" + text), *args, subnormals="keep")[0]
+
+    sign = "ENTRY e {\n  p = f32[1] parameter(0)\n  ROOT r = f32[1] sign(p)\n}\n"
+    assert keep(sign, tiny).tolist() == [1.0]
+    mul = ("ENTRY e {\n  a = f32[1] parameter(0)\n  b = f32[1] parameter(1)\n"
+           "  ROOT r = f32[1] multiply(a, b)\n}\n")
+    assert keep(mul, tiny, f32(0.5))[0] == np.float32(5e-41)
 
 
 def test_evaluate_returns_nested_tuples_and_run_flattens() -> None:

@@ -208,6 +208,8 @@ def test_named_pipelines_and_specs_with_pipelines() -> None:
         "call-inliner",
         "tuple-simplifier",
         "algebraic-simplifier",
+        "tree-reduction-rewriter",
+        "reduce-window-rewriter",
         "noop-removal",
         "constant-folding",
         "while-loop-simplifier",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hlofuse.backends import registry
+from hlofuse.backends import subnormals as subnormal_modes
 from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
 
@@ -45,23 +46,24 @@ def check_backend(backend: str) -> None:
 
 def build_runner(
     module: Module, *, pipeline: str | None = None, backend: str = "interpreter",
-    threads: int | None = None,
+    threads: int | None = None, subnormals: str = subnormal_modes.DEFAULT,
 ) -> tuple[Module, Callable[..., list[np.ndarray]]]:
     """Run `pipeline` (a name or a pass spec) on `module`, then bind it to `backend`."""
-    module, runner = _build(module, pipeline, backend, threads)
+    module, runner = _build(module, pipeline, backend, threads, subnormals)
     return module, runner
 
 
-def _build(module: Module, pipeline: str | None, backend: str, threads: int | None = None
-           ) -> tuple[Module, Any]:
+def _build(module: Module, pipeline: str | None, backend: str, threads: int | None = None,
+           subnormals: str = subnormal_modes.DEFAULT) -> tuple[Module, Any]:
     b = registry.get(backend)
     b.require()
     _check_threads(threads)
+    subnormal_modes.check(subnormals)
     if pipeline is not None:
         from hlofuse.passes.pipelines import run_pipeline
 
         run_pipeline(module, pipeline)
-    return module, b.compile(module, threads=threads)
+    return module, b.compile(module, threads=threads, subnormals=subnormals)
 
 
 def _check_threads(threads: int | None) -> None:
@@ -111,27 +113,32 @@ def compile(
     backend: str = DEFAULT_BACKEND,
     threads: int | None = None,
     autotune: bool = False,
+    subnormals: str = subnormal_modes.DEFAULT,
 ) -> Executable:
     """Parse (if needed), optimise with `pipeline` (None: none at all) and bind to `backend`.
     HLO text goes through the backend's compile cache when it has one. `threads`: how many
     threads the cpu backend's parallel loops may use (default: HLOFUSE_THREADS, else the CPUs
     this process may run on; 1: no threads). `autotune`: decisions the pipeline can measure
     (the `hlofuse` pipeline's unroll factors) are timed on this machine at compile time and
-    cached, instead of taken from the cost model (`pipeline{autotune=true}`).
+    cached, instead of taken from the cost model (`pipeline{autotune=true}`). `subnormals`:
+    "flush" (the default: f32/f64/bf16 subnormals become zeros, as in jax.jit on CPU) or
+    "keep" (IEEE 754, as numpy); every backend computes the same values under either
+    (`backends/subnormals.py`).
 
     The module is optimised in place; pass `module.clone()` to keep the original.
     """
     b = registry.get(backend)
     _check_threads(threads)
+    subnormal_modes.check(subnormals)
     if autotune:
         from hlofuse.passes.pipelines import with_settings
 
         pipeline = with_settings(pipeline or DEFAULT_PIPELINE, autotune=True)
     if isinstance(module_or_text, str) and b.compile_text is not None:
         b.require()
-        cached = b.compile_text(module_or_text, pipeline, threads)
+        cached = b.compile_text(module_or_text, pipeline, threads, subnormals)
         if cached is not None:
             module, runner = cached
             return Executable(module, pipeline, backend, runner)
-    module, runner = _build(_as_module(module_or_text), pipeline, backend, threads)
+    module, runner = _build(_as_module(module_or_text), pipeline, backend, threads, subnormals)
     return Executable(module, pipeline, backend, runner)

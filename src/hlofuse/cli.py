@@ -1,6 +1,7 @@
 """The `hlofuse` command line: parse | opt | run | emit | demo.
 
     hlofuse run FILE [--backend cpu|interpreter] [--pipeline xla] [--profile]
+                     [--subnormals flush|keep]
     hlofuse emit FILE [--pipeline xla] [-o out.c]      the C the cpu backend generates
 
 Every error a user can cause (bad HLO, missing files, bad inputs, unknown passes) is printed as
@@ -231,7 +232,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                        f"{backend!r})")
     module = _read_module(args.file)
     inputs = _load_inputs(module, args.inputs, args.random_inputs)
-    exe = compile(module, pipeline=_pipeline(args.pipeline), backend=backend)
+    exe = compile(module, pipeline=_pipeline(args.pipeline), backend=backend,
+                  subnormals=args.subnormals)
     t0 = time.perf_counter()
     outputs = exe(*inputs)
     elapsed = time.perf_counter() - t0
@@ -256,7 +258,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
         run_pipeline(module, pipeline)
     generate = registry.get("cpu").generate
     assert generate is not None
-    source = generate(module)
+    source = generate(module, subnormals=args.subnormals)
     if args.output:
         Path(args.output).write_text(source)
         print(f"# wrote {len(source.splitlines())} lines of C to {args.output}", file=sys.stderr)
@@ -282,6 +284,14 @@ TOOLS: tuple[tuple[str, str, str], ...] = (
     ("bench", "hlofuse.tools.bench",
      "run a benchmark from benchmarks/ (cartpole, programs, loop-overhead); results as JSON"),
 )
+
+
+def _subnormals_argument(p: argparse.ArgumentParser) -> None:
+    from hlofuse.backends import subnormals
+
+    p.add_argument("--subnormals", choices=subnormals.MODES, default=subnormals.DEFAULT,
+                   help="flush f32/f64/bf16 subnormals to zero as jax.jit on CPU does "
+                        f"(default {subnormals.DEFAULT}) or keep them (IEEE 754)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -322,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pipeline to run before executing (default xla; '' for none)")
     p.add_argument("--profile", action="store_true",
                    help="print per-kernel times (cpu backend)")
+    _subnormals_argument(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("emit", help="print the C file the cpu backend generates for a module")
@@ -329,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", default="xla",
                    help="pipeline to run before generating (default xla; '' for none)")
     p.add_argument("-o", "--output", help="write the C to this file instead of stdout")
+    _subnormals_argument(p)
     p.set_defaults(func=cmd_emit)
 
     for name, module, help_text in TOOLS:

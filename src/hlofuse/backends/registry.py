@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
 
@@ -28,11 +29,13 @@ class Backend:
     description: str
     require: Callable[[], None]  # raises an HloError saying why this backend cannot run here
     # optimised module, options -> runner: runner(*arrays) -> [arrays]. Options every backend
-    # accepts (and may ignore): threads (int | None)
+    # accepts: threads (int | None; may be ignored), subnormals ("flush" | "keep": must be
+    # honoured, `backends/subnormals.py`)
     compile: Callable[..., Any]
-    # (text, pipeline, opts) -> (the module, or a function making it on first use; runner)
+    # (text, pipeline, threads, subnormals) -> (the module, or a function making it on first
+    # use; runner)
     compile_text: Callable[..., tuple[Module | Callable[[], Module], Any] | None] | None = None
-    generate: Callable[[Module], str] | None = None  # the source it would compile
+    generate: Callable[..., str] | None = None  # (module, subnormals=) -> the source
     profiles: bool = False  # runners have .profile(*arrays, repeat=)
 
     def available(self) -> bool:
@@ -76,11 +79,12 @@ def default() -> str:
 # ----- the built-in backends -------------------------------------------------------------------
 
 
-def _interpreter_compile(module: Module, threads: int | None = None) -> Any:
+def _interpreter_compile(module: Module, threads: int | None = None,
+                         subnormals: str = DEFAULT_SUBNORMALS) -> Any:
     from hlofuse.backends import interpreter
 
     def run(*args: Any) -> list[Any]:
-        return interpreter.run(module, *args)
+        return interpreter.run(module, *args, subnormals=subnormals)
 
     return run
 
@@ -98,21 +102,22 @@ def _cpu_require() -> None:
             "or --backend interpreter on the command line)") from None
 
 
-def _cpu_compile(module: Module, threads: int | None = None) -> Any:
+def _cpu_compile(module: Module, threads: int | None = None,
+                 subnormals: str = DEFAULT_SUBNORMALS) -> Any:
     from hlofuse.backends import cpu
 
-    return cpu.compile_module(module, threads)
+    return cpu.compile_module(module, threads, subnormals)
 
 
-def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = None
-                      ) -> tuple[Module, Any] | None:
+def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = None,
+                      subnormals: str = DEFAULT_SUBNORMALS) -> tuple[Module, Any] | None:
     """HLO text through the compile cache (`backends.cpu.artifacts`): a warm compile skips the
     pipeline and the C generation; a cold one compiles and stores."""
     from hlofuse.backends.cpu import artifacts, runtime
     from hlofuse.backends.cpu.executable import CpuExecutable
 
     threads = threads or runtime.default_threads()
-    hit = artifacts.lookup(text, pipeline, threads)
+    hit = artifacts.lookup(text, pipeline, threads, subnormals)
     if hit is not None:
         make_module, program, signature = hit
         exe = CpuExecutable(make_module, program, signature)
@@ -123,15 +128,15 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
     module = parse(text)
     if pipeline is not None:
         run_pipeline(module, pipeline)
-    exe = _cpu_compile(module, threads)
-    artifacts.store(text, pipeline, module, exe.program, threads)
+    exe = _cpu_compile(module, threads, subnormals)
+    artifacts.store(text, pipeline, module, exe.program, threads, subnormals)
     return module, exe
 
 
-def _cpu_generate(module: Module) -> str:
+def _cpu_generate(module: Module, subnormals: str = DEFAULT_SUBNORMALS) -> str:
     from hlofuse.backends import cpu
 
-    return cpu.generate(module).source
+    return cpu.generate(module, subnormals=subnormals).source
 
 
 register(Backend("cpu", "generated C with explicit SIMD and a native driver (needs a C compiler)",

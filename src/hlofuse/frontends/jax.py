@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
+from hlofuse.backends.subnormals import check as check_subnormals
 from hlofuse.errors import CompileError, HloError, InputError
 from hlofuse.ir.module import Module
 from hlofuse.text import parse
@@ -87,7 +89,7 @@ def default_backend() -> str:
 
 def _build(
     module: Module, pipeline: str | None, backend: str | None, name: str,
-    threads: int | None = None,
+    threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS,
 ) -> tuple[Module, Callable[..., list[np.ndarray]], str]:
     """Optimise and bind `module`; with backend None, pick one and fall back to the interpreter
     (with a warning) when the cpu backend does not support an op of the module."""
@@ -95,11 +97,13 @@ def _build(
 
     if backend is not None:
         check_backend(backend)
-        module, run = build_runner(module, pipeline=pipeline, backend=backend, threads=threads)
+        module, run = build_runner(module, pipeline=pipeline, backend=backend, threads=threads,
+                                   subnormals=subnormals)
         return module, run, backend
     backend = default_backend()
     if backend == "interpreter":
-        module, run = build_runner(module, pipeline=pipeline, backend=backend)
+        module, run = build_runner(module, pipeline=pipeline, backend=backend,
+                                   subnormals=subnormals)
         return module, run, backend
     from hlofuse.backends.cpu import build
 
@@ -108,7 +112,8 @@ def _build(
 
         run_pipeline(module, pipeline)
     try:
-        module, run = build_runner(module, pipeline=None, backend="cpu", threads=threads)
+        module, run = build_runner(module, pipeline=None, backend="cpu", threads=threads,
+                                   subnormals=subnormals)
         return module, run, "cpu"
     except (build.CCompileError, build.CompilerNotFoundError):
         raise
@@ -119,7 +124,8 @@ def _build(
             RuntimeWarning,
             stacklevel=5,
         )
-    module, run = build_runner(module, pipeline=None, backend="interpreter")
+    module, run = build_runner(module, pipeline=None, backend="interpreter",
+                               subnormals=subnormals)
     return module, run, "interpreter"
 
 
@@ -132,6 +138,7 @@ class JittedFunction:
     pipeline: str | None = "xla"
     backend: str | None = None
     threads: int | None = None
+    subnormals: str = DEFAULT_SUBNORMALS
     _cache: dict[Any, _Compiled] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -180,7 +187,8 @@ class JittedFunction:
         out_shape = jax.eval_shape(jitted, *args, **kwargs)
         out_tree = jax.tree_util.tree_structure(out_shape)
         return _Compiled(*_build(module, self.pipeline, self.backend,
-                                 getattr(self.fn, "__name__", "fn"), self.threads), out_tree)
+                                 getattr(self.fn, "__name__", "fn"), self.threads,
+                                 self.subnormals), out_tree)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         compiled, arrays = self._compiled(args, kwargs)
@@ -201,20 +209,24 @@ def jit(
     backend: str | None = None,
     threads: int | None = None,
     autotune: bool = False,
+    subnormals: str = DEFAULT_SUBNORMALS,
 ) -> Any:
     """Like `jax.jit`, but hlofuse compiles and runs the function.
 
     Usable as `@jit` or `@jit(static_argnums=1, pipeline="simplify")`. `pipeline` is a pipeline
     name or pass spec (None: run the module as lowered); `backend` is "cpu", "interpreter" or
     None (cpu if a C compiler exists, with an interpreter fallback for unsupported ops);
-    `threads` and `autotune` as for `hlofuse.compile`.
+    `threads`, `autotune` and `subnormals` ("flush", as jax.jit on CPU, or "keep") as for
+    `hlofuse.compile`.
     """
+    check_subnormals(subnormals)
     if autotune:
         from hlofuse.passes.pipelines import with_settings
 
         pipeline = with_settings(pipeline or "xla", autotune=True)
 
     def wrap(f: Callable[..., Any]) -> JittedFunction:
-        return JittedFunction(f, _normalize_static(static_argnums), pipeline, backend, threads)
+        return JittedFunction(f, _normalize_static(static_argnums), pipeline, backend, threads,
+                              subnormals)
 
     return wrap(fn) if fn is not None else wrap

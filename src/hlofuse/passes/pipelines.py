@@ -1,6 +1,7 @@
 """Named pipelines, as plain functions returning a pass (a `Pipeline` or a `Fixpoint`).
 
-    simplify = Fixpoint(call-inliner, tuple-simplifier, algebraic-simplifier, noop-removal,
+    simplify = Fixpoint(call-inliner, tuple-simplifier, algebraic-simplifier,
+                        tree-reduction-rewriter, reduce-window-rewriter, noop-removal,
                         constant-folding, while-loop-simplifier, cse, dce)
 
 `run_pipeline(module, name_or_spec)` is what the CLI and `hlofuse.compile` call: a name from
@@ -28,12 +29,16 @@ from hlofuse.passes.simplify.cse import Cse
 from hlofuse.passes.simplify.dce import Dce
 from hlofuse.passes.simplify.inline import CallInliner
 from hlofuse.passes.simplify.noops import NoopRemoval
+from hlofuse.passes.simplify.scan_rewriter import ReduceWindowRewriter
+from hlofuse.passes.simplify.tree_reduction import TreeReductionRewriter
 from hlofuse.passes.simplify.tuples import TupleSimplifier
 from hlofuse.passes.simplify.while_loops import WhileLoopSimplifier
 
 
 def simplify(max_iterations: int = 25) -> Fixpoint:
-    """XLA's "simplification" fixpoint, restricted to the passes hlofuse has."""
+    """XLA's "simplification" fixpoint, restricted to the passes hlofuse has. With XLA CPU's
+    reduction rewrites (after the algebraic simplifier, as there), so sums of f16/bf16 and scans
+    associate as jax.jit's do (tree_reduction.py, scan_rewriter.py)."""
     return Fixpoint(
         Pipeline(
             "simplify",
@@ -41,6 +46,8 @@ def simplify(max_iterations: int = 25) -> Fixpoint:
                 CallInliner(),
                 TupleSimplifier(),
                 AlgebraicSimplifier(),
+                TreeReductionRewriter(),
+                ReduceWindowRewriter(),
                 NoopRemoval(),
                 ConstantFolding(),
                 WhileLoopSimplifier(),

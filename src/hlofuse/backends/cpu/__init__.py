@@ -30,6 +30,8 @@ The pieces, in the order a module flows through them:
                    with ctypes; translation units compiled in parallel, each object cached
     executable.py  `CpuExecutable`: argument checks like the interpreter, the ctypes call, and
                    `profile()` from the -DHF_PROFILE build
+    fpenv.py       the floating-point control register: subnormals flushed (XLA's CPU runtime)
+                   or kept for the duration of `hf_entry`, in the caller and in pool workers
 
 Input is hostile (docs/security.md): `limits.py` bounds sizes, integers and nesting before any C
 is written; `ctext.py` is the only way input text (comments) and integers reach the C;
@@ -45,6 +47,9 @@ not support raises a CompileError subclass naming the instruction; without a C c
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
+from hlofuse.backends.subnormals import check as check_subnormals
 
 if TYPE_CHECKING:
     from hlofuse.backends.cpu.contract import Program
@@ -65,19 +70,24 @@ def available() -> bool:
     return True
 
 
-def generate(module: Module, threads: int | None = None) -> Program:
+def generate(module: Module, threads: int | None = None,
+             subnormals: str = DEFAULT_SUBNORMALS) -> Program:
     """The C program for an (optimised) module, without compiling it. `threads`: how many
     threads parallel loops may use (default `runtime.default_threads()`: HLOFUSE_THREADS, else
-    the CPUs this process may run on). Collectives, async wrappers and batch norm are first
-    lowered to plain HLO with their one-device values (on a copy: `one_device.py`)."""
+    the CPUs this process may run on). `subnormals`: "flush" (XLA's CPU runtime: FTZ and DAZ
+    while `hf_entry` runs) or "keep" (`backends/subnormals.py`, `fpenv.py`). Collectives, async
+    wrappers and batch norm are first lowered to plain HLO with their one-device values (on a
+    copy: `one_device.py`)."""
     from hlofuse.backends.cpu import driver, one_device, runtime
 
     return driver.generate(one_device.prepare(module),
-                           threads=threads or runtime.default_threads())
+                           threads=threads or runtime.default_threads(),
+                           subnormals=check_subnormals(subnormals))
 
 
-def compile_module(module: Module, threads: int | None = None) -> CpuExecutable:
+def compile_module(module: Module, threads: int | None = None,
+                   subnormals: str = DEFAULT_SUBNORMALS) -> CpuExecutable:
     """Generate, compile (through the cache) and load an already optimised module."""
     from hlofuse.backends.cpu.executable import CpuExecutable
 
-    return CpuExecutable(module, generate(module, threads))
+    return CpuExecutable(module, generate(module, threads, subnormals))

@@ -1,7 +1,7 @@
 """The compile cache above the library cache: HLO text + pipeline -> optimised module + Program.
 
-    compile(text, pipeline, threads)
-        ──sha256(text, pipeline, threads, hlofuse code)──▶ <cache>/programs/<key>.json
+    compile(text, pipeline, threads, subnormals)
+        ──sha256(text, pipeline, threads, subnormals, hlofuse code)──▶ <cache>/programs/<key>.json
                                   holds: the optimised module as HLO text, the Program as JSON
                                   (C source, kernel table, shapes as HLO shape text)
 
@@ -31,6 +31,7 @@ from typing import Any
 from hlofuse.backends.cpu import cachefs
 from hlofuse.backends.cpu.contract import Kernel, Program
 from hlofuse.backends.cpu.executable import Signature
+from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
 from hlofuse.ir.shape import ArrayShape, Shape, format_shape
@@ -50,15 +51,17 @@ def code_version() -> str:
     return h.hexdigest()
 
 
-def key(text: str, pipeline: str | None, threads: int | None = None) -> str:
+def key(text: str, pipeline: str | None, threads: int | None = None,
+        subnormals: str = DEFAULT_SUBNORMALS) -> str:
     """The entry's name: hlofuse's code, the pipeline, the threads (default: the runtime's
-    default) and the text."""
+    default), the subnormals setting and the text."""
     if threads is None:
         from hlofuse.backends.cpu import runtime
 
         threads = runtime.default_threads()
     h = hashlib.sha256()
-    for part in (code_version(), repr(pipeline), f"threads={threads}", text):
+    for part in (code_version(), repr(pipeline), f"threads={threads}",
+                 f"subnormals={subnormals}", text):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -193,14 +196,15 @@ def _split(value: list[Any], size: int) -> tuple[int, int]:
 # ----- the cache --------------------------------------------------------------------------------
 
 
-def lookup(text: str, pipeline: str | None, threads: int | None = None
+def lookup(text: str, pipeline: str | None, threads: int | None = None,
+           subnormals: str = DEFAULT_SUBNORMALS
            ) -> tuple[Callable[[], Module], Program, Signature] | None:
     """What was compiled earlier from this text, or None: a function that parses the
     optimised module (called only when the module itself is asked for: a call needs only the
     signature), the program, and the entry's signature."""
     from hlofuse.text import parse
 
-    payload = cachefs.read_entry(_path(key(text, pipeline, threads)), KIND)
+    payload = cachefs.read_entry(_path(key(text, pipeline, threads, subnormals)), KIND)
     if payload is None:
         return None
     try:
@@ -216,7 +220,7 @@ def lookup(text: str, pipeline: str | None, threads: int | None = None
 
 
 def store(text: str, pipeline: str | None, module: Module, program: Program,
-          threads: int | None = None) -> None:
+          threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS) -> None:
     """Remember `module` (after its pipeline) and `program` for this text; best effort."""
     from hlofuse.text import print_module
 
@@ -224,7 +228,7 @@ def store(text: str, pipeline: str | None, module: Module, program: Program,
             "signature": signature_to_data(Signature.of(module)),
             "program": program_to_data(program)}
     payload = json.dumps(data, separators=(",", ":")).encode()
-    path = _path(key(text, pipeline, threads))
+    path = _path(key(text, pipeline, threads, subnormals))
     try:
         cachefs.write_entry(path, KIND, payload)
     except OSError as exc:

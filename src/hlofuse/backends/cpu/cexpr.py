@@ -424,11 +424,15 @@ def _float_op(instr: _Op, dt: DType, ops: list[str]) -> str:
             # rounds small floats to their type)
             return _round(dt, f"hf_reduce_precision_f32({ops[0]}, {e}, {m})")
         return f"hf_reduce_precision_{_name(dt)}({ops[0]}, {e}, {m})"
+    # Math functions read their operands flushed when the file flushes subnormals (fpenv.py):
+    # under DAZ, mathlib's and libm's bit tricks would still see a subnormal's exponent.
+    flushed = [f"hf_ftz_{sfx}({o})" for o in ops]
     if op in _MATH_OPS or op is Opcode.LOGISTIC:
-        return _math_call(op, dt, ops)
+        return _math_call(op, dt, flushed)
     if op in _LIBM_UNARY:  # in double, rounded once (f64: the C library's own accuracy)
         fn = _LIBM_UNARY[op]
-        return f"{fn}{ops[0]}" if f64 else _round(dt, f"((float){fn}((double){ops[0]}))")
+        x = flushed[0]
+        return f"{fn}({x})" if f64 else _round(dt, f"((float){fn}((double){x}))")
     raise _unsupported(instr, dt)
 
 

@@ -13,7 +13,9 @@ What the helpers guarantee (each matches `backends/interpreter/elementwise.py` b
   (or the sign fill), negative integer exponents give 0 except for base 1.
 - float -> integer converts truncate, saturate and send NaN to 0.
 - Float min/max propagate NaN and return the second operand when the operands compare equal, like
-  numpy's minimum/maximum (so max(-0, +0) = +0 and max(+0, -0) = -0).
+  numpy's minimum/maximum (so max(-0, +0) = +0 and max(+0, -0) = -0). They and sign return an
+  operand, not a computed value, so a file that flushes subnormals zeroes a subnormal result
+  (`fpenv.py`: the hardware mode flushes only what it computes).
 - reduce-precision follows XLA's EmitReducePrecisionIR (quiet_nans=false).
 - Kernel scratch memory comes from `hf_alloc`, which never returns NULL: a failure jumps back
   to `hf_entry`, which reports it (status 3, the bytes and the kernel).
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import functools
 
-from hlofuse.backends.cpu import cprelude_types
+from hlofuse.backends.cpu import cprelude_types, fpenv
 
 _INCLUDES = """\
 #include <stdint.h>
@@ -113,10 +115,11 @@ static inline double hf_f64_from_bits(uint64_t u) { double f; memcpy(&f, &u, 8);
 static inline float hf_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t em = (uint32_t)(h & 0x7fffu);
-  /* exact: rebias normals and normalise subnormals by one multiplication by 2^112 */
-  uint32_t bits = hf_f32_bits(hf_f32_from_bits(em << 13) * 0x1p+112f);
-  bits |= em >= 0x7c00u ? 0x7f800000u : 0u;
-  return hf_f32_from_bits(bits | sign);
+  /* normals, inf and NaN: the exponent rebiased; subnormals: the integer times 2^-24 (exact,
+     and no subnormal operand, so right whether or not the hardware flushes them, fpenv.py) */
+  uint32_t norm = ((em << 13) + 0x38000000u) | (em >= 0x7c00u ? 0x7f800000u : 0u);
+  uint32_t sub = hf_f32_bits((float)em * 0x1p-24f);
+  return hf_f32_from_bits((em < 0x400u ? sub : norm) | sign);
 }
 static inline uint16_t hf_f32_to_f16(float f) {
   uint32_t x = hf_f32_bits(f);
@@ -172,9 +175,11 @@ static inline int64_t hf_tokey_f64(double f) {
 """
 
 _FLOAT_T = r"""
-static inline FT hf_max_SFX(FT a, FT b) { return (a > b || a != a) ? a : b; }
-static inline FT hf_min_SFX(FT a, FT b) { return (a < b || a != a) ? a : b; }
-static inline FT hf_sign_SFX(FT x) { return (x != x || x == 0) ? x : COPYSIGN((FT)1, x); }
+static inline FT hf_max_SFX(FT a, FT b) { return hf_ftz_SFX((a > b || a != a) ? a : b); }
+static inline FT hf_min_SFX(FT a, FT b) { return hf_ftz_SFX((a < b || a != a) ? a : b); }
+static inline FT hf_sign_SFX(FT x) {
+  return hf_ftz_SFX((x != x || x == 0) ? x : COPYSIGN((FT)1, x));
+}
 static inline FT hf_round_afz_SFX(FT x) {
   FT t = TRUNC(x);
   return FABS(x - t) >= (FT)0.5 ? t + COPYSIGN((FT)1, x) : t;
@@ -362,7 +367,8 @@ def _rp_helpers() -> str:
 @functools.cache
 def helpers() -> str:
     """The helper functions (no includes, no mathlib)."""
-    parts = [_ALLOC, _PARALLEL, _FLOAT_CORE, _float_helpers("f32"), _float_helpers("f64")]
+    parts = [_ALLOC, fpenv.C, _PARALLEL, _FLOAT_CORE, _float_helpers("f32"),
+             _float_helpers("f64")]
     parts += [_cvt_helpers("f32"), _cvt_helpers("f64")]
     parts += [_int_helpers(name) for name in _INT_TYPES]
     parts.append(_rp_helpers())

@@ -184,9 +184,29 @@ static inline {vt} {name}({self.t('u8', w)} p, {vt} a, {vt} b)
         word = "max" if is_max else "min"
         name = f"hf_v{word}_{vt[3:]}"
         cmp = ">" if is_max else "<"
-        nan = " | (a != a)" if short in ("f32", "f64") else ""
+        if short not in ("f32", "f64"):
+            self._add(name, f"static inline {vt} {name}({vt} a, {vt} b) "
+                            f"{{ return {blend}((a {cmp} b), a, b); }}")
+            return name
+        ftz = self.ftz(short, w)  # the chosen operand: zeroed if subnormal and flushing
         self._add(name, f"static inline {vt} {name}({vt} a, {vt} b) "
-                        f"{{ return {blend}((a {cmp} b){nan}, a, b); }}")
+                        f"{{ return {ftz}({blend}((a {cmp} b) | (a != a), a, b)); }}")
+        return name
+
+    def ftz(self, short: str, w: int) -> str:
+        """fpenv's hf_ftz on vectors: subnormal lanes become zeros of their sign when the file
+        flushes subnormals; the identity otherwise."""
+        vt, ut = self.t(short, w), self.t(_utype(short), w)
+        name = f"hf_vftz_{vt[3:]}"
+        exp, keep = (("0x7f800000u", "0x7fffffffu") if short == "f32" else
+                     ("0x7ff0000000000000ull", "0x7fffffffffffffffull"))
+        self._add(name, f"static inline {vt} {name}({vt} a) {{\n"
+                        "#if HF_FLUSH_SUBNORMALS\n"
+                        f"  const {ut} u = ({ut})a;\n"
+                        f"  return ({vt})(u & ~(({ut})((u & {exp}) == 0) & {keep}));\n"
+                        "#else\n"
+                        "  return a;\n"
+                        "#endif\n}")
         return name
 
     def fabs(self, short: str, w: int) -> str:
@@ -212,9 +232,9 @@ static inline {f} {names['f16_to_f32']}({u16} h)
     {u32} x = __builtin_convertvector(h, {u32});
     {u32} sign = (x & 0x8000u) << 16;
     {u32} em = x & 0x7fffu;
-    {u32} bits = ({u32})(({f})(em << 13) * 0x1p+112f);
-    bits |= ({u32})(em >= 0x7c00u) & 0x7f800000u;
-    return ({f})(bits | sign);
+    {u32} norm = ((em << 13) + 0x38000000u) | (({u32})(em >= 0x7c00u) & 0x7f800000u);
+    {u32} sub = ({u32})(__builtin_convertvector(em, {f}) * 0x1p-24f);
+    return ({f})({sel}(em < 0x400u, sub, norm) | sign);
 }}""")
         self._add(names["f32_to_f16"], f"""
 static inline {u16} {names['f32_to_f16']}({f} v)
@@ -351,8 +371,8 @@ def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str
         if code is Opcode.CLAMP:
             mx, mn = lib.minmax(short, w, True), lib.minmax(short, w, False)
             return f"{mn}({mx}({a[1]}, {a[0]}), {a[2]})"
-        if code in _VMATH and short == "f32":
-            return rounded(f"{lib.vmath(_VMATH[code], w)}({a[0]})")
+        if code in _VMATH and short == "f32":  # operands flushed as cexpr's math calls
+            return rounded(f"{lib.vmath(_VMATH[code], w)}({lib.ftz(short, w)}({a[0]}))")
         return None
     if dt.is_pred:
         if code in _PRED_BINARY:

@@ -18,7 +18,9 @@ What each instruction becomes (decided by schedule.py, printed here):
   call: the callee inlined.
 
 `hf_entry` allocates the arena and calls `hf_run` (the entry computation) under a
-`sigsetjmp` that catches a kernel's failed scratch allocation; every while-loop iteration
+`sigsetjmp` that catches a kernel's failed scratch allocation, with the calling thread's
+floating-point control register set to the file's subnormal mode and restored afterwards
+(`fpenv.py`; `#define HF_FLUSH_SUBNORMALS` heads the file); every while-loop iteration
 polls the process's SIGINT counter (`runtime.py`) with one relaxed load. Statuses: 0 done,
 1 no arena, 2 stopped by SIGINT, 3 a kernel's scratch allocation failed (`hf_failure`).
 Nothing from the input is printed as code: comments go through `ctext.comment`, names are
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import re
 
-from hlofuse.backends.cpu import cexpr, limits
+from hlofuse.backends.cpu import cexpr, fpenv, limits
 from hlofuse.backends.cpu.assign import assign
 from hlofuse.backends.cpu.buffers import is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
@@ -66,6 +68,7 @@ from hlofuse.backends.cpu.schedule import (
     While,
     schedule,
 )
+from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -111,7 +114,8 @@ static inline uint64_t hf_now_ns(void) {{
 """
 
 # hf_entry: the arena, then hf_run under a setjmp that catches a kernel's failed allocation
-# (cprelude's hf_alloc). hf_run is not inlined: setjmp would pessimise its loops. Statuses:
+# (cprelude's hf_alloc), in the file's subnormal mode (fpenv.py: the caller's control register
+# is restored on every way out). hf_run is not inlined: setjmp would pessimise its loops. Statuses:
 # 0 done, 1 no arena, 2 stopped by SIGINT, 3 a kernel could not allocate scratch (hf_failure
 # says which kernel and how many bytes).
 _ENTRY = """
@@ -124,6 +128,7 @@ int {entry}(void *const *args, void *const *results) {{
   volatile int64_t hf_kernel = -1;
   sigjmp_buf hf_jb;
   sigjmp_buf *const hf_prev = hf_oom_jmp;
+  const hf_fpcr_t hf_fpcr = hf_fpcr_enter(); /* this file's subnormal mode, until we return */
   int status;
   if (sigsetjmp(hf_jb, 0)) {{
     hf_oom_kernel = hf_kernel;
@@ -132,6 +137,7 @@ int {entry}(void *const *args, void *const *results) {{
     hf_oom_jmp = &hf_jb;
     status = hf_run(args, results, hf_arena, &hf_kernel);
   }}
+  hf_fpcr_leave(hf_fpcr);
   hf_oom_jmp = hf_prev;
   free(hf_arena);
   return status;
@@ -224,13 +230,14 @@ def _default_lowering(threads: int) -> KernelLowering:
 
 
 def generate(module: Module, *, kernel_lowering: KernelLowering | None = None,
-             threads: int = 1) -> Program:
+             threads: int = 1, subnormals: str = DEFAULT_SUBNORMALS) -> Program:
     """The C program for `module` (already through its pipeline; no passes run here). Its
-    parallel loops may use `threads` threads of the runtime's pool (1: none)."""
+    parallel loops may use `threads` threads of the runtime's pool (1: none); `hf_entry` runs
+    with subnormals flushed or kept (`subnormals`, fpenv.py)."""
     limits.check_module(module)
     _check_supported(module)
     sched = schedule(module, kernel_lowering or _default_lowering(threads), NameLog(_RESERVED))
-    return _Printer(sched).program(module)
+    return _Printer(sched, subnormals).program(module)
 
 
 def _reachable(module: Module) -> list[Computation]:
@@ -283,8 +290,9 @@ def _bitcast_problem(instr: Instruction) -> str | None:
 class _Printer:
     """Prints a scheduled, assigned program as C."""
 
-    def __init__(self, sched: Schedule) -> None:
+    def __init__(self, sched: Schedule, subnormals: str = DEFAULT_SUBNORMALS) -> None:
         self.s = sched
+        self.subnormals = subnormals
         self.lines: list[str] = []
         self._depth = 1
 
@@ -329,7 +337,7 @@ class _Printer:
         for k in sched.kernels:
             check_integers(k.source, f"kernel {k.name} (instruction {k.instruction})")
         check_integers(consts + "\n" + entry, f"the driver of module {module.name}")
-        head = _join([cexpr.prelude(),
+        head = _join([fpenv.define(self.subnormals) + cexpr.prelude(),
                       "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"])
         kernels = _join([k.source for k in sched.kernels])
         tail = _join([

@@ -11,10 +11,13 @@
 and run by `hf_rt_parallel_for(fn, args, lo, hi, step, threads)`: the calling thread and up to
 threads - 1 pool workers claim chunks of [lo, hi) from an atomic counter (about 4 chunks per
 thread, multiples of `step`), so a thread that gets less CPU (another process busy on its core)
-simply runs fewer chunks. Nobody spins for long: a worker waits for the next job by spinning
-`HF_SPIN` pauses (about 0.1 ms: a pause is ~65 cycles on AMD Zen, ~140 on recent Intel), then
-sleeps on a condition variable; the caller, once no chunk is left, waits the same way for
-workers still inside a chunk. A worker that wakes after
+simply runs fewer chunks. A worker runs a job's chunks under the floating-point control
+register of the thread that started it (`fpenv.py`: subnormals flushed or kept as the calling
+module's `hf_entry` set them), so every thread of one call computes the same values. Nobody
+spins for long: a worker waits for the next job by spinning `HF_SPIN` pauses (about 0.1 ms: a
+pause is ~65 cycles on AMD Zen, ~140 on recent Intel), then sleeps on a condition variable;
+the caller, once no chunk is left, waits the same way for workers still inside a chunk. A
+worker that wakes after
 the caller closed the job does not join it, so nobody ever waits for a thread the OS has
 descheduled before it started. One job runs at a time; a second caller (another Python thread)
 runs its loop serially instead of waiting. Modules start with a serial `hf_parallel_ptr` and the
@@ -45,11 +48,14 @@ import os
 import signal
 import threading
 
+from hlofuse.backends.cpu import fpenv
+
 RUNTIME_SOURCE = r"""
 #include <signal.h>
 #include <string.h>
 #include <stdint.h>
 #include <pthread.h>
+""" + fpenv.C + r"""
 #if defined(__x86_64__) || defined(__i386__)
 #define HF_PAUSE() __builtin_ia32_pause()
 #elif defined(__aarch64__)
@@ -105,6 +111,7 @@ static int hf_active;       /* workers inside the job (atomic; changed under hf_
 static int hf_wanted;       /* workers that may join the current job */
 static hf_task_fn hf_fn;
 static void *const *hf_args;
+static hf_fpcr_t hf_job_fpcr; /* the caller's floating-point control register (subnormals) */
 static int64_t hf_next, hf_hi, hf_chunk; /* hf_next: atomic */
 
 static void hf_chunks(void) {
@@ -135,6 +142,7 @@ static void *hf_worker(void *arg) {
     if (join) __atomic_add_fetch(&hf_active, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_unlock(&hf_mu);
     if (!join) continue;
+    if (hf_fpcr_get() != hf_job_fpcr) hf_fpcr_set(hf_job_fpcr); /* the caller's mode */
     hf_chunks();
     pthread_mutex_lock(&hf_mu);
     if (__atomic_sub_fetch(&hf_active, 1, __ATOMIC_ACQ_REL) == 0) pthread_cond_signal(&hf_done);
@@ -172,6 +180,7 @@ void hf_rt_parallel_for(hf_task_fn fn, void *const *args, int64_t lo, int64_t hi
   pthread_mutex_lock(&hf_mu);
   hf_fn = fn;
   hf_args = args;
+  hf_job_fpcr = hf_fpcr_get();
   hf_hi = hi;
   hf_chunk = chunk;
   __atomic_store_n(&hf_next, lo, __ATOMIC_RELAXED);

@@ -18,9 +18,16 @@ loop itself.
 
 Numerics: every float op is computed in f64 and rounded once to its result type, so + - * /
 sqrt are correctly rounded and transcendentals are (nearly always) correctly rounded too;
-XLA's CPU backend uses polynomial approximations (a few ulp away) and accumulates sums and
-dots in the element type. Known deviation: XLA's CPU runtime flushes f32/f64 subnormals to
-zero (inputs and results, DAZ/FTZ); the interpreter keeps IEEE 754 subnormals.
+XLA's CPU backend uses polynomial approximations (a few ulp away). f32/f64 sums and dots
+accumulate in f64 and round once; f16/bf16 reductions accumulate in their own type, one
+rounding per reducer application, in order (`reductions.py`), as XLA's CPU backend does.
+
+Subnormals (`subnormals=`, `backends/subnormals.py`): "flush" (the default of `run`,
+`evaluate` and `evaluate_computation`) emulates XLA's CPU runtime, which runs with FTZ and DAZ
+set: f32/f64/bf16 arithmetic reads subnormal operands and writes subnormal results as zeros of
+their sign, ops that only move bits keep them (`flush.py`); "keep" is IEEE 754. The
+`Interpreter` class itself keeps them unless told otherwise: constant folding, like XLA's,
+computes in IEEE arithmetic.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from hlofuse.backends.interpreter import (  # noqa: F401  (register the handlers
     sorting,
 )
 from hlofuse.backends.interpreter.core import HANDLERS, IDENTITY_CUSTOM_CALLS, Interpreter
+from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.errors import InputError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import from_numpy
@@ -137,18 +145,22 @@ def _writable(value: Literal) -> Literal:
     return value if value.flags.writeable else value.copy()
 
 
-def evaluate_computation(comp: Computation, args: Sequence[Literal]) -> Literal:
+def evaluate_computation(comp: Computation, args: Sequence[Literal], *,
+                         subnormals: str = DEFAULT_SUBNORMALS) -> Literal:
     """The value of `comp`'s root with `args` bound to its parameters (not checked)."""
+    interp = Interpreter(subnormals)
     with np.errstate(all="ignore"):
-        return _writable(Interpreter().call(comp, list(args)))
+        return _writable(interp.call(comp, list(args)))
 
 
-def evaluate(module: Module, args: Sequence[Literal]) -> Literal:
+def evaluate(module: Module, args: Sequence[Literal], *,
+             subnormals: str = DEFAULT_SUBNORMALS) -> Literal:
     """The value of the entry computation's root: an array, or a tuple of values."""
     checked = check_args(module, args)
-    return evaluate_computation(module.entry, checked)
+    return evaluate_computation(module.entry, checked, subnormals=subnormals)
 
 
-def run(module: Module, *args: Literal) -> list[np.ndarray]:
+def run(module: Module, *args: Literal, subnormals: str = DEFAULT_SUBNORMALS
+        ) -> list[np.ndarray]:
     """Evaluate and flatten the result: the leaves of nested tuples, depth-first."""
-    return flatten(evaluate(module, args))
+    return flatten(evaluate(module, args, subnormals=subnormals))

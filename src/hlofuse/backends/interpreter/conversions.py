@@ -22,6 +22,7 @@ import numpy as np
 from hlofuse.backends.interpreter import numerics
 from hlofuse.backends.interpreter.core import Interpreter, handles, unsupported
 from hlofuse.backends.interpreter.elementwise import dtype_of, result_dtype
+from hlofuse.backends.subnormals import FLUSH_TYPES
 from hlofuse.ir.dtypes import DType, int_range
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
@@ -61,9 +62,23 @@ def convert(x: np.ndarray, to: DType) -> np.ndarray:
     return x.astype(to.np)
 
 
+# f8e8m0fnu's smallest value, 2^-127, is an f32 subnormal: where subnormals flush, a conversion
+# between it and the types that flush goes through an f32 that flushes (as the cpu backend's, and
+# XLA's, computing in f32 does).
+_VIA_F32 = frozenset({"f8e8m0fnu"})
+_F32_TINY = 2.0**-126
+
+
 @handles(Opcode.CONVERT)
 def _convert(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    return convert(ops[0], result_dtype(instr))
+    x, to = np.asarray(ops[0]), result_dtype(instr)
+    src = dtype_of(x)
+    if interp.flush and src.is_float and to.is_inexact and (
+            {src.name, to.name} & _VIA_F32) and {src.name, to.name} & FLUSH_TYPES:
+        wide = x.astype(np.float64)
+        wide = np.where(np.abs(wide) < _F32_TINY, np.copysign(0.0, wide), wide)
+        return convert(wide, to)
+    return convert(x, to)
 
 
 @handles(Opcode.BITCAST_CONVERT)

@@ -29,6 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.backends.interpreter.flush import Rule as FlushRule
+from hlofuse.backends.interpreter.flush import flush as flush_value
+from hlofuse.backends.interpreter.flush import rule as flush_rule
+from hlofuse.backends.subnormals import FLUSH, KEEP
+from hlofuse.backends.subnormals import check as check_subnormals
 from hlofuse.errors import AllocationError, HloError, InterpreterError, InterpreterLimitError
 from hlofuse.ir import limits
 from hlofuse.ir.computation import Computation
@@ -113,13 +118,14 @@ _SCALAR_SAFE = {
 class _Step:
     """One instruction of a computation's evaluation plan."""
 
-    __slots__ = ("dims", "dtype", "fn", "instr", "nbytes", "operands", "slot")
+    __slots__ = ("dims", "dtype", "flush", "fn", "instr", "nbytes", "operands", "slot")
 
-    def __init__(self, instr: Instruction, slot: int, operands: list[int]) -> None:
+    def __init__(self, instr: Instruction, slot: int, operands: list[int], flush: bool) -> None:
         self.instr = instr
         self.slot = slot
         self.operands = operands
         self.fn = HANDLERS.get(instr.opcode)
+        self.flush = flush_rule(instr) if flush else None
         shape = instr.shape
         self.dims = shape.dims if isinstance(shape, ArrayShape) else None
         self.dtype = shape.dtype.np if isinstance(shape, ArrayShape) else None
@@ -127,19 +133,28 @@ class _Step:
 
 
 class _Plan:
-    """A computation in evaluation order: parameter slots, steps, and the root's slot."""
+    """A computation in evaluation order: parameter slots, steps, and the root's slot (each
+    step with its subnormal flushing when `flush`)."""
 
-    def __init__(self, comp: Computation) -> None:
+    def __init__(self, comp: Computation, flush: bool) -> None:
         order = comp.post_order()
         slots = {id(instr): i for i, instr in enumerate(order)}
         self.size = len(order)
         self.params: list[tuple[int, int]] = []
         self.steps: list[_Step] = []
+        flushed: set[int] = set()  # slots whose value a step already flushed
         for i, instr in enumerate(order):
             if instr.opcode is Opcode.PARAMETER:
                 self.params.append((i, instr.parameter_number or 0))
-            else:
-                self.steps.append(_Step(instr, i, [slots[id(o)] for o in instr.operands]))
+                continue
+            step = _Step(instr, i, [slots[id(o)] for o in instr.operands], flush)
+            rule = step.flush
+            if rule is not None:  # no second look at what the producer flushed
+                ops = tuple(k for k in rule.operands if step.operands[k] not in flushed)
+                step.flush = rule = FlushRule(ops, rule.result) if ops or rule.result else None
+                if rule is not None and rule.result:
+                    flushed.add(i)
+            self.steps.append(step)
         self.root = slots[id(comp.root)]
         self.param_count = len(self.params)
         self.max_nbytes = max((step.nbytes for step in self.steps), default=0)
@@ -147,9 +162,11 @@ class _Plan:
 
 class Interpreter:
     """Evaluates computations. One instance caches per-computation facts (evaluation plans,
-    vectorisability); it holds no values between calls."""
+    vectorisability); it holds no values between calls. `subnormals`: "keep" (IEEE 754, the
+    default here: constant folding, like XLA's) or "flush" (XLA's CPU runtime, `flush.py`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, subnormals: str = KEEP) -> None:
+        self.flush = check_subnormals(subnormals) == FLUSH
         self._plans: dict[int, _Plan] = {}
         self._vectorizable: dict[int, bool] = {}
         self._vectorised_depth = 0  # > 0 while a scalar computation runs on whole arrays
@@ -161,7 +178,7 @@ class Interpreter:
     def plan(self, comp: Computation) -> _Plan:
         plan = self._plans.get(id(comp))
         if plan is None:
-            plan = self._plans[id(comp)] = _Plan(comp)
+            plan = self._plans[id(comp)] = _Plan(comp, self.flush)
         return plan
 
     def call(self, comp: Computation, args: Sequence[Literal], *, check: bool = True) -> Literal:
@@ -200,7 +217,16 @@ class Interpreter:
             if big and step.nbytes > self._allocation_limit:
                 limits.check_allocation(step.nbytes, f"the result of {where(instr)}")
             try:
-                value = fn(self, instr, [env[i] for i in step.operands])
+                args = [env[i] for i in step.operands]
+                rule = step.flush
+                if rule is None:
+                    value = fn(self, instr, args)
+                else:
+                    for i in rule.operands:
+                        args[i] = flush_value(args[i])
+                    value = fn(self, instr, args)
+                    if rule.result:
+                        value = flush_value(value)
             except HloError:
                 raise
             except Exception as exc:  # a bug or an unexpected input: name the instruction

@@ -25,6 +25,7 @@ from hlofuse.backends.interpreter.core import (
     out_np,
     unsupported,
 )
+from hlofuse.backends.interpreter.flush import flush
 from hlofuse.backends.interpreter.reductions import simple_reducer
 from hlofuse.backends.interpreter.shaping import pad_array
 from hlofuse.ir.computation import Computation
@@ -125,9 +126,15 @@ def combine_at(
     if ufunc is not None:
         work = flats[0]
         if work.dtype.kind not in "iub":  # floats: combine in f64, round once
+            value = values[0]
+            if interp.flush:  # the combined elements read and write flushed values
+                work[flat_index] = flush(work[flat_index])
+                value = flush(value)
             wide = work.astype(np.float64)
-            ufunc.at(wide, flat_index, values[0].astype(np.float64))
+            ufunc.at(wide, flat_index, value.astype(np.float64))
             work[...] = wide.astype(work.dtype)
+            if interp.flush:
+                work[flat_index] = flush(work[flat_index])
         else:
             ufunc.at(work, flat_index, values[0].astype(work.dtype, copy=False))
         return

@@ -4,8 +4,16 @@ reduce and reduce-window apply their `to_apply` computation. The common scalar r
 add/multiply/maximum/minimum/and/or/xor of the two parameters) run as a numpy `ufunc.reduce`;
 any other reducer that is elementwise (argmax-style variadic reducers, for example) is applied
 vectorised in a pairwise tree over the reduced elements (XLA leaves the order unspecified, and
-requires an associative reducer). Float sums accumulate in f64 and round once at the end,
-so float results may differ from XLA's (which accumulates in the type) in the last bits.
+requires an associative reducer). f32/f64 sums accumulate in f64 and round once at the end, so
+they may differ from XLA's (which accumulates in the type) in the last bits.
+
+Floats narrower than f32 (f16, bf16, the 8-bit floats) accumulate in their own type, one
+rounding per reducer application, in order: the init value first, then the reduced elements in
+row-major order (a reduce-window: its window positions in row-major order). That is what XLA's
+CPU backend computes (it rounds every HLO op of a bf16/f16 computation to the type), and the
+order is its order once `simplify` has cut long sums into windows of 32 and scans into two
+levels (passes/simplify/tree_reduction.py, scan_rewriter.py): a bf16 sum of 4096 ones is 4096
+after the pipeline, 256 (where a running bf16 sum stalls) without it.
 
 dot follows dot_general: result dimensions are batch, lhs free, rhs free. Floats are
 contracted in f64 and rounded to the result type; integers in 64 bits, then wrapped to the
@@ -83,13 +91,19 @@ def simple_reducer(comp: Computation) -> np.ufunc | None:
     return table.get(root.opcode)
 
 
+def in_order(dtype: np.dtype) -> bool:
+    """A float narrower than f32: accumulated in its own type, in order."""
+    dt = from_numpy(dtype)
+    return dt.is_float and dt.bits < 32
+
+
 def _accumulator(dtype: np.dtype) -> np.dtype:
-    """Accumulate floats in f64 and complex numbers in c128 (rounded once at the end); integers
-    in their own type."""
+    """Accumulate f32/f64 in f64 and complex numbers in c128 (rounded once at the end);
+    integers and floats narrower than f32 in their own type."""
     dt = from_numpy(dtype)
     if dt.is_complex:
         return np.dtype(np.complex128)
-    return np.dtype(np.float64) if dt.is_float else dtype
+    return np.dtype(np.float64) if dt.is_float and not in_order(dtype) else dtype
 
 
 def _ufunc_reduce(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray, axes: tuple[int, ...]):
@@ -97,6 +111,13 @@ def _ufunc_reduce(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray, axes: tuple[
     if any(x.shape[a] == 0 for a in axes):
         shape = [n for i, n in enumerate(x.shape) if i not in axes]
         return np.broadcast_to(init, shape).astype(x.dtype)
+    if in_order(x.dtype):  # init, then the elements one by one, rounding each time
+        keep = [d for d in range(x.ndim) if d not in axes]
+        out_dims = [x.shape[d] for d in keep]
+        rows = np.transpose(x, keep + list(axes)).reshape(math.prod(out_dims), -1)
+        first = np.broadcast_to(init.astype(x.dtype), (rows.shape[0], 1))
+        total = ufunc.accumulate(np.concatenate([first, rows], axis=1), axis=1)[:, -1]
+        return total.reshape(out_dims)
     r = ufunc.reduce(x.astype(acc, copy=False), axis=axes, dtype=acc)
     return np.asarray(ufunc(r, init.astype(acc))).astype(x.dtype)
 
@@ -125,6 +146,18 @@ def tree_reduce(
         cur = comb
         k = h + k % 2
     return interp.apply_scalar(comp, acc + [c[:, 0] for c in cur])
+
+
+def ordered_reduce(
+    interp: Interpreter, comp: Computation, columns: list[np.ndarray], inits: list[np.ndarray]
+) -> list[np.ndarray]:
+    """Reduce (M, K) arrays along axis 1 with a vectorisable reducer, in order: the init values,
+    then column after column (floats narrower than f32)."""
+    m = columns[0].shape[0]
+    acc = [np.broadcast_to(i, (m,)).copy() for i in inits]
+    for j in range(columns[0].shape[1]):
+        acc = interp.apply_scalar(comp, acc + [c[:, j] for c in columns])
+    return acc
 
 
 def _sequential_reduce(
@@ -165,7 +198,9 @@ def _reduce(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
     m = math.prod(out_dims)
     k = math.prod(x0.shape[d] for d in axes)
     columns = [np.transpose(x, keep + list(axes)).reshape(m, k) for x in inputs]
-    if interp.is_vectorizable(comp):
+    if interp.is_vectorizable(comp) and any(in_order(x.dtype) for x in inputs):
+        outs = ordered_reduce(interp, comp, columns, inits)
+    elif interp.is_vectorizable(comp):
         outs = tree_reduce(interp, comp, columns, inits)
     else:
         outs = _sequential_reduce(interp, comp, columns, inits)

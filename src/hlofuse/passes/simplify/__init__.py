@@ -7,6 +7,8 @@ from hlofuse.passes.simplify import (  # noqa: F401  (imported to register the p
     dce,
     inline,
     noops,
+    scan_rewriter,
+    tree_reduction,
     tuples,
     unroll,
     while_loops,

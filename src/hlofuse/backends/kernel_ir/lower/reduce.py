@@ -10,10 +10,12 @@ accumulator buffers.
   (reduced dims minor): one accumulator per output element. Column reduction (kept dims after
   the last reduced one): a row of accumulators whose innermost loop is unit stride.
 
-The combiner is the reducer computation inlined (`scalar.inline`). f16/bf16 sums and products
-accumulate in f32 and round once at the end, as the interpreter does. Reordering (vectorized
-partial accumulators) is the `vectorize` pass's business: it only reassociates reducers
-`scalar.simple_reducer` recognises, or lane-wise combinations XLA's semantics allow.
+The combiner is the reducer computation inlined (`scalar.inline`), so a float narrower than f32
+(f16, bf16) accumulates in its own type, rounded after every application, in order, as the
+interpreter and XLA's CPU backend do (their order comes from `simplify`'s tree-reduction and
+scan rewrites). Reordering (vectorized partial accumulators) is the `vectorize` pass's
+business: it only reassociates reducers `scalar.simple_reducer` recognises, never a sum or
+product of a narrow float, or lane-wise combinations XLA's semantics allow.
 reduce-window pads (and fills base-dilation holes) with the init value, as the interpreter does.
 """
 
@@ -35,7 +37,7 @@ from hlofuse.backends.kernel_ir.lower.builder import (
 )
 from hlofuse.backends.kernel_ir.lower.index import Index
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.dtypes import F32, DType
+from hlofuse.ir.dtypes import F32
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import leaves
@@ -50,12 +52,6 @@ def reducer(instr: Instruction) -> Computation:
     return comp
 
 
-def _widened(comp: Computation, dtype: DType) -> bool:
-    """A narrow-float sum/product: accumulate in f32, round once at the end."""
-    return dtype.name in ("f16", "bf16") and scalar.simple_reducer(comp) in (
-        Opcode.ADD, Opcode.MULTIPLY)
-
-
 class Accumulators:
     """The accumulators of one reduce: a local buffer per input (one element, or a row)."""
 
@@ -67,35 +63,23 @@ class Accumulators:
         self.inputs = list(instr.operands[:n])
         self.inits = list(instr.operands[n:])
         self.dtypes = [array_shape(x).dtype for x in self.inputs]
-        self.wide = len(self.inputs) == 1 and _widened(self.comp, self.dtypes[0])
-        acc_t = [F32 if self.wide else d for d in self.dtypes]
-        self.bufs: list[Buffer] = [b.local(t, row, "acc") for t in acc_t]
+        self.bufs: list[Buffer] = [b.local(t, row, "acc") for t in self.dtypes]
         self.row = row
-
-    def _to_acc(self, v: Val) -> Val:
-        return self.b.g.alu(ir.ScalarOp(Opcode.CONVERT, F32), v) if self.wide else v
 
     def init(self, at: Affine = ir.ZERO) -> None:
         b = self.b
         for buf, i in zip(self.bufs, self.inits, strict=True):
-            b.emit(ir.Store(buf, at, self._to_acc(b.value(i, ix.zero(dims_of(i))))))
+            b.emit(ir.Store(buf, at, b.value(i, ix.zero(dims_of(i)))))
 
     def fold(self, xs: list[Val], at: Affine = ir.ZERO) -> None:
         """acc[at] = reducer(acc[at], xs)."""
         b = self.b
         accs = [b.g.load(buf, at) for buf in self.bufs]
-        if self.wide:
-            op = ir.ScalarOp(scalar.simple_reducer(self.comp) or Opcode.ADD, F32)
-            new = [b.g.alu(op, accs[0], self._to_acc(xs[0]))]
-        else:
-            new = scalar.inline(b.g, self.comp, accs + xs)
+        new = scalar.inline(b.g, self.comp, accs + xs)
         b.assign([(buf, at, v) for buf, v in zip(self.bufs, new, strict=True)])
 
     def results(self, at: Affine = ir.ZERO) -> list[Val]:
-        out = [self.b.g.load(buf, at) for buf in self.bufs]
-        if self.wide:
-            out = [self.b.g.alu(ir.ScalarOp(Opcode.CONVERT, self.dtypes[0]), out[0])]
-        return out
+        return [self.b.g.load(buf, at) for buf in self.bufs]
 
 
 def _split(instr: Instruction) -> tuple[tuple[int, ...], list[int]]:

@@ -22,8 +22,9 @@ vectorizes over n with the 4 columns as separate vectors instead of not at all. 
   per iteration (`step`), copy j on lanes v + j*W into partial j, so the chains of adds are
   independent; whole vectors left over run into the first partial, then the partials are
   combined pairwise and across lanes by a tree (`lanes_reduce`, before the scalar tail). Only
-  reducers that may be reassociated (`REDUCERS` on one type) are, others leave the loop
-  scalar. The order is XLA CPU's kind (YNNPACK's row reduction: vector partials, lanes combined
+  reducers that may be reassociated (`REDUCERS` on one type, not the sums and products of
+  f16/bf16, which round after every add in XLA's order) are, others leave the loop scalar.
+  The order is XLA CPU's kind (YNNPACK's row reduction: vector partials, lanes combined
   pairwise), not the interpreter's (numpy's pairwise sum in f64).
 
 Legality, checked before any change: the body holds only stores, lets and comments (no `If`, no
@@ -55,6 +56,9 @@ UNROLL_MAX = 16  # inner loops up to this many iterations may be unrolled into a
 ACCUMULATORS = 4  # vector partial accumulators of a reduction loop (shared by its reductions)
 REDUCERS = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND,
                       Opcode.OR, Opcode.XOR})
+# Reducers whose result depends on the order for floats narrower than f32 (rounded to the type
+# after every application): never reassociated there.
+IN_ORDER = frozenset({Opcode.ADD, Opcode.MULTIPLY})
 
 
 def vectorize(kernel: ir.Kernel, target: Target) -> None:
@@ -271,6 +275,8 @@ class _Vectorizer:
             return None
         if val.arg.dtype != buf.dtype:
             return None
+        if val.arg.opcode in IN_ORDER and buf.dtype.is_float and buf.dtype.bits < 32:
+            return None  # a narrow float's sum rounds after every add: its order is XLA's
         acc = loads[0]
         x = val.args[1] if val.args[0] is acc else val.args[0] if val.args[1] is acc else None
         if x is None or buf in ir.reads(x):

@@ -1,0 +1,148 @@
+"""`subnormals="flush"` in the interpreter: XLA's CPU runtime (FTZ and DAZ set) emulated op by op.
+
+    rule(instr) -> Rule | None    which operands a step flushes before it runs and whether it
+                                  flushes its result (None: the op never flushes)
+    flush(value)                  subnormal f32/f64/bf16 elements (and c64/c128 parts) of an
+                                  array, or of a tuple's arrays, replaced by zeros of their sign
+
+The evaluation loop (`core.Interpreter`) applies the rule of each step when the interpreter
+flushes; nothing runs when it keeps subnormals. Conditions enforced (each measured against
+jax.jit on CPU, `backends/subnormals.py` says which types flush):
+- an arithmetic op (everything not in `MOVES`) reads flushed operands and its result is
+  flushed: `x * 1`, `x + 0`, `x == 0`, max/min/clamp, sign, rounding, conversions that compute
+  (f32 -> f64, f64 -> f32, float -> pred) and reductions, dots and convolutions as a whole;
+- ops that only move or reinterpret bits (`MOVES`: data movement, select, negate, abs of a
+  real number, bitcast-convert, reduce-precision, sort, f32 <-> bf16 and real -> complex
+  conversion, a TOTALORDER compare) do not, and neither do calls, loops, fusions and maps
+  themselves: the ops inside them do;
+- remainder flushes only its divisor (XLA's fmod keeps a subnormal dividend exactly);
+- scatter's untouched elements move unchanged; its combiner flushes (`indexing.combine_at`).
+Not emulated: intermediate values inside one op (a reduction's partial sums, a dot's products)
+are not flushed, only its operands and its result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hlofuse.backends.subnormals import FLUSH_TYPES
+from hlofuse.ir.dtypes import DType, from_numpy
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape, Shape, TupleShape
+
+# Ops that move or reinterpret values without computing on them (or run a computation whose
+# own ops flush): never flushed.
+MOVES = frozenset({
+    Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT, Opcode.COPY,
+    Opcode.COPY_START, Opcode.COPY_DONE, Opcode.BITCAST, Opcode.BITCAST_CONVERT, Opcode.RESHAPE,
+    Opcode.DYNAMIC_RESHAPE, Opcode.TRANSPOSE, Opcode.BROADCAST, Opcode.SLICE,
+    Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE, Opcode.CONCATENATE, Opcode.PAD,
+    Opcode.REVERSE, Opcode.GATHER, Opcode.SCATTER, Opcode.SELECT_AND_SCATTER, Opcode.IOTA,
+    Opcode.SELECT, Opcode.NEGATE, Opcode.ABS, Opcode.REAL, Opcode.IMAG, Opcode.COMPLEX,
+    Opcode.IS_FINITE, Opcode.REDUCE_PRECISION, Opcode.SORT, Opcode.TOPK, Opcode.MAP,
+    Opcode.CALL, Opcode.FUSION, Opcode.WHILE, Opcode.CONDITIONAL, Opcode.ASYNC_START,
+    Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE, Opcode.OPTIMIZATION_BARRIER, Opcode.ADD_DEPENDENCY,
+    Opcode.AFTER_ALL, Opcode.DOMAIN, Opcode.CUSTOM_CALL, Opcode.GET_DIMENSION_SIZE,
+    Opcode.SET_DIMENSION_SIZE, Opcode.PARTITION_ID, Opcode.REPLICA_ID, Opcode.RNG,
+    Opcode.RNG_BIT_GENERATOR, Opcode.ALL_REDUCE, Opcode.ALL_REDUCE_START,
+    Opcode.ALL_REDUCE_DONE, Opcode.ALL_GATHER, Opcode.ALL_GATHER_START, Opcode.ALL_GATHER_DONE,
+    Opcode.ALL_TO_ALL, Opcode.RAGGED_ALL_TO_ALL, Opcode.REDUCE_SCATTER,
+    Opcode.COLLECTIVE_BROADCAST, Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START,
+    Opcode.COLLECTIVE_PERMUTE_DONE, Opcode.INFEED, Opcode.OUTFEED, Opcode.SEND,
+    Opcode.SEND_DONE, Opcode.RECV, Opcode.RECV_DONE,
+})
+# Conversions that are bit operations in XLA (a bf16 is the top half of an f32); identities and
+# a real number becoming a complex one of its precision are moves too.
+BIT_CONVERSIONS = frozenset({("f32", "bf16"), ("bf16", "f32")})
+
+# Ops whose real result is never subnormal when their operands are not: one of the operands,
+# an integral value, or a root of a normal number. Their results need no second look.
+NO_NEW_SUBNORMALS = frozenset({
+    Opcode.COMPARE, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.CLAMP, Opcode.SIGN, Opcode.FLOOR,
+    Opcode.CEIL, Opcode.ROUND_AFZ, Opcode.ROUND_EVEN, Opcode.SQRT, Opcode.RSQRT, Opcode.CBRT,
+})
+
+# (exponent mask, sign mask, unsigned view) of each flushed real type's bits.
+_MASKS: dict[str, tuple[int, int, str]] = {
+    "bf16": (0x7F80, 0x8000, "u2"),
+    "f32": (0x7F800000, 0x80000000, "u4"),
+    "f64": (0x7FF0000000000000, 0x8000000000000000, "u8"),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one step flushes: the operand positions read flushed, and whether the result is."""
+
+    operands: tuple[int, ...]
+    result: bool
+
+
+def _flushes(shape: Shape) -> bool:
+    if isinstance(shape, TupleShape):
+        return any(_flushes(s) for s in shape.elements)
+    return isinstance(shape, ArrayShape) and shape.dtype.name in FLUSH_TYPES
+
+
+def _dtype(shape: Shape) -> DType | None:
+    return shape.dtype if isinstance(shape, ArrayShape) else None
+
+
+def rule(instr: Instruction) -> Rule | None:
+    """The flushing of `instr` under `subnormals="flush"` (None: nothing to flush)."""
+    op = instr.opcode
+    src = _dtype(instr.operand(0).shape) if instr.operand_count else None
+    if op in MOVES and not (op is Opcode.ABS and src is not None and src.is_complex):
+        return None
+    if op is Opcode.COMPARE and str(instr.attrs.get("type", "")).upper() == "TOTALORDER":
+        return None
+    if op is Opcode.CONVERT:
+        dst = _dtype(instr.shape)
+        if src is None or dst is None or src == dst or dst.component == src \
+                or (src.name, dst.name) in BIT_CONVERSIONS:
+            return None
+    operands = tuple(i for i, o in enumerate(instr.operands) if _flushes(o.shape))
+    if op is Opcode.REMAINDER:
+        operands = tuple(i for i in operands if i == 1)
+        result = False
+    elif op is Opcode.CONVERT:  # only a narrowing float conversion makes new subnormals
+        assert src is not None and dst is not None
+        result = _flushes(instr.shape) and src.is_inexact and \
+            dst.component.bits < src.component.bits
+    else:
+        out = _dtype(instr.shape)
+        result = _flushes(instr.shape) and (
+            op not in NO_NEW_SUBNORMALS or out is None or out.is_complex)
+    if not operands and not result:
+        return None
+    return Rule(operands, result)
+
+
+def flush(value: Any) -> Any:
+    """`value` with subnormal elements of the flushed types replaced by zeros of their sign (the
+    same object when it has none)."""
+    if isinstance(value, tuple):
+        return tuple(flush(v) for v in value)
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "fcV":
+        return value
+    dt = from_numpy(value.dtype)
+    if dt.name not in FLUSH_TYPES:
+        return value
+    if dt.is_complex:
+        parts = np.ascontiguousarray(value).reshape(-1).view(dt.component.np)
+        flushed = flush(parts)
+        return value if flushed is parts else flushed.view(value.dtype).reshape(value.shape)
+    exp, sign, view = _MASKS[dt.name]
+    bits = np.ascontiguousarray(value).view(view)
+    u = bits.dtype.type
+    # subnormal: magnitude bits in [1, smallest normal); as unsigned, magnitude - 1 below
+    # smallest normal - 1 (a zero wraps around to the largest value)
+    tiny = (bits & u(~sign & (2 ** (8 * bits.itemsize) - 1))) - u(1) < u((exp & -exp) - 1)
+    if not tiny.any():
+        return value
+    out = np.where(tiny, bits & u(sign), bits).astype(view, copy=False)
+    return out.view(value.dtype).reshape(value.shape)
