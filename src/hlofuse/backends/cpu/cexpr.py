@@ -267,6 +267,8 @@ def _unsupported(instr: _Op, dt: DType, why: str = "") -> UnsupportedOpError:
     )
 
 
+DAZ_SAFE_F32 = frozenset({Opcode.EXP, Opcode.TANH, Opcode.LOGISTIC})
+
 _MATH_OPS = {
     Opcode.CBRT: "cbrt",
     Opcode.COS: "cos",
@@ -425,8 +427,10 @@ def _float_op(instr: _Op, dt: DType, ops: list[str]) -> str:
             return _round(dt, f"hf_reduce_precision_f32({ops[0]}, {e}, {m})")
         return f"hf_reduce_precision_{_name(dt)}({ops[0]}, {e}, {m})"
     # Math functions read their operands flushed when the file flushes subnormals (fpenv.py):
-    # under DAZ, mathlib's and libm's bit tricks would still see a subnormal's exponent.
-    flushed = [f"hf_ftz_{sfx}({o})" for o in ops]
+    # under DAZ, mathlib's and libm's bit tricks would still see a subnormal's exponent. The
+    # f32 exp, tanh and logistic (vmath.py) use an operand's bits only for its sign, so DAZ
+    # alone gives them the flushed operand's result (`DAZ_SAFE_F32`).
+    flushed = [o if op in DAZ_SAFE_F32 and not f64 else f"hf_ftz_{sfx}({o})" for o in ops]
     if op in _MATH_OPS or op is Opcode.LOGISTIC:
         return _math_call(op, dt, flushed)
     if op in _LIBM_UNARY:  # in double, rounded once (f64: the C library's own accuracy)

@@ -22,7 +22,7 @@ function.
 
 from __future__ import annotations
 
-from hlofuse.backends.cpu import vmath
+from hlofuse.backends.cpu import cexpr, vmath
 from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.opcodes import Opcode
@@ -372,7 +372,8 @@ def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str
             mx, mn = lib.minmax(short, w, True), lib.minmax(short, w, False)
             return f"{mn}({mx}({a[1]}, {a[0]}), {a[2]})"
         if code in _VMATH and short == "f32":  # operands flushed as cexpr's math calls
-            return rounded(f"{lib.vmath(_VMATH[code], w)}({lib.ftz(short, w)}({a[0]}))")
+            x = a[0] if code in cexpr.DAZ_SAFE_F32 else f"{lib.ftz(short, w)}({a[0]})"
+            return rounded(f"{lib.vmath(_VMATH[code], w)}({x})")
         return None
     if dt.is_pred:
         if code in _PRED_BINARY:
