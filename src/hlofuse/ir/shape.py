@@ -105,6 +105,16 @@ class ArrayShape:
     # What follows `:` inside the layout braces (tiles, memory space, ...), or None.
     layout_attrs: LayoutAttrs | None = None
 
+    def __hash__(self) -> int:
+        # Computed once per shape object: shapes are dictionary keys in passes' inner loops
+        # (CSE, fusion analyses), and the field-by-field hash runs Python code for the dtype.
+        try:
+            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+        except KeyError:
+            h = hash((self.dtype, self.dims, self.layout, self.layout_attrs))
+            object.__setattr__(self, "_hash", h)  # (not a field: equality ignores it)
+            return h
+
     @property
     def layout_extra(self) -> str:
         """The layout attributes as XLA's text with the leading `:` (`:T(8,128)`), printed
