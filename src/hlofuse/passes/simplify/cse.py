@@ -72,15 +72,21 @@ def cse_computation(comp: Computation, cache: dict[int, bool]) -> bool:
     first: dict[tuple[Any, ...], Instruction | None] = {}  # None: already fully keyed
     seen: dict[tuple[Any, ...], Instruction] = {}
     edit = Rewriter(comp)
-    for instr in ordered(comp):
+    order = ordered(comp)
+    # control successors are rare: look for them only in a computation that has some
+    has_control_edges = any(i.control_predecessors for i in order)
+    for instr in order:
         if (
             instr.opcode is Opcode.PARAMETER
-            or instr.control_predecessors
             or has_side_effect(instr, cache)
-            or any(instr in u.control_predecessors for u in instr.users)
+            or (has_control_edges and (
+                instr.control_predecessors
+                or any(instr in u.control_predecessors for u in instr.users)))
         ):
             continue
-        cheap = (instr.opcode, instr.shape, tuple(id(o) for o in instr.operands))
+        # (the opcode by identity and the operands as instructions: both hash in C, where an
+        # Enum member hashes in Python; tuples of instructions compare by identity)
+        cheap = (id(instr.opcode), instr.shape, tuple(instr._operands))
         if cheap not in first:
             first[cheap] = instr
             continue
