@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from hlofuse.ir import limits
 from hlofuse.ir.dtypes import DType
@@ -112,7 +113,7 @@ class ArrayShape:
             return self.__dict__["_hash"]  # type: ignore[no-any-return]
         except KeyError:
             h = hash((self.dtype, self.dims, self.layout, self.layout_attrs))
-            object.__setattr__(self, "_hash", h)  # (not a field: equality ignores it)
+            self.__dict__["_hash"] = h  # (not a field: equality ignores it)
             return h
 
     @property
@@ -125,16 +126,19 @@ class ArrayShape:
     def rank(self) -> int:
         return len(self.dims)
 
-    @property
+    # The derived sizes below are computed once per shape object (kept in its __dict__, which
+    # equality and hashing ignore): the fusion rules ask for them on every edge they look at.
+
+    @cached_property
     def size(self) -> int:
         """Number of elements."""
         return math.prod(self.dims)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
-    @property
+    @cached_property
     def true_rank(self) -> int:
         """Number of dimensions with extent > 1 (XLA's TrueRank)."""
         return sum(1 for d in self.dims if d > 1)
@@ -143,7 +147,7 @@ class ArrayShape:
     def is_effective_scalar(self) -> bool:
         return self.size == 1
 
-    @property
+    @cached_property
     def minor_to_major(self) -> tuple[int, ...]:
         """The layout, defaulting to row-major (descending) when none was given."""
         if self.layout is not None:
