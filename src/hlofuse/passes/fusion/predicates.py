@@ -91,20 +91,24 @@ def _is_constant_scalar_or_broadcast_of_one(instr: Instruction) -> bool:
             and instr.shape.is_effective_scalar)
 
 
+_EXPENSIVE_OPS = frozenset(op for op, info in OPCODES.items() if info.expensive)
+
+
 def is_expensive_base(instr: Instruction) -> bool:
     """InstructionFusion::IsExpensive (the op table, with the divide/remainder exception)."""
-    if instr.opcode in (Opcode.DIVIDE, Opcode.REMAINDER):
+    op = instr.opcode
+    if op is Opcode.DIVIDE or op is Opcode.REMAINDER:
         s = instr.shape
         integral = isinstance(s, ArrayShape) and s.dtype.is_integral
         cheap = integral and instr.operand_count > 1 and _is_constant_scalar_or_broadcast_of_one(
             instr.operand(1))
         return not cheap
-    return instr.opcode.info.expensive
+    return op in _EXPENSIVE_OPS
 
 
 def is_expensive(instr: Instruction, config: FusionConfig) -> bool:
     """The pass's is_expensive: GPU override for `variant == "gpu"`, else the base table."""
-    if config.is_gpu and instr.opcode in config.gpu_cheap_ops \
+    if instr.opcode in config.gpu_cheap_ops and config.is_gpu \
             and element_dtype_name(instr) in config.gpu_cheap_dtypes:
         return False
     return is_expensive_base(instr)
