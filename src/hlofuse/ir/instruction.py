@@ -129,10 +129,11 @@ class Instruction:
             parameter_number=parameter_number,
             metadata=metadata or Metadata(),
         )
-        for op in operands:
-            instr._operands.append(op)
-            if instr not in op.users:
-                op.users.append(instr)
+        instr._operands.extend(operands)
+        # a new instruction is in no user list yet: one append per distinct operand, in order
+        # (no scan of the operand's users, which may be many)
+        for op in dict.fromkeys(instr._operands):
+            op.users.append(instr)
         return instr
 
     # ----- operands and users -------------------------------------------------------------
