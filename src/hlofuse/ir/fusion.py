@@ -58,10 +58,10 @@ def is_multi_output_fusion(instr: Instruction) -> bool:
 
 def fused_parameter_for(fusion: Instruction, operand: Instruction) -> Instruction | None:
     """The fused parameter bound to `operand` (None if `operand` is not a fusion operand)."""
-    for i, o in enumerate(fusion._operands):  # the list itself, not a copy
-        if o is operand:
-            return fusion.fused_computation.parameter(i)
-    return None
+    operands = fusion._operands  # the list itself, not a copy
+    if operand not in operands:  # (list search in C; instructions compare by identity)
+        return None
+    return fusion.fused_computation.parameter(operands.index(operand))
 
 
 def fused_instructions(fusion: Instruction) -> list[Instruction]:

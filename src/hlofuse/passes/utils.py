@@ -76,10 +76,16 @@ def has_side_effect(instr: Instruction, _cache: dict[int, bool] | None = None) -
     cache = _cache if _cache is not None else {}
     for comp in called(instr):
         key = id(comp)
-        if key not in cache:
+        known = cache.get(key)
+        if known is None:
             cache[key] = False  # recursion guard
-            cache[key] = any(has_side_effect(i, cache) for i in comp.instructions)
-        if cache[key]:
+            known = False
+            for i in comp.instructions:
+                if has_side_effect(i, cache):
+                    known = True
+                    break
+            cache[key] = known
+        if known:
             return True
     return False
 
@@ -286,10 +292,9 @@ def callers(module: Module, computations: Iterable[Computation] | None = None
 def callees(comp: Computation) -> list[Computation]:
     """The computations `comp`'s instructions call, in instruction order (repeats kept)."""
     out: list[Computation] = []
-    for instr in comp.instructions:
-        attrs = instr.attrs
-        if attrs and not _CALL_ATTRS.isdisjoint(attrs):  # (most instructions call nothing)
-            out.extend(called(instr))
+    disjoint = _CALL_ATTRS.isdisjoint
+    for instr in [i for i in comp.instructions if i.attrs and not disjoint(i.attrs)]:
+        out.extend(called(instr))  # (most instructions call nothing: filtered out above)
     return out
 
 
