@@ -237,6 +237,8 @@ def format_shape(shape: Shape, with_layout: bool = True) -> str:
 
 def leaves(shape: Shape) -> list[ArrayShape]:
     """The array leaves of a shape, depth-first (iterative: safe on any nesting)."""
+    if isinstance(shape, ArrayShape):  # (the usual case)
+        return [shape]
     out: list[ArrayShape] = []
     stack: list[Shape] = [shape]
     while stack:
@@ -250,6 +252,8 @@ def leaves(shape: Shape) -> list[ArrayShape]:
 
 def subshape_count(shape: Shape) -> int:
     """XLA's ShapeUtil::SubshapeCount: a tuple counts itself plus every subshape."""
+    if isinstance(shape, ArrayShape):  # (the usual case)
+        return 1
     count = 0
     stack: list[Shape] = [shape]
     while stack:

@@ -231,20 +231,24 @@ def _true_rank(shape: ArrayShape) -> int:
 def effectively_at_most_unary(instr: Instruction) -> bool:
     """InstructionFusion::EffectivelyAtMostUnary: at most one operand of output-like rank that
     is not a broadcast, iota or effective-scalar constant."""
-    out_rank = max((_true_rank(s) for s in leaves(instr.shape)), default=0)
+    shape = instr.shape
+    out_rank = (shape.true_rank if isinstance(shape, ArrayShape)
+                else max((_true_rank(s) for s in leaves(shape)), default=0))
     count = 0
-    for o in instr.operands:
-        if o.opcode in (Opcode.BROADCAST, Opcode.IOTA):
+    for o in instr._operands:  # (the list itself: asked for every producer)
+        op, s = o.opcode, o.shape
+        if op is Opcode.BROADCAST or op is Opcode.IOTA:
             continue
-        if o.opcode is Opcode.CONSTANT and isinstance(o.shape, ArrayShape) \
-                and o.shape.is_effective_scalar:
+        if op is Opcode.CONSTANT and isinstance(s, ArrayShape) and s.is_effective_scalar:
             continue
-        if isinstance(o.shape, ArrayShape) and _true_rank(o.shape) >= out_rank:
+        if isinstance(s, ArrayShape) and s.true_rank >= out_rank:
             count += 1
     return count <= 1
 
 
 def total_elements(shape: Shape) -> int:
+    if isinstance(shape, ArrayShape):  # (the usual case)
+        return shape.size
     return sum(s.size for s in leaves(shape))
 
 
