@@ -74,20 +74,28 @@ def has_side_effect(instr: Instruction, _cache: dict[int, bool] | None = None) -
     if not attrs or _CALL_ATTRS.isdisjoint(attrs):  # (most instructions call nothing)
         return False
     cache = _cache if _cache is not None else {}
-    for comp in called(instr):
-        key = id(comp)
-        known = cache.get(key)
-        if known is None:
-            cache[key] = False  # recursion guard
-            known = False
-            for i in comp.instructions:
-                if has_side_effect(i, cache):
-                    known = True
-                    break
-            cache[key] = known
-        if known:
-            return True
-    return False
+    return any(_computation_has_side_effect(comp, cache) for comp in called(instr))
+
+
+def _computation_has_side_effect(comp: Computation, cache: dict[int, bool]) -> bool:
+    """Does an instruction of `comp` have a side effect (`has_side_effect`, memoised in
+    `cache` by computation)? The instruction's own tests are inlined here: every fusion's
+    computation is walked once per CSE and DCE run."""
+    key = id(comp)
+    known = cache.get(key)
+    if known is not None:
+        return known
+    cache[key] = False  # recursion guard
+    known = False
+    disjoint = _CALL_ATTRS.isdisjoint
+    for i in comp.instructions:
+        op = i.opcode
+        if id(op) in _SIDE_EFFECT_OPS or (op is Opcode.CUSTOM_CALL and i.has_side_effect) or (
+                i.attrs and not disjoint(i.attrs) and has_side_effect(i, cache)):
+            known = True
+            break
+    cache[key] = known
+    return known
 
 
 def is_removable(instr: Instruction) -> bool:
