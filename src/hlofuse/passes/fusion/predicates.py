@@ -60,6 +60,10 @@ def is_fusible(instr: Instruction) -> bool:
 
 def has_side_effect(instr: Instruction) -> bool:
     """Side effect of the instruction or of any computation it calls (transitively)."""
+    if not called(instr):  # (the usual case: only the instruction itself to look at)
+        if instr.opcode is Opcode.CUSTOM_CALL:
+            return instr.has_side_effect
+        return id(instr.opcode) in _SIDE_EFFECT_IDS
     stack = [instr]
     seen: set[int] = set()
     while stack:
