@@ -34,6 +34,8 @@ from hlofuse.passes.utils import (
 def dce_computation(comp: Computation, cache: dict[int, bool] | None = None) -> bool:
     """Delete dead instructions of one computation; returns whether any were deleted."""
     cache = cache if cache is not None else {}
+    if not _may_have_dead_code(comp, cache):
+        return False
     live: set[Instruction] = set()  # (instructions hash by identity, in C)
     stack = [comp.root]
     for instr in comp.instructions:
@@ -50,6 +52,22 @@ def dce_computation(comp: Computation, cache: dict[int, bool] | None = None) -> 
         return False
     # post order on a stack: users are popped (and deleted) before their operands
     return sweep(comp, [i for i in ordered(comp) if i not in live]) > 0
+
+
+def _may_have_dead_code(comp: Computation, cache: dict[int, bool]) -> bool:
+    """Is some instruction without users other than the root, a parameter or a side-effecting
+    one? Exactly when there is dead code: following users from any instruction ends at one
+    without users (control successors are users too, and a user list names only real users,
+    as the verifier requires), so if only those have none, everything reaches the root or a
+    side effect. One look at each user list instead of the walk from the live ones (most
+    computations, every fusion's included, have no dead code), and side effects asked only of
+    the few without users."""
+    root = comp.root
+    for instr in comp.instructions:
+        if not instr.users and instr is not root and instr.opcode is not Opcode.PARAMETER \
+                and not has_side_effect(instr, cache):
+            return True
+    return False
 
 
 @register("dce")
