@@ -343,9 +343,9 @@ def is_producer_consumer_fusible(producer: Instruction, consumer: Instruction,
 
     q = answer if ask is None else ask
 
-    tiled_into_itself = (q(tiled_transpose_dims, producer) is not None
-                         and find_non_trivial_hero(consumer) is producer)
-    if not q(is_loop_fusible_as_producer, producer) and not tiled_into_itself:
+    if not q(is_loop_fusible_as_producer, producer) and not (
+            q(tiled_transpose_dims, producer) is not None
+            and find_non_trivial_hero(consumer) is producer):  # a tiled transpose into itself
         return FusionDecision.no("the producer is not loop-fusible")
     if q(is_input_fusible_reduction, producer):
         if not q(is_reduction_epilogue, consumer):
