@@ -210,7 +210,7 @@ class _ComputationRun:
 
     # ComputeGloballyUnfusible ---------------------------------------------------------------
     def compute_globally_unfusible(self, post_order: list[Instruction]) -> None:
-        reach = ReachabilityMap(self.comp)
+        reach = ReachabilityMap(self.comp, post_order)
         cache: dict[tuple[Instruction, Instruction], bool] = {}
         for producer in reversed(post_order):
             if effectively_at_most_unary(producer):

@@ -441,11 +441,12 @@ def fuse_producer_into_consumer(producer: Instruction, consumer: Instruction,
 
 def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder) -> bool:
     """DoMultiOutputFusion for one computation."""
-    reach = ReachabilityMap(comp)
+    post_order = comp.post_order()
+    reach = ReachabilityMap(comp, post_order)
     order = PostOrderKeeper(comp)
     analyses = FusionAnalyses(config)
     changed = False
-    for producer in reversed(comp.post_order()):
+    for producer in reversed(post_order):
         if producer.parent is not comp:
             continue  # merged away earlier in this walk
         if producer.opcode is Opcode.CONSTANT:
