@@ -15,7 +15,13 @@ import gc
 import sys
 import time
 
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.dtypes import DTYPES
+from hlofuse.ir.fusion import create_fusion
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape
 from hlofuse.passes.base import Context, PassEvent
 from hlofuse.passes.pipelines import build, run_pipeline
 from hlofuse.text import parse
@@ -170,6 +176,48 @@ def test_scan_multi_output_fusion_scales_near_linearly() -> None:
     assert ratio < MAX_RATIO, (
         f"4x the steps took {ratio:.1f}x the time in multi-output fusion "
         f"({t_small:.3f} s -> {t_large:.3f} s)")
+
+
+def wrap_every_instruction_cpu_seconds(n: int, repeat: int = 3) -> float:
+    """CPU seconds to wrap each of n independent instructions of one computation into its own
+    fusion, as instruction fusion does (`create_fusion` while removals are deferred). Each
+    reads its own parameter and nothing reads them (but the root): a shared operand's user list
+    and a wide user's operand list cost a scan per edit, which is not what this measures."""
+    shape = ArrayShape(DTYPES["f32"], (8,))
+    best = float("inf")
+    for _ in range(repeat):
+        module = Module("wide")
+        comp = module.add_computation(Computation("main"), entry=True)
+        negates = []
+        for i in range(n):
+            p = comp.add(Instruction.create(Opcode.PARAMETER, shape, name=f"p{i}",
+                                            parameter_number=i))
+            negates.append(comp.add(Instruction.create(Opcode.NEGATE, shape, [p])))
+        comp.root = negates[-1]
+        gc.collect()
+        gc.disable()
+        try:
+            t0 = time.process_time()
+            with comp.deferred_removals():
+                for instr in reversed(negates):
+                    create_fusion(instr)
+            best = min(best, time.process_time() - t0)
+        finally:
+            gc.enable()
+    return best
+
+
+def test_wrapping_instructions_into_fusions_scales_near_linearly() -> None:
+    """Each new fusion takes its instruction's slot (found through an index of the list, not a
+    scan), and its fused computation goes before the caller in the module's list (looked for
+    from the end): both were O(n) per fusion, O(n^2) per pass on a large entry."""
+    wrap_every_instruction_cpu_seconds(500, repeat=1)  # warm-up
+    t_small = wrap_every_instruction_cpu_seconds(3000)
+    t_large = wrap_every_instruction_cpu_seconds(12000)
+    ratio = t_large / t_small
+    assert ratio < MAX_RATIO, (
+        f"4x the instructions took {ratio:.1f}x the time to wrap ({t_small:.3f} s -> "
+        f"{t_large:.3f} s)")
 
 
 def test_scan_module_fuses_like_xla() -> None:

@@ -3,6 +3,7 @@ back, observers, Fixpoint convergence and its iteration limit, and the pass-spec
 
 from __future__ import annotations
 
+import gc
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,22 @@ def test_observers_hear_start_and_end() -> None:
         ("end", "outer/inner/dce"),
     ]
     assert events[1].changed and events[3].changed
+
+
+def test_pipeline_pauses_the_garbage_collector_while_it_runs() -> None:
+    """The cyclic collector is off during a top-level run and back on after it (and stays off
+    after a run that started with it off)."""
+    seen: list[bool] = []
+    ctx = Context(observers=[lambda e: seen.append(gc.isenabled())])
+    assert gc.isenabled()
+    Pipeline("p", [Cse(), Dce()]).execute(parse(TEXT), ctx)
+    assert seen == [False] * 4 and gc.isenabled()
+    gc.disable()
+    try:
+        Pipeline("p", [Cse()]).execute(parse(TEXT))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_fixpoint_converges() -> None:

@@ -34,7 +34,7 @@ def clone_instruction(
         operands,
         name=instr.name,
         attrs=attrs,
-        literal=copy.deepcopy(instr.literal),
+        literal=copy.deepcopy(instr.literal) if instr.literal is not None else None,
         parameter_number=instr.parameter_number,
         metadata=instr.metadata,
     )

@@ -30,6 +30,9 @@ class Computation:
         self.fusion_instruction: Instruction | None = None
         # parameter number -> parameter, a lookup aid checked on every use (see `parameter`)
         self._parameter_index: list[Instruction | None] = []
+        # While `deferred_removals()` is active: instruction -> list index, a lookup aid
+        # checked on every use (see `position`).
+        self._positions: dict[Instruction, int] | None = None
 
     # ----- structure ----------------------------------------------------------------------
 
@@ -42,6 +45,7 @@ class Computation:
     @instructions.setter
     def instructions(self, instrs: list[Instruction]) -> None:
         self._instructions = instrs
+        self._positions = None
         if self._removed:
             self._removed = set()
 
@@ -49,7 +53,9 @@ class Computation:
     def deferred_removals(self) -> Iterator[None]:
         """While active, `remove` leaves the instruction in the list (finding it there costs
         O(n)) and the list drops all of them at once when next read, or at the end. For a pass
-        that removes many instructions between reads of the list (instruction fusion)."""
+        that removes many instructions between reads of the list (instruction fusion, the
+        fusion merger). Nothing then shifts in the list (`replace_instruction` writes one slot,
+        `add` appends), so `position` keeps an index of it."""
         if self._removed is not None:
             yield
             return
@@ -59,12 +65,14 @@ class Computation:
         finally:
             self._flush_removals()
             self._removed = None
+            self._positions = None
 
     def _flush_removals(self) -> None:
         removed = self._removed
         if removed:
             self._instructions[:] = [i for i in self._instructions if i not in removed]
             removed.clear()
+            self._positions = None
 
     @property
     def root(self) -> Instruction:
@@ -158,29 +166,51 @@ class Computation:
 
     # ----- mutation -----------------------------------------------------------------------
 
-    def add(self, instr: Instruction, *, before: Instruction | None = None) -> Instruction:
-        """Insert `instr`; give it a module-unique name derived from its current name."""
+    def add(self, instr: Instruction, *, before: Instruction | None = None,
+            after: Instruction | None = None) -> Instruction:
+        """Insert `instr` (at the end, or just before `before`, or just after `after`); give
+        it a module-unique name derived from its current name."""
         if self._removed and instr in self._removed:
             self._flush_removals()  # back after a deferred removal: drop the old entry first
+        self._adopt(instr)
+        if before is None and after is None:
+            self._instructions.append(instr)
+            if self._positions is not None:
+                self._positions[instr] = len(self._instructions) - 1
+        else:
+            at = self.position(before) if before is not None else self.position(after) + 1
+            self._instructions.insert(at, instr)
+            self._positions = None  # the later ones moved
+        return instr
+
+    def _adopt(self, instr: Instruction) -> None:
+        """Make `instr` one of this computation's instructions (not yet listed)."""
         instr.parent = self
         if self.parent is not None:
             instr.name = self.parent.unique_name(instr.name or instr.opcode.value)
         elif not instr.name:
             instr.name = instr.opcode.value
-        if before is None:
-            self._instructions.append(instr)
-        else:
-            self._instructions.insert(self.position(before), instr)
         if instr.opcode is Opcode.PARAMETER and instr.parameter_number == len(
                 self._parameter_index):
             self._parameter_index.append(instr)  # the next number: keep the index whole
-        return instr
 
     def position(self, instr: Instruction) -> int:
         """Index of `instr` in the instruction list. Passes edit near the end of the list
         (consumers are visited from the back), so the last few slots are looked at first.
-        (Inside `deferred_removals`, an index into the list that still holds removed ones.)"""
+        Inside `deferred_removals` (an index into the list that still holds removed ones) the
+        list does not shift, so positions come from an index of it, checked on every use and
+        rebuilt when stale (O(1) per lookup instead of a scan: instruction fusion looks up
+        every consumer it wraps)."""
         instrs = self._instructions
+        if self._removed is not None:
+            index = self._positions
+            k = index.get(instr) if index is not None else None
+            if k is None or k >= len(instrs) or instrs[k] is not instr:
+                self._positions = index = {x: j for j, x in enumerate(instrs)}
+                k = index.get(instr)
+                if k is None:
+                    raise ValueError(f"{instr.name} is not in computation {self.name}")
+            return k
         for k in range(len(instrs) - 1, max(len(instrs) - 5, -1), -1):
             if instrs[k] is instr:
                 return k
@@ -188,27 +218,45 @@ class Computation:
 
     def remove(self, instr: Instruction) -> None:
         """Delete an instruction that has no users (and is not the root)."""
+        self._check_removable(instr)
+        if self._removed is not None:
+            self._removed.add(instr)
+        else:
+            del self._instructions[self.position(instr)]
+        self._release(instr)
+
+    def _check_removable(self, instr: Instruction) -> None:
         if instr.users:
             users = ", ".join(u.name for u in instr.users)
             raise ValueError(f"cannot remove {instr.name}: still used by {users}")
         if self._root is instr:
             raise ValueError(f"cannot remove {instr.name}: it is the root of {self.name}")
+
+    def _release(self, instr: Instruction) -> None:
+        """Drop a removed instruction's edges, parent and name."""
         instr.detach_operands()
         instr.control_predecessors = []
-        if self._removed is not None:
-            self._removed.add(instr)
-        else:
-            del self._instructions[self.position(instr)]
         instr.parent = None
         if self.parent is not None:
             self.parent.release_name(instr.name)
 
     def replace_instruction(self, old: Instruction, new: Instruction) -> None:
-        """Make every use of `old` a use of `new` (adding `new` if needed), then delete `old`."""
-        if new.parent is None:
-            self.add(new, before=old)
+        """Make every use of `old` a use of `new`, then delete `old`. A detached `new` takes
+        `old`'s slot in the instruction list (one slot written: nothing shifts)."""
+        if new.parent is not None:
+            old.replace_all_uses_with(new)
+            self.remove(old)
+            return
+        if self._removed and new in self._removed:
+            self._flush_removals()  # back after a deferred removal: drop the old entry first
+        k = self.position(old)
+        self._adopt(new)
+        self._instructions[k] = new
+        if self._positions is not None:
+            self._positions[new] = k
         old.replace_all_uses_with(new)
-        self.remove(old)
+        self._check_removable(old)
+        self._release(old)
 
     def remove_dead(self, instr: Instruction) -> None:
         """Remove `instr` and, recursively, operands that become unused (not parameters)."""

@@ -30,6 +30,9 @@ class DType:
     kind: Kind
     bits: int
 
+    def __hash__(self) -> int:
+        return hash(self.name)  # (the name decides the rest; a str caches its hash)
+
     @property
     def np(self) -> np.dtype:
         """The numpy dtype that holds values of this type."""

@@ -58,10 +58,10 @@ def is_multi_output_fusion(instr: Instruction) -> bool:
 
 def fused_parameter_for(fusion: Instruction, operand: Instruction) -> Instruction | None:
     """The fused parameter bound to `operand` (None if `operand` is not a fusion operand)."""
-    for i, o in enumerate(fusion._operands):  # the list itself, not a copy
-        if o is operand:
-            return fusion.fused_computation.parameter(i)
-    return None
+    operands = fusion._operands  # the list itself, not a copy
+    if operand not in operands:  # (list search in C; instructions compare by identity)
+        return None
+    return fusion.fused_computation.parameter(operands.index(operand))
 
 
 def fused_instructions(fusion: Instruction) -> list[Instruction]:
@@ -104,9 +104,7 @@ def create_fusion(instr: Instruction, kind: str = "kLoop", name: str = "fusion")
     fusion = Instruction.create(Opcode.FUSION, instr.shape, operands, name=name,
                                 attrs={"kind": kind, "calls": (fused,)}, metadata=instr.metadata)
     fusion.control_predecessors = list(instr.control_predecessors)
-    comp.add(fusion, before=instr)
-    instr.replace_all_uses_with(fusion)
-    comp.remove(instr)
+    comp.replace_instruction(instr, fusion)  # the fusion takes the instruction's slot
     # The original is gone, so the clone can take its name back.
     module.add_computation(fused)
     fused.fusion_instruction = fusion
@@ -115,10 +113,19 @@ def create_fusion(instr: Instruction, kind: str = "kLoop", name: str = "fusion")
 
 
 def _place_computation(module: Module, fused: Computation, caller: Computation) -> None:
-    """Keep fused computations before their caller in the module's list (printing order)."""
+    """Keep fused computations before their caller in the module's list (printing order).
+    `fused` was just appended; the caller (the entry, mostly) is looked for from the end."""
     comps = module.computations
-    comps.remove(fused)
-    comps.insert(comps.index(caller), fused)
+    if comps[-1] is fused:
+        comps.pop()
+    else:
+        comps.remove(fused)
+    for at in range(len(comps) - 1, max(len(comps) - 5, -1), -1):
+        if comps[at] is caller:
+            break
+    else:
+        at = comps.index(caller)
+    comps.insert(at, fused)
 
 
 # ----- parameters --------------------------------------------------------------------------
@@ -390,9 +397,7 @@ def _new_gte(fusion: Instruction, index: int, shape: Shape) -> Instruction:
     assert comp is not None
     gte = Instruction.create(Opcode.GET_TUPLE_ELEMENT, shape, [fusion], name="get-tuple-element",
                              attrs={"index": index})
-    pos = comp.instructions.index(fusion) + 1
-    before = comp.instructions[pos] if pos < len(comp.instructions) else None
-    comp.add(gte, before=before)
+    comp.add(gte, after=fusion)
     return gte
 
 

@@ -129,10 +129,11 @@ class Instruction:
             parameter_number=parameter_number,
             metadata=metadata or Metadata(),
         )
-        for op in operands:
-            instr._operands.append(op)
-            if instr not in op.users:
-                op.users.append(instr)
+        instr._operands.extend(operands)
+        # a new instruction is in no user list yet: one append per distinct operand, in order
+        # (no scan of the operand's users, which may be many)
+        for op in dict.fromkeys(instr._operands):
+            op.users.append(instr)
         return instr
 
     # ----- operands and users -------------------------------------------------------------
@@ -166,10 +167,19 @@ class Instruction:
         if old is new:
             return
         operands = self._operands
+        count = operands.count(old)  # (a failing index() would format repr(old))
+        if not count:
+            return
+        # every position of `old` at once (a root tuple may have thousands of operands, and
+        # each of its producers is replaced in turn): the user lists change once
         i = -1
-        for _ in range(operands.count(old)):  # (a failing index() would format repr(old))
+        for _ in range(count):
             i = operands.index(old, i + 1)
-            self.set_operand(i, new)
+            operands[i] = new
+        if not _drop_user(old.users, self):
+            raise ValueError(f"{self.name} is not a user of {old.name}")
+        if self not in new.users:
+            new.users.append(self)
 
     def append_operand(self, new: Instruction) -> None:
         self._operands.append(new)

@@ -155,17 +155,19 @@ class Module:
 
     def unique_name(self, base: str) -> str:
         """`base` if free, else `base.N` with the smallest unused N (XLA's NameUniquer style)."""
-        if base not in self._names:
-            self._names.add(base)
+        names = self._names
+        if base not in names:
+            names.add(base)
             return base
-        m = _SUFFIX.match(base)
+        m = _SUFFIX.match(base) if "." in base else None
         stem = m.group(1) if m else base
         n = self._next_suffix.get(stem, 1)
-        while f"{stem}.{n}" in self._names:
-            n += 1
-        self._next_suffix[stem] = n + 1
         name = f"{stem}.{n}"
-        self._names.add(name)
+        while name in names:
+            n += 1
+            name = f"{stem}.{n}"
+        self._next_suffix[stem] = n + 1
+        names.add(name)
         return name
 
     def reserve_name(self, name: str) -> bool:

@@ -194,6 +194,11 @@ class Opcode(Enum):
     def __str__(self) -> str:
         return self.value
 
+    # Members are singletons compared by identity, so they may hash by identity too, in C:
+    # Enum's own __hash__ (hash of the name) runs Python code, and opcodes are looked up in
+    # sets and tables for every instruction every pass visits.
+    __hash__ = object.__hash__
+
     @property
     def info(self) -> OpInfo:
         return OPCODES[self]

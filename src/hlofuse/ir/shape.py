@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from hlofuse.ir import limits
 from hlofuse.ir.dtypes import DType
@@ -105,6 +106,16 @@ class ArrayShape:
     # What follows `:` inside the layout braces (tiles, memory space, ...), or None.
     layout_attrs: LayoutAttrs | None = None
 
+    def __hash__(self) -> int:
+        # Computed once per shape object: shapes are dictionary keys in passes' inner loops
+        # (CSE, fusion analyses), and the field-by-field hash runs Python code for the dtype.
+        try:
+            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+        except KeyError:
+            h = hash((self.dtype, self.dims, self.layout, self.layout_attrs))
+            self.__dict__["_hash"] = h  # (not a field: equality ignores it)
+            return h
+
     @property
     def layout_extra(self) -> str:
         """The layout attributes as XLA's text with the leading `:` (`:T(8,128)`), printed
@@ -115,16 +126,19 @@ class ArrayShape:
     def rank(self) -> int:
         return len(self.dims)
 
-    @property
+    # The derived sizes below are computed once per shape object (kept in its __dict__, which
+    # equality and hashing ignore): the fusion rules ask for them on every edge they look at.
+
+    @cached_property
     def size(self) -> int:
         """Number of elements."""
         return math.prod(self.dims)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
-    @property
+    @cached_property
     def true_rank(self) -> int:
         """Number of dimensions with extent > 1 (XLA's TrueRank)."""
         return sum(1 for d in self.dims if d > 1)
@@ -133,7 +147,7 @@ class ArrayShape:
     def is_effective_scalar(self) -> bool:
         return self.size == 1
 
-    @property
+    @cached_property
     def minor_to_major(self) -> tuple[int, ...]:
         """The layout, defaulting to row-major (descending) when none was given."""
         if self.layout is not None:
@@ -223,6 +237,8 @@ def format_shape(shape: Shape, with_layout: bool = True) -> str:
 
 def leaves(shape: Shape) -> list[ArrayShape]:
     """The array leaves of a shape, depth-first (iterative: safe on any nesting)."""
+    if isinstance(shape, ArrayShape):  # (the usual case)
+        return [shape]
     out: list[ArrayShape] = []
     stack: list[Shape] = [shape]
     while stack:
@@ -236,6 +252,8 @@ def leaves(shape: Shape) -> list[ArrayShape]:
 
 def subshape_count(shape: Shape) -> int:
     """XLA's ShapeUtil::SubshapeCount: a tuple counts itself plus every subshape."""
+    if isinstance(shape, ArrayShape):  # (the usual case)
+        return 1
     count = 0
     stack: list[Shape] = [shape]
     while stack:

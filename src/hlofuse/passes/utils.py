@@ -48,15 +48,13 @@ def called(instr: Instruction) -> list[Computation]:
 def ordered(comp: Computation) -> list[Instruction]:
     """The instructions, definitions before uses: the instruction list itself when it already
     is in that order (what the parser and every pass here produce), else the post order."""
-    seen: set[int] = set()
+    seen: set[Instruction] = set()  # (instructions hash by identity, in C)
     for instr in comp.instructions:
-        for o in instr._operands:  # the list itself: this loop runs for every pass
-            if id(o) not in seen:
-                return comp.post_order()
-        for o in instr.control_predecessors:
-            if id(o) not in seen:
-                return comp.post_order()
-        seen.add(id(instr))
+        # the operand list itself: this loop runs for every pass
+        if not seen.issuperset(instr._operands) or (
+                instr.control_predecessors and not seen.issuperset(instr.control_predecessors)):
+            return comp.post_order()
+        seen.add(instr)
     return list(comp.instructions)
 
 
@@ -67,22 +65,37 @@ _SIDE_EFFECT_OPS = frozenset(id(op) for op, info in OPCODES.items() if info.side
 
 def has_side_effect(instr: Instruction, _cache: dict[int, bool] | None = None) -> bool:
     """Side effect of `instr` itself or of any computation it calls (recursively)."""
-    if id(instr.opcode) in _SIDE_EFFECT_OPS:
+    op = instr.opcode
+    if id(op) in _SIDE_EFFECT_OPS:
         return True
-    if instr.opcode is Opcode.CUSTOM_CALL and instr.has_side_effect:
+    if op is Opcode.CUSTOM_CALL and instr.has_side_effect:
         return True
-    called_comps = called(instr)
-    if not called_comps:
+    attrs = instr.attrs
+    if not attrs or _CALL_ATTRS.isdisjoint(attrs):  # (most instructions call nothing)
         return False
     cache = _cache if _cache is not None else {}
-    for comp in called_comps:
-        key = id(comp)
-        if key not in cache:
-            cache[key] = False  # recursion guard
-            cache[key] = any(has_side_effect(i, cache) for i in comp.instructions)
-        if cache[key]:
-            return True
-    return False
+    return any(_computation_has_side_effect(comp, cache) for comp in called(instr))
+
+
+def _computation_has_side_effect(comp: Computation, cache: dict[int, bool]) -> bool:
+    """Does an instruction of `comp` have a side effect (`has_side_effect`, memoised in
+    `cache` by computation)? The instruction's own tests are inlined here: every fusion's
+    computation is walked once per CSE and DCE run."""
+    key = id(comp)
+    known = cache.get(key)
+    if known is not None:
+        return known
+    cache[key] = False  # recursion guard
+    known = False
+    disjoint = _CALL_ATTRS.isdisjoint
+    for i in comp.instructions:
+        op = i.opcode
+        if id(op) in _SIDE_EFFECT_OPS or (op is Opcode.CUSTOM_CALL and i.has_side_effect) or (
+                i.attrs and not disjoint(i.attrs) and has_side_effect(i, cache)):
+            known = True
+            break
+    cache[key] = known
+    return known
 
 
 def is_removable(instr: Instruction) -> bool:
@@ -284,27 +297,32 @@ def callers(module: Module, computations: Iterable[Computation] | None = None
     return out
 
 
+def callees(comp: Computation) -> list[Computation]:
+    """The computations `comp`'s instructions call, in instruction order (repeats kept)."""
+    out: list[Computation] = []
+    disjoint = _CALL_ATTRS.isdisjoint
+    for instr in [i for i in comp.instructions if i.attrs and not disjoint(i.attrs)]:
+        out.extend(called(instr))  # (most instructions call nothing: filtered out above)
+    return out
+
+
 def computations_post_order(module: Module) -> list[Computation]:
     """`module.computations_post_order()` (callees before callers, the entry last), computed
     with an explicit stack and the fast `called` (the fusion passes ask for it every run)."""
     order: list[Computation] = []
     seen: set[int] = set()
 
-    def callees(comp: Computation) -> Iterator[Computation]:
-        for instr in comp.instructions:
-            yield from called(instr)
-
     def visit(root: Computation) -> None:
         if id(root) in seen:
             return
         seen.add(id(root))
-        stack = [(root, callees(root))]
+        stack = [(root, iter(callees(root)))]
         while stack:
             comp, pending = stack[-1]
             for callee in pending:
                 if id(callee) not in seen:
                     seen.add(id(callee))
-                    stack.append((callee, callees(callee)))
+                    stack.append((callee, iter(callees(callee))))
                     break
             else:
                 order.append(comp)
@@ -353,18 +371,22 @@ def reachable_computations(module: Module) -> list[Computation]:
                 continue
             seen.add(id(cur))
             stack.append((cur, True))
-            for instr in cur.instructions:
-                for callee in called(instr):
-                    if id(callee) not in seen:
-                        stack.append((callee, False))
+            for callee in callees(cur):
+                if id(callee) not in seen:
+                    stack.append((callee, False))
 
     visit(module.entry)
     return order
 
 
-def remove_unreachable_computations(module: Module) -> bool:
-    """Drop computations the entry cannot reach. Returns whether any were dropped."""
-    live = {id(c) for c in reachable_computations(module)}
+def remove_unreachable_computations(module: Module,
+                                    reachable: list[Computation] | None = None) -> bool:
+    """Drop computations the entry cannot reach. Returns whether any were dropped.
+    `reachable`: `reachable_computations(module)`, when the caller has it for the module as
+    it is now."""
+    if reachable is None:
+        reachable = reachable_computations(module)
+    live = {id(c) for c in reachable}
     dead = [c for c in module.computations if id(c) not in live]
     for c in dead:
         module.remove_computation(c)

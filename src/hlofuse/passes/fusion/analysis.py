@@ -104,18 +104,17 @@ class FusionAnalyses:
     def ask(self, pred: Callable[[Instruction, FusionConfig], Any], instr: Instruction) -> Any:
         """`pred(instr, config)` for a one-instruction predicate, remembered until `instr`
         changes. Not remembered for rng, whose fusibility depends on its user count."""
+        known = self._unary.get(instr)
+        if known is not None and pred in known:
+            return known[pred]
         if instr.opcode is Opcode.RNG:
             return pred(instr, self.config)
         if pred is is_reduction_epilogue and is_fusion(instr):
             return self.facts(instr).not_epilogue == 0  # kept up to date as the fusion grows
-        known = self._unary.get(instr)
         if known is None:
             known = self._unary[instr] = {}
-        try:
-            return known[pred]
-        except KeyError:
-            answer = known[pred] = pred(instr, self.config)
-            return answer
+        answer = known[pred] = pred(instr, self.config)
+        return answer
 
     def memo(self, fn: Callable[[Instruction], Any], instr: Instruction,
              compute: Callable[[], Any] | None = None) -> Any:

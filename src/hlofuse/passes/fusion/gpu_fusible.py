@@ -206,11 +206,12 @@ def transposes_minor_dimension(instr: Instruction) -> bool:
 def is_reduce_intermediate(instr: Instruction) -> bool:
     """A trivial op in a reduction epilogue: bitcast, bitcast-convert, convert or a bitcast
     reshape, with at most one operand and one user."""
-    if instr.operand_count > 1 or instr.user_count > 1:
+    if len(instr._operands) > 1 or len(instr.users) > 1:  # (asked for every fused op)
         return False
-    if instr.opcode in (Opcode.BITCAST, Opcode.BITCAST_CONVERT, Opcode.CONVERT):
+    op = instr.opcode
+    if op is Opcode.BITCAST or op is Opcode.BITCAST_CONVERT or op is Opcode.CONVERT:
         return True
-    return instr.opcode is Opcode.RESHAPE and reshape_is_bitcast(instr)
+    return op is Opcode.RESHAPE and reshape_is_bitcast(instr)
 
 
 def find_non_trivial_hero(instr: Instruction) -> Instruction:
@@ -336,12 +337,15 @@ def is_producer_consumer_fusible(producer: Instruction, consumer: Instruction,
                                  ask: Ask | None = None) -> FusionDecision:
     """IsProducerConsumerFusible (E2), checked in order. `ask(pred, instr)`, when given,
     answers `pred(instr, config)` for the one-instruction predicates (a pass run's memo)."""
-    def q(pred: Callable[[Instruction, FusionConfig], object], instr: Instruction) -> object:
-        return pred(instr, config) if ask is None else ask(pred, instr)
+    def answer(pred: Callable[[Instruction, FusionConfig], object], instr: Instruction
+               ) -> object:
+        return pred(instr, config)
 
-    tiled_into_itself = (q(tiled_transpose_dims, producer) is not None
-                         and find_non_trivial_hero(consumer) is producer)
-    if not q(is_loop_fusible_as_producer, producer) and not tiled_into_itself:
+    q = answer if ask is None else ask
+
+    if not q(is_loop_fusible_as_producer, producer) and not (
+            q(tiled_transpose_dims, producer) is not None
+            and find_non_trivial_hero(consumer) is producer):  # a tiled transpose into itself
         return FusionDecision.no("the producer is not loop-fusible")
     if q(is_input_fusible_reduction, producer):
         if not q(is_reduction_epilogue, consumer):

@@ -30,18 +30,19 @@ from hlofuse.ir.instruction import Instruction
 
 
 class ReachabilityMap:
-    def __init__(self, comp: Computation) -> None:
+    def __init__(self, comp: Computation, post_order: list[Instruction] | None = None) -> None:
+        """`post_order`: `comp.post_order()`, when the caller has it already."""
         self.comp = comp
         self._index: dict[Instruction, int] = {}
         self._bits: dict[Instruction, int] = {}
         self._stale: set[Instruction] = set()
-        self.rebuild()
+        self.rebuild(post_order)
 
-    def rebuild(self) -> None:
+    def rebuild(self, post_order: list[Instruction] | None = None) -> None:
         self._index.clear()
         self._bits.clear()
         self._stale.clear()
-        for instr in self.comp.post_order():
+        for instr in self.comp.post_order() if post_order is None else post_order:
             self._add(instr)
 
     def _add(self, instr: Instruction) -> None:

@@ -28,6 +28,8 @@ from hlofuse.passes.utils import ordered
 
 
 def _same_shape_ignoring_type(a: Shape, b: Shape) -> bool:
+    if a is b:
+        return True
     if isinstance(a, ArrayShape) and isinstance(b, ArrayShape):
         return a.dims == b.dims and a.minor_to_major == b.minor_to_major
     return a.same_dims(b)
@@ -59,17 +61,22 @@ class FusionNodeIndexingEvaluation:
     def _update_count(self, instr: Instruction) -> None:
         users = self.indexing_users.get(instr, ())
         counts = self.index_usage_count
-        self.index_usage_count[instr] = sum(counts[u] for u in users)
+        counts[instr] = sum(map(counts.__getitem__, users))
 
     def _update_operands(self, instr: Instruction) -> None:
-        mine = self.indexing_users.setdefault(instr, set())
-        for operand in instr.operands:
+        indexing_users = self.indexing_users
+        mine = indexing_users.get(instr)
+        if mine is None:
+            mine = indexing_users[instr] = set()
+        transpose, shape = instr.opcode is Opcode.TRANSPOSE, instr.shape
+        for operand in instr._operands:  # (the list itself: this runs for every fused op)
             key_instr = operand
             if operand.opcode is Opcode.PARAMETER and operand.parameter_number is not None:
                 key_instr = self.fusion.operand(operand.parameter_number)
-            target = self.indexing_users.setdefault(key_instr, set())
-            if instr.opcode is Opcode.TRANSPOSE or _same_shape_ignoring_type(operand.shape,
-                                                                             instr.shape):
+            target = indexing_users.get(key_instr)
+            if target is None:
+                target = indexing_users[key_instr] = set()
+            if transpose or _same_shape_ignoring_type(operand.shape, shape):
                 target |= mine
             else:
                 target.add(instr)

@@ -126,7 +126,7 @@ def gpu_should_fuse(consumer: Instruction, i: int, config: FusionConfig,
         reuses = expensive and reuses_operand_elements(consumer, i)
         into_reduction = is_input_fusible_reduction(consumer, config)
     else:
-        expensive = analyses.ask(is_expensive, producer)
+        expensive = is_expensive(producer, config)  # (a table lookup: cheaper than a memo)
         reuses = expensive and analyses.reuses_operand_elements(consumer, i)
         into_reduction = analyses.ask(is_input_fusible_reduction, consumer)
     if reuses:
@@ -210,7 +210,7 @@ class _ComputationRun:
 
     # ComputeGloballyUnfusible ---------------------------------------------------------------
     def compute_globally_unfusible(self, post_order: list[Instruction]) -> None:
-        reach = ReachabilityMap(self.comp)
+        reach = ReachabilityMap(self.comp, post_order)
         cache: dict[tuple[Instruction, Instruction], bool] = {}
         for producer in reversed(post_order):
             if effectively_at_most_unary(producer):

@@ -257,7 +257,6 @@ def producer_consumer_legal(producer: Instruction, consumer: Instruction,
                             reach: ReachabilityMap, config: FusionConfig,
                             analyses: FusionAnalyses | None = None) -> FusionDecision:
     """The legality half of GetProducerConsumerMultiOutputFusionCandidates, per consumer."""
-    heavy = analyses.is_heavy(producer) if analyses is not None else None
     return all_(
         lambda: FusionDecision.check(
             _mof_root(consumer, config, analyses),
@@ -265,7 +264,9 @@ def producer_consumer_legal(producer: Instruction, consumer: Instruction,
         lambda: FusionDecision.check(
             not read_whole(consumer), f"{consumer.name} is a multi-output fusion read whole"),
         lambda: FusionDecision.check(
-            not creates_heavy_computation(producer, consumer, config, heavy),
+            not creates_heavy_computation(
+                producer, consumer, config,
+                analyses.is_heavy(producer) if analyses is not None else None),
             "the fusion would create a heavy computation"),
         lambda: shapes_compatible_for_multi_output_fusion(producer, consumer, config,
                                                           _ask(analyses)),
@@ -440,11 +441,12 @@ def fuse_producer_into_consumer(producer: Instruction, consumer: Instruction,
 
 def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder) -> bool:
     """DoMultiOutputFusion for one computation."""
-    reach = ReachabilityMap(comp)
+    post_order = comp.post_order()
+    reach = ReachabilityMap(comp, post_order)
     order = PostOrderKeeper(comp)
     analyses = FusionAnalyses(config)
     changed = False
-    for producer in reversed(comp.post_order()):
+    for producer in reversed(post_order):
         if producer.parent is not comp:
             continue  # merged away earlier in this walk
         if producer.opcode is Opcode.CONSTANT:

@@ -55,12 +55,20 @@ _DEFAULT_FLOPS = 3
 
 
 
+# Ops whose operands may be read other than once per element (operand_utilization's cases).
+_UTILIZATION_OPS = frozenset({Opcode.BROADCAST, Opcode.SLICE, Opcode.DYNAMIC_SLICE,
+                              Opcode.GATHER, Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.PAD,
+                              Opcode.DOT})
+
+
 def operand_utilization(instr: Instruction, i: int) -> float:
     """Elements of operand `i` read (repeats counted) per element of the operand."""
+    op = instr.opcode
+    if op not in _UTILIZATION_OPS:
+        return 1.0
     operand = instr.operand(i)
     n_in = max(total_elements(operand.shape), 1)
     n_out = total_elements(instr.shape)
-    op = instr.opcode
     if op in (Opcode.BROADCAST, Opcode.SLICE, Opcode.DYNAMIC_SLICE, Opcode.GATHER):
         return n_out / n_in if i == 0 else 1.0
     if op is Opcode.REDUCE:
@@ -82,14 +90,18 @@ def utilizations(fusion: Instruction) -> dict[int, float]:
     """id(fused instruction) -> reads per element, walking from the root (root = 1)."""
     comp = fusion.fused_computation
     util: dict[int, float] = {id(comp.root): 1.0}
+    get = util.get
     for instr in reversed(comp.post_order()):
-        u = util.get(id(instr), 0.0)
-        if instr.opcode is Opcode.TUPLE:
-            for o in instr.operands:
-                util[id(o)] = util.get(id(o), 0.0) + u
+        u = get(id(instr), 0.0)
+        op = instr.opcode
+        if op is Opcode.TUPLE or op not in _UTILIZATION_OPS:  # each operand element read once
+            for o in instr._operands:
+                k = id(o)
+                util[k] = get(k, 0.0) + u  # (u * 1.0 is u)
             continue
-        for i, o in enumerate(instr.operands):
-            util[id(o)] = util.get(id(o), 0.0) + u * operand_utilization(instr, i)
+        for i, o in enumerate(instr._operands):
+            k = id(o)
+            util[k] = get(k, 0.0) + u * operand_utilization(instr, i)
     return util
 
 

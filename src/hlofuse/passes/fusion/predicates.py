@@ -60,6 +60,10 @@ def is_fusible(instr: Instruction) -> bool:
 
 def has_side_effect(instr: Instruction) -> bool:
     """Side effect of the instruction or of any computation it calls (transitively)."""
+    if not called(instr):  # (the usual case: only the instruction itself to look at)
+        if instr.opcode is Opcode.CUSTOM_CALL:
+            return instr.has_side_effect
+        return id(instr.opcode) in _SIDE_EFFECT_IDS
     stack = [instr]
     seen: set[int] = set()
     while stack:
@@ -91,20 +95,24 @@ def _is_constant_scalar_or_broadcast_of_one(instr: Instruction) -> bool:
             and instr.shape.is_effective_scalar)
 
 
+_EXPENSIVE_OPS = frozenset(op for op, info in OPCODES.items() if info.expensive)
+
+
 def is_expensive_base(instr: Instruction) -> bool:
     """InstructionFusion::IsExpensive (the op table, with the divide/remainder exception)."""
-    if instr.opcode in (Opcode.DIVIDE, Opcode.REMAINDER):
+    op = instr.opcode
+    if op is Opcode.DIVIDE or op is Opcode.REMAINDER:
         s = instr.shape
         integral = isinstance(s, ArrayShape) and s.dtype.is_integral
         cheap = integral and instr.operand_count > 1 and _is_constant_scalar_or_broadcast_of_one(
             instr.operand(1))
         return not cheap
-    return instr.opcode.info.expensive
+    return op in _EXPENSIVE_OPS
 
 
 def is_expensive(instr: Instruction, config: FusionConfig) -> bool:
     """The pass's is_expensive: GPU override for `variant == "gpu"`, else the base table."""
-    if config.is_gpu and instr.opcode in config.gpu_cheap_ops \
+    if instr.opcode in config.gpu_cheap_ops and config.is_gpu \
             and element_dtype_name(instr) in config.gpu_cheap_dtypes:
         return False
     return is_expensive_base(instr)
@@ -227,20 +235,24 @@ def _true_rank(shape: ArrayShape) -> int:
 def effectively_at_most_unary(instr: Instruction) -> bool:
     """InstructionFusion::EffectivelyAtMostUnary: at most one operand of output-like rank that
     is not a broadcast, iota or effective-scalar constant."""
-    out_rank = max((_true_rank(s) for s in leaves(instr.shape)), default=0)
+    shape = instr.shape
+    out_rank = (shape.true_rank if isinstance(shape, ArrayShape)
+                else max((_true_rank(s) for s in leaves(shape)), default=0))
     count = 0
-    for o in instr.operands:
-        if o.opcode in (Opcode.BROADCAST, Opcode.IOTA):
+    for o in instr._operands:  # (the list itself: asked for every producer)
+        op, s = o.opcode, o.shape
+        if op is Opcode.BROADCAST or op is Opcode.IOTA:
             continue
-        if o.opcode is Opcode.CONSTANT and isinstance(o.shape, ArrayShape) \
-                and o.shape.is_effective_scalar:
+        if op is Opcode.CONSTANT and isinstance(s, ArrayShape) and s.is_effective_scalar:
             continue
-        if isinstance(o.shape, ArrayShape) and _true_rank(o.shape) >= out_rank:
+        if isinstance(s, ArrayShape) and s.true_rank >= out_rank:
             count += 1
     return count <= 1
 
 
 def total_elements(shape: Shape) -> int:
+    if isinstance(shape, ArrayShape):  # (the usual case)
+        return shape.size
     return sum(s.size for s in leaves(shape))
 
 

@@ -50,29 +50,40 @@ class TraceEvent:
         return text
 
 
+# What `record` keeps until the trace is read: TraceEvent's fields, in order.
+_Fields = tuple[str, str, str, str, str, str, dict[str, Any], str]
+
+
 class FusionTrace:
     """The events in decision order. `record` appends one event; `defer` appends a batch that
     is made into events only when the trace is read (`events`, iteration, `len`), for passes
     that refuse many pairs in a row (sibling multi-output fusion's K^2/2 connected pairs):
-    the run then allocates nothing per refused pair, and a trace nobody reads costs nothing."""
+    the run then allocates nothing per refused pair, and a trace nobody reads costs nothing.
+    `record` too keeps only the event's fields (a frozen dataclass costs a setattr per field
+    to build, and a pass records one event per edge it looks at); events are made from them,
+    in order, when the trace is read."""
 
     def __init__(self, events: list[TraceEvent] | None = None) -> None:
-        self._entries: list[TraceEvent | Callable[[], list[TraceEvent]]] = (
+        self._entries: list[TraceEvent | _Fields | Callable[[], list[TraceEvent]]] = (
             list(events) if events is not None else [])
-        self._deferred = False
+        self._made = len(self._entries)  # the entries before this one are all events
 
     @property
     def events(self) -> list[TraceEvent]:
-        if self._deferred:
-            flat: list[TraceEvent] = []
-            for entry in self._entries:
+        entries = self._entries
+        if self._made < len(entries):
+            made: list[TraceEvent] = []
+            for entry in entries[self._made:]:
                 if isinstance(entry, TraceEvent):
-                    flat.append(entry)
+                    made.append(entry)
+                elif isinstance(entry, tuple):
+                    made.append(TraceEvent(*entry))
                 else:
-                    flat.extend(entry())
-            self._entries = flat
-            self._deferred = False
-        return self._entries  # type: ignore[return-value]
+                    made.extend(entry())
+            del entries[self._made:]
+            entries.extend(made)
+            self._made = len(entries)
+        return entries  # type: ignore[return-value]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FusionTrace) and self.events == other.events
@@ -83,20 +94,17 @@ class FusionTrace:
         return f"FusionTrace(events={self.events!r})"
 
     def record(self, pass_name: str, consumer: str, producer: str, decision: FusionDecision,
-               computation: str = "", fused: bool | None = None) -> TraceEvent:
-        did_fuse = bool(decision) if fused is None else fused
-        event = TraceEvent(pass_name, consumer, producer, "fused" if did_fuse else "refused",
-                           decision.reason or "", decision.rule, dict(decision.figures),
-                           computation)
-        self._entries.append(event)
-        return event
+               computation: str = "", fused: bool | None = None) -> None:
+        did_fuse = decision.reason is None if fused is None else fused
+        self._entries.append((pass_name, consumer, producer,
+                              "fused" if did_fuse else "refused", decision.reason or "",
+                              decision.rule, dict(decision.figures), computation))
 
     def defer(self, expand: Callable[[], list[TraceEvent]]) -> None:
         """Append the events `expand()` returns, in their place, when the trace is next read.
         `expand` must depend only on what it captured (names, decisions), not on the module,
         which later passes keep changing."""
         self._entries.append(expand)
-        self._deferred = True
 
     def __iter__(self) -> Iterator[TraceEvent]:
         return iter(self.events)

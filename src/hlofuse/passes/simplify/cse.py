@@ -72,20 +72,34 @@ def cse_computation(comp: Computation, cache: dict[int, bool]) -> bool:
     first: dict[tuple[Any, ...], Instruction | None] = {}  # None: already fully keyed
     seen: dict[tuple[Any, ...], Instruction] = {}
     edit = Rewriter(comp)
-    for instr in ordered(comp):
-        if (
-            instr.opcode is Opcode.PARAMETER
-            or instr.control_predecessors
-            or has_side_effect(instr, cache)
-            or any(instr in u.control_predecessors for u in instr.users)
-        ):
+    order = ordered(comp)
+    # Control successors are rare: look for them only in a computation that has some. Without
+    # them, whether an instruction may take part (no side effect) cannot change during the
+    # loop, so it is asked only of instructions that share a cheap key with another (asking a
+    # fusion walks its computation): `first` may then hold one not yet asked about.
+    has_control_edges = any(i.control_predecessors for i in order)
+
+    def excluded(instr: Instruction) -> bool:
+        return has_side_effect(instr, cache) or (has_control_edges and (
+            bool(instr.control_predecessors)
+            or any(instr in u.control_predecessors for u in instr.users)))
+
+    for instr in order:
+        if instr.opcode is Opcode.PARAMETER or (has_control_edges and excluded(instr)):
             continue
-        cheap = (instr.opcode, instr.shape, tuple(id(o) for o in instr.operands))
+        # (the opcode by identity and the operands as instructions: both hash in C, where an
+        # Enum member hashes in Python; tuples of instructions compare by identity)
+        cheap = (id(instr.opcode), instr.shape, tuple(instr._operands))
         if cheap not in first:
             first[cheap] = instr
             continue
+        if not has_control_edges and excluded(instr):
+            continue
         earlier = first[cheap]
         if earlier is not None:
+            if not has_control_edges and excluded(earlier):
+                first[cheap] = instr  # the earlier one never takes part: this one is first
+                continue
             seen.setdefault(expression_key(earlier), earlier)
             first[cheap] = None
         key = expression_key(instr)
