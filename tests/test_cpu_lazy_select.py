@@ -104,3 +104,29 @@ def test_results_are_the_interpreters_whatever_the_lanes_select(
     want = interpreter.run(parse(text), x, y, t)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not cpu.available(), reason="no C compiler")
+def test_a_select_inside_a_lazy_side_on_the_same_condition_blends_there() -> None:
+    """select(p, select(p, A, B), C) with A long, B and C short: both selects compute their
+    true side lazily, one group; the inner one, inside the outer's branch, blends there (not
+    a branch per nesting level); the interpreter's values."""
+    a, la = _chain("a", "x", 2 * cprint.LAZY_SELECT_MIN_OPS)
+    b, lb = _chain("b", "y", 4)
+    c, lc = _chain("c", "x", 5)
+    text = "\n".join([
+        "HloModule nested", "", "ENTRY e {",
+        f"  x = f32[{N}] parameter(0)", f"  y = f32[{N}] parameter(1)",
+        "  k = f32[] constant(1.25)", f"  kb = f32[{N}] broadcast(k), dimensions={{}}",
+        "  z = f32[] constant(0)", f"  zb = f32[{N}] broadcast(z), dimensions={{}}",
+        f"  p = pred[{N}] compare(x, zb), direction=GT",
+        *a, *b, *c,
+        f"  inner = f32[{N}] select(p, {la}, {lb})",
+        f"  ROOT outer = f32[{N}] select(p, inner, {lc})", "}", ""])
+    src = _source(text, "avx512")
+    assert 1 <= len(re.findall(r"if \(hf_any_v16\(", src)) <= 2, src
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(N).astype(np.float32)
+    y = rng.standard_normal(N).astype(np.float32)
+    got = cpu.compile_module(parse(text))(x, y)[0]
+    np.testing.assert_allclose(got, interpreter.run(parse(text), x, y)[0], rtol=2e-6, atol=1e-6)

@@ -438,7 +438,8 @@ class KernelPrinter:
 
     def lazy_now(self) -> dict[int, int]:
         """The lazy selects in force: none past `LAZY_SELECT_MAX_DEPTH` nested lazy sides (each
-        is printed by a nested call)."""
+        is printed by a nested call), and not those whose group's branch is being printed (a
+        select inside a side of another on the same condition blends there)."""
         return self.lazy if self.lazy_depth < LAZY_SELECT_MAX_DEPTH else {}
 
     def _lazy_selects(self, body: list[Stmt]) -> dict[int, int]:
@@ -529,9 +530,12 @@ class KernelPrinter:
         cv = self.vexpr(c)
         self.line(f"if ({self.lib.any_pred(w)}({cv if side == 1 else f'({cv}) ^ 1'})) {{")
         self.lazy_depth += 1
+        saved = self.lazy
+        self.lazy = {k: sd for k, sd in saved.items() if k not in {m.uid for m in members}}
         with self.scope():
             for m, name in zip(members, names, strict=True):
                 self.line(f"{name} = {self.vexpr(m.args[side])};")
+        self.lazy = saved
         self.lazy_depth -= 1
         self.line("}")
         for m, name in zip(members, names, strict=True):
