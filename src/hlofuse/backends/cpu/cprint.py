@@ -260,8 +260,7 @@ class KernelPrinter:
         saved = self.vec, self.users, self.lazy, self.groups
         if s.vector:
             self.vec = (s.var, s.vector)
-            self.users = _users(s.body)
-            self.lazy = self._lazy_selects(s.body)
+            self.users, self.lazy, self.groups = self._lazy_plan(s.body)
             self.lib.types(s.vector)
         with self.scope():
             self.block(s.body, id(s.body))
@@ -442,38 +441,49 @@ class KernelPrinter:
         select inside a side of another on the same condition blends there)."""
         return self.lazy if self.lazy_depth < LAZY_SELECT_MAX_DEPTH else {}
 
-    def _lazy_selects(self, body: list[Stmt]) -> dict[int, int]:
-        """The lane-varying selects (`select` ops and `cond` values) of a vector loop that
-        compute one side only when some lane of the vector takes it (1: the side taken where
-        the condition holds, 2: the other): a side with at least `LAZY_SELECT_MIN_OPS` values
-        of its own (nothing else in the loop uses them) that reads no buffer the loop writes,
-        the larger if both qualify. Selects on one condition form a group (`_lazy_group`)."""
+    def _lazy_plan(self, body: list[Stmt]) -> tuple[
+            dict[int, set[int]], dict[int, int], dict[tuple[int, int], list[Val]]]:
+        """For a vector loop: which values use each value (empty when the loop has no
+        lane-varying select), the selects (`select` ops and `cond` values) that compute one
+        side only when some lane of the vector takes it (select -> 1: the side taken where the
+        condition holds, 2: the other), and those selects grouped by (condition, side)
+        (`_lazy_group`). A side qualifies with at least `LAZY_SELECT_MIN_OPS` values of its
+        own (nothing else in the loop uses them) and no read of a buffer the loop writes; the
+        larger side if both do."""
         roots: list[Val] = []
         for st in ir.walk(body):
             roots.extend(ir.stmt_vals(st))
+        values = ir.postorder(roots)
+        selects = [v for v in values
+                   if (v.op == "cond" or (v.op == "alu" and v.arg.opcode is Opcode.SELECT))
+                   and self.varies(v.args[0])]
+        if not selects:
+            return {}, {}, {}
+        users: dict[int, set[int]] = {}
+        for v in values:
+            for c in v.children():
+                users.setdefault(c.uid, set()).add(v.uid)
+        self.users = users  # `_owned` reads it
         stored = ir.written(body)
-        out: dict[int, int] = {}
-        self.groups: dict[tuple[int, int], list[Val]] = {}
-        for v in ir.postorder(roots):
-            is_select = v.op == "cond" or (v.op == "alu" and v.arg.opcode is Opcode.SELECT)
-            if not is_select or not self.varies(v.args[0]):
-                continue
-            sizes = [(self._owned(v, k, LAZY_SELECT_MIN_OPS), k) for k in (1, 2)
+        lazy: dict[int, int] = {}
+        groups: dict[tuple[int, int], list[Val]] = {}
+        for v in selects:
+            sizes = [(len(self._owned(v, k, LAZY_SELECT_MIN_OPS)), k) for k in (1, 2)
                      if not ir.reads(v.args[k]) & stored]
             size, side = max(sizes, default=(0, 0))
             if size >= LAZY_SELECT_MIN_OPS:
-                out[v.uid] = side
-                self.groups.setdefault((v.args[0].uid, side), []).append(v)
-        return out
+                lazy[v.uid] = side
+                groups.setdefault((v.args[0].uid, side), []).append(v)
+        return users, lazy, groups
 
-    def _owned(self, v: Val, k: int, limit: int | None = None) -> int | set[int]:
+    def _owned(self, v: Val, k: int, limit: int | None = None) -> set[int]:
         """The lane-varying values under `v`'s side `k` that only that side uses (every user
-        is `v` or another of them), not yet printed: their number, counted up to `limit`, or
-        (no limit) the set of their uids."""
+        is `v` or another of them) and are not printed yet, by uid; with `limit`, the search
+        stops once it has found that many."""
         side = v.args[k]
         if side in v.args[:k] + v.args[k + 1:] or not self.varies(side) or \
                 self.users.get(side.uid) != {v.uid} or self.find((side.uid, True)):
-            return 0 if limit else set()
+            return set()
         inside = {side.uid}
         work = [side]
         while work and (limit is None or len(inside) < limit):
@@ -484,7 +494,7 @@ class KernelPrinter:
                 if self.users.get(c.uid, set()) <= inside:
                     inside.add(c.uid)
                     work.append(c)
-        return len(inside) if limit else inside
+        return inside
 
     def _lazy_cond(self, v: Val, ctype: str, sel: str, side: int) -> str:
         """A select whose side `side` is computed only when some lane of the vector takes it,
@@ -517,7 +527,6 @@ class KernelPrinter:
         members = [m for m in self.groups[(c.uid, side)] if self.find(("lazy", m.uid)) is None]
         for m in members:  # the shared part, before the branch
             own = self._owned(m, side)
-            assert isinstance(own, set)
             for x in _strict_postorder(m.args[side], self.lazy_now()):
                 if x.uid not in own and self.varies(x):
                     self.vexpr(x)
@@ -742,19 +751,6 @@ def cexpr_name(base: str, used: set[str]) -> str:
     from hlofuse.backends.kernel_ir.naming import fresh
 
     return fresh(base, used)
-
-
-def _users(body: list[Stmt]) -> dict[int, set[int]]:
-    """Value -> the values that use it (by uid), over everything `body`'s statements compute,
-    both sides of every `cond` included."""
-    roots: list[Val] = []
-    for s in ir.walk(body):
-        roots.extend(ir.stmt_vals(s))
-    users: dict[int, set[int]] = {}
-    for v in ir.postorder(roots):
-        for c in v.children():
-            users.setdefault(c.uid, set()).add(v.uid)
-    return users
 
 
 def _strict_postorder(root: Val, lazy: dict[int, int] | None = None) -> list[Val]:
