@@ -162,17 +162,24 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_entry(path: Path, kind: str) -> bytes | None:
-    """The payload of the entry at `path` if it is trusted, of `kind`, and matches its digest."""
+def _read_trusted(path: Path) -> bytes | None:
+    """The bytes of `path` if it is trusted (`_open_trusted`) and readable, else None."""
     fd = _open_trusted(path)
     if fd is None:
         return None
     try:
-        data = _read_all(fd)
+        return _read_all(fd)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def read_entry(path: Path, kind: str) -> bytes | None:
+    """The payload of the entry at `path` if it is trusted, of `kind`, and matches its digest."""
+    data = _read_trusted(path)
+    if data is None:
+        return None
     head, sep, payload = data.partition(b"\n")
     if not sep or not head.startswith(MAGIC):
         return None
@@ -205,16 +212,8 @@ def atomic_write(path: Path, data: bytes) -> None:
 def read_verified(path: Path, sha256: str) -> bytes | None:
     """The bytes of the trusted file `path` if they have the digest `sha256`, else None (read
     once: what is checked is what is returned)."""
-    fd = _open_trusted(path)
-    if fd is None:
-        return None
-    try:
-        data = _read_all(fd)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data if digest(data) == sha256 else None
+    data = _read_trusted(path)
+    return data if data is not None and digest(data) == sha256 else None
 
 
 def open_verified(path: Path, sha256: str) -> int | None:
