@@ -154,6 +154,13 @@ class ArrayShape:
             return self.layout
         return tuple(range(self.rank - 1, -1, -1))
 
+    @property
+    def has_default_layout(self) -> bool:
+        """Row-major (descending minor-to-major) with no tiling or memory space: the physical
+        layout numpy's C order has."""
+        return self.layout_attrs is None and (
+            self.layout is None or self.layout == tuple(range(self.rank - 1, -1, -1)))
+
     def with_dtype(self, dtype: DType) -> ArrayShape:
         return ArrayShape(dtype, self.dims, self.layout, self.layout_attrs)
 

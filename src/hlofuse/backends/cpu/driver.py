@@ -271,16 +271,11 @@ def _check_supported(module: Module) -> None:
                 )
 
 
-def _default_layout(shape: ArrayShape) -> bool:
-    return shape.layout_attrs is None and (
-        shape.layout is None or shape.layout == tuple(range(shape.rank - 1, -1, -1)))
-
-
 def _bitcast_problem(instr: Instruction) -> str | None:
     out, src = instr.shape, instr.operand(0).shape
     if not (isinstance(out, ArrayShape) and isinstance(src, ArrayShape)):
         return "bitcast of a non-array"
-    if not (_default_layout(out) and _default_layout(src)):
+    if not (out.has_default_layout and src.has_default_layout):
         return f"bitcast from {src} to {out} reinterprets a non-default physical layout"
     if out.nbytes != src.nbytes or out.dtype.is_pred != src.dtype.is_pred:
         return f"bitcast from {src} to {out} changes the byte size"

@@ -29,7 +29,6 @@ from hlofuse.backends.interpreter.core import (
 )
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape
 
 
 @handles(Opcode.BROADCAST)
@@ -56,17 +55,11 @@ def _reshape(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndar
     return np.reshape(ops[0], array_shape(instr).dims).copy()
 
 
-def _default_layout(shape: ArrayShape) -> bool:
-    if shape.layout_extra:  # tiling, memory spaces, ...
-        return False
-    return shape.layout is None or shape.layout == tuple(range(shape.rank - 1, -1, -1))
-
-
 @handles(Opcode.BITCAST)
 def _bitcast(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
     out = array_shape(instr)
     src = array_shape(instr.operand(0))
-    if not (_default_layout(out) and _default_layout(src)):
+    if not (out.has_default_layout and src.has_default_layout):
         raise unsupported(
             instr,
             f"bitcast from {src} to {out} reinterprets a physical layout; the interpreter "

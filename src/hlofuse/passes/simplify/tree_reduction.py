@@ -40,8 +40,7 @@ WINDOW = 32  # XLA CPU's reduce_window_size
 
 
 def default_layout(shape: object) -> bool:
-    return isinstance(shape, ArrayShape) and shape.layout_attrs is None and (
-        shape.layout is None or shape.layout == tuple(range(shape.rank - 1, -1, -1)))
+    return isinstance(shape, ArrayShape) and shape.has_default_layout
 
 
 def same_padding(n: int, window: int) -> tuple[int, int]:
