@@ -31,30 +31,20 @@ import numpy as np
 from hlofuse.backends.subnormals import FLUSH_TYPES
 from hlofuse.ir.dtypes import DType, from_numpy
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import ASYNC_OPS, COLLECTIVES, OPCODES, Category, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape
 
 # Ops that move or reinterpret values without computing on them (or run a computation whose
-# own ops flush): never flushed.
-MOVES = frozenset({
-    Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT, Opcode.COPY,
-    Opcode.COPY_START, Opcode.COPY_DONE, Opcode.BITCAST, Opcode.BITCAST_CONVERT, Opcode.RESHAPE,
-    Opcode.DYNAMIC_RESHAPE, Opcode.TRANSPOSE, Opcode.BROADCAST, Opcode.SLICE,
-    Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE, Opcode.CONCATENATE, Opcode.PAD,
-    Opcode.REVERSE, Opcode.GATHER, Opcode.SCATTER, Opcode.SELECT_AND_SCATTER, Opcode.IOTA,
-    Opcode.SELECT, Opcode.NEGATE, Opcode.ABS, Opcode.REAL, Opcode.IMAG, Opcode.COMPLEX,
-    Opcode.IS_FINITE, Opcode.REDUCE_PRECISION, Opcode.SORT, Opcode.TOPK, Opcode.MAP,
-    Opcode.CALL, Opcode.FUSION, Opcode.WHILE, Opcode.CONDITIONAL, Opcode.ASYNC_START,
-    Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE, Opcode.OPTIMIZATION_BARRIER, Opcode.ADD_DEPENDENCY,
-    Opcode.AFTER_ALL, Opcode.DOMAIN, Opcode.CUSTOM_CALL, Opcode.GET_DIMENSION_SIZE,
-    Opcode.SET_DIMENSION_SIZE, Opcode.PARTITION_ID, Opcode.REPLICA_ID, Opcode.RNG,
-    Opcode.RNG_BIT_GENERATOR, Opcode.ALL_REDUCE, Opcode.ALL_REDUCE_START,
-    Opcode.ALL_REDUCE_DONE, Opcode.ALL_GATHER, Opcode.ALL_GATHER_START, Opcode.ALL_GATHER_DONE,
-    Opcode.ALL_TO_ALL, Opcode.RAGGED_ALL_TO_ALL, Opcode.REDUCE_SCATTER,
-    Opcode.COLLECTIVE_BROADCAST, Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START,
-    Opcode.COLLECTIVE_PERMUTE_DONE, Opcode.INFEED, Opcode.OUTFEED, Opcode.SEND,
-    Opcode.SEND_DONE, Opcode.RECV, Opcode.RECV_DONE,
-})
+# own ops flush): never flushed. From the op table: every data-movement, structural, control,
+# opaque and collective op (one device: they move values), except the two that reduce, plus
+# the elementwise ops that only move or test bits.
+_MOVING = (Category.BROADCAST, Category.INJECTIVE, Category.DATA, Category.CONTROL,
+           Category.STRUCTURAL, Category.OPAQUE)
+MOVES = frozenset(
+    {op for op, info in OPCODES.items() if info.category in _MOVING} | COLLECTIVES | ASYNC_OPS
+    | {Opcode.SELECT, Opcode.NEGATE, Opcode.ABS, Opcode.REAL, Opcode.IMAG, Opcode.COMPLEX,
+       Opcode.IS_FINITE, Opcode.REDUCE_PRECISION, Opcode.BITCAST_CONVERT, Opcode.COPY}
+) - {Opcode.SCAN, Opcode.COLLECTIVE_REDUCE}
 # Conversions that are bit operations in XLA (a bf16 is the top half of an f32); identities and
 # a real number becoming a complex one of its precision are moves too.
 BIT_CONVERSIONS = frozenset({("f32", "bf16"), ("bf16", "f32")})
