@@ -65,6 +65,7 @@ from hlofuse.backends.cpu.schedule import (
     Schedule,
     Spare,
     Stmt,
+    View,
     While,
     schedule,
 )
@@ -307,6 +308,8 @@ class _Printer:
             return f"hf_w{x.id}_{x.leaf}"
         if isinstance(x, Spare):
             return f"hf_w{x.of.id}_{x.of.leaf}s"
+        if isinstance(x, View):
+            return f"(void *)((char *){self.loc(x.base)} + {x.nbytes})"
         raise TypeError(x)
 
     def program(self, module: Module) -> Program:

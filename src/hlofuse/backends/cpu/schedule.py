@@ -43,6 +43,7 @@ from hlofuse.backends.cpu.buffers import Analyzer, CompAnalysis, Src, is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 from hlofuse.backends.cpu.contract import Kernel
 from hlofuse.backends.cpu.kernel_key import structural_key
+from hlofuse.backends.cpu.views import view_plan
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -166,6 +167,17 @@ class Spare(Loc):
 
 
 @dataclass(frozen=True)
+class View(Loc):
+    """`nbytes` bytes into `base`: a contiguous slice a kernel reads in place (views.py)."""
+
+    base: Loc
+    nbytes: int
+
+    def buffers(self) -> tuple[Buf, ...]:
+        return self.base.buffers()
+
+
+@dataclass(frozen=True)
 class ConstData:
     dtype: DType
     value: Any  # numpy array or scalar
@@ -236,6 +248,7 @@ class _Scheduler:
         self._kernel_of: dict[Instruction, int] = {}
         self._function_of: dict[tuple[Any, ...], Kernel] = {}  # canonical_kernel -> printed
         self._by_structure: dict[tuple[Any, ...], Kernel] = {}  # structural_key -> kernel
+        self._views: dict[Instruction, dict[int, int]] = {}  # kernel -> leaf -> byte offset
         self.sched = Schedule([], [])
         self.analyzer = Analyzer(lambda instr: self.kernel(instr)[1].inplace)
         self._consts: dict[tuple[Instruction, int], Const] = {}
@@ -245,15 +258,20 @@ class _Scheduler:
 
     def kernel(self, instr: Instruction) -> tuple[int, Kernel]:
         if instr not in self._kernel_of:
+            plan = view_plan(instr)
+            lowered = instr if plan is None else plan.kernel
             used = self._used
             mark = len(used.log) if isinstance(used, NameLog) else None
-            shape_key = structural_key(instr) if mark is not None else None
+            shape_key = structural_key(lowered) if mark is not None else None
             same = self._by_structure.get(shape_key) if shape_key is not None else None
             if same is not None:  # a kernel equal to an earlier one: call its function
                 k = replace(same, source="", instruction=instr.name)
             else:
-                k = self._lowering(instr, used)
+                k = self._lowering(lowered, used)
                 used.add(k.name)
+                if plan is not None:  # never written through a view
+                    k = replace(k, inplace={o: i for o, i in k.inplace.items()
+                                            if i not in plan.offsets})
                 if mark is not None:
                     key = canonical_kernel(k, used.log[mark:])  # type: ignore[attr-defined]
                     first = self._function_of.setdefault(key, k)
@@ -261,6 +279,8 @@ class _Scheduler:
                         k = replace(k, name=first.name, source="")
                 if shape_key is not None:
                     self._by_structure[shape_key] = k
+            if plan is not None:
+                self._views[instr] = plan.offsets
             self._kernel_of[instr] = len(self.sched.kernels)
             self.sched.kernels.append(k)
         i = self._kernel_of[instr]
@@ -351,6 +371,9 @@ class _Scheduler:
                     direct: dict[Src, Loc]) -> None:
         idx, kernel = self.kernel(instr)
         ins = [env[s] for s in an.operand_srcs(instr)]
+        for leaf, nbytes in self._views.get(instr, {}).items():
+            if nbytes:
+                ins[leaf] = View(ins[leaf], nbytes)
         if len(ins) != len(kernel.inputs):
             raise UnsupportedOpError(
                 f"instruction {instr.name}: kernel {kernel.name} takes {len(kernel.inputs)} "
