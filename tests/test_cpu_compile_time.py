@@ -194,12 +194,13 @@ def test_split_program_matches_the_interpreter_and_profiles(
     units = driver.units(program)
     assert units is not None
     assert len(units) == len([k for k in program.kernels if k.source]) + 1
-    assert len(seen) == len(units) + 1 and seen[-1].endswith("(link)")
+    n = len(units) + 1  # and the prebuilt f32 GEMM's unit, first
+    assert seen == [f"split (unit {i} of {n})" for i in range(1, n + 1)] + ["split (link)"]
     assert "hf_parallel_ptr(" in program.source  # a parallel loop runs in a kernel unit
     _check_split(exe, _split_args())
     del seen[:]
     prof = exe.profile(*_split_args())  # -DHF_PROFILE changes the driver's unit alone
-    assert [s for s in seen if "link" not in s] == [f"split (unit {len(units)} of {len(units)})"]
+    assert [s for s in seen if "link" not in s] == [f"split (unit {n} of {n})"]
     assert len(prof.rows) == len(program.kernels) and all(r.calls == 1 for r in prof.rows)
 
 
@@ -218,10 +219,38 @@ def test_damaged_unit_object_is_compiled_again(monkeypatch: pytest.MonkeyPatch, 
     (cache / "programs").rename(tmp_path / "programs-moved")  # no warm compile either
     seen = _compiles(monkeypatch)
     exe = hlofuse.compile(_SPLIT)
-    assert seen == [f"split (unit 1 of {len(units)})", "split (link)"]
+    assert seen == [f"split (unit 2 of {len(units) + 1})", "split (link)"]  # after the GEMM
     _check_split(exe, _split_args())
     digest = build.cachefs.read_entry(obj.with_name(obj.name + ".digest"), "object-digest")
     assert digest is not None and build.cachefs.digest(obj.read_bytes()) == digest.decode()
+
+
+def _dot_program(m: int, dtype: str) -> str:
+    return f"""HloModule dots{m}{dtype}
+ENTRY e {{
+  a = {dtype}[{m},32] parameter(0)
+  b = {dtype}[32,16] parameter(1)
+  ROOT d = {dtype}[{m},16] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+
+
+def test_the_gemm_is_compiled_once_for_every_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GEMM is a prebuilt unit (library/prebuilt.py): the first program with an f32 dot
+    compiles it, a later one with another f32 dot links it from the cache, one with an f64
+    dot compiles the f64 GEMM alone; every one computes the dot."""
+    seen = _compiles(monkeypatch)
+    rng = np.random.default_rng(5)
+    for m, dtype, compiles in ((8, "f32", 2), (24, "f32", 1), (8, "f64", 2)):
+        del seen[:]
+        text = _dot_program(m, dtype)
+        exe = hlofuse.compile(text)
+        assert [s for s in seen if "link" not in s] == [
+            f"dots{m}{dtype} (unit {i} of 2)" for i in range(3 - compiles, 3)]
+        np_t = np.float32 if dtype == "f32" else np.float64
+        a, b = (rng.standard_normal(s).astype(np_t) for s in ((m, 32), (32, 16)))
+        np.testing.assert_allclose(exe(a, b)[0], a @ b, rtol=1e-5, atol=1e-5)
+        assert "hflib_gemm_block" not in exe.source  # the kernel only declares the GEMM
 
 
 def test_units_cut_only_programs_made_by_the_driver() -> None:

@@ -247,7 +247,12 @@ _LOADED: dict[str, ctypes.CDLL] = {}
 def load_library(
     source: str, *, name: str = "module", extra_flags: tuple[str, ...] = ()
 ) -> ctypes.CDLL:
-    """Compile `source` (or reuse the cached build) and load it."""
+    """Compile `source` (or reuse the cached build) and load it. A source that calls prebuilt
+    library code (`library/prebuilt.py`) is linked with its units (`load_units`)."""
+    from hlofuse.backends.cpu.library import prebuilt
+
+    if prebuilt.units_for(source):
+        return load_units([source], name=name, extra_flags=extra_flags)
     key = cache_key(source, extra_flags)
     return _load_or_build(key, name, lambda lib_path, sum_path: _build(
         source, key, name, lib_path, sum_path, extra_flags))
@@ -358,7 +363,12 @@ def load_units(
     object is a cache entry of its own (`object_key`): a unit seen before, in this module or
     another, is not compiled again; the others compile in parallel (`jobs()` at once). The
     library is cached under a key of its objects' keys, so a warm load compiles and links
-    nothing."""
+    nothing. The prebuilt library units the others call into (`library/prebuilt.py`) come
+    first: compiled once, by the first program that needs them."""
+    from hlofuse.backends.cpu.library import prebuilt
+
+    needed = dict.fromkeys(u for unit in units for u in prebuilt.units_for(unit))
+    units = [*needed, *units]
     last = len(units) - 1
     keys = [object_key(u, extra_flags if i == last else ()) for i, u in enumerate(units)]
     h = hashlib.sha256(b"link\0")

@@ -118,10 +118,10 @@ static void hflib_blas_task_{S}(void *const *args, int64_t lo, int64_t hi) {{
 
 /* c = a x b through the bound BLAS, cut into tasks (hflib_dot_split) run on up to `threads`
    threads of the runtime's pool, each task one single-threaded BLAS call. */
-static void hflib_blas_{S}(int ta, int tb, int64_t batch, int64_t M, int64_t N, int64_t K,
-                           const {T} *a, int64_t sab, int64_t sam, int lda,
-                           const {T} *b, int64_t sbb, int64_t sbn, int ldb, {T} *c,
-                           int threads) {{
+HFLIB_ENTRY void hflib_blas_{S}(int ta, int tb, int64_t batch, int64_t M, int64_t N,
+                                int64_t K, const {T} *a, int64_t sab, int64_t sam, int lda,
+                                const {T} *b, int64_t sbb, int64_t sbn, int ldb, {T} *c,
+                                int threads) {{
     const hflib_blas_job_{S} j = {{ta, tb, lda, ldb, batch, M, N, K, sab, sam, sbb, sbn, a, b, c,
                                   hflib_dot_split(batch, M, N, K, {PARALLEL_WORK}, threads)}};
     const int64_t total = j.s.bt * j.s.mt * j.s.nt;

@@ -55,6 +55,9 @@ _SPLIT = r"""
 #ifndef HFLIB_DOT_SPLIT
 #define HFLIB_DOT_SPLIT
 #include <stdint.h>
+#ifndef HFLIB_ENTRY
+#define HFLIB_ENTRY static  /* prebuilt.py's objects make the entry points hidden globals */
+#endif
 /* How a dot is cut into tasks for `threads` threads: batch items first, then row (or, for fewer
    rows than columns, column) blocks of multiples of 16, at most 4 tasks per thread and about
    HFLIB_TASK_WORK multiply-adds or more each; one task below `parallel_work`. The tasks run on
@@ -237,10 +240,10 @@ static void hflib_gemm_task_{S}(void *const *args, int64_t lo, int64_t hi) {{
     hf_slot_release(j->busy, slot);
 }}
 
-static void hflib_gemm_{S}(int64_t batch, int64_t M, int64_t N, int64_t K,
-                           const {T} *a, int64_t sab, int64_t sam, int64_t sak,
-                           const {T} *b, int64_t sbb, int64_t sbk, int64_t sbn, {T} *c,
-                           int threads) {{
+HFLIB_ENTRY void hflib_gemm_{S}(int64_t batch, int64_t M, int64_t N, int64_t K,
+                                const {T} *a, int64_t sab, int64_t sam, int64_t sak,
+                                const {T} *b, int64_t sbb, int64_t sbk, int64_t sbn, {T} *c,
+                                int threads) {{
     enum {{ NR = HFLIB_NR_{S}, KC = HFLIB_KC_{S}, MC = HFLIB_MC_{S}, NC = HFLIB_NC_{S} }};
     if (M == 0 || N == 0) return;
     if (K == 0) {{ memset(c, 0, sizeof({T}) * batch * M * N); return; }}
@@ -380,7 +383,9 @@ def emit_dot(
     if out_shape.size != batch * m * n or math.prod(rd[a] for a in rc) != k:
         raise LibraryOpError(instr, "operand and result shapes do not agree")
     acc_t, suffix = _accumulator(instr, out_shape.dtype, [lhs_shape.dtype, rhs_shape.dtype])
-    defs = gemm_helper(suffix)
+    from hlofuse.backends.cpu.library import prebuilt
+
+    defs = prebuilt.declarations(suffix)  # the GEMM itself is a prebuilt unit
 
     body: list[str] = [
         comment(f"{instr.name}: [{batch} x] ({m} x {k}) * ({k} x {n}) in {acc_t}")
@@ -418,8 +423,6 @@ def emit_dot(
     own = (f"hflib_gemm_{suffix}({batch}, {m}, {n}, {k}, {a}, {sab}, {sam}, {sak}, "
            f"{b}, {sbb}, {sbk}, {sbn}, {c}, {threads});")
     via_blas = blas.call(suffix, batch, m, n, k, a_op, b_op, c, own, threads)
-    if via_blas is not None:
-        defs += blas.declarations(suffix, PARALLEL_WORK)
     body.extend(via_blas or [own])
     if not direct:
         dt = out_shape.dtype
