@@ -33,7 +33,8 @@ its producer when that runs in the entry computation (a kernel, a conditional's 
 inlined call; a while loop uses `results[j]` as one of the leaf's two buffers, then copies at
 most once), else copied at the end. `results` must not overlap `args` (they are written before
 the end, and kernels assume no aliasing: the executable allocates them fresh). All internal
-buffers come from one 64-byte aligned arena allocated per call (no allocation inside loops).
+buffers come from one 64-byte aligned arena (no allocation inside loops), allocated by a call
+and kept for the next (`hf_arena_kept`; `hf_release` frees it).
 Ops the backend cannot run (infeed, outfeed, send/recv, collectives, rng state, opaque custom
 calls, bitcasts of non-default layouts) raise `UnsupportedOpError` naming the instruction.
 """
@@ -89,7 +90,8 @@ _UNSUPPORTED = {
     Opcode.SCAN: "scan is not supported (lower it to a while loop)",
 }
 
-_RESERVED = frozenset({ENTRY_SYMBOL, "args", "results", "hf_arena", "hf_prof_ns", "hf_prof_calls",
+_RESERVED = frozenset({ENTRY_SYMBOL, "args", "results", "hf_arena", "hf_arena_kept",
+                       "hf_release", "hf_none", "hf_prof_ns", "hf_prof_calls",
                        "hf_now_ns", "HF_CALL", "main", "hf_run", "hf_at", "hf_stop",
                        "hf_stop0", "hf_stop_ptr", "hf_failure"})
 
@@ -120,10 +122,13 @@ static inline uint64_t hf_now_ns(void) {{
 # 0 done, 1 no arena, 2 stopped by SIGINT, 3 a kernel could not allocate scratch (hf_failure
 # says which kernel and how many bytes).
 _ENTRY = """
+static char *hf_arena_kept;  /* the last call's arena: the next call reuses it (hf_release) */
+
 int {entry}(void *const *args, void *const *results) {{
   char *hf_arena = NULL;
   if ({size}) {{
-    hf_arena = (char *)aligned_alloc(64, {size});
+    hf_arena = __atomic_exchange_n(&hf_arena_kept, NULL, __ATOMIC_ACQUIRE);
+    if (!hf_arena) hf_arena = (char *)aligned_alloc(64, {size});
     if (!hf_arena) return 1;
   }}
   volatile int64_t hf_kernel = -1;
@@ -140,8 +145,15 @@ int {entry}(void *const *args, void *const *results) {{
   }}
   hf_fpcr_leave(hf_fpcr);
   hf_oom_jmp = hf_prev;
-  free(hf_arena);
+  char *hf_none = NULL;  /* keep the arena unless another call's is kept already */
+  if (hf_arena && !__atomic_compare_exchange_n(&hf_arena_kept, &hf_none, hf_arena, 0,
+                                               __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+    free(hf_arena);
   return status;
+}}
+
+void hf_release(void) {{
+  free(__atomic_exchange_n(&hf_arena_kept, NULL, __ATOMIC_ACQUIRE));
 }}
 
 int hf_failure(int64_t *info) {{

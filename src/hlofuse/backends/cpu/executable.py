@@ -8,8 +8,15 @@ Conditions enforced on every call, exactly like the interpreter (`interpreter.ch
 the arguments match the entry parameters in count, shape and element type (no implicit casts;
 numpy scalars are accepted as 0-d arrays; a tuple-shaped parameter is given as a tuple and
 flattened depth-first). Inputs are passed C-contiguous (copied if they are not); outputs are
-fresh arrays the caller owns. An unknown non-zero status from `hf_entry` raises
+arrays the caller owns. An unknown non-zero status from `hf_entry` raises
 `NativeRuntimeError`.
+
+Memory is reused across calls, so a call in a loop touches no fresh pages (a page fault per
+4 KiB written was up to 2/3 of a call: an AdamW update, 0.9 ms -> 0.3 ms): the last call's
+outputs are kept and become the next call's when nothing else references them any more (the
+caller dropped them: `_unshared`, by reference count; an array the caller still holds, or a
+view of it, or one passed back in as an input, is never reused), and `hf_entry` keeps its
+arena for the next call (`hf_release` frees it when the executable goes away).
 
 The per-call path is kept short: the parameters' leaf dtypes and shapes, the ctypes pointer
 array types and the output allocation list are computed once here; a call checks each array
@@ -26,6 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,6 +65,17 @@ def _address(a: np.ndarray) -> int:
         return _addressof(_c_char_from_buffer(a))
     except (TypeError, ValueError, BufferError):
         return int(a.ctypes.data)
+
+
+_getrefcount = sys.getrefcount
+
+
+def _unshared(arrays: list[np.ndarray]) -> bool:
+    """Is each of `arrays` referenced by that list alone?"""
+    return all(_getrefcount(a) <= _ALONE for a in arrays)
+
+
+_ALONE = max(_getrefcount(a) for a in [np.empty(1)])  # the same count, for a list's own array
 
 
 # hf_entry's statuses (driver.py).
@@ -228,6 +248,16 @@ class CpuExecutable:
         self._out_names = [f"output {j} of {signature.root} ({dt.name}{list(dims)})"
                            for j, (dt, dims) in enumerate(self._out_specs)]
         self._prof_lib: ctypes.CDLL | None = None
+        self._spare: list[np.ndarray] | None = None  # the last call's outputs (see above)
+        self._spare_lock = threading.Lock()
+
+    def __del__(self, _suppress: Any = contextlib.suppress) -> None:
+        # (bound at definition: at interpreter exit the module's globals may be gone)
+        for lib in (getattr(self, "_lib", None), getattr(self, "_prof_lib", None)):
+            release = getattr(lib, "hf_release", None)
+            if release is not None:
+                with _suppress(Exception):
+                    release()  # the kept arena
 
     @property
     def module(self) -> Module:
@@ -302,6 +332,11 @@ class CpuExecutable:
         return [np.ascontiguousarray(a) for a in flat]
 
     def _outputs(self) -> list[np.ndarray]:
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+        if spare is not None and _unshared(spare):
+            return spare
+        del spare
         try:
             return [np.empty(dims, dt) for dt, dims in self._out_specs]
         except (MemoryError, ValueError):
@@ -324,6 +359,9 @@ class CpuExecutable:
                        self._out_type(*[_address(o) for o in outs]))
         if status != 0:
             self._failed(status, lib or self._lib)
+        with self._spare_lock:
+            if self._spare is None:
+                self._spare = outs
         return outs
 
     def _failed(self, status: int, lib: ctypes.CDLL) -> None:
