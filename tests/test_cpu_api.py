@@ -180,9 +180,9 @@ def test_handwritten_profile_reads_the_counters() -> None:
 # -- compile / jit --------------------------------------------------------------------------------
 
 
-def test_compile_defaults_to_cpu_and_xla() -> None:
+def test_compile_defaults_to_cpu_and_hlofuse() -> None:
     exe = hlofuse.compile(ADD)
-    assert (exe.backend, exe.pipeline) == ("cpu", "xla")
+    assert (exe.backend, exe.pipeline) == ("cpu", "hlofuse")
     a, b = _f32(1, 2, 3, 4), _f32(0.5, 0.5, 0.5, 0.5)
     (out,) = exe(a, b)
     np.testing.assert_array_equal(out, a + b)

@@ -64,7 +64,7 @@ def test_damaged_entry_is_rebuilt(cache):
     entries = list((cache / "programs").glob("*.json"))
     assert len(entries) == 1
     entries[0].write_bytes(b"not an entry")
-    assert artifacts.lookup(TEXT, "xla") is None
+    assert artifacts.lookup(TEXT, "hlofuse") is None
     exe = hlofuse.compile(TEXT)
     np.testing.assert_array_equal(exe(a, b)[0], (a + b) * a)
-    assert artifacts.lookup(TEXT, "xla") is not None
+    assert artifacts.lookup(TEXT, "hlofuse") is not None

@@ -1,7 +1,7 @@
 """The public entry points that tie the pieces together: compile a module (or HLO text) with a
 named pipeline for a backend, and get back something callable on numpy arrays.
 
-    exe = compile(text)                          # pipeline "xla", backend "cpu"
+    exe = compile(text)                          # pipeline "hlofuse", backend "cpu"
     outs = exe(x, y)                             # tuple of numpy arrays (flattened root leaves)
     print(exe.profile(x, y))                     # cpu only: per-kernel times
     exe.source                                   # cpu only: the generated C
@@ -27,7 +27,7 @@ from hlofuse.ir.module import Module
 if TYPE_CHECKING:
     from hlofuse.backends.cpu.executable import Profile
 
-DEFAULT_PIPELINE = "xla"
+DEFAULT_PIPELINE = "hlofuse"
 DEFAULT_BACKEND = "cpu"
 
 

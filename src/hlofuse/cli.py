@@ -328,8 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default=None,
                    help="a backend of hlofuse.backends.registry: cpu or interpreter "
                         "(default: cpu when a C compiler exists)")
-    p.add_argument("--pipeline", default="xla",
-                   help="pipeline to run before executing (default xla; '' for none)")
+    p.add_argument("--pipeline", default="hlofuse",
+                   help="pipeline to run before executing (default hlofuse; '' for none)")
     p.add_argument("--profile", action="store_true",
                    help="print per-kernel times (cpu backend)")
     _subnormals_argument(p)
@@ -337,8 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("emit", help="print the C file the cpu backend generates for a module")
     p.add_argument("file")
-    p.add_argument("--pipeline", default="xla",
-                   help="pipeline to run before generating (default xla; '' for none)")
+    p.add_argument("--pipeline", default="hlofuse",
+                   help="pipeline to run before generating (default hlofuse; '' for none)")
     p.add_argument("-o", "--output", help="write the C to this file instead of stdout")
     _subnormals_argument(p)
     p.set_defaults(func=cmd_emit)

@@ -3,7 +3,7 @@ imports jax.
 
     from_jax(fn, *args)      lower with jax.jit(fn, keep_unused=True) and parse the HLO text
     jit(fn)                  a decorator like jax.jit: pytree inputs/outputs, static arguments;
-                             each new signature is lowered once, optimised (pipeline "xla" by
+                             each new signature is lowered once, optimised (pipeline "hlofuse" by
                              default) and compiled, then run by hlofuse
 
 Backend choice for `jit`: backend=None (the default) means "cpu" when a C compiler exists and
@@ -135,7 +135,7 @@ class JittedFunction:
 
     fn: Callable[..., Any]
     static_argnums: tuple[int, ...] = ()
-    pipeline: str | None = "xla"
+    pipeline: str | None = "hlofuse"
     backend: str | None = None
     threads: int | None = None
     subnormals: str = DEFAULT_SUBNORMALS
@@ -205,7 +205,7 @@ def jit(
     fn: Callable[..., Any] | None = None,
     *,
     static_argnums: int | Sequence[int] | None = None,
-    pipeline: str | None = "xla",
+    pipeline: str | None = "hlofuse",
     backend: str | None = None,
     threads: int | None = None,
     autotune: bool = False,
@@ -223,7 +223,7 @@ def jit(
     if autotune:
         from hlofuse.passes.pipelines import with_settings
 
-        pipeline = with_settings(pipeline or "xla", autotune=True)
+        pipeline = with_settings(pipeline or "hlofuse", autotune=True)
 
     def wrap(f: Callable[..., Any]) -> JittedFunction:
         return JittedFunction(f, _normalize_static(static_argnums), pipeline, backend, threads,

@@ -43,7 +43,8 @@ RELAXATIONS: dict[str, Any] = {"allow_multi_user_concatenate": True,
 # `hlofuse{whole_loop_fusion=false}` leaves one out. 8 iterations: JAX lowers threefry2x32 on
 # CPU to a loop of 5 (of 4 rounds each).
 BEYOND_XLA: dict[str, Any] = {"unroll_small_loops": 8, "unstack_loop_state": True,
-                              "auto_unroll": True, "whole_loop_fusion": True}
+                              "auto_unroll": True, "whole_loop_fusion": True,
+                              "gpu_cheap_ops": frozenset()}
 # The passes that make those transformations (their trace events are what `explain` lists).
 BEYOND_PASSES = ("unroll-small-loops", "unstack-loop-state", "auto-unroll", "whole-loop-fusion")
 
