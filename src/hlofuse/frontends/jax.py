@@ -64,6 +64,8 @@ def from_jax(fn: Callable[..., Any], *args: Any,
 
 
 def _leaf_to_numpy(leaf: Any) -> np.ndarray:
+    if type(leaf) is np.ndarray:  # (the common case, and never a PRNG key)
+        return leaf
     if hasattr(leaf, "dtype") and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         raise InputError(
             "typed PRNG keys cannot cross into hlofuse: pass jax.random.key_data(key) "
@@ -170,7 +172,7 @@ class JittedFunction:
         leaves, treedef = jax.tree_util.tree_flatten((dynamic, kwargs))
         arrays = [_leaf_to_numpy(leaf) for leaf in leaves]
         try:
-            key = (treedef, tuple((a.shape, a.dtype.str) for a in arrays), static)
+            key = (treedef, tuple((a.shape, a.dtype) for a in arrays), static)
             hash(key)
         except TypeError as exc:
             raise InputError(f"static arguments must be hashable: {exc}") from None
