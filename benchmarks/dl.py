@@ -5,7 +5,8 @@ Programs: `dl_programs.py` (softmax, layernorm, layernorm+GELU, a GELU MLP, atte
 MLP forward and train step, an optax AdamW update, GPT-style train steps at 2 and 8 layers).
 
 For each program:
-1. lower it with JAX, compile it with hlofuse (the default `hlofuse` pipeline, cpu backend) and with jax.jit;
+1. lower it with JAX, compile it with hlofuse (the default `hlofuse` pipeline, cpu backend)
+   and with jax.jit;
 2. check every hlofuse output against jax.jit's (the program's tolerance) before timing;
 3. time both, interleaved (best of --repeat samples; a sample is as many calls as last about
    --min-ms), with the inputs already where each wants them (numpy arrays for hlofuse, jax

@@ -172,7 +172,8 @@ def _compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     real = build._run_compiler
 
     def spy(cmd: list[str], what: str, *rest: object) -> None:
-        seen.append(what)
+        if not what.startswith("hlofuse_runtime"):  # (the pool, once per process)
+            seen.append(what)
         real(cmd, what, *rest)  # type: ignore[arg-type]
 
     monkeypatch.setattr(build, "_run_compiler", spy)
@@ -195,7 +196,8 @@ def test_split_program_matches_the_interpreter_and_profiles(
     assert units is not None
     assert len(units) == len([k for k in program.kernels if k.source]) + 1
     n = len(units) + 1  # and the prebuilt f32 GEMM's unit, first
-    assert seen == [f"split (unit {i} of {n})" for i in range(1, n + 1)] + ["split (link)"]
+    assert sorted(seen[:-1]) == [f"split (unit {i} of {n})" for i in range(1, n + 1)]  # (parallel)
+    assert seen[-1] == "split (link)"
     assert "hf_parallel_ptr(" in program.source  # a parallel loop runs in a kernel unit
     _check_split(exe, _split_args())
     del seen[:]
@@ -245,7 +247,7 @@ def test_the_gemm_is_compiled_once_for_every_program(monkeypatch: pytest.MonkeyP
         del seen[:]
         text = _dot_program(m, dtype)
         exe = hlofuse.compile(text)
-        assert [s for s in seen if "link" not in s] == [
+        assert sorted(s for s in seen if "link" not in s) == [  # (compiled in parallel)
             f"dots{m}{dtype} (unit {i} of 2)" for i in range(3 - compiles, 3)]
         np_t = np.float32 if dtype == "f32" else np.float64
         a, b = (rng.standard_normal(s).astype(np_t) for s in ((m, 32), (32, 16)))

@@ -2,7 +2,10 @@
 
 A top-level loop (not inside another loop) becomes `parallel` when `threads` > 1, its estimated
 single-thread time (`estimate_ns`: iterations times loads, stores and ops, transcendentals
-weighted, divided by the vector width) is at least `PARALLEL_NS`, and it is safe: every store to
+weighted, divided by the vector width; a byte costs `NS_PER_BYTE` streaming from memory, or
+`NS_PER_CACHED_BYTE` when every buffer the loop touches fits in `CACHED_BYTES` together: the
+producer just wrote them, they are in its core's cache) is at least `PARALLEL_NS`, and it is
+safe: every store to
 a buffer that is not a local writes an address with a nonzero coefficient on the loop variable
 and no value term that depends on it (iterations write disjoint elements), every local it
 reads or stores to is accessed only inside it (each thread declares its own copy; the outlined
@@ -21,6 +24,8 @@ from hlofuse.backends.kernel_ir.ir import Buffer, Stmt
 PARALLEL_NS = 20_000.0  # below this estimated time a loop is not worth waking the pool for
 NS_PER_OP = 0.25  # one scalar op (a lane: vector loops divide by their width)
 NS_PER_BYTE = 0.08  # memory traffic of one thread, streaming
+NS_PER_CACHED_BYTE = 0.02  # ... from the core's own cache
+CACHED_BYTES = 512 * 1024  # a loop whose buffers fit in this together reads them from cache
 
 
 def parallelize(kernel: ir.Kernel, threads: int = 1, threshold: float = PARALLEL_NS) -> None:
@@ -29,30 +34,35 @@ def parallelize(kernel: ir.Kernel, threads: int = 1, threshold: float = PARALLEL
         return
     counts = access_counts(kernel.body)
     for s in kernel.body:
-        if isinstance(s, ir.Loop) and estimate_ns(s) >= threshold and _safe(s, counts):
+        if not isinstance(s, ir.Loop):
+            continue
+        footprint = sum(b.size * b.dtype.itemsize for b in access_counts([s])
+                        if b.kind not in ("local", "lanes"))
+        per_byte = NS_PER_CACHED_BYTE if footprint <= CACHED_BYTES else NS_PER_BYTE
+        if estimate_ns(s, per_byte) >= threshold and _safe(s, counts):
             s.parallel = True
 
 
-def estimate_ns(loop: ir.Loop) -> float:
+def estimate_ns(loop: ir.Loop, per_byte: float = NS_PER_BYTE) -> float:
     """A rough single-thread time of `loop`: per value of its variable, the bytes its
-    statements load and store and their ops (a vector loop's ops shared by its lanes), plus
-    its inner loops."""
+    statements load and store (`per_byte` each) and their ops (a vector loop's ops shared by
+    its lanes), plus its inner loops."""
     own = 0.0
     nested = 0.0
     roots = []
     for s in loop.body:
         if isinstance(s, ir.Loop):
-            nested += estimate_ns(s)
+            nested += estimate_ns(s, per_byte)
         elif isinstance(s, ir.Store | ir.StoreTile):
             count = len(s.values) if isinstance(s, ir.StoreTile) else 1
-            own += NS_PER_BYTE * s.buf.dtype.itemsize * count
+            own += per_byte * s.buf.dtype.itemsize * count
             roots.extend(ir.stmt_vals(s))
     ops = 0.0
     for v in ir.postorder(roots):
         if v.op == "alu":
             ops += op_cost(v.arg.opcode)
         elif v.op in ("load", "tile"):
-            own += NS_PER_BYTE * v.buffer.dtype.itemsize
+            own += per_byte * v.buffer.dtype.itemsize
     own += NS_PER_OP * ops / max(1, loop.vector)
     # an unrolled vector loop's body holds step / vector copies, each covering `vector` values
     own /= max(1, ir.step_of(loop) // max(1, loop.vector))
