@@ -15,7 +15,9 @@ simply runs fewer chunks. A worker runs a job's chunks under the floating-point 
 register of the thread that started it (`fpenv.py`: subnormals flushed or kept as the calling
 module's `hf_entry` set them), so every thread of one call computes the same values. Nobody
 spins for long: a worker waits for the next job by spinning `HF_SPIN` pauses (about 0.1 ms: a
-pause is ~65 cycles on AMD Zen, ~140 on recent Intel), then sleeps on a condition variable;
+pause is ~65 cycles on AMD Zen, ~140 on recent Intel), every 64th a `sched_yield` (a spinner
+that shares its core with a thread that has work gives the core up), then sleeps on a
+condition variable;
 the caller, once no chunk is left, waits the same way for workers still inside a chunk. A
 worker that wakes after
 the caller closed the job does not join it, so nobody ever waits for a thread the OS has
@@ -51,6 +53,7 @@ import threading
 from hlofuse.backends.cpu import fpenv
 
 RUNTIME_SOURCE = r"""
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <stdint.h>
@@ -99,6 +102,12 @@ int hf_rt_install(void) {
 typedef void (*hf_task_fn)(void *const *args, int64_t lo, int64_t hi);
 #define HF_MAX_THREADS 256
 #define HF_SPIN 4096 /* pause instructions before sleeping: ~0.1 ms (256: slower, quiet or busy) */
+/* One step of a spin: a pause, and every 64th a sched_yield. A spinning thread that shares its
+   core with a thread that has work (the caller, when the OS put both on one core because
+   another process is busy on the other) gives the core up instead of holding it for the whole
+   spin: a tanh over 128K floats with one core busy, 96 -> 71 us a call (one thread: 70 us);
+   quiet, unchanged. */
+#define HF_RELAX(spin) do { if (((spin) & 63) == 63) sched_yield(); else HF_PAUSE(); } while (0)
 
 static pthread_mutex_t hf_job_lock = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
 static pthread_mutex_t hf_mu = PTHREAD_MUTEX_INITIALIZER;       /* joins, sleeps, wakeups */
@@ -131,7 +140,7 @@ static void *hf_worker(void *arg) {
   for (;;) {
     uint64_t g = __atomic_load_n(&hf_gen, __ATOMIC_ACQUIRE);
     for (int spin = 0; g == seen && spin < HF_SPIN; ++spin) {
-      HF_PAUSE();
+      HF_RELAX(spin);
       g = __atomic_load_n(&hf_gen, __ATOMIC_ACQUIRE);
     }
     pthread_mutex_lock(&hf_mu);
@@ -194,7 +203,7 @@ void hf_rt_parallel_for(hf_task_fn fn, void *const *args, int64_t lo, int64_t hi
   hf_closed = 1; /* workers that have not joined yet stay out */
   pthread_mutex_unlock(&hf_mu);
   for (int spin = 0; __atomic_load_n(&hf_active, __ATOMIC_ACQUIRE) && spin < HF_SPIN; ++spin)
-    HF_PAUSE();
+    HF_RELAX(spin);
   pthread_mutex_lock(&hf_mu);
   while (__atomic_load_n(&hf_active, __ATOMIC_ACQUIRE)) pthread_cond_wait(&hf_done, &hf_mu);
   pthread_mutex_unlock(&hf_mu);
