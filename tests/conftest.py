@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
@@ -16,6 +18,16 @@ os.environ.setdefault("HLOFUSE_VERIFY", "1")
 # The cpu backend's tests compile a few hundred generated C files on a cold cache (CI): -O1 keeps
 # that fast. Benchmarks and users get the default -O3.
 os.environ.setdefault("HLOFUSE_CC_OPT", "-O1")
+
+
+@pytest.fixture
+def private_cpu_cache(monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
+    """A cache directory of the test's own and no library loaded before it: what the test
+    compiles, it compiles (use with `pytest.fixture(autouse=True)` or `usefixtures`)."""
+    from hlofuse.backends.cpu import build
+
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "_LOADED", {})
 
 
 def _have_cc() -> bool:
@@ -29,8 +41,6 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
     the interpreter included, still runs)."""
     if _have_cc():
         return
-    import pytest
-
     skip = pytest.mark.skip(reason="no C compiler (gcc/clang/$CC): the cpu backend is off")
     for item in items:
         name = item.path.name

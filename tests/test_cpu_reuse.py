@@ -12,20 +12,9 @@ import pytest
 
 import hlofuse
 from hlofuse.backends import interpreter
-from hlofuse.backends.cpu import build
 from hlofuse.text import parse
 
-try:
-    build.find_compiler()
-except build.CompilerNotFoundError:  # pragma: no cover
-    pytest.skip("no C compiler", allow_module_level=True)
-
-
-@pytest.fixture(autouse=True)
-def _fast_compiles(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.setenv("HLOFUSE_CC_OPT", "-O1")
-    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(build, "_LOADED", {})
+pytestmark = pytest.mark.usefixtures("private_cpu_cache")  # (conftest.py)
 
 
 _DOUBLE = """HloModule double

@@ -9,23 +9,13 @@ import pytest
 
 import hlofuse
 from hlofuse.backends import interpreter
-from hlofuse.backends.cpu import build, schedule
+from hlofuse.backends.cpu import schedule
 from hlofuse.backends.cpu.views import contiguous_offset, view_plan
 from hlofuse.ir.dtypes import F32
 from hlofuse.ir.shape import ArrayShape
 from hlofuse.text import parse
 
-try:
-    build.find_compiler()
-except build.CompilerNotFoundError:  # pragma: no cover
-    pytest.skip("no C compiler", allow_module_level=True)
-
-
-@pytest.fixture(autouse=True)
-def _fast_compiles(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.setenv("HLOFUSE_CC_OPT", "-O1")
-    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(build, "_LOADED", {})
+pytestmark = pytest.mark.usefixtures("private_cpu_cache")  # (conftest.py)
 
 
 def _shape(dims: tuple[int, ...], layout: tuple[int, ...] | None = None) -> ArrayShape:
