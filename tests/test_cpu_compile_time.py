@@ -305,6 +305,33 @@ def test_warning_errors_probe_keeps_every_flag_the_compiler_knows(tmp_path) -> N
         assert (flag in kept) == (proc.returncode == 0 and not proc.stderr.strip()), flag
 
 
+def test_compiler_answers_are_asked_once_per_binary(tmp_path) -> None:
+    """`build.compiler_answer` keeps what the compiler said (its version, its native target)
+    in the cache: a new process does not start it again; a changed binary is asked anew, and a
+    damaged entry is asked again."""
+    import os
+
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\n")
+    asked: list[str] = []
+
+    def ask() -> str:
+        asked.append("v")
+        return f"fake cc {len(asked)}"
+
+    argv = (str(fake),)
+    assert build.compiler_answer(argv, "version", ask) == "fake cc 1"
+    assert build.compiler_answer(argv, "version", ask) == "fake cc 1"  # from the entry
+    assert build.compiler_answer(argv, "other question", ask) == "fake cc 2"
+    st = fake.stat()
+    os.utime(fake, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a new binary
+    assert build.compiler_answer(argv, "version", ask) == "fake cc 3"
+    for entry in build.cachefs.root().glob("ask-*"):
+        entry.write_bytes(b"damaged")
+    assert build.compiler_answer(argv, "version", ask) == "fake cc 4"
+    assert len(asked) == 4
+
+
 def test_a_kernel_past_the_inline_budget_calls_its_lane_loops_out_of_line() -> None:
     from hlofuse.backends.cpu import cprint
 

@@ -64,7 +64,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hlofuse.backends.cpu import cachefs
-from hlofuse.errors import CompileError
+from hlofuse.errors import CompileError, HloError
 
 COMPILE_TIMEOUT_S = 600
 BASE_FLAGS: tuple[str, ...] = (  # after -march (target.march(): native unless HLOFUSE_TARGET)
@@ -142,6 +142,10 @@ def find_compiler() -> list[str]:
 
 @functools.lru_cache(maxsize=8)
 def _compiler_identity(argv: tuple[str, ...]) -> str:
+    return compiler_answer(argv, "version", lambda: _ask_version(argv))
+
+
+def _ask_version(argv: tuple[str, ...]) -> str:
     try:
         out = subprocess.run(
             [*argv, "--version"], capture_output=True, text=True, timeout=60
@@ -152,6 +156,36 @@ def _compiler_identity(argv: tuple[str, ...]) -> str:
             "(backend='interpreter') runs without one"
         ) from exc
     return out.splitlines()[0] if out else argv[0]
+
+
+def compiler_answer(argv: tuple[str, ...], question: str, ask: Callable[[], str]) -> str:
+    """What the compiler `argv` answers to `question` (`ask()` runs it: its version line, its
+    target's macros), kept as a verified cache entry keyed by the question, the command, this
+    CPU and the compiler binary as it is on disk (resolved path, size, modification time,
+    inode): a new process does not start the compiler to ask again (~25 ms a process), and a
+    changed binary is asked anew. Without a usable cache entry it asks."""
+    try:
+        path = os.path.realpath(argv[0])
+        st = os.stat(path)
+    except OSError:
+        return ask()
+    key = hashlib.sha256("\0".join(
+        [question, *argv, path, str(st.st_size), str(st.st_mtime_ns), str(st.st_ino),
+         _cpu_identity()]).encode()).hexdigest()[:24]
+    try:
+        memo = cachefs.root() / f"ask-{key}"
+        payload = cachefs.read_entry(memo, "compiler-answer")
+    except (OSError, HloError):
+        return ask()
+    if payload is not None:
+        try:
+            return payload.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    answer = ask()
+    with contextlib.suppress(OSError):
+        cachefs.write_entry(memo, "compiler-answer", answer.encode("utf-8", "replace"))
+    return answer
 
 
 @functools.lru_cache(maxsize=1)

@@ -90,19 +90,30 @@ _NAMED = {
 
 @functools.lru_cache(maxsize=4)
 def _detect(argv: tuple[str, ...]) -> Target:
+    """The host's target from the compiler's predefined macros under -march=native (asked once
+    per compiler and CPU: `build.compiler_answer`)."""
+    from hlofuse.backends.cpu import build
+
+    name = build.compiler_answer(argv, "native-target", lambda: _ask_target(argv))
+    native = NATIVE_MARCH
+    if name in ("avx512", "avx2", "neon", "sse2"):
+        return Target(name, _NAMED[name].vector_bytes, native)
+    return Target("scalar", 0, native if name == "scalar" else "")
+
+
+def _ask_target(argv: tuple[str, ...]) -> str:
     try:
         out = subprocess.run([*argv, NATIVE_MARCH, "-dM", "-E", "-x", "c", os.devnull],
                              capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         out = ""
     macros = {line.split()[1] for line in out.splitlines() if line.startswith("#define ")}
-    native = NATIVE_MARCH
     if "__AVX512F__" in macros:
-        return Target("avx512", 64, native)
+        return "avx512"
     if "__AVX2__" in macros:
-        return Target("avx2", 32, native)
+        return "avx2"
     if "__ARM_NEON" in macros or "__aarch64__" in macros:
-        return Target("neon", 16, native)
+        return "neon"
     if "__SSE2__" in macros:
-        return Target("sse2", 16, native)
-    return Target("scalar", 0, native if out else "")
+        return "sse2"
+    return "scalar" if out else "none"
