@@ -84,7 +84,22 @@ FMA_SOURCE = """#ifndef HF_VM_FUSED
 #define HF_VM_FUSED 0
 #endif
 #if HF_VM_FUSED && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && !defined(__clang__)
+typedef float hf__vm_v4sf __attribute__((vector_size(16)));
+typedef float hf__vm_v8sf __attribute__((vector_size(32)));
+typedef float hf__vm_v16sf __attribute__((vector_size(64)));
+#define HF__VM_FMA128(a, b, c) __builtin_ia32_vfmaddps((a), (b), (c))
+#define HF__VM_FMA256(a, b, c) __builtin_ia32_vfmaddps256((a), (b), (c))
+#define HF__VM_FMA512(a, b, c) __builtin_ia32_vfmaddps512_mask((a), (b), (c), (unsigned short)-1, 4)
+#else
 #include <immintrin.h>
+typedef __m128 hf__vm_v4sf;
+typedef __m256 hf__vm_v8sf;
+typedef __m512 hf__vm_v16sf;
+#define HF__VM_FMA128(a, b, c) _mm_fmadd_ps((a), (b), (c))
+#define HF__VM_FMA256(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define HF__VM_FMA512(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#endif
 #elif HF_VM_FUSED && defined(__ARM_NEON)
 #include <arm_neon.h>
 #endif
@@ -93,10 +108,13 @@ FMA_SOURCE = """#ifndef HF_VM_FUSED
 
 
 def _vector_fma(f: str, w: int) -> str:
-    """hf__vm_fma_v{w}: a packed fused multiply-add by the target's intrinsic (AVX-512, FMA3 on
-    256- or 128-bit halves, NEON), a lane loop of __builtin_fmaf on other targets that fuse,
-    a*b + c where none does. Intrinsics, not a lane loop GCC would vectorize: a 2,000-op chain
-    of exp/tanh inlines thousands of them, and vectorizing each loop took 4x the C compile."""
+    """hf__vm_fma_v{w}: a packed fused multiply-add (AVX-512, FMA3 on 256- or 128-bit halves,
+    NEON), a lane loop of __builtin_fmaf on other targets that fuse, a*b + c where none does.
+    Packed instructions, not a lane loop GCC would vectorize: a 2,000-op chain of exp/tanh
+    inlines thousands of them, and vectorizing each loop took 4x the C compile. On x86 with
+    GCC they are GCC's own builtins (`HF__VM_FMA*`, the ones <immintrin.h> wraps), not the
+    header: parsing <immintrin.h> took 0.17 s of every file's compile, more than half of a
+    small program's; other compilers include it."""
     def halves(vec: str, intr: str, lanes: int) -> str:
         n = w // lanes
         return (f"    union {{ {f} v; {vec} p[{n}]; }} x = {{a}}, y = {{b}}, z = {{c}};\n"
@@ -104,13 +122,14 @@ def _vector_fma(f: str, w: int) -> str:
     body = "#if !HF_VM_FUSED\n    return a * b + c;\n"
     if w == 16:
         body += ("#elif defined(__AVX512F__)\n"
-                 "    return (" + f + ")_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);\n")
+                 "    return (" + f + ")HF__VM_FMA512((hf__vm_v16sf)a, (hf__vm_v16sf)b, "
+                 "(hf__vm_v16sf)c);\n")
     if w % 8 == 0:
         body += "#elif defined(__FMA__)\n" + halves(
-            "__m256", "_mm256_fmadd_ps(x.p[i], y.p[i], z.p[i])", 8)
+            "hf__vm_v8sf", "HF__VM_FMA256(x.p[i], y.p[i], z.p[i])", 8)
     else:
         body += "#elif defined(__FMA__)\n" + halves(
-            "__m128", "_mm_fmadd_ps(x.p[i], y.p[i], z.p[i])", 4)
+            "hf__vm_v4sf", "HF__VM_FMA128(x.p[i], y.p[i], z.p[i])", 4)
     body += "#elif defined(__ARM_NEON)\n" + halves(
         "float32x4_t", "vfmaq_f32(z.p[i], x.p[i], y.p[i])", 4)
     body += (f"#else\n    {f} r;\n    for (int l = 0; l < {w}; ++l) "
