@@ -3,7 +3,8 @@
     source ──sha256(source, compiler, flags, cpu)──▶ <cache>/<kk>/<key>.so    (+ <key>.so.digest)
                                                    └▶ <cache>/src/<name>-<key>.c  (kept for reading)
 
-    units (driver.units: a large program as several translation units, the driver last)
+    units (driver.units: a large program as several translation units, the driver last;
+           before them the prebuilt library units they call into, library/prebuilt.py)
       each ──sha256(unit, compiler, flags + -c, cpu)──▶ <cache>/<kk>/<okey>.o (+ <okey>.o.digest)
       all  ──sha256(object keys, flags)──▶ <cache>/<kk>/<key>.so (+ .digest)    `load_units`
 

@@ -10,8 +10,10 @@
         buffers: every internal buffer (`Buf`), to be placed by `assign.py`
 
 A value at run time is a `Loc`: an entry argument (`Arg`), an entry result (`Result`), a static
-constant (`Const`), an internal buffer (`Buf`), or a while loop's carried pointer (`Carried`,
-which points at one of two buffers and swaps each iteration). What each instruction becomes:
+constant (`Const`), an internal buffer (`Buf`), a while loop's carried pointer (`Carried`,
+which points at one of two buffers and swaps each iteration), or a kernel input read in place
+at a byte offset into another location (`View`: a contiguous slice, `views.py`). What each
+instruction becomes:
 
 * a kernel (`is_kernel`): `Call(k, ins, outs)`; outputs go to a fresh `Buf`, to the input the
   kernel updates in place (`buffers.Analyzer` accepted the pair), or straight to a destination the
