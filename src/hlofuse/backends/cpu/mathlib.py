@@ -71,7 +71,7 @@ MAX_ULP: dict[str, float] = {
     "exponential-minus-one": 0.51,
     "log": 0.84,
     "log-plus-one": 0.51,
-    "tanh": 1.05,
+    "tanh": 6.9,  # XLA's approximation, jax.jit's bits (vmath.py): 4.9 with FMA, 6.9 without
     "logistic": 2.41,
     "sqrt": 0.5,
     "rsqrt": 0.51,

@@ -14,9 +14,10 @@ loop, no reliance on the auto-vectorizer).
 
 What they guarantee (measured over every f32 bit pattern by `scripts/mathlib_ulp.py`; the
 bounds are `mathlib.MAX_ULP`, tests/test_cpu_mathlib.py checks them on a million inputs):
-- exp <= 0.94 ulp, log <= 0.84 ulp, tanh <= 1.05 ulp, logistic <= 2.41 ulp, sin <= 0.78 ulp,
-  cos <= 0.79 ulp (a few ulp is what XLA's own f32 approximations and numpy's SIMD float32
-  functions allow; JAX's float32 test tolerance is 1e-6 relative, about 8 ulp).
+- exp <= 0.94 ulp, log <= 0.84 ulp, tanh <= 4.9 ulp (6.9 without FMA: XLA's approximation),
+  logistic <= 2.41 ulp, sin <= 0.78 ulp, cos <= 0.79 ulp (a few ulp is what XLA's own f32
+  approximations and numpy's SIMD float32 functions allow; JAX's float32 test tolerance is
+  1e-6 relative, about 8 ulp).
 - The scalar and every vector instantiation compute the same sequence of IEEE f32 operations: a
   value gets the same bits in a vector loop, its scalar tail, or a scalar kernel. Polynomials
   are Horner chains of `FMA`: fused multiply-adds where the target has them (x86 FMA3,
@@ -41,8 +42,10 @@ How:
 - log: x = 2^k m with m in [sqrt(1/2), sqrt(2)) from the bits (subnormals scaled by 2^23 first),
   f = m - 1, s = f / (2 + f), log(1 + f) = f - (f^2/2 - s (f^2/2 + R(s^2))) with fdlibm's
   degree-4 R, plus k ln2 in two parts.
-- tanh: |x| < 0.8: x + x^3 P(x^2), P a degree-5 fit (relative error 4e-9); else
-  1 - 2 / (exp(2|x|) + 1) with |x| clamped to 10; the sign copied from x.
+- tanh: XLA's CPU approximation, x itself for |x| < 0.0004, else x P(x^2) / Q(x^2) (degrees
+  6 and 3 in x^2) on x clamped to +-7.99881 (+-7.90531 without FMA): on a host with FMA the
+  same operations in the same order as jax.jit's, so the same bits; 4.9 ulp at most (6.9
+  without FMA).
 - logistic: t = exp(-|x|), 1 / (1 + t) for x >= 0, t / (1 + t) below (no overflow, and
   subnormal results for very negative x).
 - sin, cos (|x| < 2^12): k = round(x * 2/pi), pi/2 = C1 + C2 + C3 + C4 with C1..C3 of at most
@@ -59,10 +62,15 @@ import re
 OPS = ("exp", "log", "tanh", "logistic", "sin", "cos")
 SINCOS_MAX = 4096.0  # sin/cos in f32 below this |x|; above (and inf, nan): the double path
 
-# tanh on [0, 0.8): x + x^3 * P(x^2), a degree-5 least-squares fit of (tanh x - x) / x^3 with
-# relative weights, rounded to f32
-_TANH_P = ["-0x1.55553ep-2f", "0x1.110b3cp-3f", "-0x1.b92882p-5f", "0x1.5d071cp-6f",
-           "-0x1.e59724p-8f", "0x1.9f6deep-10f"]
+# tanh = x P(x^2) / Q(x^2) on x clamped to +-7.9988 (+-7.9053 without FMA), x itself below
+# 0.0004: XLA's CPU approximation (llvm_ir/math_ops.cc EmitFastTanh, from Eigen), Horner in
+# the same order, so on a host with FMA it is jax.jit's tanh bit for bit. Coefficients lowest
+# degree first, as f32 literals of XLA's decimal ones.
+_TANH_P = ["4.89352455891786e-03f", "6.37261928875436e-04f", "1.48572235717979e-05f",
+           "5.12229709037114e-08f", "-8.60467152213735e-11f", "2.00018790482477e-13f",
+           "-2.76076847742355e-16f"]
+_TANH_Q = ["4.89352518554385e-03f", "2.26843463243900e-03f", "1.18534705686654e-04f",
+           "1.19825839466702e-06f"]
 
 
 def _horner(var: str, coeffs: list[str]) -> str:
@@ -183,13 +191,18 @@ static inline F hf_log$(F x)
 
 static inline F hf_tanh$(F x)
 {
-    const F a = AS_F(AS_U(x) & 0x7fffffffu);
-    const F z = a * a;
-    const F small = FMA(a * z, @TANH_P@, a);
-    const F ac = SEL(a > 10.0f, K(10.0f), a);            /* nan stays nan */
-    const F big = 1.0f - 2.0f / (hf_exp$(ac + ac) + 1.0f);
-    const F r = SEL(a < 0.8f, small, big);
-    return AS_F(AS_U(r) | (AS_U(x) & 0x80000000u));
+#if HF_VM_FUSED
+    const float c = 7.99881172180175781f;                /* XLA's clamps: tanh = +-1 there */
+#else
+    const float c = 7.90531110763549805f;
+#endif
+    F xc = SEL(x > c, K(c), x);                          /* nan stays nan */
+    xc = SEL(xc < -c, K(-c), xc);
+    const F z = xc * xc;
+    const F p = xc * @TANH_P@;
+    const F q = @TANH_Q@;
+    /* x * 0 + x: x itself, or a zero of its sign for a subnormal x read as zero (DAZ) */
+    return SEL(AS_F(AS_U(x) & 0x7fffffffu) < 0.0004f, FMA(x, K(0.0f), x), p / q);
 }
 
 static inline F hf_logistic$(F x)
@@ -241,6 +254,7 @@ def _instantiate(suffix: str, types: tuple[str, str, str], helpers: dict[str, st
     f, i, u = types
     text = _TEMPLATE.replace("@EXP_Q@", _horner("r", _EXP_Q))
     text = text.replace("@TANH_P@", _horner("z", _TANH_P))
+    text = text.replace("@TANH_Q@", _horner("z", _TANH_Q))
     text = text.replace("@SIN_S@", _horner("z", _SIN_S)).replace("@COS_C@", _horner("z", _COS_C))
     text = text.replace("$", suffix)
     words = {"F": f, "I": i, "U": u, **helpers}
