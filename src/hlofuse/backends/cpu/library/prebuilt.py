@@ -24,6 +24,7 @@ Conditions enforced:
 
 from __future__ import annotations
 
+import functools
 import re
 
 from hlofuse.backends.cpu.library import blas, gemm
@@ -51,8 +52,10 @@ def declarations(suffix: str) -> str:
     return text + blas.DECLARATIONS if suffix in ("f32", "f64") else text
 
 
+@functools.lru_cache(maxsize=len(SUFFIXES))
 def unit(suffix: str) -> str:
-    """The translation unit defining `hflib_gemm_<suffix>` (and `hflib_blas_<suffix>`)."""
+    """The translation unit defining `hflib_gemm_<suffix>` (and `hflib_blas_<suffix>`); made
+    once per process (every load of a program with a dot asks for it)."""
     from hlofuse.backends.cpu import cexpr
 
     parts = ["#define HF_EXTERN_STATE\n#define HF_KERNEL HF_HIDDEN\n", cexpr.prelude(),
