@@ -353,3 +353,34 @@ def test_a_kernel_past_the_inline_budget_calls_its_lane_loops_out_of_line() -> N
     assert src.count("static __attribute__((noinline)) hf_v") == 2  # one per (op, types)
     np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
                                rtol=1e-5, atol=1e-6)
+
+
+def test_a_kernel_past_the_vector_math_budget_calls_the_same_functions_out_of_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hlofuse.backends.cpu import cvec
+
+    n = cvec.INLINE_VMATH_CALLS + 12
+
+    def chain(name: str) -> str:
+        lines = [f"HloModule {name}", "", "ENTRY e {", "  x0 = f32[1024] parameter(0)",
+                 "  y = f32[1024] parameter(1)"]
+        for i in range(n):  # exp and tanh in turn: one vector math call each
+            op = "tanh" if i % 2 else "exponential"
+            lines += [f"  t{i} = f32[1024] {op}(x{i})",
+                      f"  x{i + 1} = f32[1024] multiply(t{i}, y)"]
+        return "\n".join([*lines, f"  ROOT r = f32[1024] copy(x{n})", "}", ""])
+
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(1024).astype(np.float32),
+            rng.uniform(0.5, 1.5, 1024).astype(np.float32)]
+    exe = hlofuse.compile(chain("budget"))
+    src = exe.source
+    assert src.count("_f32_call((") == n - cvec.INLINE_VMATH_CALLS
+    assert src.count("static __attribute__((noinline, unused)) hf_v") == 2  # exp, tanh
+    monkeypatch.setattr(cvec, "INLINE_VMATH_CALLS", 10**6)
+    inline = hlofuse.compile(chain("all_inline"))
+    assert "_f32_call(" not in inline.source
+    got, want = exe(*args)[0], inline(*args)[0]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_allclose(got, interpreter.run(parse(chain("budget")), *args)[0],
+                               rtol=2e-5, atol=1e-6)

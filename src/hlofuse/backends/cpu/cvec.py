@@ -35,6 +35,14 @@ CTYPES: dict[str, tuple[str, int]] = {
 }
 _INT_OF_BYTES = {1: "8", 2: "16", 4: "32", 8: "64"}
 
+# Vector math calls (exp, tanh, ...: ~20 vector ops each, `vmath.py`) a kernel inlines; past
+# these, each is a call to one out-of-line copy per (op, width) (`VecLib.vmath`). GCC's time
+# is about that of the inlined code: chain-500 (83 tanh, 83 exp in one loop) took 0.22 s of
+# -O3 inlined and 0.07 s called, with the same run time (its chain is latency-bound); a
+# throughput-bound loop pays ~20% for a call (gelu-like, two calls: 35 -> 43 us), so the
+# kernels of real programs, with a handful of math calls, keep them all inline.
+INLINE_VMATH_CALLS = 16
+
 
 def compute_short(dtype: DType) -> str:
     """The lane type values of `dtype` are computed in."""
@@ -71,6 +79,7 @@ class VecLib:
     def __init__(self) -> None:
         self.defs: dict[str, str] = {}
         self.lane_loops = 0  # lane loops printed inline in this kernel (cprint.INLINE_LANE_LOOPS)
+        self.vmath_calls = 0  # vector math calls printed inline (INLINE_VMATH_CALLS)
 
     def lanes(self, vt: str, w: int, params: list[str], expr: str) -> str:
         """A function `vt NAME(params)` returning `expr` (which reads `a0[hf_l]`, `a1`, ...)
@@ -270,10 +279,18 @@ static inline {u16} {names['f32_to_bf16']}({f} v)
 
     def vmath(self, op: str, w: int) -> str:
         """The f32 vector function of `op` (vmath.OPS: exp, log, tanh, logistic, sin, cos) on
-        `w` lanes."""
+        `w` lanes: inline for this kernel's first `INLINE_VMATH_CALLS` calls, then an
+        out-of-line (noinline) copy, the same operations."""
         self.types(w)
         self._add(f"vmath_v{w}", vmath.vector(w))
-        return vmath.function(op, w)
+        fn = vmath.function(op, w)
+        if self.vmath_calls < INLINE_VMATH_CALLS:
+            self.vmath_calls += 1
+            return fn
+        vt = vtype("f32", w)
+        self._add(f"{fn}_call", f"static __attribute__((noinline, unused)) {vt} {fn}_call"
+                                f"({vt} x) {{ return {fn}(x); }}")
+        return f"{fn}_call"
 
     def shuffle_helper(self, kind: str, short: str, w: int, s: int) -> str:
         """`deint`: s vectors loaded from s*w consecutive elements -> s vectors of columns;

@@ -57,6 +57,7 @@ How:
 
 from __future__ import annotations
 
+import functools
 import re
 
 OPS = ("exp", "log", "tanh", "logistic", "sin", "cos")
@@ -263,6 +264,7 @@ def _instantiate(suffix: str, types: tuple[str, str, str], helpers: dict[str, st
                      for line in text.splitlines()) + "\n"
 
 
+@functools.cache
 def scalar() -> str:
     """The scalar instantiation: hf_exp_f32, hf_log_f32, hf_tanh_f32, hf_logistic_f32,
     hf_sin_f32, hf_cos_f32 (needs mathlib's hf__as_u32 / hf__as_f32, and its double-evaluated
@@ -288,6 +290,7 @@ def scalar() -> str:
     return text
 
 
+@functools.cache
 def vector(w: int) -> str:
     """The instantiation for hf_v{w}_f32 vectors: hf_exp_v{w}_f32, ... (needs cvec's vector
     types of width `w`, and mathlib's source before it)."""
