@@ -239,7 +239,7 @@ def test_missing_compiler_names_the_interpreter(monkeypatch: pytest.MonkeyPatch)
 def test_c_compile_failure_keeps_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path))
 
-    def broken(module: Module, *options: object) -> Program:
+    def broken(module: Module, *options: object, **settings: object) -> Program:
         shape = module.entry.root.shape
         source = f"int hf_entry(void *const *a, void *const *r) {{ return @; }} /* {tmp_path} */"
         return Program(source, (shape, shape), (shape,), ())
@@ -269,7 +269,7 @@ def test_jit_defaults_to_cpu() -> None:
 
 
 def test_jit_falls_back_to_interpreter_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(module: object, *options: object) -> Program:
+    def refuse(module: object, *options: object, **settings: object) -> Program:
         raise CompileError("instruction fft.1: the cpu backend does not support opcode fft")
 
     monkeypatch.setattr(cpu, "generate", refuse)

@@ -52,6 +52,8 @@ from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.backends.subnormals import check as check_subnormals
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from hlofuse.backends.cpu.contract import Program
     from hlofuse.backends.cpu.executable import CpuExecutable
     from hlofuse.ir.module import Module
@@ -71,23 +73,29 @@ def available() -> bool:
 
 
 def generate(module: Module, threads: int | None = None,
-             subnormals: str = DEFAULT_SUBNORMALS) -> Program:
+             subnormals: str = DEFAULT_SUBNORMALS,
+             early: Callable[[str], None] | None = None) -> Program:
     """The C program for an (optimised) module, without compiling it. `threads`: how many
     threads parallel loops may use (default `runtime.default_threads()`: HLOFUSE_THREADS, else
     the CPUs this process may run on). `subnormals`: "flush" (XLA's CPU runtime: FTZ and DAZ
     while `hf_entry` runs) or "keep" (`backends/subnormals.py`, `fpenv.py`). Collectives, async
     wrappers and batch norm are first lowered to plain HLO with their one-device values (on a
-    copy: `one_device.py`)."""
+    copy: `one_device.py`). `early`: given each kernel unit of a large program as soon as it
+    is printed (`units.Stream`)."""
     from hlofuse.backends.cpu import driver, one_device, runtime
 
     return driver.generate(one_device.prepare(module),
                            threads=threads or runtime.default_threads(),
-                           subnormals=check_subnormals(subnormals))
+                           subnormals=check_subnormals(subnormals), early=early)
 
 
 def compile_module(module: Module, threads: int | None = None,
                    subnormals: str = DEFAULT_SUBNORMALS) -> CpuExecutable:
-    """Generate, compile (through the cache) and load an already optimised module."""
+    """Generate, compile (through the cache) and load an already optimised module. A large
+    program's kernel units compile while the rest is generated (`build.compile_early`)."""
+    from hlofuse.backends.cpu import build
     from hlofuse.backends.cpu.executable import CpuExecutable
 
-    return CpuExecutable(module, generate(module, threads, subnormals))
+    program = generate(module, threads, subnormals,
+                       early=lambda unit: build.compile_early(unit, module.name))
+    return CpuExecutable(module, program)

@@ -3,7 +3,7 @@
     source ──sha256(source, compiler, flags, cpu)──▶ <cache>/<kk>/<key>.so    (+ <key>.so.digest)
                                                    └▶ <cache>/src/<name>-<key>.c  (kept for reading)
 
-    units (driver.units: a large program as several translation units, the driver last;
+    units (units.units: a large program as several translation units, the driver last;
            before them the prebuilt library units they call into, library/prebuilt.py)
       each ──sha256(unit, compiler, flags + -c, cpu)──▶ <cache>/<kk>/<okey>.o (+ <okey>.o.digest)
       all  ──sha256(object keys, flags)──▶ <cache>/<kk>/<key>.so (+ .digest)    `load_units`
@@ -61,7 +61,9 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from hlofuse.backends.cpu import cachefs
@@ -418,11 +420,9 @@ def _build_units(
     units: list[str], keys: list[str], name: str, lib_path: Path, sum_path: Path,
     extra_flags: tuple[str, ...],
 ) -> None:
-    """Objects from the cache (verified, copied into a private directory) or compiled there in
-    parallel and then cached; one link of those copies into `lib_path`. A damaged object entry
-    is compiled again."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Objects from the cache (verified, copied into a private directory), from an early
+    compile (`compile_early`, waited for) or compiled there in parallel and then cached; one
+    link of those copies into `lib_path`. A damaged object entry is compiled again."""
     last = len(units) - 1
     try:
         src_dir = cachefs.directory("src")
@@ -444,23 +444,17 @@ def _build_units(
                 todo.append(i)
 
         def compile_unit(i: int) -> None:
-            what = f"{name} (unit {i + 1} of {len(units)})"
-            c_path = src_dir / f"{_safe(name)}-{keys[i][:16]}.c"
-            try:
-                cachefs.atomic_write(c_path, units[i].encode())
-            except OSError as exc:
-                raise _Unwritable(f"{src_dir}: {exc.strerror or exc}") from exc
-            extra = extra_flags if i == last else ()
-            cmd = [*find_compiler(), *flags((*extra, "-c")), str(c_path), "-o", str(objs[i])]
-            _run_compiler(cmd, what, c_path, lib_path.parent)
-            data = objs[i].read_bytes()
-            obj_dir = cachefs.directory(keys[i][:2])
-            try:
-                cachefs.atomic_write(obj_dir / f"{keys[i]}.o", data)
-                cachefs.write_entry(obj_dir / f"{keys[i]}.o.digest", "object-digest",
-                                    cachefs.digest(data).encode())
-            except OSError as exc:
-                raise _Unwritable(f"{obj_dir}: {exc.strerror or exc}") from exc
+            if _early_done(keys[i]):  # compiled while the program was generated
+                obj_dir = cachefs.directory(keys[i][:2])
+                expected = cachefs.read_entry(obj_dir / f"{keys[i]}.o.digest", "object-digest")
+                data = (cachefs.read_verified(obj_dir / f"{keys[i]}.o",
+                                              expected.decode("ascii", "replace"))
+                        if expected is not None else None)
+                if data is not None:
+                    objs[i].write_bytes(data)
+                    return
+            _compile_object(units[i], keys[i], name, f"{name} (unit {i + 1} of {len(units)})",
+                            objs[i], extra_flags if i == last else ())
 
         if len(todo) == 1 or jobs() == 1:
             for i in todo:
@@ -486,6 +480,78 @@ def _build_units(
             _unlink(tmp_lib)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _compile_object(unit: str, okey: str, name: str, what: str, obj: Path,
+                    extra_flags: tuple[str, ...]) -> None:
+    """Compile the translation unit `unit` to `obj` (its C kept under the cache's src/) and
+    store the object in the cache under `okey`."""
+    src_dir = cachefs.directory("src")
+    c_path = src_dir / f"{_safe(name)}-{okey[:16]}.c"
+    try:
+        cachefs.atomic_write(c_path, unit.encode())
+    except OSError as exc:
+        raise _Unwritable(f"{src_dir}: {exc.strerror or exc}") from exc
+    cmd = [*find_compiler(), *flags((*extra_flags, "-c")), str(c_path), "-o", str(obj)]
+    _run_compiler(cmd, what, c_path, src_dir.parent)
+    data = obj.read_bytes()
+    obj_dir = cachefs.directory(okey[:2])
+    try:
+        cachefs.atomic_write(obj_dir / f"{okey}.o", data)
+        cachefs.write_entry(obj_dir / f"{okey}.o.digest", "object-digest",
+                            cachefs.digest(data).encode())
+    except OSError as exc:
+        raise _Unwritable(f"{obj_dir}: {exc.strerror or exc}") from exc
+
+
+# Kernel units being compiled while their program is still generated (`compile_early`), by
+# object key; `load_units` waits for them (`_early_done`).
+_EARLY: dict[str, Future[None]] = {}
+_EARLY_LOCK = threading.Lock()
+_EARLY_POOL: list[ThreadPoolExecutor] = []
+
+
+def compile_early(unit: str, name: str) -> None:
+    """Start compiling the kernel unit `unit` of program `name` into the object cache, in the
+    background (at most `jobs()` at once), while the caller goes on generating the rest of the
+    program (`units.Stream`); `load_units` then finds the object cached, or waits for it. Not
+    started when the object is cached or under way already. A failure here is not raised: the
+    unit is compiled again by `load_units`, which raises it there."""
+    okey = object_key(unit)
+    with _EARLY_LOCK:
+        if okey in _EARLY:
+            return
+        try:
+            obj_dir = cachefs.directory(okey[:2])
+        except (OSError, CompileError):
+            return  # load_units meets (and reports) the cache's problem itself
+        if (obj_dir / f"{okey}.o.digest").exists():
+            return
+        if not _EARLY_POOL:
+            _EARLY_POOL.append(ThreadPoolExecutor(max_workers=jobs(),
+                                                  thread_name_prefix="hlofuse-cc"))
+        _EARLY[okey] = _EARLY_POOL[0].submit(_compile_early, unit, okey, name)
+
+
+def _compile_early(unit: str, okey: str, name: str) -> None:
+    work = Path(tempfile.mkdtemp(prefix=".early-", dir=cachefs.root()))  # 0700
+    try:
+        _compile_object(unit, okey, name, f"{name} (unit, early)", work / "u.o", ())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _early_done(okey: str) -> bool:
+    """Wait for the early compile of `okey`, if one was started: whether it succeeded."""
+    with _EARLY_LOCK:
+        future = _EARLY.pop(okey, None)
+    if future is None:
+        return False
+    try:
+        future.result()
+    except Exception:
+        return False
+    return True
 
 
 def _run_compiler(cmd: list[str], what: str, c_path: Path, cache: Path) -> None:

@@ -8,7 +8,7 @@ Its C signature is fixed so the driver can call any kernel without knowing what 
     HF_KERNEL void NAME(const T0 *in0, ..., const Tn *inN, U0 *out0, ..., Um *outM)
 
 (`HF_KERNEL`: `static` in the single file, a hidden global when the program is built as
-several translation units, `driver.units`). Inputs first (the operands' array leaves, tuple
+several translation units, `units.units`). Inputs first (the operands' array leaves, tuple
 operands flattened depth-first), then outputs (the result's array leaves); `T`/`U` are the
 storage types of `cexpr.ctype`. Rank-0 arrays are pointers
 to one element. Buffers never alias, except an output and the input that `inplace` pairs it with:
@@ -69,5 +69,5 @@ class Program:
     arena_bytes: int = 0  # the work arena hf_entry allocates per call (for error messages)
     arena_largest: str = ""  # its largest buffer: shape, instruction, bytes (for error messages)
     # (end of the prelude, start of the driver) in `source`, the kernels between: how
-    # `driver.units` cuts a large program into translation units; (0, 0): never cut
+    # `units.units` cuts a large program into translation units; (0, 0): never cut
     split: tuple[int, int] = (0, 0)

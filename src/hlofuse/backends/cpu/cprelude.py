@@ -42,7 +42,7 @@ _INCLUDES = """\
 """
 
 # `HF_KERNEL` is the linkage of kernel functions: static in one whole file, a hidden global in
-# the units of a split build (driver.units). The prelude's state (the scratch-failure record
+# the units of a split build (units.units). The prelude's state (the scratch-failure record
 # below, the pool pointer) is defined by every file, except the kernel units of a split build
 # (`HF_EXTERN_STATE`), which share the driver unit's.
 # Scratch memory for kernels. A failed allocation never returns NULL into a kernel: it records

@@ -41,15 +41,14 @@ calls, bitcasts of non-default layouts) raise `UnsupportedOpError` naming the in
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 
-from hlofuse.backends.cpu import cexpr, fpenv, limits
+from hlofuse.backends.cpu import cexpr, fpenv, limits, units
 from hlofuse.backends.cpu.assign import assign
 from hlofuse.backends.cpu.buffers import is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
-from hlofuse.backends.cpu.contract import ENTRY_SYMBOL, Program
+from hlofuse.backends.cpu.contract import ENTRY_SYMBOL, Kernel, Program
 from hlofuse.backends.cpu.ctext import check_integers, comment
-from hlofuse.backends.cpu.library import blas
 from hlofuse.backends.cpu.schedule import (
     Arg,
     Branch,
@@ -171,71 +170,6 @@ def _join(parts: list[str]) -> str:
     return "".join(p.strip("\n") + "\n\n" for p in parts if p)
 
 
-# A program whose kernels print to more C than this is built as several translation units
-# (`units`), compiled in parallel and each cached on its own (`build.load_units`); below it one
-# file compiles faster than several (each unit parses the prelude again and starts a compiler).
-UNIT_BYTES = 64 * 1024
-
-
-_LIBRARY_GUARD = re.compile(r"^#ifndef (HFLIB_\w+)$", re.MULTILINE)
-
-
-def units(program: Program, unit_bytes: int | None = None) -> list[str] | None:
-    """The program as translation units to compile separately and link into one library: the
-    kernels in groups of about `unit_bytes` of C (`UNIT_BYTES`; a group is a function of the
-    program alone, so its object is reused wherever the same kernels meet), each group after
-    the prelude, then the driver (`hf_entry`, the prelude's state, the constants) after the
-    prelude and the kernels' prototypes. Kernel functions are hidden globals there
-    (`HF_KERNEL`), static in the single file; the prelude's state (scratch failures, the pool
-    pointer, the BLAS pointers) is defined by the driver's unit alone (`HF_EXTERN_STATE`).
-    None: one file (`program.source`) it is (a small program, or one not made by
-    `generate`)."""
-    limit = UNIT_BYTES if unit_bytes is None else unit_bytes
-    head_end, tail_start = program.split
-    if not 0 < head_end <= tail_start <= len(program.source):
-        return None
-    printed = [k for k in program.kernels if k.source]
-    if sum(len(k.source) for k in printed) <= limit:
-        return None
-    head = "#define HF_KERNEL HF_HIDDEN\n" + program.source[:head_end]
-    # Kernels that include the same library code (the GEMM: include-guarded `HFLIB_*` blocks,
-    # compiled once per unit) go side by side; a kernel's size is its own code, plus the
-    # library code when its unit does not have that yet.
-    libs = {k.name: tuple(sorted(set(_LIBRARY_GUARD.findall(k.source))))
-            if "#ifndef HFLIB_" in k.source else () for k in printed}
-    order = sorted(range(len(printed)), key=lambda i: (not libs[printed[i].name],
-                                                       libs[printed[i].name], i))
-    groups: list[list[str]] = [[]]
-    size = 0
-    seen: set[tuple[str, ...]] = set()
-    for i in order:
-        k = printed[i]
-        own = len(k.source) - k.source.rfind("#endif\n")
-        cost = own if libs[k.name] in seen else len(k.source)
-        if size and size + cost > limit:
-            groups.append([])
-            size = 0
-            seen = set()
-            cost = len(k.source)
-        groups[-1].append(k.source)
-        seen.add(libs[k.name])
-        size += cost
-    protos = []
-    for k in printed:
-        sig = f"HF_KERNEL void {k.name}("
-        start = k.source.find("\n" + sig)
-        if start < 0:
-            return None  # not a kernel printed by cprint: keep the single file
-        line = k.source[start + 1:k.source.index("\n", start + 1)]
-        protos.append(line + ";")
-    kernel_head = "#define HF_EXTERN_STATE\n" + head  # the driver's unit defines the state
-    out = [kernel_head + "".join(src.strip("\n") + "\n\n" for src in g) for g in groups]
-    blas_used = any("HFLIB_BLAS_DECLS" in k.source for k in printed)
-    out.append(head + (blas.DECLARATIONS if blas_used else "") + "\n".join(protos) + "\n\n"
-               + program.source[tail_start:])
-    return out
-
-
 def _default_lowering(threads: int) -> KernelLowering:
     from hlofuse.backends.cpu.kernels import lower_kernel
 
@@ -243,14 +177,34 @@ def _default_lowering(threads: int) -> KernelLowering:
 
 
 def generate(module: Module, *, kernel_lowering: KernelLowering | None = None,
-             threads: int = 1, subnormals: str = DEFAULT_SUBNORMALS) -> Program:
+             threads: int = 1, subnormals: str = DEFAULT_SUBNORMALS,
+             early: Callable[[str], None] | None = None) -> Program:
     """The C program for `module` (already through its pipeline; no passes run here). Its
     parallel loops may use `threads` threads of the runtime's pool (1: none); `hf_entry` runs
-    with subnormals flushed or kept (`subnormals`, fpenv.py)."""
+    with subnormals flushed or kept (`subnormals`, fpenv.py). `early`: given each kernel
+    unit of a large program (`units.Stream`) as soon as its kernels are printed, to compile
+    while the rest is generated (`build.compile_early`)."""
     limits.check_module(module)
     _check_supported(module)
-    sched = schedule(module, kernel_lowering or _default_lowering(threads), NameLog(_RESERVED))
+    stream = units.Stream(_head(subnormals), early) if early is not None else None
+
+    def printed(k: Kernel) -> None:
+        check_integers(k.source, f"kernel {k.name} (instruction {k.instruction})")
+        if stream is not None:
+            stream.add(k)
+
+    sched = schedule(module, kernel_lowering or _default_lowering(threads), NameLog(_RESERVED),
+                     printed)
+    if stream is not None:
+        stream.finish()
     return _Printer(sched, subnormals).program(module)
+
+
+def _head(subnormals: str) -> str:
+    """What the program's C starts with (`Program.split[0]` bytes): the subnormal mode, the
+    prelude, the includes."""
+    return _join([fpenv.define(subnormals) + cexpr.prelude(),
+                  "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"])
 
 
 def _reachable(module: Module) -> list[Computation]:
@@ -344,11 +298,8 @@ class _Printer:
         tail = ["  return 0;", "}", _ENTRY.format(entry=ENTRY_SYMBOL, size=size)]
         consts = "\n".join(self._const(i, c) for i, c in enumerate(sched.consts))
         entry = "\n".join(head + self.lines + tail)
-        for k in sched.kernels:
-            check_integers(k.source, f"kernel {k.name} (instruction {k.instruction})")
         check_integers(consts + "\n" + entry, f"the driver of module {module.name}")
-        head = _join([fpenv.define(self.subnormals) + cexpr.prelude(),
-                      "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"])
+        head = _head(self.subnormals)  # (kernels were checked as they were printed)
         kernels = _join([k.source for k in sched.kernels])
         tail = _join([
             _RUNTIME.format(n=max(1, len(sched.kernels))),

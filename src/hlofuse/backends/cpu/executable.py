@@ -270,10 +270,11 @@ class CpuExecutable:
 
     def _load(self, extra_flags: tuple[str, ...]) -> ctypes.CDLL:
         """The library: a large program as translation units compiled in parallel, each cached
-        on its own (`driver.units`, `build.load_units`), a small one as its single file."""
-        from hlofuse.backends.cpu import build, driver
+        on its own (`units.units`, `build.load_units`), a small one as its single file."""
+        from hlofuse.backends.cpu import build
+        from hlofuse.backends.cpu.units import units as split
 
-        units = driver.units(self.program)
+        units = split(self.program)
         if units is None:
             return build.load_library(self.program.source, name=self.name,
                                       extra_flags=extra_flags)

@@ -244,9 +244,11 @@ class Schedule:
 
 
 class _Scheduler:
-    def __init__(self, lowering: KernelLowering, used: set[str]) -> None:
+    def __init__(self, lowering: KernelLowering, used: set[str],
+                 printed: Callable[[Kernel], None] | None = None) -> None:
         self._lowering = lowering
         self._used = used
+        self._printed = printed
         self._kernel_of: dict[Instruction, int] = {}
         self._function_of: dict[tuple[Any, ...], Kernel] = {}  # canonical_kernel -> printed
         self._by_structure: dict[tuple[Any, ...], Kernel] = {}  # structural_key -> kernel
@@ -285,6 +287,8 @@ class _Scheduler:
                 self._views[instr] = plan.offsets
             self._kernel_of[instr] = len(self.sched.kernels)
             self.sched.kernels.append(k)
+            if self._printed is not None and k.source:
+                self._printed(k)
         i = self._kernel_of[instr]
         return i, self.sched.kernels[i]
 
@@ -508,9 +512,12 @@ def _flat_literal(value: object) -> list[object]:
     return [value]
 
 
-def schedule(module: Module, lowering: KernelLowering, used_names: set[str]) -> Schedule:
-    """The driver IR of `module`'s entry computation (see the module docstring)."""
-    s = _Scheduler(lowering, used_names)
+def schedule(module: Module, lowering: KernelLowering, used_names: set[str],
+             printed: Callable[[Kernel], None] | None = None) -> Schedule:
+    """The driver IR of `module`'s entry computation (see the module docstring). `printed(k)`
+    is called for each kernel function as it is printed (in `Schedule.kernels` order; sites
+    that call an earlier function are not printed again)."""
+    s = _Scheduler(lowering, used_names, printed)
     entry = module.entry
     s.sched.inputs = [x for p in entry.parameters for x in leaves(p.shape)]
     s.sched.outputs = leaves(entry.root.shape)

@@ -49,7 +49,7 @@ INT32_MAX = 2**31 - 1
 CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
 
 # The pointer globals every generated file that has a float dot defines (include-guarded); the
-# kernel units of a split build (`HF_EXTERN_STATE`, driver.units) declare them, the driver's
+# kernel units of a split build (`HF_EXTERN_STATE`, units.units) declare them, the driver's
 # unit defines them.
 DECLARATIONS = r"""
 #ifndef HFLIB_BLAS_DECLS

@@ -1,0 +1,143 @@
+"""A large program as translation units, and compiling them while the program is generated.
+
+    units(program)          kernel units (the prelude, then kernels in groups of about
+                            UNIT_BYTES of C, in the order they were lowered), then the driver's
+                            unit (the prelude, the kernels' prototypes, hf_entry, constants)
+    Stream(head, early)     the same kernel groups, handed to `early` (build.compile_early)
+                            one by one during `driver.generate`: each as it fills up, the
+                            last when the schedule is done (before the driver is printed)
+
+Why: GCC's -O3 time is most of a large program's cold compile (gpt-8: 84 kernel functions,
+about 1.4 s of compiler CPU), and the kernels are lowered one by one (about 0.3 s of Python
+for gpt-8). A group whose kernels are all lowered compiles on another core while Python
+lowers the next ones; `build.load_units` then finds its object cached, or waits for it.
+
+Conditions enforced:
+- The grouping is a function of the kernels' sources and order alone, so `Stream` and `units`
+  cut the same groups into the same texts (the same object keys), and a group's object is
+  reused wherever the same kernels meet.
+- A program whose kernels print to at most UNIT_BYTES of C is one file (`units` is None); a
+  group is handed to `early` only once the next kernel overflows it, or when all of them
+  together exceed UNIT_BYTES, so only for a program that `units` cuts. A kernel not printed
+  by cprint (no `HF_KERNEL void NAME(` line) makes the program one file, and stops the
+  stream.
+- Kernel functions are hidden globals in kernel units (`HF_KERNEL`), static in the single file;
+  the prelude's state (scratch failures, the pool pointer, the BLAS pointers) is defined by the
+  driver's unit alone (`HF_EXTERN_STATE` in kernel units).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from hlofuse.backends.cpu.contract import Kernel, Program
+from hlofuse.backends.cpu.library import blas
+
+# A program whose kernels print to more C than this is built as several translation units,
+# compiled in parallel and each cached on its own (`build.load_units`); below it one file
+# compiles faster than several (each unit parses the prelude again and starts a compiler).
+UNIT_BYTES = 64 * 1024
+
+_LIBRARY_GUARD = re.compile(r"^#ifndef (HFLIB_\w+)$", re.MULTILINE)
+_UNIT_DEFINES = "#define HF_KERNEL HF_HIDDEN\n"
+_KERNEL_UNIT_DEFINES = "#define HF_EXTERN_STATE\n"  # the driver's unit defines the state
+
+
+class _Groups:
+    """Kernel sources in order, cut into groups of about `limit` bytes. A kernel's size is its
+    own code, plus the include-guarded library code it carries (`HFLIB_*` blocks) when its
+    group does not have that yet. `full(group)` is called for each group as the next kernel
+    overflows it."""
+
+    def __init__(self, limit: int, full: Callable[[list[str]], None] | None = None) -> None:
+        self.limit = limit
+        self.full = full
+        self.groups: list[list[str]] = [[]]
+        self._size = 0
+        self._seen: set[tuple[str, ...]] = set()
+
+    def add(self, source: str) -> None:
+        libs = (tuple(sorted(set(_LIBRARY_GUARD.findall(source))))
+                if "#ifndef HFLIB_" in source else ())
+        own = len(source) - source.rfind("#endif\n")
+        cost = own if libs in self._seen else len(source)
+        if self._size and self._size + cost > self.limit:
+            if self.full is not None:
+                self.full(self.groups[-1])
+            self.groups.append([])
+            self._size = 0
+            self._seen = set()
+            cost = len(source)
+        self.groups[-1].append(source)
+        self._seen.add(libs)
+        self._size += cost
+
+
+def _kernel_unit(head: str, group: list[str]) -> str:
+    return (_KERNEL_UNIT_DEFINES + _UNIT_DEFINES + head
+            + "".join(src.strip("\n") + "\n\n" for src in group))
+
+
+def _prototype(k: Kernel) -> str | None:
+    """`HF_KERNEL void NAME(...);`, or None for a kernel cprint did not print."""
+    sig = f"HF_KERNEL void {k.name}("
+    start = k.source.find("\n" + sig)
+    if start < 0:
+        return None
+    return k.source[start + 1:k.source.index("\n", start + 1)] + ";"
+
+
+def units(program: Program, unit_bytes: int | None = None) -> list[str] | None:
+    """The program as translation units to compile separately and link into one library:
+    the kernel units, then the driver's. None: one file (`program.source`) it is (a small
+    program, one with a kernel cprint did not print, or one not made by `driver.generate`)."""
+    limit = UNIT_BYTES if unit_bytes is None else unit_bytes
+    head_end, tail_start = program.split
+    if not 0 < head_end <= tail_start <= len(program.source):
+        return None
+    printed = [k for k in program.kernels if k.source]
+    if sum(len(k.source) for k in printed) <= limit:
+        return None
+    protos = [_prototype(k) for k in printed]
+    if None in protos:
+        return None  # not a kernel printed by cprint: keep the single file
+    head = program.source[:head_end]
+    groups = _Groups(limit)
+    for k in printed:
+        groups.add(k.source)
+    out = [_kernel_unit(head, g) for g in groups.groups]
+    blas_used = any("HFLIB_BLAS_DECLS" in k.source for k in printed)
+    out.append(_UNIT_DEFINES + head + (blas.DECLARATIONS if blas_used else "")
+               + "\n".join(p for p in protos if p) + "\n\n" + program.source[tail_start:])
+    return out
+
+
+class Stream:
+    """Kernel units handed to `early(unit)` while the program is still being generated: `add`
+    each printed kernel in order; a group is handed over once the next kernel overflows it,
+    the last one by `finish` (when every kernel is printed, before the driver is). `head` is
+    the program's `source[:split[0]]`."""
+
+    def __init__(self, head: str, early: Callable[[str], None]) -> None:
+        self._head = head
+        self._early: Callable[[str], None] | None = early
+        self._groups = _Groups(UNIT_BYTES, self._hand_over)
+        self._bytes = 0
+
+    def add(self, k: Kernel) -> None:
+        if self._early is None or not k.source:
+            return
+        if _prototype(k) is None:
+            self._early = None  # this program stays one file: nothing to compile early
+            return
+        self._bytes += len(k.source)
+        self._groups.add(k.source)
+
+    def finish(self) -> None:
+        if self._bytes > self._groups.limit and self._groups.groups[-1]:  # `units` cuts it
+            self._hand_over(self._groups.groups[-1])
+
+    def _hand_over(self, group: list[str]) -> None:
+        if self._early is not None:
+            self._early(_kernel_unit(self._head, group))
