@@ -390,3 +390,24 @@ def test_a_kernel_past_the_vector_math_budget_calls_the_same_functions_out_of_li
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     np.testing.assert_allclose(got, interpreter.run(parse(chain("budget")), *args)[0],
                                rtol=2e-5, atol=1e-6)
+
+
+def test_the_drivers_unit_alone_compiles_at_driver_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)
+    monkeypatch.setenv("HLOFUSE_CC_OPT", "-O2")  # the kernels' level (-O3 outside the tests)
+    opts: list[tuple[str, list[str]]] = []
+    real = build._run_compiler
+
+    def spy(cmd: list[str], what: str, *rest: object) -> None:
+        opts.append((what, [f for f in cmd if f.startswith("-O")]))
+        real(cmd, what, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_run_compiler", spy)
+    exe = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_o2"))
+    units = cpu_units.units(exe._runner.program)
+    assert units is not None
+    driver_unit = f"split_o2 (unit {len(units) + 1} of {len(units) + 1})"
+    assert [v for k, v in opts if k == driver_unit] == [["-O2", *cpu_units.DRIVER_FLAGS]]
+    kernel_units = [v for k, v in opts if "early" in k]
+    assert len(kernel_units) == len(units) - 1 and all(v == ["-O2"] for v in kernel_units)
+    _check_split(exe, _split_args())

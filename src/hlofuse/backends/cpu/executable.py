@@ -272,13 +272,15 @@ class CpuExecutable:
         """The library: a large program as translation units compiled in parallel, each cached
         on its own (`units.units`, `build.load_units`), a small one as its single file."""
         from hlofuse.backends.cpu import build
+        from hlofuse.backends.cpu.units import DRIVER_FLAGS
         from hlofuse.backends.cpu.units import units as split
 
         units = split(self.program)
         if units is None:
             return build.load_library(self.program.source, name=self.name,
                                       extra_flags=extra_flags)
-        return build.load_units(units, name=self.name, extra_flags=extra_flags)
+        return build.load_units(units, name=self.name,
+                                extra_flags=(*DRIVER_FLAGS, *extra_flags))  # the driver's
 
     @property
     def source(self) -> str:
