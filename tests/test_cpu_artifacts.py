@@ -68,3 +68,32 @@ def test_damaged_entry_is_rebuilt(cache):
     exe = hlofuse.compile(TEXT)
     np.testing.assert_array_equal(exe(a, b)[0], (a + b) * a)
     assert artifacts.lookup(TEXT, "hlofuse") is not None
+
+
+def test_the_entry_is_made_while_the_library_builds_and_written_only_if_it_loads(
+        cache, monkeypatch):
+    import threading
+
+    from hlofuse.backends.cpu.executable import CpuExecutable
+
+    made_on: list[str] = []
+    real_entry = artifacts.entry
+
+    def entry(*args, **kwargs):
+        made_on.append(threading.current_thread().name)
+        return real_entry(*args, **kwargs)
+
+    monkeypatch.setattr(artifacts, "entry", entry)
+    hlofuse.compile(TEXT)
+    assert len(made_on) == 1 and made_on[0] != threading.current_thread().name
+    assert artifacts.lookup(TEXT, "hlofuse") is not None
+
+    def no_library(*_args, **_kwargs):
+        raise build.CCompileError("the C compiler failed (test)", cache / "x.c")
+
+    monkeypatch.setattr(CpuExecutable, "__init__", no_library)
+    other = TEXT.replace("HloModule m", "HloModule m2")
+    with pytest.raises(build.CCompileError):
+        hlofuse.compile(other)
+    assert len(made_on) == 2  # made alongside, but never written
+    assert artifacts.lookup(other, "hlofuse") is None

@@ -122,14 +122,20 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
         make_module, program, signature = hit
         exe = CpuExecutable(make_module, program, signature)
         return (lambda: exe.module), exe  # parsed only if asked for
+    from hlofuse.backends import cpu
     from hlofuse.passes.pipelines import run_pipeline
     from hlofuse.text import parse
 
     module = parse(text)
     if pipeline is not None:
         run_pipeline(module, pipeline)
-    exe = _cpu_compile(module, threads, subnormals)
-    artifacts.store(text, pipeline, module, exe.program, threads, subnormals)
+    made: list[tuple[str, bytes]] = []  # the cache entry, made while the library builds
+
+    def entry(program: Any) -> None:
+        made.append(artifacts.entry(text, pipeline, module, program, threads, subnormals))
+
+    exe = cpu.compile_module(module, threads, subnormals, alongside=entry)
+    artifacts.write(made[0])  # (only for a program that compiled and loaded)
     return module, exe
 
 

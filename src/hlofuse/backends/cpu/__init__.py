@@ -90,12 +90,23 @@ def generate(module: Module, threads: int | None = None,
 
 
 def compile_module(module: Module, threads: int | None = None,
-                   subnormals: str = DEFAULT_SUBNORMALS) -> CpuExecutable:
+                   subnormals: str = DEFAULT_SUBNORMALS,
+                   alongside: Callable[[Program], object] | None = None) -> CpuExecutable:
     """Generate, compile (through the cache) and load an already optimised module. A large
-    program's kernel units compile while the rest is generated (`build.compile_early`)."""
+    program's kernel units compile while the rest is generated (`build.compile_early`).
+    `alongside(program)` runs on another thread while the library builds (this thread mostly
+    waits for the compiler then), and is finished before this returns."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from hlofuse.backends.cpu import build
     from hlofuse.backends.cpu.executable import CpuExecutable
 
     program = generate(module, threads, subnormals,
                        early=lambda unit: build.compile_early(unit, module.name))
-    return CpuExecutable(module, program)
+    if alongside is None:
+        return CpuExecutable(module, program)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hlofuse-alongside") as pool:
+        side = pool.submit(alongside, program)
+        exe = CpuExecutable(module, program)
+        side.result()
+    return exe

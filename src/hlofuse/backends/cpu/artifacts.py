@@ -222,14 +222,26 @@ def lookup(text: str, pipeline: str | None, threads: int | None = None,
 def store(text: str, pipeline: str | None, module: Module, program: Program,
           threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS) -> None:
     """Remember `module` (after its pipeline) and `program` for this text; best effort."""
+    write(entry(text, pipeline, module, program, threads, subnormals))
+
+
+def entry(text: str, pipeline: str | None, module: Module, program: Program,
+          threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS) -> tuple[str, bytes]:
+    """What `store` writes (the entry's key and payload), without writing it: made while the
+    library builds (`registry`), written once it loaded."""
     from hlofuse.text import print_module
 
     data = {"format": FORMAT, "module": print_module(module),
             "signature": signature_to_data(Signature.of(module)),
             "program": program_to_data(program)}
     payload = json.dumps(data, separators=(",", ":")).encode()
-    path = _path(key(text, pipeline, threads, subnormals))
+    return key(text, pipeline, threads, subnormals), payload
+
+
+def write(made: tuple[str, bytes]) -> None:
+    """Write an `entry`; best effort."""
+    path = _path(made[0])
     try:
-        cachefs.write_entry(path, KIND, payload)
+        cachefs.write_entry(path, KIND, made[1])
     except OSError as exc:
         cachefs.unwritable(f"{path.parent}: {exc.strerror or exc}")
