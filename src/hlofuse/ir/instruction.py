@@ -72,6 +72,8 @@ class Metadata:
 
 # ids of the opcodes the table calls elementwise (`is_elementwise` runs for every edge a
 # fusion pass looks at)
+_CALL_ATTRS = frozenset(COMPUTATION_ATTRS)  # attributes that name computations
+
 _ELEMENTWISE = frozenset(id(op) for op, info in OPCODES.items()
                          if info.category is Category.ELEMENTWISE)
 
@@ -225,6 +227,9 @@ class Instruction:
     # ----- attributes and called computations ---------------------------------------------
 
     def called_computations(self) -> list[Computation]:
+        attrs = self.attrs
+        if not attrs or _CALL_ATTRS.isdisjoint(attrs):  # (most instructions call nothing)
+            return []
         out: list[Computation] = []
         for key in COMPUTATION_ATTRS:
             value = self.attrs.get(key)
