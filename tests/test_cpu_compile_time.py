@@ -6,6 +6,8 @@ branch per operand.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -411,3 +413,46 @@ def test_the_drivers_unit_alone_compiles_at_driver_flags(monkeypatch: pytest.Mon
     kernel_units = [v for k, v in opts if "early" in k]
     assert len(kernel_units) == len(units) - 1 and all(v == ["-O2"] for v in kernel_units)
     _check_split(exe, _split_args())
+
+
+def test_a_failed_early_compile_is_compiled_again_by_the_link(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)
+    real = build._run_compiler
+    seen: list[str] = []
+
+    def flaky(cmd: list[str], what: str, *rest: object) -> None:
+        seen.append(what)
+        if "early" in what:  # as if the compiler had been killed in the background
+            raise build.CCompileError(f"{what}: killed (test)", build.cachefs.root())
+        real(cmd, what, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_run_compiler", flaky)
+    exe = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_flaky"))
+    units = cpu_units.units(exe._runner.program)
+    assert units is not None
+    n = len(units) + 1  # with the prebuilt GEMM's unit
+    assert seen.count("split_flaky (unit, early)") == len(units) - 1
+    assert sorted(s for s in seen if "early" not in s and "link" not in s) == [
+        f"split_flaky (unit {i} of {n})" for i in range(1, n + 1)]
+    _check_split(exe, _split_args())
+
+
+def test_a_forked_child_compiles_early_units_in_a_pool_of_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)
+    hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_parent"))  # the pool
+    assert build._EARLY_POOL and build._EARLY_POOL[0][0] == os.getpid()
+    ctx = multiprocessing.get_context("fork")
+    text = _SPLIT.replace("HloModule split", "HloModule split_child").replace(
+        "tanh(d)", "logistic(d)")  # kernels the parent did not compile
+    with ctx.Pool(1) as pool:  # (before the fix, its early units never ran: a hang)
+        got = pool.apply_async(_compile_and_run, (text,)).get(timeout=120)
+    np.testing.assert_allclose(got, interpreter.run(parse(text), *_split_args())[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def _compile_and_run(text: str) -> np.ndarray:
+    return np.asarray(hlofuse.compile(text)(*_split_args())[0])

@@ -508,7 +508,7 @@ def _compile_object(unit: str, okey: str, name: str, what: str, obj: Path,
 # object key; `load_units` waits for them (`_early_done`).
 _EARLY: dict[str, Future[None]] = {}
 _EARLY_LOCK = threading.Lock()
-_EARLY_POOL: list[ThreadPoolExecutor] = []
+_EARLY_POOL: list[tuple[int, ThreadPoolExecutor]] = []  # (the process it belongs to, pool)
 
 
 def compile_early(unit: str, name: str) -> None:
@@ -527,10 +527,13 @@ def compile_early(unit: str, name: str) -> None:
             return  # load_units meets (and reports) the cache's problem itself
         if (obj_dir / f"{okey}.o.digest").exists():
             return
-        if not _EARLY_POOL:
-            _EARLY_POOL.append(ThreadPoolExecutor(max_workers=jobs(),
-                                                  thread_name_prefix="hlofuse-cc"))
-        _EARLY[okey] = _EARLY_POOL[0].submit(_compile_early, unit, okey, name)
+        if not _EARLY_POOL or _EARLY_POOL[0][0] != os.getpid():
+            # (a forked child inherits the parent's pool without its threads: work submitted
+            # there would never run, so the child makes its own, and forgets the parent's work)
+            _EARLY.clear()
+            _EARLY_POOL[:] = [(os.getpid(), ThreadPoolExecutor(
+                max_workers=jobs(), thread_name_prefix="hlofuse-cc"))]
+        _EARLY[okey] = _EARLY_POOL[0][1].submit(_compile_early, unit, okey, name)
 
 
 def _compile_early(unit: str, okey: str, name: str) -> None:
@@ -545,6 +548,8 @@ def _early_done(okey: str) -> bool:
     """Wait for the early compile of `okey`, if one was started: whether it succeeded."""
     with _EARLY_LOCK:
         future = _EARLY.pop(okey, None)
+        if future is not None and _EARLY_POOL[0][0] != os.getpid():
+            return False  # the parent's, in a forked child: never runs here
     if future is None:
         return False
     try:
