@@ -45,6 +45,11 @@ Conditions this module enforces:
   the cache, where new objects are compiled too; a damaged object entry is compiled again.
   Objects and the library are written atomically like any entry; the same flags, warning
   errors and CPU-specific key apply to every unit.
+- Early compiles (`compile_early`): a large program's kernel units start compiling, in
+  background threads (at most `jobs()` at once), as `driver.generate` prints them
+  (`units.Stream`); `load_units` waits for a unit under way instead of compiling it again, and
+  compiles it itself if the early compile failed (so its error is raised there, naming the
+  unit). A forked child never waits on its parent's compiles: it starts a pool of its own.
 """
 
 from __future__ import annotations
@@ -433,11 +438,7 @@ def _build_units(
         objs = [work / f"u{i}.o" for i in range(len(units))]
         todo = []
         for i, okey in enumerate(keys):
-            obj_dir = cachefs.directory(okey[:2])
-            expected = cachefs.read_entry(obj_dir / f"{okey}.o.digest", "object-digest")
-            data = (cachefs.read_verified(obj_dir / f"{okey}.o",
-                                          expected.decode("ascii", "replace"))
-                    if expected is not None else None)
+            data = _cached_object(okey)
             if data is not None:
                 objs[i].write_bytes(data)
             else:
@@ -445,11 +446,7 @@ def _build_units(
 
         def compile_unit(i: int) -> None:
             if _early_done(keys[i]):  # compiled while the program was generated
-                obj_dir = cachefs.directory(keys[i][:2])
-                expected = cachefs.read_entry(obj_dir / f"{keys[i]}.o.digest", "object-digest")
-                data = (cachefs.read_verified(obj_dir / f"{keys[i]}.o",
-                                              expected.decode("ascii", "replace"))
-                        if expected is not None else None)
+                data = _cached_object(keys[i])
                 if data is not None:
                     objs[i].write_bytes(data)
                     return
@@ -480,6 +477,15 @@ def _build_units(
             _unlink(tmp_lib)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _cached_object(okey: str) -> bytes | None:
+    """The cached object `okey`'s bytes if they match its digest entry, else None."""
+    obj_dir = cachefs.directory(okey[:2])
+    expected = cachefs.read_entry(obj_dir / f"{okey}.o.digest", "object-digest")
+    if expected is None:
+        return None
+    return cachefs.read_verified(obj_dir / f"{okey}.o", expected.decode("ascii", "replace"))
 
 
 def _compile_object(unit: str, okey: str, name: str, what: str, obj: Path,
