@@ -259,6 +259,41 @@ ENTRY e {
     check_outputs(before, after, random_args(before))
 
 
+def test_cse_of_the_fusion_fixpoints_merges_only_inside_fusions() -> None:
+    """XLA's fusion and horizontal-fusion fixpoints run HloCSE(only_fusion_computations=true):
+    the kernels' bodies are cleaned up, the computation that calls them is left alone."""
+    from hlofuse.passes.fusion.pipelines import fusion_fixpoint, horizontal_fixpoint
+    from hlofuse.passes.simplify.cse import Cse
+
+    text = """
+HloModule m
+
+fused {
+  a = f32[4] parameter(0)
+  e1 = f32[4] exponential(a)
+  e2 = f32[4] exponential(a)
+  ROOT s = f32[4] add(e1, e2)
+}
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  n1 = f32[4] negate(p)
+  n2 = f32[4] negate(p)
+  f = f32[4] fusion(n1), kind=kLoop, calls=fused
+  ROOT t = (f32[4], f32[4]) tuple(f, n2)
+}
+"""
+    module = parse(text)
+    assert Cse(only_fusion_computations=True).run(module)
+    assert opcodes(module)["negate"] == 2  # the entry: untouched
+    fused = next(c for c in module.computations if c.is_fusion_computation)
+    assert sum(i.opcode is Opcode.EXP for i in fused.instructions) == 1
+    check_outputs(parse(text), module, random_args(module))
+    for fixpoint in (fusion_fixpoint(), horizontal_fixpoint()):
+        (cse,) = [p for p in fixpoint.pipeline.passes if isinstance(p, Cse)]
+        assert cse.only_fusion_computations
+
+
 # ----- constant-folding -------------------------------------------------------------------
 
 FOLD = """

@@ -5,8 +5,11 @@
     xla          simplify
                  fusion fixpoint:      instruction-fusion{may_duplicate=false}
                                        instruction-fusion{may_duplicate=true}
-                                       fusion-merger, multi-output-fusion, cse, dce
-                 horizontal fixpoint:  horizontal-loop-fusion, horizontal-input-fusion, cse, dce
+                                       fusion-merger, multi-output-fusion, cse*, dce
+                 horizontal fixpoint:  horizontal-loop-fusion, horizontal-input-fusion, cse*,
+                                       dce
+                 (cse*: inside fusion computations only, as XLA's
+                 HloCSE(only_fusion_computations=true) there)
     xla-relaxed  xla with the study's relaxations: allow_multi_user_concatenate,
                  relax_code_duplication
     hlofuse      beyond XLA (`BEYOND_XLA`, docs/beyond-xla.md): simplify
@@ -63,7 +66,7 @@ def fusion_fixpoint(**settings: Any) -> Fixpoint:
         InstructionFusion(**{**vertical, "may_duplicate": True}),
         FusionMerger(**settings),
         MultiOutputFusion(**settings),
-        Cse(),
+        Cse(only_fusion_computations=True),
         Dce(),
     ]))
 
@@ -73,7 +76,7 @@ def horizontal_fixpoint(**settings: Any) -> Fixpoint:
     return Fixpoint(Pipeline("horizontal-fusion", [
         HorizontalLoopFusion(**settings),
         HorizontalInputFusion(**settings),
-        Cse(),
+        Cse(only_fusion_computations=True),
         Dce(),
     ]))
 

@@ -114,13 +114,18 @@ def cse_computation(comp: Computation, cache: dict[int, bool]) -> bool:
 @register("cse")
 @dataclass(frozen=True)
 class Cse:
-    """Merge identical instructions (constants by value)."""
+    """Merge identical instructions (constants by value). `only_fusion_computations`: inside
+    fusions' computations alone (XLA's `HloCSE(..., only_fusion_computations=true)`, the CSE of
+    its fusion and horizontal-fusion fixpoints: the kernels themselves are never merged there)."""
 
     name: ClassVar[str] = "cse"
+    only_fusion_computations: bool = False
 
     def run(self, module: Module) -> bool:
         cache: dict[int, bool] = {}
         changed = False
         for comp in list(module.computations):  # unreachable ones too: DCE drops them
+            if self.only_fusion_computations and not comp.is_fusion_computation:
+                continue
             changed |= cse_computation(comp, cache)
         return changed
