@@ -297,6 +297,29 @@ def test_warm_compile_parses_nothing_until_the_module_is_asked_for(
     assert len(parses) == 1
 
 
+def test_a_warm_compile_in_a_new_process_imports_no_parser_and_no_code_generator(
+        tmp_path) -> None:
+    """What a new process loads to run a cached program: no HLO parser, no pass, no C
+    generator (`library` imports its emitters when one is first used)."""
+    import subprocess
+    import sys
+
+    text = _layers(2)
+    hlofuse.compile(text)  # (into this test's cache, HLOFUSE_CACHE_DIR)
+    path = tmp_path / "m.hlo"
+    path.write_text(text)
+    script = (
+        "import sys, hlofuse\n"
+        f"exe = hlofuse.compile(open({str(path)!r}).read())\n"
+        "print(sorted(m for m in sys.modules if m.startswith(("
+        "'hlofuse.text.parser', 'hlofuse.passes.fusion', 'hlofuse.backends.cpu.cprint', "
+        "'hlofuse.backends.cpu.library.conv', 'hlofuse.backends.cpu.library.sort', "
+        "'hlofuse.backends.cpu.driver'))))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_warning_errors_probe_keeps_every_flag_the_compiler_knows(tmp_path) -> None:
     """Each flag of WARNING_ERRORS is kept exactly when the compiler accepts it alone (GCC's
     "did you mean -Wno-overflow?" about clang's -Werror=integer-overflow once dropped GCC's own

@@ -202,8 +202,6 @@ def lookup(text: str, pipeline: str | None, threads: int | None = None,
     """What was compiled earlier from this text, or None: a function that parses the
     optimised module (called only when the module itself is asked for: a call needs only the
     signature), the program, and the entry's signature."""
-    from hlofuse.text import parse
-
     payload = cachefs.read_entry(_path(key(text, pipeline, threads, subnormals)), KIND)
     if payload is None:
         return None
@@ -216,7 +214,13 @@ def lookup(text: str, pipeline: str | None, threads: int | None = None,
         signature = signature_from_data(_get(data, "signature", dict))
     except (ValueError, RecursionError, _Bad, HloError):
         return None
-    return (lambda: parse(module_text)), program, signature
+
+    def make_module() -> Module:
+        from hlofuse.text import parse  # (imported only when the module is asked for)
+
+        return parse(module_text)
+
+    return make_module, program, signature
 
 
 def store(text: str, pipeline: str | None, module: Module, program: Program,

@@ -68,11 +68,14 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hlofuse.backends.cpu import cachefs
 from hlofuse.errors import CompileError, HloError
+
+if TYPE_CHECKING:  # (imported where used: a warm load starts no thread)
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 COMPILE_TIMEOUT_S = 600
 BASE_FLAGS: tuple[str, ...] = (  # after -march (target.march(): native unless HLOFUSE_TARGET)
@@ -457,6 +460,8 @@ def _build_units(
             for i in todo:
                 compile_unit(i)
         elif todo:
+            from concurrent.futures import ThreadPoolExecutor
+
             with ThreadPoolExecutor(max_workers=min(jobs(), len(todo))) as pool:
                 futures = [pool.submit(compile_unit, i) for i in todo]
                 try:
@@ -534,6 +539,8 @@ def compile_early(unit: str, name: str) -> None:
         if (obj_dir / f"{okey}.o.digest").exists():
             return
         if not _EARLY_POOL or _EARLY_POOL[0][0] != os.getpid():
+            from concurrent.futures import ThreadPoolExecutor
+
             # (a forked child inherits the parent's pool without its threads: work submitted
             # there would never run, so the child makes its own, and forgets the parent's work)
             _EARLY.clear()

@@ -32,7 +32,6 @@ import re
 from collections.abc import Callable
 
 from hlofuse.backends.cpu.contract import Kernel, Program
-from hlofuse.backends.cpu.library import blas
 
 # A program whose kernels print to more C than this is built as several translation units,
 # compiled in parallel and each cached on its own (`build.load_units`); below it one file
@@ -113,8 +112,10 @@ def units(program: Program, unit_bytes: int | None = None) -> list[str] | None:
     for k in printed:
         groups.add(k.source)
     out = [_kernel_unit(head, g) for g in groups.groups]
-    blas_used = any("HFLIB_BLAS_DECLS" in k.source for k in printed)
-    out.append(_UNIT_DEFINES + head + (blas.DECLARATIONS if blas_used else "")
+    declarations = ""
+    if any("HFLIB_BLAS_DECLS" in k.source for k in printed):
+        from hlofuse.backends.cpu.library.blas import DECLARATIONS as declarations
+    out.append(_UNIT_DEFINES + head + declarations
                + "\n".join(p for p in protos if p) + "\n\n" + program.source[tail_start:])
     return out
 

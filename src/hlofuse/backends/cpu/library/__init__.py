@@ -25,10 +25,9 @@ complex, sub-byte integer or 8-/4-bit float values raises `UnsupportedOpError`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
-from hlofuse.backends.cpu.cexpr import UnsupportedOpError
-from hlofuse.backends.cpu.library import conv, gemm, rng, sort, windows
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
@@ -37,18 +36,19 @@ from hlofuse.ir.shape import leaves
 Emitter = Callable[[Instruction, list[str], list[str], set[str]], tuple[str, str]]
 ThreadedEmitter = Callable[[Instruction, list[str], list[str], set[str], int], tuple[str, str]]
 
-_THREADED: dict[Opcode, ThreadedEmitter] = {
-    Opcode.DOT: gemm.emit_dot,
-    Opcode.CONVOLUTION: conv.emit_convolution,
-    Opcode.SORT: sort.emit_sort,
-    Opcode.TOPK: sort.emit_topk,
-}
-_SERIAL: dict[Opcode, Emitter] = {
-    Opcode.RNG_BIT_GENERATOR: rng.emit_rng_bit_generator,
-    Opcode.SELECT_AND_SCATTER: windows.emit_select_and_scatter,
+# opcode -> (module of this package, its emitter, whether it takes `threads`); a module is
+# imported when its op is first emitted, so loading a cached program (which only needs
+# `blas` and `prebuilt` from this package) does not import the code generators
+_EMITTERS: dict[Opcode, tuple[str, str, bool]] = {
+    Opcode.DOT: ("gemm", "emit_dot", True),
+    Opcode.CONVOLUTION: ("conv", "emit_convolution", True),
+    Opcode.SORT: ("sort", "emit_sort", True),
+    Opcode.TOPK: ("sort", "emit_topk", True),
+    Opcode.RNG_BIT_GENERATOR: ("rng", "emit_rng_bit_generator", False),
+    Opcode.SELECT_AND_SCATTER: ("windows", "emit_select_and_scatter", False),
 }
 
-SUPPORTED: frozenset[Opcode] = frozenset(_THREADED) | frozenset(_SERIAL)
+SUPPORTED: frozenset[Opcode] = frozenset(_EMITTERS)
 
 __all__ = ["SUPPORTED", "LibraryOpError", "emit"]
 
@@ -58,12 +58,15 @@ def emit(
 ) -> tuple[str, str]:
     """(C definitions, C statements) computing the library op `instr` from `ins` into `outs`,
     on up to `threads` threads of the runtime's pool where the op has a parallel form."""
-    threaded = _THREADED.get(instr.opcode)
-    if threaded is not None:
-        return threaded(instr, ins, outs, names, max(1, threads))
-    emitter = _SERIAL.get(instr.opcode)
-    if emitter is None:
+    from hlofuse.backends.cpu.cexpr import UnsupportedOpError
+
+    entry = _EMITTERS.get(instr.opcode)
+    if entry is None:
         raise LibraryOpError(instr, "not a library op the cpu backend implements")
+    module, function, takes_threads = entry
+    emitter = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    if takes_threads:
+        return emitter(instr, ins, outs, names, max(1, threads))  # type: ignore[no-any-return]
     for shape in [*leaves(instr.shape), *(s for o in instr.operands for s in leaves(o.shape))]:
         dt = getattr(shape, "dtype", None)
         if dt is not None and (dt.is_complex or dt.is_narrow_int or dt.is_small_float):
@@ -72,4 +75,4 @@ def emit(
                 f"instruction {instr.name} in {where}: the cpu backend's {instr.opcode.value} "
                 f"does not support element type {dt} (complex, sub-byte and 8-/4-bit float "
                 "library ops are not implemented); the interpreter backend runs it")
-    return emitter(instr, ins, outs, names)
+    return emitter(instr, ins, outs, names)  # type: ignore[no-any-return]
