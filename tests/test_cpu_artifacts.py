@@ -97,3 +97,68 @@ def test_the_entry_is_made_while_the_library_builds_and_written_only_if_it_loads
         hlofuse.compile(other)
     assert len(made_on) == 2  # made alongside, but never written
     assert artifacts.lookup(other, "hlofuse") is None
+
+
+SPLIT = """HloModule split_lib
+ENTRY e {
+  x = f32[256,1024] parameter(0)
+  e = f32[256,1024] exponential(x)
+  t = f32[256,1024] tanh(x)
+  a = f32[256,1024] add(e, t)
+  ROOT s = f32[256,1024] multiply(a, x)
+}
+"""
+
+
+def test_a_warm_compile_loads_the_recorded_library_without_cutting_the_c(cache, monkeypatch):
+    from hlofuse.backends.cpu import units
+
+    monkeypatch.setattr(units, "UNIT_BYTES", 1)  # a program of several units
+    x = np.linspace(-2, 2, 256 * 1024, dtype=np.float32).reshape(256, 1024)
+    cold = hlofuse.compile(SPLIT)
+    want = cold(x)[0]
+    assert artifacts.library(SPLIT, "hlofuse") == cold._runner.library_key
+    build._LOADED.clear()  # as a new process
+
+    def boom(*_args, **_kwargs):
+        raise AssertionError("the recorded library key is enough")
+
+    with monkeypatch.context() as m:
+        m.setattr(units, "units", boom)
+        m.setattr(build, "load_units", boom)
+        warm = hlofuse.compile(SPLIT)
+    np.testing.assert_array_equal(warm(x)[0], want)
+
+
+def test_a_recorded_library_is_used_only_where_it_was_built(cache, monkeypatch):
+    from hlofuse.backends.cpu import units
+
+    monkeypatch.setattr(units, "UNIT_BYTES", 1)
+    x = np.linspace(-2, 2, 256 * 1024, dtype=np.float32).reshape(256, 1024)
+    want = hlofuse.compile(SPLIT)(x)[0]
+    key = artifacts.library(SPLIT, "hlofuse")
+    assert key is not None
+    calls: list[int] = []
+    real = build.load_units
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, "load_units", counting)
+    # another compiler, flags or CPU: the record is ignored, the key found from the C
+    build._LOADED.clear()
+    with monkeypatch.context() as m:
+        m.setattr(build, "build_context", lambda: "another machine")
+        assert artifacts.library(SPLIT, "hlofuse") is None
+        np.testing.assert_array_equal(hlofuse.compile(SPLIT)(x)[0], want)
+    assert calls == [1]
+    # the recorded library is gone: found (rebuilt) from the C again
+    build._LOADED.clear()
+    for f in cache.glob(f"{key[:2]}/{key}.so*"):
+        f.unlink()
+    np.testing.assert_array_equal(hlofuse.compile(SPLIT)(x)[0], want)
+    assert calls == [1, 1]
+    # a record that is not a key never becomes a path
+    for bad in ("../../etc/x", key.upper(), key[:-1], ""):
+        assert build.load_cached(bad) is None

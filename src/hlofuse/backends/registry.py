@@ -120,7 +120,8 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
     hit = artifacts.lookup(text, pipeline, threads, subnormals)
     if hit is not None:
         make_module, program, signature = hit
-        exe = CpuExecutable(make_module, program, signature)
+        library = artifacts.library(text, pipeline, threads, subnormals)
+        exe = CpuExecutable(make_module, program, signature, library)
         return (lambda: exe.module), exe  # parsed only if asked for
     from hlofuse.backends import cpu
     from hlofuse.passes.pipelines import run_pipeline
@@ -136,6 +137,7 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
 
     exe = cpu.compile_module(module, threads, subnormals, alongside=entry)
     artifacts.write(made[0])  # (only for a program that compiled and loaded)
+    artifacts.write_library(made[0], exe.library_key)
     return module, exe
 
 

@@ -38,6 +38,7 @@ from hlofuse.ir.shape import ArrayShape, Shape, format_shape
 
 FORMAT = 3
 KIND = "program"
+LIBRARY_KIND = "program-library"
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,6 +72,43 @@ def key(text: str, pipeline: str | None, threads: int | None = None,
 
 def _path(k: str) -> Path:
     return cachefs.directory("programs") / f"{k}.json"
+
+
+def _library_path(k: str) -> Path:
+    return cachefs.directory("programs") / f"{k}.lib"
+
+
+def write_library(made: tuple[str, bytes], library: str | None) -> None:
+    """Remember which library (`build.library_key`) the program of entry `made` loaded, and the
+    build context it was loaded under; best effort."""
+    if library is None:
+        return
+    from hlofuse.backends.cpu import build
+
+    payload = json.dumps({"context": build.build_context(), "library": library}).encode()
+    path = _library_path(made[0])
+    try:
+        cachefs.write_entry(path, LIBRARY_KIND, payload)
+    except OSError as exc:
+        cachefs.unwritable(f"{path.parent}: {exc.strerror or exc}")
+
+
+def library(text: str, pipeline: str | None, threads: int | None = None,
+            subnormals: str = DEFAULT_SUBNORMALS) -> str | None:
+    """The library key recorded for this text's program under the current build context
+    (`build.build_context`), or None: the caller finds the key from the program's C."""
+    from hlofuse.backends.cpu import build
+
+    payload = cachefs.read_entry(_library_path(key(text, pipeline, threads, subnormals)),
+                                 LIBRARY_KIND)
+    if payload is None:
+        return None
+    try:
+        data = json.loads(payload)
+        context, lib = _get(data, "context", str), _get(data, "library", str)
+    except (ValueError, RecursionError, _Bad):
+        return None
+    return lib if context == build.build_context() else None
 
 
 # ----- Program <-> plain data -----------------------------------------------------------------

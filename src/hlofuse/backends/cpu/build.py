@@ -62,6 +62,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -294,13 +295,51 @@ def load_library(
 ) -> ctypes.CDLL:
     """Compile `source` (or reuse the cached build) and load it. A source that calls prebuilt
     library code (`library/prebuilt.py`) is linked with its units (`load_units`)."""
-    from hlofuse.backends.cpu.library import prebuilt
+    if "#ifndef HFLIB_PREBUILT_" in source:  # (the runtime's source need not import the GEMM)
+        from hlofuse.backends.cpu.library import prebuilt
 
-    if prebuilt.units_for(source):
-        return load_units([source], name=name, extra_flags=extra_flags)
+        if prebuilt.units_for(source):
+            return load_units([source], name=name, extra_flags=extra_flags)
     key = cache_key(source, extra_flags)
     return _load_or_build(key, name, lambda lib_path, sum_path: _build(
         source, key, name, lib_path, sum_path, extra_flags))
+
+
+def build_context() -> str:
+    """What a library's cache key depends on besides its C: the compiler (its command and
+    identity), the flags and this CPU. A key recorded under one context (`load_cached`, through
+    the compile cache) is used only under the same one."""
+    argv = tuple(find_compiler())
+    return hashlib.sha256("\0".join([" ".join(argv), _compiler_identity(argv), " ".join(flags()),
+                                     _cpu_identity()]).encode()).hexdigest()
+
+
+def library_key(lib: ctypes.CDLL) -> str | None:
+    """The cache key this process loaded `lib` under, if it did."""
+    return next((k for k, v in _LOADED.items() if v is lib), None)
+
+
+def load_cached(key: str) -> ctypes.CDLL | None:
+    """The library cached under `key` (a `library_key`), verified and loaded as any, or None
+    when it is not there (or `key` is not a key): nothing is compiled. A warm compile loads a
+    program's library this way without cutting its C into units to find the key again."""
+    if not re.fullmatch(r"[0-9a-f]{64}", key):
+        return None
+    lib = _LOADED.get(key)
+    if lib is not None:
+        return lib
+    try:
+        lib_dir = cachefs.directory(key[:2])
+    except (OSError, CompileError):
+        return None
+    lib = _load_cached(lib_dir / f"{key}.so", lib_dir / f"{key}.so.digest")
+    if lib is None:
+        return None
+    from hlofuse.backends.cpu.library import blas
+
+    blas.bind(lib)
+    _LOADED[key] = lib
+    return lib
 
 
 def _load_or_build(key: str, name: str,

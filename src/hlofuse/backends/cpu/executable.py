@@ -219,9 +219,12 @@ class CpuExecutable:
     """A module compiled to native code. Call it with numpy arrays; get a list of arrays."""
 
     def __init__(self, module: Module | Callable[[], Module], program: Program,
-                 signature: Signature | None = None) -> None:
+                 signature: Signature | None = None, library: str | None = None) -> None:
         """`module`: the optimised module, or (with its `signature`) a function that makes it
-        when first needed (a warm compile from `artifacts` parses it only then)."""
+        when first needed (a warm compile from `artifacts` parses it only then). `library`:
+        the cache key of the program's library, when known (`build.load_cached`; else, or if
+        it is not cached, the library is found or built from the program's C)."""
+        self._library_key = library
         if isinstance(module, Module):
             self._module: Module | None = module
             self._make_module: Callable[[], Module] | None = None
@@ -272,6 +275,11 @@ class CpuExecutable:
         """The library: a large program as translation units compiled in parallel, each cached
         on its own (`units.units`, `build.load_units`), a small one as its single file."""
         from hlofuse.backends.cpu import build
+
+        if not extra_flags and self._library_key is not None:
+            lib = build.load_cached(self._library_key)
+            if lib is not None:
+                return lib
         from hlofuse.backends.cpu.units import DRIVER_FLAGS
         from hlofuse.backends.cpu.units import units as split
 
@@ -286,6 +294,13 @@ class CpuExecutable:
     def source(self) -> str:
         """The generated C file."""
         return self.program.source
+
+    @property
+    def library_key(self) -> str | None:
+        """The cache key of the loaded library (`build.library_key`)."""
+        from hlofuse.backends.cpu import build
+
+        return build.library_key(self._lib)
 
     def _bind(self, lib: ctypes.CDLL) -> Any:
         try:
