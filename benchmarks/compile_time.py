@@ -264,8 +264,7 @@ def time_cold_compile(text: str) -> dict[str, Any]:
             exe = CpuExecutable(module, program)  # the library builds
             made = side.result()
         t3 = time.perf_counter()
-        artifacts.write(made)
-        artifacts.write_library(made, exe.library_key)
+        artifacts.write(made, exe.library_key)
         t4 = time.perf_counter()
         build._LOADED.clear()  # a new process: the library comes from the disk cache
         c_bytes, kernels = len(program.source), len(program.kernels)

@@ -149,7 +149,7 @@ def test_a_recorded_library_is_used_only_where_it_was_built(cache, monkeypatch):
     # another compiler, flags or CPU: the record is ignored, the key found from the C
     build._LOADED.clear()
     with monkeypatch.context() as m:
-        m.setattr(build, "build_context", lambda: "another machine")
+        m.setattr(build, "build_context", lambda *_: "another machine")
         assert artifacts.library(SPLIT, "hlofuse") is None
         np.testing.assert_array_equal(hlofuse.compile(SPLIT)(x)[0], want)
     assert calls == [1]

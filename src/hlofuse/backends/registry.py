@@ -119,8 +119,7 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
     threads = threads or runtime.default_threads()
     hit = artifacts.lookup(text, pipeline, threads, subnormals)
     if hit is not None:
-        make_module, program, signature = hit
-        library = artifacts.library(text, pipeline, threads, subnormals)
+        make_module, program, signature, library = hit
         exe = CpuExecutable(make_module, program, signature, library)
         return (lambda: exe.module), exe  # parsed only if asked for
     from hlofuse.backends import cpu
@@ -136,8 +135,7 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
         made.append(artifacts.entry(text, pipeline, module, program, threads, subnormals))
 
     exe = cpu.compile_module(module, threads, subnormals, alongside=entry)
-    artifacts.write(made[0])  # (only for a program that compiled and loaded)
-    artifacts.write_library(made[0], exe.library_key)
+    artifacts.write(made[0], exe.library_key)  # (only for a program that compiled and loaded)
     return module, exe
 
 

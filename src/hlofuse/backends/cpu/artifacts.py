@@ -78,29 +78,17 @@ def _library_path(k: str) -> Path:
     return cachefs.directory("programs") / f"{k}.lib"
 
 
-def write_library(made: tuple[str, bytes], library: str | None) -> None:
-    """Remember which library (`build.library_key`) the program of entry `made` loaded, and the
-    build context it was loaded under; best effort."""
-    if library is None:
-        return
-    from hlofuse.backends.cpu import build
-
-    payload = json.dumps({"context": build.build_context(), "library": library}).encode()
-    path = _library_path(made[0])
-    try:
-        cachefs.write_entry(path, LIBRARY_KIND, payload)
-    except OSError as exc:
-        cachefs.unwritable(f"{path.parent}: {exc.strerror or exc}")
-
-
 def library(text: str, pipeline: str | None, threads: int | None = None,
             subnormals: str = DEFAULT_SUBNORMALS) -> str | None:
     """The library key recorded for this text's program under the current build context
     (`build.build_context`), or None: the caller finds the key from the program's C."""
+    return _recorded_library(key(text, pipeline, threads, subnormals))
+
+
+def _recorded_library(k: str) -> str | None:
     from hlofuse.backends.cpu import build
 
-    payload = cachefs.read_entry(_library_path(key(text, pipeline, threads, subnormals)),
-                                 LIBRARY_KIND)
+    payload = cachefs.read_entry(_library_path(k), LIBRARY_KIND)
     if payload is None:
         return None
     try:
@@ -238,11 +226,13 @@ def _split(value: list[Any], size: int) -> tuple[int, int]:
 
 def lookup(text: str, pipeline: str | None, threads: int | None = None,
            subnormals: str = DEFAULT_SUBNORMALS
-           ) -> tuple[Callable[[], Module], Program, Signature] | None:
+           ) -> tuple[Callable[[], Module], Program, Signature, str | None] | None:
     """What was compiled earlier from this text, or None: a function that parses the
     optimised module (called only when the module itself is asked for: a call needs only the
-    signature), the program, and the entry's signature."""
-    payload = cachefs.read_entry(_path(key(text, pipeline, threads, subnormals)), KIND)
+    signature), the program, the entry's signature, and the key of the program's library when
+    one is recorded under this build context (`library`)."""
+    k = key(text, pipeline, threads, subnormals)
+    payload = cachefs.read_entry(_path(k), KIND)
     if payload is None:
         return None
     try:
@@ -260,19 +250,13 @@ def lookup(text: str, pipeline: str | None, threads: int | None = None,
 
         return parse(module_text)
 
-    return make_module, program, signature
-
-
-def store(text: str, pipeline: str | None, module: Module, program: Program,
-          threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS) -> None:
-    """Remember `module` (after its pipeline) and `program` for this text; best effort."""
-    write(entry(text, pipeline, module, program, threads, subnormals))
+    return make_module, program, signature, _recorded_library(k)
 
 
 def entry(text: str, pipeline: str | None, module: Module, program: Program,
           threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS) -> tuple[str, bytes]:
-    """What `store` writes (the entry's key and payload), without writing it: made while the
-    library builds (`registry`), written once it loaded."""
+    """The compile-cache entry for this text (its key and payload), not written yet: made
+    while the library builds (`registry`), written (`write`) once it loaded."""
     from hlofuse.text import print_module
 
     data = {"format": FORMAT, "module": print_module(module),
@@ -282,10 +266,18 @@ def entry(text: str, pipeline: str | None, module: Module, program: Program,
     return key(text, pipeline, threads, subnormals), payload
 
 
-def write(made: tuple[str, bytes]) -> None:
-    """Write an `entry`; best effort."""
-    path = _path(made[0])
-    try:
-        cachefs.write_entry(path, KIND, made[1])
-    except OSError as exc:
-        cachefs.unwritable(f"{path.parent}: {exc.strerror or exc}")
+def write(made: tuple[str, bytes], library: str | None = None) -> None:
+    """Write an `entry`, and beside it the key of the library its program loaded
+    (`build.library_key`) with the build context it was loaded under; best effort."""
+    from hlofuse.backends.cpu import build
+
+    records = [(_path(made[0]), KIND, made[1])]
+    if library is not None:
+        records.append((_library_path(made[0]), LIBRARY_KIND, json.dumps(
+            {"context": build.build_context(), "library": library}).encode()))
+    for path, kind, payload in records:
+        try:
+            cachefs.write_entry(path, kind, payload)
+        except OSError as exc:
+            cachefs.unwritable(f"{path.parent}: {exc.strerror or exc}")
+            return

@@ -277,14 +277,18 @@ def flags(extra_flags: tuple[str, ...] = ()) -> list[str]:
     return [opt, march(), *BASE_FLAGS, *_compiler_facts(argv), *extra_flags]
 
 
-def cache_key(source: str, extra_flags: tuple[str, ...] = ()) -> str:
+def build_context(extra_flags: tuple[str, ...] = ()) -> str:
+    """What a build depends on besides its C: the compiler (its command and identity), the
+    flags and this CPU. Part of every cache key; a library key recorded under one context
+    (`load_cached`, through the compile cache) is used only under the same one."""
     argv = tuple(find_compiler())
-    h = hashlib.sha256()
-    for part in (source, " ".join(argv), _compiler_identity(argv), " ".join(flags(extra_flags)),
-                 _cpu_identity()):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()
+    return hashlib.sha256("\0".join(
+        [" ".join(argv), _compiler_identity(argv), " ".join(flags(extra_flags)),
+         _cpu_identity()]).encode()).hexdigest()
+
+
+def cache_key(source: str, extra_flags: tuple[str, ...] = ()) -> str:
+    return hashlib.sha256(f"{source}\0{build_context(extra_flags)}".encode()).hexdigest()
 
 
 _LOADED: dict[str, ctypes.CDLL] = {}
@@ -303,15 +307,6 @@ def load_library(
     key = cache_key(source, extra_flags)
     return _load_or_build(key, name, lambda lib_path, sum_path: _build(
         source, key, name, lib_path, sum_path, extra_flags))
-
-
-def build_context() -> str:
-    """What a library's cache key depends on besides its C: the compiler (its command and
-    identity), the flags and this CPU. A key recorded under one context (`load_cached`, through
-    the compile cache) is used only under the same one."""
-    argv = tuple(find_compiler())
-    return hashlib.sha256("\0".join([" ".join(argv), _compiler_identity(argv), " ".join(flags()),
-                                     _cpu_identity()]).encode()).hexdigest()
 
 
 def library_key(lib: ctypes.CDLL) -> str | None:
@@ -333,13 +328,7 @@ def load_cached(key: str) -> ctypes.CDLL | None:
     except (OSError, CompileError):
         return None
     lib = _load_cached(lib_dir / f"{key}.so", lib_dir / f"{key}.so.digest")
-    if lib is None:
-        return None
-    from hlofuse.backends.cpu.library import blas
-
-    blas.bind(lib)
-    _LOADED[key] = lib
-    return lib
+    return None if lib is None else _adopt(key, lib)
 
 
 def _load_or_build(key: str, name: str,
@@ -367,6 +356,11 @@ def _load_or_build(key: str, name: str,
         break
     if lib is None:
         raise CompileError(f"no usable cache directory to build {name} in")
+    return _adopt(key, lib)
+
+
+def _adopt(key: str, lib: ctypes.CDLL) -> ctypes.CDLL:
+    """A library just loaded from the cache under `key`: its BLAS pointers set, remembered."""
     from hlofuse.backends.cpu.library import blas
 
     blas.bind(lib)  # a float dot's BLAS pointers (none: it runs our own GEMM)
