@@ -107,7 +107,7 @@ def _check_ints(instr: Instruction) -> None:
 
 
 def _calls(comp: Computation) -> list[tuple[Instruction, Computation]]:
-    return [(i, c) for i in comp.instructions if i.attrs for c in i.called_computations()]
+    return [(i, c) for i in comp.instructions for c in i.called_computations()]
 
 
 def _nesting(module: Module) -> list[Computation]:
