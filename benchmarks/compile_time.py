@@ -242,7 +242,7 @@ def time_cold_compile(text: str) -> dict[str, Any]:
 
     import hlofuse
     from hlofuse.backends import cpu
-    from hlofuse.backends.cpu import artifacts, build
+    from hlofuse.backends.cpu import artifacts, build, units
     from hlofuse.backends.cpu.executable import CpuExecutable
     from hlofuse.passes.pipelines import run_pipeline
     from hlofuse.text import parse
@@ -257,7 +257,8 @@ def time_cold_compile(text: str) -> dict[str, Any]:
         run_pipeline(module, "xla")
         t1 = time.perf_counter()
         name = module.name  # as cpu.compile_module: kernel units compile while generated
-        program = cpu.generate(module, early=lambda unit: build.compile_early(unit, name))
+        flags = units.kernel_flags()
+        program = cpu.generate(module, early=lambda unit: build.compile_early(unit, name, flags))
         t2 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=1) as pool:  # as registry: the cache entry is
             side = pool.submit(artifacts.entry, text, "xla", module, program)  # made while

@@ -419,7 +419,7 @@ def test_a_kernel_past_the_vector_math_budget_calls_the_same_functions_out_of_li
 
 def test_the_drivers_unit_alone_compiles_at_driver_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)
-    monkeypatch.setenv("HLOFUSE_CC_OPT", "-O2")  # the kernels' level (-O3 outside the tests)
+    monkeypatch.setenv("HLOFUSE_CC_OPT", "-O2")  # every unit's level (as -O1 in the tests)
     opts: list[tuple[str, list[str]]] = []
     real = build._run_compiler
 
@@ -436,6 +436,38 @@ def test_the_drivers_unit_alone_compiles_at_driver_flags(monkeypatch: pytest.Mon
     kernel_units = [v for k, v in opts if "early" in k]
     assert len(kernel_units) == len(units) - 1 and all(v == ["-O2"] for v in kernel_units)
     _check_split(exe, _split_args())
+
+
+def test_kernels_compile_at_kernel_flags_unless_the_level_is_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside the tests (no HLOFUSE_CC_OPT) kernel code compiles at units.KERNEL_FLAGS: the
+    early kernel units, and a small program's single file; the driver's unit at DRIVER_FLAGS,
+    library code (the prebuilt GEMM) at the build's level."""
+    monkeypatch.delenv("HLOFUSE_CC_OPT", raising=False)
+    opts: list[tuple[str, list[str]]] = []
+    real = build._run_compiler
+
+    def spy(cmd: list[str], what: str, *rest: object) -> None:
+        opts.append((what, [f for f in cmd if f.startswith(("-O", "-fvect-cost-model"))]))
+        real(cmd, what, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_run_compiler", spy)
+    whole = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_one_file"))
+    assert cpu_units.units(whole._runner.program) is None
+    # (its dot links the prebuilt GEMM, library code at the build's level: its unit comes first)
+    assert [v for k, v in opts if k.startswith("split_one_file (unit")] in (
+        [["-O3"], ["-O3", *cpu_units.KERNEL_FLAGS]], [["-O3", *cpu_units.KERNEL_FLAGS]])
+    monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)
+    exe = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_kernel_flags"))
+    units = cpu_units.units(exe._runner.program)
+    assert units is not None
+    driver_unit = f"split_kernel_flags (unit {len(units) + 1} of {len(units) + 1})"
+    assert [v for k, v in opts if k == driver_unit] == [["-O3", *cpu_units.DRIVER_FLAGS]]
+    kernel_units = [v for k, v in opts if "split_kernel_flags (unit, early)" in k]
+    assert len(kernel_units) == len(units) - 1
+    assert all(v == ["-O3", *cpu_units.KERNEL_FLAGS] for v in kernel_units)
+    _check_split(exe, _split_args())
+    _check_split(whole, _split_args())
 
 
 def test_a_failed_early_compile_is_compiled_again_by_the_link(

@@ -100,9 +100,11 @@ def compile_module(module: Module, threads: int | None = None,
 
     from hlofuse.backends.cpu import build
     from hlofuse.backends.cpu.executable import CpuExecutable
+    from hlofuse.backends.cpu.units import kernel_flags
 
+    flags = kernel_flags()
     program = generate(module, threads, subnormals,
-                       early=lambda unit: build.compile_early(unit, module.name))
+                       early=lambda unit: build.compile_early(unit, module.name, flags))
     if alongside is None:
         return CpuExecutable(module, program)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hlofuse-alongside") as pool:

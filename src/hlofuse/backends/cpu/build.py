@@ -434,10 +434,12 @@ def object_key(unit: str, extra_flags: tuple[str, ...] = ()) -> str:
 
 
 def load_units(
-    units: list[str], *, name: str = "module", extra_flags: tuple[str, ...] = ()
+    units: list[str], *, name: str = "module", extra_flags: tuple[str, ...] = (),
+    kernel_flags: tuple[str, ...] = (),
 ) -> ctypes.CDLL:
     """Compile the translation units `units` (the last one the driver; `extra_flags`, e.g.
-    `-DHF_PROFILE`, apply to it alone), link them into one library and load it. Each unit's
+    `-DHF_PROFILE`, apply to it alone, `kernel_flags` to the others: `units.kernel_flags()`),
+    link them into one library and load it. Each unit's
     object is a cache entry of its own (`object_key`): a unit seen before, in this module or
     another, is not compiled again; the others compile in parallel (`jobs()` at once). The
     library is cached under a key of its objects' keys, so a warm load compiles and links
@@ -447,24 +449,26 @@ def load_units(
 
     needed = dict.fromkeys(u for unit in units for u in prebuilt.units_for(unit))
     units = [*needed, *units]
-    last = len(units) - 1
-    keys = [object_key(u, extra_flags if i == last else ()) for i, u in enumerate(units)]
+    unit_flags = [() if i < len(needed) else kernel_flags for i in range(len(units) - 1)]
+    unit_flags.append(extra_flags)
+    keys = [object_key(u, f) for u, f in zip(units, unit_flags, strict=True)]
     h = hashlib.sha256(b"link\0")
     for part in (*keys, " ".join(flags(extra_flags))):
         h.update(part.encode())
         h.update(b"\0")
     return _load_or_build(h.hexdigest(), name, lambda lib_path, sum_path: _build_units(
-        units, keys, name, lib_path, sum_path, extra_flags))
+        units, keys, name, lib_path, sum_path, unit_flags))
 
 
 def _build_units(
     units: list[str], keys: list[str], name: str, lib_path: Path, sum_path: Path,
-    extra_flags: tuple[str, ...],
+    unit_flags: list[tuple[str, ...]],
 ) -> None:
     """Objects from the cache (verified, copied into a private directory), from an early
-    compile (`compile_early`, waited for) or compiled there in parallel and then cached; one
-    link of those copies into `lib_path`. A damaged object entry is compiled again."""
-    last = len(units) - 1
+    compile (`compile_early`, waited for) or compiled there in parallel (each with its
+    `unit_flags`) and then cached; one link of those copies into `lib_path`. A damaged object
+    entry is compiled again."""
+    extra_flags = unit_flags[-1]
     try:
         src_dir = cachefs.directory("src")
         work = Path(tempfile.mkdtemp(prefix=".link-", dir=lib_path.parent))  # 0700
@@ -487,7 +491,7 @@ def _build_units(
                     objs[i].write_bytes(data)
                     return
             _compile_object(units[i], keys[i], name, f"{name} (unit {i + 1} of {len(units)})",
-                            objs[i], extra_flags if i == last else ())
+                            objs[i], unit_flags[i])
 
         if len(todo) == 1 or jobs() == 1:
             for i in todo:
@@ -495,8 +499,14 @@ def _build_units(
         elif todo:
             from concurrent.futures import ThreadPoolExecutor
 
+            # units no early compile has started (the driver's) first: a worker that only
+            # waits for an early compile would hold them back
+            with _EARLY_LOCK:
+                started = {i for i in todo if keys[i] in _EARLY}
             with ThreadPoolExecutor(max_workers=min(jobs(), len(todo))) as pool:
-                futures = [pool.submit(compile_unit, i) for i in todo]
+                submitted = {i: pool.submit(compile_unit, i)
+                             for i in sorted(todo, key=started.__contains__)}
+                futures = [submitted[i] for i in todo]
                 try:
                     for f in futures:
                         f.result()  # the first failure, in unit order
@@ -555,13 +565,14 @@ _EARLY_LOCK = threading.Lock()
 _EARLY_POOL: list[tuple[int, ThreadPoolExecutor]] = []  # (the process it belongs to, pool)
 
 
-def compile_early(unit: str, name: str) -> None:
-    """Start compiling the kernel unit `unit` of program `name` into the object cache, in the
-    background (at most `jobs()` at once), while the caller goes on generating the rest of the
-    program (`units.Stream`); `load_units` then finds the object cached, or waits for it. Not
-    started when the object is cached or under way already. A failure here is not raised: the
-    unit is compiled again by `load_units`, which raises it there."""
-    okey = object_key(unit)
+def compile_early(unit: str, name: str, kernel_flags: tuple[str, ...]) -> None:
+    """Start compiling the kernel unit `unit` of program `name` (with `kernel_flags`, as
+    `load_units` will) into the object cache, in the background (at most `jobs()` at once),
+    while the caller goes on generating the rest of the program (`units.Stream`);
+    `load_units` then finds the object cached, or waits for it. Not started when the object is
+    cached or under way already. A failure here is not raised: the unit is compiled again by
+    `load_units`, which raises it there."""
+    okey = object_key(unit, kernel_flags)
     with _EARLY_LOCK:
         if okey in _EARLY:
             return
@@ -579,13 +590,14 @@ def compile_early(unit: str, name: str) -> None:
             _EARLY.clear()
             _EARLY_POOL[:] = [(os.getpid(), ThreadPoolExecutor(
                 max_workers=jobs(), thread_name_prefix="hlofuse-cc"))]
-        _EARLY[okey] = _EARLY_POOL[0][1].submit(_compile_early, unit, okey, name)
+        _EARLY[okey] = _EARLY_POOL[0][1].submit(_compile_early, unit, okey, name,
+                                                kernel_flags)
 
 
-def _compile_early(unit: str, okey: str, name: str) -> None:
+def _compile_early(unit: str, okey: str, name: str, kernel_flags: tuple[str, ...]) -> None:
     work = Path(tempfile.mkdtemp(prefix=".early-", dir=cachefs.root()))  # 0700
     try:
-        _compile_object(unit, okey, name, f"{name} (unit, early)", work / "u.o", ())
+        _compile_object(unit, okey, name, f"{name} (unit, early)", work / "u.o", kernel_flags)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

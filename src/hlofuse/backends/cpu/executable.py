@@ -280,14 +280,14 @@ class CpuExecutable:
             lib = build.load_cached(self._library_key)
             if lib is not None:
                 return lib
-        from hlofuse.backends.cpu.units import DRIVER_FLAGS
+        from hlofuse.backends.cpu.units import DRIVER_FLAGS, kernel_flags
         from hlofuse.backends.cpu.units import units as split
 
         units = split(self.program)
         if units is None:
             return build.load_library(self.program.source, name=self.name,
-                                      extra_flags=extra_flags)
-        return build.load_units(units, name=self.name,
+                                      extra_flags=(*kernel_flags(), *extra_flags))
+        return build.load_units(units, name=self.name, kernel_flags=kernel_flags(),
                                 extra_flags=(*DRIVER_FLAGS, *extra_flags))  # the driver's
 
     @property

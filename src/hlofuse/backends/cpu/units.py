@@ -28,6 +28,7 @@ Conditions enforced:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 
@@ -43,6 +44,18 @@ UNIT_BYTES = 64 * 1024
 # function of a thousand calls is most of its compile (gpt-16: 0.71 s at -O3, 0.34 s at -O1;
 # gpt-8: 0.30 vs 0.14 s), on the critical path after the last kernel is printed.
 DRIVER_FLAGS: tuple[str, ...] = ("-O1",)
+
+# The kernels compile at -O2 with -O3's vectorizer cost model: their loops are explicit vector
+# code already (kernel_ir/passes/vectorize.py), and what -O3 adds beyond that is a third of
+# their compile time (gpt-8's kernel units: 1.03 -> 0.71 s of compiler CPU) for no measured
+# run time (benchmarks/README.md, "Compile time"). Runtime, GEMM and other library code keep
+# the build's level (-O3).
+KERNEL_FLAGS: tuple[str, ...] = ("-O2", "-fvect-cost-model=dynamic")
+
+
+def kernel_flags() -> tuple[str, ...]:
+    """KERNEL_FLAGS, or none where HLOFUSE_CC_OPT sets the level of all generated code."""
+    return () if os.environ.get("HLOFUSE_CC_OPT") else KERNEL_FLAGS
 
 _LIBRARY_GUARD = re.compile(r"^#ifndef (HFLIB_\w+)$", re.MULTILINE)
 _UNIT_DEFINES = "#define HF_KERNEL HF_HIDDEN\n"
