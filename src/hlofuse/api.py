@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hlofuse import gcpause
 from hlofuse.backends import registry
 from hlofuse.backends import subnormals as subnormal_modes
 from hlofuse.errors import HloError
@@ -59,11 +60,12 @@ def _build(module: Module, pipeline: str | None, backend: str, threads: int | No
     b.require()
     _check_threads(threads)
     subnormal_modes.check(subnormals)
-    if pipeline is not None:
-        from hlofuse.passes.pipelines import run_pipeline
+    with gcpause.paused():
+        if pipeline is not None:
+            from hlofuse.passes.pipelines import run_pipeline
 
-        run_pipeline(module, pipeline)
-    return module, b.compile(module, threads=threads, subnormals=subnormals)
+            run_pipeline(module, pipeline)
+        return module, b.compile(module, threads=threads, subnormals=subnormals)
 
 
 def _check_threads(threads: int | None) -> None:
@@ -130,6 +132,12 @@ def compile(
     b = registry.get(backend)
     _check_threads(threads)
     subnormal_modes.check(subnormals)
+    with gcpause.paused():  # (the collector would rescan the growing IR: gcpause.py)
+        return _compile(module_or_text, pipeline, b, backend, threads, autotune, subnormals)
+
+
+def _compile(module_or_text: Module | str, pipeline: str | None, b: registry.Backend,
+             backend: str, threads: int | None, autotune: bool, subnormals: str) -> Executable:
     if autotune:
         from hlofuse.passes.pipelines import with_settings
 

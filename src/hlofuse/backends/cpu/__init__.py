@@ -82,11 +82,13 @@ def generate(module: Module, threads: int | None = None,
     wrappers and batch norm are first lowered to plain HLO with their one-device values (on a
     copy: `one_device.py`). `early`: given each kernel unit of a large program as soon as it
     is printed (`units.Stream`)."""
+    from hlofuse import gcpause
     from hlofuse.backends.cpu import driver, one_device, runtime
 
-    return driver.generate(one_device.prepare(module),
-                           threads=threads or runtime.default_threads(),
-                           subnormals=check_subnormals(subnormals), early=early)
+    with gcpause.paused():
+        return driver.generate(one_device.prepare(module),
+                               threads=threads or runtime.default_threads(),
+                               subnormals=check_subnormals(subnormals), early=early)
 
 
 def compile_module(module: Module, threads: int | None = None,

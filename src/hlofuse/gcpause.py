@@ -1,0 +1,41 @@
+"""Python's cyclic garbage collector held off while hlofuse compiles.
+
+A compile allocates hundreds of thousands of small objects (instructions, attribute dicts,
+kernel IR nodes) and keeps most of them, so the collector's automatic runs keep scanning a
+growing heap (and, in a JAX process, JAX's own) to find little. Held off, parse + pipeline + C
+generation take 4-8% less CPU (mean of 4 interleaved runs with JAX imported: gpt-16 3.82 ->
+3.55 s, chain-10000 1.45 -> 1.34 s, gpt-8 1.73 -> 1.67 s), for a peak memory a few MB higher
+(gpt-16 97 -> 99 MB, scan-1024 133 -> 150 MB). The garbage a compile leaves is collected by
+the first automatic run after it.
+
+Conditions enforced: `paused()` nests and may be entered from several threads at once; the
+collector is enabled again when the last one leaves, and only if it was enabled when the first
+one entered (a caller that disabled it keeps it disabled).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_LOCK = threading.Lock()
+_state = {"holders": 0, "was_enabled": False}
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """Hold off automatic garbage collection for the duration (see the module docstring)."""
+    with _LOCK:
+        if _state["holders"] == 0:
+            _state["was_enabled"] = gc.isenabled()
+            gc.disable()
+        _state["holders"] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _state["holders"] -= 1
+            if _state["holders"] == 0 and _state["was_enabled"]:
+                gc.enable()

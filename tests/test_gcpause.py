@@ -1,0 +1,101 @@
+"""The garbage collector is held off while hlofuse compiles (gcpause.py), and given back."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import hlofuse
+from hlofuse import gcpause
+from hlofuse.errors import HloError
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
+def _chain(name: str, n: int) -> str:
+    lines = [f"HloModule {name}", "", "ENTRY main {", "  x0 = f32[64] parameter(0)"]
+    for i in range(1, n + 1):
+        op = ("add", "multiply", "subtract")[i % 3]
+        lines.append(f"  x{i} = f32[64] {op}(x{i - 1}, x0)")
+    lines[-1] = "  ROOT" + lines[-1][1:]
+    return "\n".join(lines) + "\n}\n"
+
+
+def test_paused_nests_and_gives_the_collector_back(collector_on: None) -> None:
+    with gcpause.paused():
+        assert not gc.isenabled()
+        with gcpause.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_before_stays_disabled(collector_on: None) -> None:
+    gc.disable()
+    with gcpause.paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+    gc.enable()
+
+
+def test_overlapping_threads_give_it_back_when_the_last_leaves(collector_on: None) -> None:
+    entered, leave_first = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def first() -> None:
+        with gcpause.paused():
+            entered.set()
+            leave_first.wait(10)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert entered.wait(10)
+    with gcpause.paused():
+        leave_first.set()
+        t.join(10)
+        seen.append(gc.isenabled())  # the first thread left; this one still holds it
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+def test_compile_runs_no_automatic_collection(collector_on: None) -> None:
+    events: list[dict[str, Any]] = []
+
+    def spy(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            events.append(info)
+
+    gc.callbacks.append(spy)
+    try:
+        exe = hlofuse.compile(_chain("gc_paused_chain", 300), backend="interpreter")
+    finally:
+        gc.callbacks.remove(spy)
+    # at most the one the first allocation after the pause runs (it finds the compile's garbage)
+    assert len(events) <= 1
+    assert gc.isenabled()
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    (got,) = exe(x)
+    want = x.copy()
+    for i in range(1, 301):
+        op = i % 3  # (the chain's ops: add, multiply, subtract by i % 3)
+        want = want + x if op == 0 else want * x if op == 1 else want - x
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_failing_compile_gives_the_collector_back(collector_on: None) -> None:
+    with pytest.raises(HloError):
+        hlofuse.compile("HloModule broken\n\nENTRY main {\n  ROOT x = f32[2] nope()\n}\n",
+                        backend="interpreter")
+    assert gc.isenabled()
