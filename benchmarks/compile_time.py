@@ -169,20 +169,14 @@ def time_pipeline(text: str, repeat: int, pipeline: str = "xla") -> dict[str, An
     from hlofuse.passes.pipelines import build
     from hlofuse.text import parse
 
-    try:  # as run_pipeline and hlofuse.compile (a --baseline commit may predate gcpause)
-        from hlofuse.gcpause import paused
-    except ImportError:
-        from contextlib import nullcontext as paused  # type: ignore[assignment]
-
     best: dict[str, Any] | None = None
     for _ in range(repeat):
-        with paused():
-            t0 = time.process_time()
-            module = parse(text)
-            t_parse = time.process_time() - t0
-            per_pass: dict[str, float] = {}
-            w0, c0 = time.perf_counter(), time.process_time()
-            build(pipeline).execute(module, Context(observers=[_pass_timer(per_pass)]))
+        t0 = time.process_time()
+        module = parse(text)
+        t_parse = time.process_time() - t0
+        per_pass: dict[str, float] = {}
+        w0, c0 = time.perf_counter(), time.process_time()
+        build(pipeline).execute(module, Context(observers=[_pass_timer(per_pass)]))
         run = {"parse_s": t_parse, "pipeline_s": time.process_time() - c0,
                "pipeline_wall_s": time.perf_counter() - w0,
                "per_pass_s": dict(sorted(per_pass.items(), key=lambda kv: -kv[1])),

@@ -24,16 +24,14 @@ What a run guarantees:
   trace hooks in here); nothing is global: the context travels with the run;
 * a `Fixpoint` that hits its iteration limit still returns normally, with a warning in the
   report and on the `hlofuse.passes` logger;
-* the cyclic garbage collector is paused while a top-level pipeline runs and resumed after it
-  (if it was on): passes allocate many linked objects that outlive young collections, and each
-  full collection then walks every object of the process (the module, and in a JAX session
-  all of JAX), 0.3 s each there; what the run leaves as garbage is collected afterwards, as
-  the parser does for the objects it builds.
+* the cyclic garbage collector is held off while a top-level pipeline runs (`gcpause`):
+  passes allocate many linked objects that outlive young collections, and each full
+  collection then walks every object of the process (the module, and in a JAX session all of
+  JAX), 0.3 s each there; what the run leaves as garbage is collected afterwards.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import time
@@ -42,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from hlofuse import gcpause
 from hlofuse.errors import HloVerifyError, PassError
 from hlofuse.ir.module import Module
 
@@ -311,12 +310,7 @@ def _execute_top(
         run.dump_dir.mkdir(parents=True, exist_ok=True)
         run.dump(module, "before")
     t0 = time.perf_counter()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gcpause.paused():
         _run_one(p, module, run, "")
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     report.seconds = time.perf_counter() - t0
     return report

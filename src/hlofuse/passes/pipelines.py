@@ -17,7 +17,6 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from hlofuse import gcpause
 from hlofuse.errors import PassError
 from hlofuse.ir.module import Module
 from hlofuse.passes.base import Context, Fixpoint, Pass, Pipeline, PipelineReport
@@ -150,5 +149,4 @@ def run_pipeline(
     ctx = context if context is not None else Context()
     if verify:
         ctx = dataclasses.replace(ctx, verify=True)
-    with gcpause.paused():
-        return pipeline.execute(module, ctx, dump_dir=dump_dir)
+    return pipeline.execute(module, ctx, dump_dir=dump_dir)

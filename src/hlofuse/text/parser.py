@@ -38,11 +38,11 @@ instruction and nothing after it.
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hlofuse import gcpause
 from hlofuse.ir import limits
 from hlofuse.ir.attributes import AttrKind, attr_kind
 from hlofuse.ir.dtypes import DTYPES
@@ -470,14 +470,9 @@ def parse(text: str, *, source_name: str = "<text>", verify: bool = True,
     parser = HloParser(text, source_name, allow_elided_constants=allow_elided_constants)
     # Parsing allocates many linked objects and no garbage: the cyclic GC would only rescan
     # them (it doubled the parse time of a 5000-instruction module).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gcpause.paused():
         parsed = parser.parse_module()
         module = build_module(parser, parsed)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     if verify:
         from hlofuse.ir.verifier import verify as run_verifier
 
