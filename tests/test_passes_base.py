@@ -165,6 +165,48 @@ def test_fixpoint_limit_is_reported(caplog: pytest.LogCaptureFixture) -> None:
     assert "did not converge" in str(report)
 
 
+def test_a_converged_fixpoint_is_skipped_until_the_module_changes() -> None:
+    def fix() -> Fixpoint:  # equal by value each time
+        return Fixpoint(Pipeline("fix", [Cse(), Dce()]))
+
+    report = Pipeline("p", [fix(), Nothing(), fix()]).execute(parse(TEXT))
+    assert [r.name for r in report.records] == ["cse", "dce", "cse", "dce", "nothing"]
+    report = Pipeline("p", [fix(), AlwaysChanged(), fix()]).execute(parse(TEXT))
+    assert [r.name for r in report.records].count("cse") == 3  # 2 + 1 after the change
+    # a fixpoint that did not converge is never skipped
+    spin = Fixpoint(Pipeline("spin", [AlwaysChanged()]), max_iterations=2)
+    report = Pipeline("p", [spin, Nothing(), spin]).execute(parse(TEXT))
+    assert [r.name for r in report.records].count("always-changed") == 4
+
+
+@pytest.mark.parametrize("program", ["cartpole_baseline", "mlp_train_step"])
+def test_skipping_settled_fixpoints_changes_no_result(
+        program: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hlofuse pipeline's repeated simplifications, skipped where nothing changed since
+    the last one converged, leave the same module as running each of them."""
+    from hlofuse.passes import base
+    from hlofuse.text import print_module
+
+    text = _example(program)
+    skipped = parse(text)
+    report = run_pipeline(skipped, "hlofuse")
+    monkeypatch.setattr(base, "_hashable", lambda p: False)
+    every = parse(text)
+    full = run_pipeline(every, "hlofuse")
+    assert print_module(skipped) == print_module(every)
+    simplify_runs = [r for r in report.records if r.path.startswith("hlofuse/simplify/")]
+    all_runs = [r for r in full.records if r.path.startswith("hlofuse/simplify/")]
+    assert len(simplify_runs) <= len(all_runs)
+    if program == "mlp_train_step":  # no loop: the simplifications after the first skipped
+        assert len(simplify_runs) < len(all_runs)
+
+
+def _example(program: str) -> str:
+    import hlofuse.examples
+
+    return (Path(hlofuse.examples.__file__).parent / f"{program}.hlo").read_text()
+
+
 def test_parse_pass_spec_with_options_and_aliases() -> None:
     passes = parse_pass_spec(
         "inline,dce,algebraic-simplifier{max_iterations=3},unroll-while{factor=4}"

@@ -24,6 +24,10 @@ What a run guarantees:
   trace hooks in here); nothing is global: the context travels with the run;
 * a `Fixpoint` that hits its iteration limit still returns normally, with a warning in the
   report and on the `hlofuse.passes` logger;
+* a `Fixpoint` equal (by value) to one that converged earlier in the same run, with no pass
+  having changed the module since, is skipped: its passes would change nothing (each is a
+  function of the module and its options). The `hlofuse` pipeline reruns simplification
+  after each of its transformations, which on most programs change nothing;
 * the cyclic garbage collector is held off while a top-level pipeline runs (`gcpause`):
   passes allocate many linked objects that outlive young collections, and each full
   collection then walks every object of the process (the module, and in a JAX session all of
@@ -160,6 +164,9 @@ class _Run:
     dump_dir: Path | None
     dump_index: int = 0
     iteration: int = 0
+    # fixpoints (by value) that converged with no change to the module since: run again, they
+    # would change nothing (passes are functions of the module and their options)
+    settled: set[Fixpoint] = field(default_factory=set)
 
     def dump(self, module: Module, label: str) -> None:
         if self.dump_dir is None:
@@ -190,6 +197,7 @@ def _run_one(p: Pass, module: Module, run: _Run, prefix: str) -> bool:
     run.context.notify(PassEvent("end", p.name, path, module, run.iteration, changed, seconds))
     logger.debug("%s: changed=%s %.2f ms", path, changed, seconds * 1e3)
     if changed:
+        run.settled.clear()
         if run.context.verify_enabled:
             verify_after(module, p.name)
         run.dump(module, p.name)
@@ -269,6 +277,10 @@ class Fixpoint:
                             dump_dir)
 
     def _execute(self, module: Module, run: _Run, prefix: str) -> bool:
+        settled = _hashable(self)
+        if settled and self in run.settled:
+            logger.debug("%s: skipped (converged, module unchanged since)", self.name)
+            return False
         changed_any = False
         outer = run.iteration
         for i in range(1, self.max_iterations + 1):
@@ -277,6 +289,8 @@ class Fixpoint:
             run.report.iterations = max(run.report.iterations, i)
             changed_any |= changed
             if not changed:
+                if settled:
+                    run.settled.add(self)
                 break
         else:
             message = (
@@ -288,6 +302,14 @@ class Fixpoint:
             logger.warning(message)
         run.iteration = outer
         return changed_any
+
+
+def _hashable(p: object) -> bool:
+    try:
+        hash(p)
+    except TypeError:
+        return False
+    return True
 
 
 def _execute_top(
