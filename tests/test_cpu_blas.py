@@ -99,7 +99,7 @@ class FakeBlas:
         addresses = {f"hf_blas_{t}gemm": addr}
         if with_batch:
             addresses[f"hf_blas_{t}gemm_batch"] = baddr
-        return blas.Blas("fake", "0", "", "", addresses)
+        return blas.Blas("fake", "", "", addresses)
 
 
 def test_layout() -> None:
@@ -218,7 +218,7 @@ def test_missing_wheel_means_own_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
 ])
 def test_active_blas_rule(monkeypatch: pytest.MonkeyPatch, corename: str, host: int,
                           setting: str, uses_blas: bool) -> None:
-    fake = blas.Blas("fake", "0", "", corename, {"hf_blas_sgemm": 1, "hf_blas_dgemm": 2})
+    fake = blas.Blas("fake", "", corename, {"hf_blas_sgemm": 1, "hf_blas_dgemm": 2})
     monkeypatch.setattr(blas, "find", lambda: fake)
     monkeypatch.setattr(blas, "host_gemm_vector_bytes", lambda: host)
     monkeypatch.setenv("HLOFUSE_BLAS", setting)

@@ -17,9 +17,12 @@ our own GEMM (`gemm.py`) with the same result layout.
 Conditions:
 - The BLAS is `scipy_openblas32` (OpenBLAS built for NumPy/SciPy's wheels: 32-bit `blasint`,
   symbols prefixed `scipy_`; BSD-3-Clause, compatible with hlofuse's Apache-2.0). It is found
-  through the package's own API (`get_lib_dir`, `get_library`) and loaded by path; nothing is
-  searched on the system. `scipy_openblas64` (64-bit ints) is not used: the pointer types here
-  are the 32-bit ABI.
+  where the package's own API (`get_lib_dir`, `get_library`) finds it, the `lib/` directory of
+  the installed package, located without importing the package (whose import reads its
+  version through importlib.metadata: 24 ms of a new process's first compile of a program with
+  a dot), and loaded by path; if that directory holds no such library, the package is imported
+  and asked. Nothing is searched on the system. `scipy_openblas64` (64-bit ints) is not used:
+  the pointer types here are the 32-bit ABI.
 - Which GEMM runs (`active`), read once per process: `HLOFUSE_BLAS=0` (or `off`, `none`,
   `false`) never uses the BLAS, `HLOFUSE_BLAS=1` (or `on`, `force`) always does when it is
   installed; unset, the BLAS is used unless the kernel set OpenBLAS picked when it loaded is
@@ -170,10 +173,19 @@ class Blas:
     """A loaded BLAS: where it came from and the addresses of its entry points."""
 
     name: str        # the Python package, e.g. "scipy_openblas32"
-    version: str     # the package's version
     path: str        # the shared library
     corename: str    # the kernel set OpenBLAS picked for this CPU (e.g. "SkylakeX", "Haswell")
     addresses: dict[str, int]  # pointer global -> function address (missing: not provided)
+
+    @property
+    def version(self) -> str:
+        """The package's version (read when asked: only reports need it)."""
+        from importlib import metadata
+
+        try:
+            return metadata.version(self.name)
+        except metadata.PackageNotFoundError:
+            return "unknown"
 
     @property
     def vector_bytes(self) -> int | None:
@@ -217,14 +229,12 @@ def find() -> Blas | None:
     `HLOFUSE_BLAS`). Looked up once per process; `active()` says whether dots use it."""
     if not enabled():
         return None
-    try:
-        import scipy_openblas32 as pkg  # the wheel loads its library on import
-    except Exception:  # not installed, or its library does not load on this system
+    path = _library_path()
+    if path is None:
         return None
     try:
-        path = os.path.join(pkg.get_lib_dir(), pkg.get_library(fullname=True))
         lib = ctypes.CDLL(path)
-    except (OSError, IndexError, AttributeError):
+    except OSError:
         return None
     addresses: dict[str, int] = {}
     for glob, sym in _SYMBOLS.items():
@@ -240,10 +250,39 @@ def find() -> Blas | None:
         corename = (get() or b"").decode("ascii", "replace")
     with contextlib.suppress(AttributeError):  # threads are ours (see the module docstring)
         lib.scipy_openblas_set_num_threads(ctypes.c_int(1))
-    version = str(getattr(pkg, "__version__", "unknown"))
     # keep the CDLL alive for the process: the addresses point into it
     _KEEP.append(lib)
-    return Blas("scipy_openblas32", version, path, corename, addresses)
+    return Blas(_PACKAGE, path, corename, addresses)
+
+
+_PACKAGE = "scipy_openblas32"
+
+
+def _library_path() -> str | None:
+    """The wheel's shared library: `lib/libscipy_openblas*` in the installed package, as its
+    `get_lib_dir()` and `get_library(fullname=True)` say, found without importing it; else
+    (another layout) the package imported and asked. None when it is not installed."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    for where in spec.submodule_search_locations or ():
+        lib_dir = os.path.join(where, "lib")
+        with contextlib.suppress(OSError):
+            names = sorted(n for n in os.listdir(lib_dir) if n.startswith("libscipy_openblas")
+                           and os.path.isfile(os.path.join(lib_dir, n)))
+            if names:
+                return os.path.join(lib_dir, names[0])
+    try:
+        import scipy_openblas32 as pkg
+
+        return os.path.join(pkg.get_lib_dir(), pkg.get_library(fullname=True))
+    except Exception:  # not installed, or its library does not load on this system
+        return None
 
 
 _KEEP: list[ctypes.CDLL] = []
