@@ -7,6 +7,7 @@ branch per operand.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -177,6 +178,33 @@ def _check_split(exe: hlofuse.Executable, args: list[np.ndarray]) -> None:
     want = interpreter.run(parse(_SPLIT), *args)
     for got, w in zip(exe(*args), want, strict=True):
         np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+
+
+def test_kernels_are_reused_by_another_program_with_other_names_and_sources(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel's C names nothing from its instruction (name, op_name, source line: those are
+    comments at its call sites), so another program computing the same kernels, with other
+    instruction names and metadata, finds every kernel unit's object in the cache and
+    compiles only its driver's unit."""
+    monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)  # every kernel a unit of its own
+    first = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_names_a"))
+    renamed = (_SPLIT.replace("HloModule split", "HloModule split_names_b")
+               .replace(" d = ", " dot.7 = ").replace("(d)", "(dot.7)")
+               .replace(" e = ", " exp.3 = ").replace("(e, x)", "(exp.3, x)")
+               .replace("tanh(dot.7)", 'tanh(dot.7), metadata={op_name="jit(f)/tanh" '
+                                       'source_file="model.py" source_line=12}'))
+    assert renamed.count("dot.7") == 2 and renamed.count("exp.3") == 2
+    seen = _compiles(monkeypatch)
+    second = hlofuse.compile(renamed)
+    units = cpu_units.units(second._runner.program)
+    assert units is not None and len(units) >= 3  # kernels of their own, and the driver
+    # the driver's unit alone (the last: after the prebuilt GEMM's and the kernels' units)
+    assert len(seen) == 2 and seen[1] == "split_names_b (link)"
+    assert re.fullmatch(r"split_names_b \(unit (\d+) of \1\)", seen[0]), seen
+    assert "model.py:12" in second.source and "model.py" not in "".join(units[:-1])
+    kernels = [k.source for k in first._runner.program.kernels if k.source]
+    assert kernels == [k.source for k in second._runner.program.kernels if k.source]
+    _check_split(second, _split_args())
 
 
 def test_split_program_matches_the_interpreter_and_profiles(
@@ -480,8 +508,8 @@ def test_kernels_compile_at_kernel_flags_unless_the_level_is_set(
     whole = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_one_file"))
     assert cpu_units.units(whole._runner.program) is None
     # (its dot links the prebuilt GEMM, library code at the build's level: its unit comes first)
-    assert [v for k, v in opts if k.startswith("split_one_file (unit")] in (
-        [["-O3"], ["-O3", *cpu_units.KERNEL_FLAGS]], [["-O3", *cpu_units.KERNEL_FLAGS]])
+    assert sorted(v for k, v in opts if k.startswith("split_one_file (unit")) in (
+        sorted([["-O3"], ["-O3", *cpu_units.KERNEL_FLAGS]]), [["-O3", *cpu_units.KERNEL_FLAGS]])
     monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)
     exe = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_kernel_flags"))
     units = cpu_units.units(exe._runner.program)

@@ -142,8 +142,7 @@ class KernelPrinter:
                              f"__attribute__((aligned(64))) = "
                              f"{cexpr.array_initializer(b.data, b.dtype)};\n")
         self.args = self.parameters()
-        head = [comment(k.label or k.name)]
-        head += [comment(s) for s in k.source_lines]
+        head = [comment(k.summary or k.name)]
         self.block(k.body, id(k.body))
         body = "\n".join(self.lines)
         sig = f"HF_KERNEL void {k.name}({', '.join(self.args)})"
@@ -831,8 +830,7 @@ def print_func(func: ir.Func, lib: VecLib, used_names: set[str]) -> str:
     exprs = [printer.sx(v) for v in func.results]
     sig = [f"{cexpr.compute_type(p.dtype)} p{p.arg}" for p in func.params]
     sig += [f"{cexpr.compute_type(v.dtype)} *r{i}" for i, v in enumerate(func.results)]
-    lines = [comment(func.label)] if func.label else []
-    lines.append(f"static inline void {func.name}({', '.join(sig)})\n{{")
+    lines = [f"static inline void {func.name}({', '.join(sig)})\n{{"]
     lines += printer.lines
     lines += [f"    *r{i} = {e};" for i, e in enumerate(exprs)]
     lines.append("}")

@@ -78,6 +78,20 @@ _C_TOKENS = re.compile(
 )
 
 
+def call_note(instr: Instruction, in_place: bool = False) -> str:
+    """The comment at a kernel's call site (input text, printed through ctext.comment): the
+    instruction's name and, from its metadata, the op and source line it came from. The
+    kernel's own C names none of these: one function serves every instruction it computes."""
+    note = instr.name + (" (in place)" if in_place else "")
+    md = instr.metadata
+    if md and (md.op_name or md.source_file):
+        note += f": {md.op_name or ''}"
+        if md.source_file:
+            note += (f" at {md.source_file}:{md.source_line}" if md.source_line
+                     else f" at {md.source_file}")
+    return note
+
+
 def canonical_kernel(kernel: Kernel, fresh: list[str]) -> tuple[Any, ...]:
     """What makes two kernels interchangeable: the C text without comments, with the names the
     kernel's lowering took (`fresh`: its function, locals, helpers; each unique in the file)
@@ -395,7 +409,7 @@ class _Scheduler:
                 loc = self.buf(shape, instr.name)
             env[(instr, o)] = loc
             outs.append(loc)
-        self.emit(Call(idx, ins, outs, instr.name + (" (in place)" if pairs else "")))
+        self.emit(Call(idx, ins, outs, call_note(instr, bool(pairs))))
 
     def call(self, an: CompAnalysis, instr: Instruction, env: dict[Src, Loc],
              direct: dict[Src, Loc]) -> None:

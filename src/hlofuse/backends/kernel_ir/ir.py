@@ -572,13 +572,14 @@ class Func:
     name: str
     params: list[Val]
     results: list[Val]
-    label: str = ""
 
 
 @dataclass(eq=False)
 class Kernel:
     """One kernel. `inplace` maps an output position to the input position it may share
-    memory with. `label` and `source_lines` are input text for comments (printed escaped)."""
+    memory with. `label` is input text (the instruction's name) for error messages, never
+    printed into the kernel; `summary` is what the kernel's head comment says, made by the code
+    from the kernel's structure alone, so the same kernel prints the same C in any program."""
 
     name: str
     inputs: list[Buffer]
@@ -590,7 +591,7 @@ class Kernel:
     funcs: list[Func] = field(default_factory=list)
     inplace: dict[int, int] = field(default_factory=dict)
     label: str = ""
-    source_lines: list[str] = field(default_factory=list)
+    summary: str = ""
     threads: int = 1  # threads a `parallel` loop may use (set by the parallelize pass)
 
 

@@ -101,7 +101,7 @@ def emit_convolution(
     name = fresh(f"{word(instr)}_conv", names)
     work = out.size * ci * math.prod(ksizes)
     lines = [
-        comment(f"{instr.name}: dim_labels={labels}, {nsp} spatial dims, groups "
+        comment(f"convolution: dim_labels={labels}, {nsp} spatial dims, groups "
                 f"(feature {fgc}, batch {bgc})"),
         f"static void {name}_range(const {lt} *restrict lhs, const {rt} *restrict rhs, "
         f"{ot} *restrict out, int64_t q0, int64_t q1) {{",

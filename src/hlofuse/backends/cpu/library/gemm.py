@@ -388,7 +388,7 @@ def emit_dot(
     defs = prebuilt.declarations(suffix)  # the GEMM itself is a prebuilt unit
 
     body: list[str] = [
-        comment(f"{instr.name}: [{batch} x] ({m} x {k}) * ({k} x {n}) in {acc_t}")
+        comment(f"dot: [{batch} x] ({m} x {k}) * ({k} x {n}) in {acc_t}")
     ]
     scratch: list[str] = []
 

@@ -182,7 +182,7 @@ def emit_rng_bit_generator(
     out_t = f"uint{bits}_t"  # the bits, whatever the element type (a bit-level view)
     gen = _threefry if algorithm == "rng_three_fry" else _philox
     body = [
-        comment(f"{instr.name}: {algorithm} bits for {out}"),
+        comment(f"rng-bit-generator: {algorithm} bits for {out}"),
         f"const uint64_t *state = (const uint64_t *)({ins[0]});",
         f"uint64_t *new_state = (uint64_t *)({outs[0]});",
         f"{out_t} *out = ({out_t} *)({outs[1]});",

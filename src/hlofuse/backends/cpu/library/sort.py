@@ -163,7 +163,7 @@ def emit_sort(
     for i, s in enumerate(arrays):
         args += [cexpr.load(s.dtype, f"in{i}[x]"), cexpr.load(s.dtype, f"in{i}[y]")]
     less_fn = "\n".join([
-        comment(f"does the element at offset x sort before the one at y? ({comp.name})"),
+        comment("does the element at offset x sort before the one at y?"),
         f"static inline int {less_name}({', '.join(in_params)}, int64_t x, int64_t y) {{",
         f"    {result_ct} r;",
         f"    {cmp_name}({', '.join(args)}, &r);",
@@ -176,7 +176,7 @@ def emit_sort(
         f"for (int64_t j = 0; j < n; j++) out{i}[base + j * {inner}] = in{i}[idx[j]];"
         for i in range(len(types))
     ]
-    what = f"{instr.name}: {len(types)} operand(s) along dimension {dim}, {outer * inner} rows " \
+    what = f"sort: {len(types)} operand(s) along dimension {dim}, {outer * inner} rows " \
            f"of {n}, stable"
     rows_fn = _rows_function(rows_name, types, types, outer, n, inner, _merge_sort(less),
                              gather, what, threads)
@@ -233,7 +233,7 @@ def emit_topk(
         f"    out1[row * {k} + j] = ({idx_ct})(idx[j] - base);",
         "}",
     ]
-    what = f"{instr.name}: the {k} {'largest' if largest else 'smallest'} of {rows} rows of {n}"
+    what = f"top-k: the {k} {'largest' if largest else 'smallest'} of {rows} rows of {n}"
     defs += _rows_function(name, [ct], [ct, idx_ct], rows, n, 1, _merge_sort(less), gather, what,
                            threads)
     stmt = f"{name}((const {ct} *)({ins[0]}), ({ct} *)({outs[0]}), ({idx_ct} *)({outs[1]}));\n"

@@ -53,7 +53,7 @@ def emit_select_and_scatter(
     src_strides = [math.prod(source.dims[d + 1 :]) for d in range(rank)]
 
     lines = [
-        comment(f"{instr.name}: select ({select.name}) in each window, scatter ({scatter.name})"),
+        comment("select-and-scatter: select in each window, then scatter"),
         f"static void {name}(const {ct} *restrict operand, const {ct} *restrict source, "
         f"const {ct} *restrict init, {ct} *restrict out) {{",
         f"    for (int64_t i = 0; i < {operand.size}; i++) out[i] = init[0];",

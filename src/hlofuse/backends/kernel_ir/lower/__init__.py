@@ -59,21 +59,17 @@ def kind_of(instr: Instruction) -> str:
     return instr.opcode.value
 
 
-def _label(instr: Instruction) -> tuple[str, list[str]]:
+def _label(instr: Instruction) -> tuple[str, str]:
+    """(label: the instruction's name, for errors; summary: its structure, for the kernel's
+    comment). The instruction's name and source location are printed at its call sites in the
+    driver (`schedule.call_note`): a kernel is shared by every instruction it computes, in this
+    program and in others, and its C must not depend on which one it was lowered for."""
     if instr.opcode is Opcode.FUSION:
-        head = (f"{instr.name}: {instr.fusion_kind} fusion of "
-                f"{len(instr.fused_computation.instructions)} instructions")
+        summary = (f"{instr.fusion_kind} fusion of "
+                   f"{len(instr.fused_computation.instructions)} instructions")
     else:
-        head = f"{instr.name}: {instr.opcode.value}"
-    lines = []
-    md = instr.metadata
-    if md and (md.op_name or md.source_file):
-        where_ = ""
-        if md.source_file:
-            where_ = f" at {md.source_file}:{md.source_line}" if md.source_line else \
-                f" at {md.source_file}"
-        lines.append(f"{md.op_name or ''}{where_}")
-    return head, lines
+        summary = instr.opcode.value
+    return instr.name, summary
 
 
 def lower_kernel(instr: Instruction, used_names: set[str]) -> ir.Kernel:
@@ -113,10 +109,10 @@ def lower_kernel(instr: Instruction, used_names: set[str]) -> ir.Kernel:
         from hlofuse.backends.kernel_ir.lower.whole_loop import lower_whole_loop
 
         pairs = lower_whole_loop(b, instr, inputs, outputs)
-        label, lines = _label(instr)
+        label, summary = _label(instr)
         return ir.Kernel(name=name, inputs=inputs, outputs=outputs, body=b.pre + b.body,
                          graph=g, locals=b.locals, consts=b.consts, funcs=b.funcs,
-                         inplace=pairs, label=label, source_lines=lines)
+                         inplace=pairs, label=label, summary=summary)
     inplace_of: dict[int, dict[int, Buffer]] = {}
     pairs = {}
     for r, outs in planned.values():
@@ -134,7 +130,7 @@ def lower_kernel(instr: Instruction, used_names: set[str]) -> ir.Kernel:
             inplace_of.setdefault(id(r), {})[k] = src_buf
             pairs[buf.index] = src_buf.index
     roots.emit_roots(b, list(planned.values()), inplace_of)
-    label, lines = _label(instr)
+    label, summary = _label(instr)
     return ir.Kernel(name=name, inputs=inputs, outputs=outputs, body=b.pre + b.body, graph=g,
                      locals=b.locals, consts=b.consts, funcs=b.funcs, inplace=pairs,
-                     label=label, source_lines=lines)
+                     label=label, summary=summary)

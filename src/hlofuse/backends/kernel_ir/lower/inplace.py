@@ -62,7 +62,7 @@ def emit(b: Builder, dus: Instruction, out: Buffer, src: Buffer) -> None:
     od = dims_of(dus)
     upd = dus.operand(1)
     ud = dims_of(upd)
-    b.comment(f"{dus.name}: in place, writes only the update region")
+    b.comment("dynamic-update-slice in place: writes only the update region")
     b.emit(ir.Copy(out, src, if_distinct=True))
     starts = dus_starts(b, dus)
     from hlofuse.backends.kernel_ir.lower.roots import nest

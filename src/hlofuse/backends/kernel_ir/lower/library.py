@@ -68,7 +68,7 @@ def call(b: Builder, instr: Instruction, outs: list[Buffer]) -> None:
     ins: list[Buffer] = []
     for o in instr.operands:
         ins += buffers(b, o)
-    b.comment(instr.name)
+    b.comment(instr.opcode.value)
     b.emit(ir.LibCall(instr, ins, outs))
 
 

@@ -93,8 +93,8 @@ def emit_roots(b: Builder, roots: list[tuple[Instruction, Outs]],
         in_dims = key[0]
         assert isinstance(in_dims, tuple)
         siblings = loop_groups.pop(in_dims, []) if key[1] else []
-        b.comment(", ".join(r.name for r, _ in group)
-                  + (f" (and {', '.join(s.name for s, _, _ in siblings)})" if siblings else ""))
+        b.comment(f"{len(group)} reduce(s) over dimensions {list(key[1])}"
+                  + (f", and {len(siblings)} root(s) of the input's shape" if siblings else ""))
         reduce.reduction_nest(b, group, siblings)
     for dims, group in loop_groups.items():
         def body(idx: Index, group: list[tuple[Instruction, int, Buffer]] = group) -> None:

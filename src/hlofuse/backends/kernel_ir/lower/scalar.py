@@ -141,7 +141,7 @@ def function(g: Graph, comp: Computation, name: str) -> ir.Func:
     """`comp` as a scalar function over `param` values."""
     params = [g.param(k, s.dtype) for k, s in enumerate(parameter_shapes(comp))]
     results = inline(g, comp, params)
-    return ir.Func(name, params, results, label=comp.name)
+    return ir.Func(name, params, results)
 
 
 COMMUTATIVE = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND,

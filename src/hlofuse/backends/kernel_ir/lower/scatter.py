@@ -66,7 +66,7 @@ def emit(b: Builder, instr: Instruction, outs: list[Buffer], inplace: dict[int, 
     for j, d in enumerate(window_operand_dims):
         win[d] = ud[uwd[j]]
 
-    b.comment(f"{instr.name}: scatter")
+    b.comment("scatter")
     for k, (o, out) in enumerate(zip(operands, outs, strict=True)):
         if k in inplace:
             b.emit(ir.Copy(out, inplace[k], if_distinct=True))
