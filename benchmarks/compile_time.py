@@ -304,20 +304,62 @@ def warm_in_new_process(text: str) -> dict[str, float]:
     return {"import_s": imported, "compile_s": compiled}
 
 
-def cold_compile_in_subprocess(text: str, timeout_s: float) -> dict[str, Any]:
+def time_after_previous(text: str, previous: str) -> dict[str, Any]:
+    """A compile of `text` into a cache that holds only `previous` (the next smaller program
+    of its family, compiled first): what a user changing the model's size meets. Kernel
+    units whose C is the same are found in the cache (docs/cpu-backend.md, "Compile time of
+    the generated C"); counted here are the units compiled and those the program has."""
+    import gc
+
+    import hlofuse
+    from hlofuse.backends.cpu import build
+
+    compiled: list[str] = []
+    real = build._run_compiler
+
+    def spy(cmd: list[str], what: str, *rest: Any) -> None:
+        compiled.append(what)
+        real(cmd, what, *rest)
+
+    with fresh_cache():
+        hlofuse.compile(previous, pipeline="xla")
+        build._LOADED.clear()
+        gc.collect()
+        build._run_compiler = spy  # type: ignore[assignment]
+        try:
+            t0 = time.perf_counter()
+            hlofuse.compile(text, pipeline="xla")
+            seconds = time.perf_counter() - t0
+        finally:
+            build._run_compiler = real  # type: ignore[assignment]
+    units = [w for w in compiled if "(unit" in w]
+    total = max((int(w.rsplit(" of ", 1)[1].rstrip(")")) for w in units if " of " in w),
+                default=None)
+    return {"after_previous_s": seconds, "units_compiled": len(units), "units_total": total}
+
+
+def cold_compile_in_subprocess(text: str, timeout_s: float,
+                               previous: str | None = None) -> dict[str, Any]:
     """`time_cold_compile` in a fresh process (a crash or a hang there does not end the
-    sweep; the warm compile then also starts from a cold process's state). Today's C backend
-    recurses once per fused instruction, so the child raises Python's recursion limit and
-    runs on a thread with a large stack."""
-    with tempfile.NamedTemporaryFile("w", suffix=".hlo", delete=False) as f:
-        f.write(text)
+    sweep; the warm compile then also starts from a cold process's state), then, given the
+    `previous` program of the family, `time_after_previous`. Today's C backend recurses once
+    per fused instruction, so the child raises Python's recursion limit and runs on a thread
+    with a large stack."""
+    paths = []
+    for t in (text, previous):
+        if t is None:
+            continue
+        with tempfile.NamedTemporaryFile("w", suffix=".hlo", delete=False) as f:
+            f.write(t)
+        paths.append(f.name)
     try:
-        proc = subprocess.run([sys.executable, __file__, "--cc-worker", f.name],
+        proc = subprocess.run([sys.executable, __file__, "--cc-worker", *paths],
                               capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout_s:.0f} s"}
     finally:
-        os.unlink(f.name)
+        for path in paths:
+            os.unlink(path)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -325,7 +367,7 @@ def cold_compile_in_subprocess(text: str, timeout_s: float) -> dict[str, Any]:
     return dict(json.loads(lines[-1]))
 
 
-def cc_worker(path: str) -> None:
+def cc_worker(path: str, previous: str | None = None) -> None:
     import threading
 
     sys.setrecursionlimit(1_000_000)
@@ -334,7 +376,10 @@ def cc_worker(path: str) -> None:
 
     def job() -> None:
         try:
-            out.update(time_cold_compile(Path(path).read_text()))
+            text = Path(path).read_text()
+            out.update(time_cold_compile(text))
+            if previous is not None:
+                out.update(time_after_previous(text, Path(previous).read_text()))
         except Exception as exc:  # reported, not raised: this is a measurement
             out["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
 
@@ -431,6 +476,7 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     baseline = (Baseline(args.baseline, args.baseline_repeat, args.max_seconds)
                 if args.baseline else None)
     for family in args.families:
+        previous: str | None = None
         for size in sizes[family]:
             name = f"{family}-{size}"
             fn, fargs = PROGRAMS[family](size)
@@ -444,7 +490,8 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
             if baseline is not None:
                 row["xla_baseline"] = baseline.time(name, family, text)
             if args.cc and row["instructions"] <= args.cc_max_instructions:
-                row["cpu_compile"] = cold_compile_in_subprocess(text, args.cc_timeout)
+                row["cpu_compile"] = cold_compile_in_subprocess(text, args.cc_timeout, previous)
+            previous = text
             if args.jax:
                 row["jax"] = time_jax(fn, fargs)
             rows.append(row)
@@ -473,6 +520,9 @@ def summary_line(row: dict[str, Any]) -> str:
                  if "warm_new_process_s" in c else "")
         parts.append(f"cold compile {c['cold_total_s']:.2f} s (cc {c['cc_s']:.2f} s), "
                      f"warm {c['warm_s'] * 1e3:.0f} ms{fresh}")
+        if "after_previous_s" in c:
+            parts.append(f"after the previous size {c['after_previous_s']:.2f} s "
+                         f"({c['units_compiled']} of {c['units_total']} units compiled)")
     if "jax" in row:
         parts.append(f"jax.jit {row['jax']['total_s']:.2f} s")
     return "; ".join(parts)
@@ -506,6 +556,16 @@ def report(payload: dict[str, Any]) -> str:
         jax = f"{j['total_s']:.2f}" if j else "-"
         out.append(f"| {r['name']} | {n} | {x:.2f} ({x / n * 1e3:.2f}) | {before} | {cold} | "
                    f"{warm} | {jax} |")
+    after = [r for r in rows if "after_previous_s" in (r.get("cpu_compile") or {})]
+    if after:
+        out += ["", "| program | compiled after | cold s | after it s | units compiled |",
+                "|---|---|---:|---:|---:|"]
+        for r in after:
+            c = r["cpu_compile"]
+            prev = rows[rows.index(r) - 1]["name"]
+            out.append(f"| {r['name']} | {prev} | {c['cold_total_s']:.2f} | "
+                       f"{c['after_previous_s']:.2f} | {c['units_compiled']} of "
+                       f"{c['units_total'] or 1} |")
     picks: dict[str, dict[str, Any]] = {}
     for r in rows:  # the largest of each family the baseline finished, and the 8-layer step
         if "pipeline_s" in (r.get("xla_baseline") or {}):
@@ -598,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
         worker(args.files, args.repeat, args.max_seconds)
         return 0
     if args.cc_worker:
-        cc_worker(args.cc_worker)
+        cc_worker(args.cc_worker, args.files[0] if args.files else None)
         return 0
     if args.report:
         print(report(json.loads(Path(args.report).read_text())))

@@ -207,6 +207,60 @@ def test_kernels_are_reused_by_another_program_with_other_names_and_sources(
     _check_split(second, _split_args())
 
 
+def test_a_kernel_is_named_after_what_it_computes_wherever_it_is() -> None:
+    """The same kernel, lowered first in one program and after others in another, gets the
+    same name and prints the same C (`schedule.content_named`): no program-order counter."""
+    alone = """HloModule a
+
+ENTRY e {
+  x = f32[300] parameter(0)
+  ROOT t = f32[300] tanh(x)
+}
+"""
+    among = """HloModule b
+
+ENTRY e {
+  x = f32[300] parameter(0)
+  y = f32[300] parameter(1)
+  s = f32[300] sine(y)
+  u = f32[300] tanh(s)
+  t = f32[300] tanh(x)
+  ROOT r = (f32[300], f32[300]) tuple(u, t)
+}
+"""
+    def kernels(text: str) -> dict[str, str]:
+        program = driver.generate(parse(text))
+        return {k.name: k.source for k in program.kernels if k.source}
+
+    first, second = kernels(alone), kernels(among)
+    ((name, source),) = first.items()
+    assert re.fullmatch(r"tanh_op_[0-9a-f]{8}", name), name  # (tanh is libm's: _op)
+    assert second.get(name) == source  # the same function, named the same
+    assert len(second) == 2 and all(re.fullmatch(r"[a-z_]+_[0-9a-f]{8}", n) for n in second)
+
+
+def test_units_are_cut_by_content_so_shared_runs_of_kernels_make_the_same_units() -> None:
+    """Content-defined cuts (`units._Groups`): inserting kernels early in the sequence changes
+    the units around the insertion only; a program-position rule would shift every later
+    boundary."""
+    def source(i: int) -> str:
+        return f"/* kernel {i} */\nHF_KERNEL void k{i}(void)\n{{\n" + "    ;\n" * (1000 + 37 * i)
+
+    def groups(order: list[int]) -> list[tuple[str, ...]]:
+        g = cpu_units._Groups(cpu_units.UNIT_BYTES)
+        for i in order:
+            g.add(source(i))
+        return [tuple(x) for x in g.groups]
+
+    base = list(range(120))
+    inserted = [*base[:10], 1000, 1001, 1002, *base[10:]]
+    a, b = groups(base), groups(inserted)
+    assert len(a) >= 6
+    shared = set(a) & set(b)
+    assert len(shared) >= len(a) - 2  # the unit with the insertion, and perhaps its neighbour
+    assert all(sum(map(len, u)) >= cpu_units.UNIT_BYTES // 2 for u in a[:-1])
+
+
 def test_split_program_matches_the_interpreter_and_profiles(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)  # every kernel a unit of its own

@@ -5,7 +5,9 @@
                  whose C is the same as an earlier one's up to its own fresh names and
                  comments (`canonical_kernel`) is not printed again: its entry names the
                  earlier function (`Kernel.source` empty) and keeps its own instruction, so
-                 profiles still count every call site
+                 profiles still count every call site. A printed kernel's names are made
+                 from what it computes (`content_named`: `fused_add_multiply_1f0c9a2e`), not
+                 from the order of the program, so it prints the same C in any program
         body:    [Call | MemCopy | While | Branch | Note]
         buffers: every internal buffer (`Buf`), to be placed by `assign.py`
 
@@ -35,6 +37,7 @@ in the arena; `driver.py` prints.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -76,6 +79,43 @@ _C_TOKENS = re.compile(
     r"""|([A-Za-z_]\w*)""",
     re.DOTALL,
 )
+
+
+def content_named(kernel: Kernel, key: tuple[Any, ...], fresh: list[str],
+                  used: set[str]) -> Kernel:
+    """`kernel` with the names its lowering took (`fresh`, counters in the program's order:
+    `dot_14`, `rhs_packed_3`) made from what it computes instead: `key` is its
+    `canonical_kernel`. The function becomes `STEM_DIGEST` (its readable name without the
+    counter, and 8 hex digits of the key's SHA-256), names derived from it (`NAME_p1`) follow,
+    and its other fresh names (locals, scratch) become `STEM_DIGEST_<name>`. So the same kernel
+    prints the same C in every program, and its compiled unit is found again (units.py).
+    Comments, literals and other identifiers are left alone."""
+    h = hashlib.sha256(key[0].encode())
+    for part in (*key[1], "->", *key[2], *(f"{o}:{i}" for o, i in key[3])):
+        h.update(b"\0" + str(part).encode())
+    stem = re.sub(r"_\d+$", "", kernel.name)
+    name = f"{stem}_{h.hexdigest()[:8]}"
+    while name in used:  # (taken by another kernel's counter: extend the digest)
+        name += "x"
+    used.add(name)
+    rename = {kernel.name: name}
+    for n in fresh:
+        if n not in rename:
+            rename[n] = f"{name}_{n}"
+    derived = kernel.name + "_"
+
+    def token(m: re.Match[str]) -> str:
+        ident = m.group(2)
+        if ident is None:
+            return m.group(0)
+        new = rename.get(ident)
+        if new is not None:
+            return new
+        if ident.startswith(derived):  # the kernel's outlined loops: NAME_p1, NAME_p1_t
+            return name + ident[len(kernel.name):]
+        return ident
+
+    return replace(kernel, name=name, source=_C_TOKENS.sub(token, kernel.source))
 
 
 def call_note(instr: Instruction, in_place: bool = False) -> str:
@@ -291,10 +331,13 @@ class _Scheduler:
                     k = replace(k, inplace={o: i for o, i in k.inplace.items()
                                             if i not in plan.offsets})
                 if mark is not None:
-                    key = canonical_kernel(k, used.log[mark:])  # type: ignore[attr-defined]
-                    first = self._function_of.setdefault(key, k)
-                    if first is not k:  # the same function again: call the first one
+                    fresh = used.log[mark:]  # type: ignore[attr-defined]
+                    key = canonical_kernel(k, fresh)
+                    first = self._function_of.get(key)
+                    if first is not None:  # the same function again: call the first one
                         k = replace(k, name=first.name, source="")
+                    else:
+                        k = self._function_of[key] = content_named(k, key, fresh, used)
                 if shape_key is not None:
                     self._by_structure[shape_key] = k
             if plan is not None:

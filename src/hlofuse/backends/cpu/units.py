@@ -1,8 +1,9 @@
 """A large program as translation units, and compiling them while the program is generated.
 
     units(program)          kernel units (the prelude, then kernels in groups of about
-                            UNIT_BYTES of C, in the order they were lowered), then the driver's
-                            unit (the prelude, the kernels' prototypes, hf_entry, constants)
+                            UNIT_BYTES of C, in the order they were lowered, cut where the
+                            kernels' content says: `_Groups`), then the driver's unit (the
+                            prelude, the kernels' prototypes, hf_entry, constants)
     Stream(head, early)     the same kernel groups, handed to `early` (build.compile_early)
                             one by one during `driver.generate`: each as it fills up, the
                             last when the schedule is done (before the driver is printed)
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+import zlib
 from collections.abc import Callable
 
 from hlofuse.backends.cpu.contract import Kernel, Program
@@ -38,6 +40,9 @@ from hlofuse.backends.cpu.contract import Kernel, Program
 # compiled in parallel and each cached on its own (`build.load_units`); below it one file
 # compiles faster than several (each unit parses the prelude again and starts a compiler).
 UNIT_BYTES = 64 * 1024
+# One kernel in this many (by a hash of its C) ends a unit, once the unit holds UNIT_BYTES / 2
+# (`_Groups`): units hold UNIT_BYTES / 2 to 2 * UNIT_BYTES of kernels (gpt-8: 4 kernel units).
+CUT_ONE_IN = 4
 
 # The driver's unit (hf_entry: a call per kernel site, loops over them, the constants) is
 # compiled at -O1: its time is in the kernels it calls, and -O3's instruction scheduling of a
@@ -66,13 +71,23 @@ class _Groups:
     """Kernel sources in order, cut into groups of about `limit` bytes. A kernel's size is its
     own code, plus the include-guarded library code it carries (`HFLIB_*` blocks) when its
     group does not have that yet. `full(group)` is called for each group as the next kernel
-    overflows it."""
+    arrives and the group ends.
+
+    Where a group ends is chosen by content, as in content-defined chunking (rsync, backup
+    tools): after a kernel whose text hashes to a cut point (`CUT_ONE_IN`), once the group
+    holds half of `limit`; at twice `limit` in any case; never while the program's kernels so
+    far fit in `limit` (a program that small stays one file). Kernels print the same C in
+    every program (`schedule.content_named`), so two programs that share a run of kernels, in
+    another order or among other kernels, cut it into the same units from the first cut point
+    in it on, and the second finds the first one's objects in the cache."""
 
     def __init__(self, limit: int, full: Callable[[list[str]], None] | None = None) -> None:
         self.limit = limit
         self.full = full
         self.groups: list[list[str]] = [[]]
         self._size = 0
+        self._total = 0
+        self._cut_after = False  # the last kernel is a cut point
         self._seen: set[tuple[str, ...]] = set()
 
     def add(self, source: str) -> None:
@@ -80,7 +95,10 @@ class _Groups:
                 if "#ifndef HFLIB_" in source else ())
         own = len(source) - source.rfind("#endif\n")
         cost = own if libs in self._seen else len(source)
-        if self._size and self._size + cost > self.limit:
+        self._total += len(source)
+        if self._size and (self._size + cost > 2 * self.limit or (
+                self._cut_after and self._size >= self.limit // 2
+                and self._total > self.limit)):
             if self.full is not None:
                 self.full(self.groups[-1])
             self.groups.append([])
@@ -90,6 +108,7 @@ class _Groups:
         self.groups[-1].append(source)
         self._seen.add(libs)
         self._size += cost
+        self._cut_after = zlib.crc32(source.encode()) % CUT_ONE_IN == 0
 
 
 def _kernel_unit(head: str, group: list[str]) -> str:

@@ -1,6 +1,8 @@
 """C names for kernels and their locals, derived by the code from what they compute.
 
-    kernel names   fused_multiply_add_select, reduce_add, dot, dot_2 (unique per Program)
+    kernel names   fused_multiply_add_select, reduce_add, dot, dot_2 (unique per Program; the
+                   cpu backend then makes a printed kernel's names from its content:
+                   `schedule.content_named`, fused_multiply_add_select_1f0c9a2e)
     local names    multiply, multiply_2, i0, add_acc ...                (unique per kernel)
 
 No name is made from input text: HLO instruction, computation and module names are hostile
