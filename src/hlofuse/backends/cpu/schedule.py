@@ -105,9 +105,7 @@ def content_named(kernel: Kernel, key: tuple[Any, ...], fresh: list[str],
     derived = kernel.name + "_"
 
     def token(m: re.Match[str]) -> str:
-        ident = m.group(2)
-        if ident is None:
-            return m.group(0)
+        ident = m.group(0)
         new = rename.get(ident)
         if new is not None:
             return new
@@ -115,7 +113,11 @@ def content_named(kernel: Kernel, key: tuple[Any, ...], fresh: list[str],
             return name + ident[len(kernel.name):]
         return ident
 
-    return replace(kernel, name=name, source=_C_TOKENS.sub(token, kernel.source))
+    # only the identifiers that start with one of those names are looked at (a pass over
+    # every token costs a Python call each: 0.1-0.2 s of gpt-8's C generation)
+    starts = "|".join(map(re.escape, sorted(rename, key=len, reverse=True)))
+    pattern = re.compile(rf"(?<![\w.])(?:{starts})\w*")
+    return replace(kernel, name=name, source=pattern.sub(token, kernel.source))
 
 
 def call_note(instr: Instruction, in_place: bool = False) -> str:

@@ -117,7 +117,7 @@ class _Vectorizer:
             if n >= width and all(_unrollable(s, width) for s in inner):
                 before = len(self.k.locals)
                 loop = ir.Loop(loop.var, loop.lo, loop.hi, self.unroll(loop.body), loop.parallel)
-                private |= set(self.k.locals[before:])
+                private |= dict.fromkeys(self.k.locals[before:])
             else:
                 loop.body = self.block(loop.body)
                 return [loop]
@@ -166,7 +166,7 @@ class _Vectorizer:
 
     # ----- legality and the plan ------------------------------------------------------------
 
-    def plan(self, loop: ir.Loop, w: int, inside: set[Buffer]) -> list[Stmt] | None:
+    def plan(self, loop: ir.Loop, w: int, inside: dict[Buffer, None]) -> list[Stmt] | None:
         v = loop.var
         n = loop.hi - loop.lo
         if n < w or w < 2:
@@ -181,7 +181,7 @@ class _Vectorizer:
                 s.buf.dtype.name not in LANE_TYPES for s in body if isinstance(s, ir.Store)):
             return None  # complex, sub-byte and 8-bit float values have no vector lanes
         stores = [s for s in body if isinstance(s, ir.Store)]
-        stored = {s.buf for s in stores}
+        stored = dict.fromkeys(s.buf for s in stores)  # (in order: the C must not vary by run)
         private: dict[Buffer, Buffer] = {}
         reductions: dict[Buffer, tuple[Affine, Opcode]] = {}
         for buf in stored:
@@ -237,8 +237,9 @@ class _Vectorizer:
             out.append(ir.Loop(tvar, vec_hi, loop.hi, tail))
         return out
 
-    def accessed_only_in(self, body: list[Stmt]) -> set[Buffer]:
-        """Local buffers every access of which is inside `body`."""
+    def accessed_only_in(self, body: list[Stmt]) -> dict[Buffer, None]:
+        """Local buffers every access of which is inside `body` (an ordered set: the clones
+        `unroll` makes of them are numbered in this order)."""
         def accesses(stmts: list[Stmt]) -> dict[Buffer, int]:
             count: dict[Buffer, int] = {}
             for s in ir.walk(stmts):
@@ -259,7 +260,7 @@ class _Vectorizer:
         if self._all is None:
             self._all = accesses(self.k.body)
         mine = accesses(body)
-        return {b for b, c in mine.items() if b.kind == "local" and self._all.get(b) == c}
+        return {b: None for b, c in mine.items() if b.kind == "local" and self._all.get(b) == c}
 
     def reduction(self, buf: Buffer, stores: list[ir.Store], loads: list[Val], v: Var
                   ) -> tuple[Affine, Opcode] | None:
