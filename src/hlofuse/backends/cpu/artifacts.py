@@ -187,18 +187,29 @@ def signature_from_data(data: Any) -> Signature:
     return Signature(_get(data, "name", str), tuple(params), _get(data, "root", str))
 
 
+_KERNEL_FIELDS = {"name": str, "source": str, "inputs": list, "outputs": list,
+                  "instruction": str, "kind": str, "inplace": list}
+
+
 def program_from_data(data: Any) -> Program:
-    """The Program `program_to_data` described; `_Bad` (or an HloError) if it is not one."""
+    """The Program `program_to_data` described; `_Bad` (or an HloError) if it is not one.
+    (The per-kernel checks are written out: a scan's program has thousands of kernel sites,
+    and a new process's warm compile reads them all.)"""
     kernels = []
+    fields = _KERNEL_FIELDS.items()
     for kd in _get(data, "kernels", list):
-        pairs = _get(kd, "inplace", list)
-        if not all(isinstance(p, list) and len(p) == 2 and all(type(v) is int for v in p)
-                   for p in pairs):
+        if type(kd) is not dict or any(type(kd.get(f)) is not t for f, t in fields):
+            raise _Bad("kernel")
+        pairs = kd["inplace"]
+        if pairs and not all(type(p) is list and len(p) == 2 and type(p[0]) is int
+                             and type(p[1]) is int for p in pairs):
             raise _Bad("inplace")
+        ins, outs = kd["inputs"], kd["outputs"]
+        if not all(type(t) is str for t in ins) or not all(type(t) is str for t in outs):
+            raise _Bad("shape")
         kernels.append(Kernel(
-            name=_get(kd, "name", str), source=_get(kd, "source", str),
-            inputs=_shape_list(kd, "inputs"), outputs=_shape_list(kd, "outputs"),
-            instruction=_get(kd, "instruction", str), kind=_get(kd, "kind", str),
+            name=kd["name"], source=kd["source"], inputs=_shape_tuple(tuple(ins)),
+            outputs=_shape_tuple(tuple(outs)), instruction=kd["instruction"], kind=kd["kind"],
             inplace={o: i for o, i in pairs},
         ))
     source = _get(data, "source", str)
