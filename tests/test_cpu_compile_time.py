@@ -174,6 +174,20 @@ def _compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+def _compile_flags(monkeypatch: pytest.MonkeyPatch, prefixes: tuple[str, ...]
+                   ) -> list[tuple[str, list[str]]]:
+    """(what, its flags starting with `prefixes`) for each compile and link from now on."""
+    opts: list[tuple[str, list[str]]] = []
+    real = build._run_compiler
+
+    def spy(cmd: list[str], what: str, *rest: object) -> None:
+        opts.append((what, [f for f in cmd if f.startswith(prefixes)]))
+        real(cmd, what, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_run_compiler", spy)
+    return opts
+
+
 def _check_split(exe: hlofuse.Executable, args: list[np.ndarray]) -> None:
     want = interpreter.run(parse(_SPLIT), *args)
     for got, w in zip(exe(*args), want, strict=True):
@@ -562,14 +576,7 @@ def test_a_kernel_past_the_vector_math_budget_calls_the_same_functions_out_of_li
 def test_the_drivers_unit_alone_compiles_at_driver_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)
     monkeypatch.setenv("HLOFUSE_CC_OPT", "-O2")  # every unit's level (as -O1 in the tests)
-    opts: list[tuple[str, list[str]]] = []
-    real = build._run_compiler
-
-    def spy(cmd: list[str], what: str, *rest: object) -> None:
-        opts.append((what, [f for f in cmd if f.startswith("-O")]))
-        real(cmd, what, *rest)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(build, "_run_compiler", spy)
+    opts = _compile_flags(monkeypatch, ("-O",))
     exe = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_o2"))
     units = cpu_units.units(exe._runner.program)
     assert units is not None
@@ -586,14 +593,7 @@ def test_kernels_compile_at_kernel_flags_unless_the_level_is_set(
     early kernel units, and a small program's single file; the driver's unit at DRIVER_FLAGS,
     library code (the prebuilt GEMM) at the build's level."""
     monkeypatch.delenv("HLOFUSE_CC_OPT", raising=False)
-    opts: list[tuple[str, list[str]]] = []
-    real = build._run_compiler
-
-    def spy(cmd: list[str], what: str, *rest: object) -> None:
-        opts.append((what, [f for f in cmd if f.startswith(("-O", "-fvect-cost-model"))]))
-        real(cmd, what, *rest)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(build, "_run_compiler", spy)
+    opts = _compile_flags(monkeypatch, ("-O", "-fvect-cost-model"))
     whole = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_one_file"))
     assert cpu_units.units(whole._runner.program) is None
     # (its dot links the prebuilt GEMM, library code at the build's level: its unit comes first)
