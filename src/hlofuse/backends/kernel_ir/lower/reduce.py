@@ -3,7 +3,12 @@ accumulator buffers.
 
 * `reduce` as a value (read by some other value of the kernel): a local accumulator per input
   starts at the init value; a loop over the reduced dimensions folds the (fused) input in, in
-  row-major order of the reduced elements.
+  row-major order of the reduced elements. A column reduction (at least COLUMN_MINOR
+  contiguous kept elements after the last reduced dimension: a bias gradient summed over
+  the batch, then used by an optimizer update) is instead computed whole, once, into local
+  buffers by the same nest as a root reduce (a row of accumulators, the unit-stride loop
+  innermost), and read from them: the per-element loop would stride across rows, and the
+  vectorizer could only gather its lanes.
 * `reduction_nest` — the loop nest of root reduces (kInput fusions, unfused reduce). Roots
   reducing the same input shape over the same dimensions share one nest; roots shaped like the
   reduce input (multi-output siblings) are written in it, once per input element. Row reduction
@@ -43,6 +48,7 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import leaves
 
 ACC_ROW_STACK = 4096  # a row of accumulators up to this long lives on the stack
+COLUMN_MINOR = 8  # contiguous kept elements for a reduce value to be computed whole
 
 
 def reducer(instr: Instruction) -> Computation:
@@ -89,7 +95,10 @@ def _split(instr: Instruction) -> tuple[tuple[int, ...], list[int]]:
 
 @handles(Opcode.REDUCE)
 def _reduce_value(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
-    """The reduce's result leaves at output index `idx` (an inner accumulation loop)."""
+    """The reduce's result leaves at output index `idx` (an inner accumulation loop, or a load
+    from the whole reduce computed once: `_column_buffers`)."""
+    if _computed_whole(b, instr):
+        return [b.load(buf, idx) for buf in _column_buffers(b, instr)]
     in_dims, red = _split(instr)
     out = idx.coords(b.g)
     kept = [d for d in range(len(in_dims)) if d not in red]
@@ -102,6 +111,58 @@ def _reduce_value(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
         return acc.results()
     _fold_over(b, acc, in_dims, [d for d in red if in_dims[d] != 1], full)
     return acc.results()
+
+
+def _computed_whole(b: Builder, instr: Instruction) -> bool:
+    """Is `instr` a column reduction to compute whole (see the module docstring)? Not inside a
+    whole loop (whose body computes each element itself), and only in default layouts."""
+    if not b.hoist_scalars:
+        return False
+    in_dims, red = _split(instr)
+    if not red or max(red) == len(in_dims) - 1:
+        return False  # a row reduction: its innermost loop is the unit-stride one already
+    if math.prod(in_dims[max(red) + 1:]) < COLUMN_MINOR:
+        return False
+    inputs = instr.operands[:instr.operand_count // 2]
+    if not all(s.has_default_layout for s in (*map(array_shape, inputs), *leaves(instr.shape))):
+        return False
+    return not any(x.opcode in _EMITS_STATEMENTS for x in _fused_operands(b, inputs))
+
+
+# ops whose value emits statements of its own (loops, library calls): a reduce computed whole
+# emits its loop nest in the preamble, and must not start another one from inside it
+_EMITS_STATEMENTS = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.SCATTER,
+                               Opcode.DOT, Opcode.CONVOLUTION, Opcode.SORT, Opcode.TOPK,
+                               Opcode.RNG_BIT_GENERATOR, Opcode.SELECT_AND_SCATTER})
+
+
+def _fused_operands(b: Builder, roots: list[Instruction]) -> list[Instruction]:
+    """The instructions the values of `roots` are computed from inside the kernel (up to its
+    inputs, `b.params`)."""
+    seen: dict[int, Instruction] = {}
+    stack = [x for x in roots if id(x) not in b.params]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen[id(x)] = x
+        stack.extend(o for o in x.operands if id(o) not in b.params)
+    return list(seen.values())
+
+
+def _column_buffers(b: Builder, instr: Instruction) -> list[Buffer]:
+    """Local buffers holding the whole reduce (one per leaf), computed in the preamble by
+    `reduction_nest` the first time it is asked for."""
+    key = ("column-reduce", id(instr))
+    found = b.scopes[0].get(key)
+    if isinstance(found, list):
+        return found
+    with b.at_preamble():
+        outs = [b.local(s.dtype, s.size, "col") for s in leaves(instr.shape)]
+        b.comment("a column reduce, computed whole")
+        reduction_nest(b, [(instr, list(enumerate(outs)))], [])
+        b.scopes[0][key] = outs
+    return outs
 
 
 def _fold_over(b: Builder, acc: Accumulators, in_dims: tuple[int, ...], loops: list[int],
