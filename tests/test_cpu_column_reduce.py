@@ -41,7 +41,7 @@ ENTRY main {
 }
 """
 
-# the outer reduce reads the inner one: the inner is computed whole, the outer per element
+# the outer reduce reads the inner one: both computed whole, the inner first
 NESTED = _HEAD.format(name="column_nested") + """
 fused {
   g = f32[16,24,40] parameter(0)
@@ -85,6 +85,36 @@ def test_a_column_reduce_with_an_epilogue_is_computed_whole_with_unit_stride() -
     assert "in0 + r0 * 40 + j1" in src  # rows of the input, 16 lanes at a time
 
 
-def test_a_reduce_of_a_column_reduce_reads_it_whole_and_stays_per_element() -> None:
+def test_a_column_reduce_of_a_column_reduce_computes_the_inner_one_first() -> None:
+    """The inner reduce is asked for while the outer one's preamble nest is being built: its
+    own nest goes before that one (`Builder.at_preamble`), not into it or after it."""
     src = _check(NESTED)
-    assert src.count("a column reduce, computed whole") == 1  # s1 only
+    assert src.count("a column reduce, computed whole") == 2
+
+
+def test_a_column_reduce_read_by_a_dot_operand_is_computed_before_it() -> None:
+    """A dot inside a fusion materialises its fused operand in the preamble; the column reduce
+    that operand reads must be computed before that loop (it once came after it)."""
+    text = _HEAD.format(name="column_dot") + """
+fused {
+  g = f32[16,24,40] parameter(0)
+  w = f32[40,8] parameter(1)
+  z = f32[] constant(0)
+  s = f32[40] reduce(g, z), dimensions={0,1}, to_apply=add
+  sb = f32[4,40] broadcast(s), dimensions={1}
+  ROOT d = f32[4,8] dot(sb, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY main {
+  g = f32[16,24,40] parameter(0)
+  w = f32[40,8] parameter(1)
+  ROOT f = f32[4,8] fusion(g, w), kind=kOutput, calls=fused
+}
+"""
+    exe = hlofuse.compile(text, pipeline=None)
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal((16, 24, 40)).astype(np.float32),
+            rng.standard_normal((40, 8)).astype(np.float32)]
+    np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
+                               rtol=2e-5, atol=2e-3)
+    assert "a column reduce, computed whole" in _kernel(exe)

@@ -68,6 +68,7 @@ class Builder:
         self.g = graph
         self.params: dict[int, list[Buffer]] = {}
         self.pre: list[Stmt] = []  # the preamble: lowered once, before every loop
+        self._open_pre: list[ir.Loop] = []  # preamble loops being built (outermost first)
         self.body: list[Stmt] = []
         self.block = self.body
         self.scopes: list[dict[object, object]] = [{}]
@@ -121,9 +122,16 @@ class Builder:
     def loop(self, hi: int, base: str = "i", lo: int = 0) -> Iterator[Var]:
         var = Var(self.fresh(base), lo, hi)
         loop = ir.Loop(var, lo, hi, [])
+        top = self.block is self.pre
         self.emit(loop)
-        with self.into(loop.body):
-            yield var
+        if top:
+            self._open_pre.append(loop)
+        try:
+            with self.into(loop.body):
+                yield var
+        finally:
+            if top:
+                self._open_pre.pop()
 
     @contextmanager
     def into(self, block: list[Stmt]) -> Iterator[None]:
@@ -139,12 +147,25 @@ class Builder:
 
     @contextmanager
     def at_preamble(self) -> Iterator[None]:
+        """Emit into the preamble. Asked for while a preamble loop is being built (a value
+        computed whole, say a column reduce, read by another one being materialised there),
+        the statements go before that loop, which reads what they compute."""
         saved = (self.block, self.scopes)
-        self.block, self.scopes = self.pre, self.scopes[:1]
+        if not self._open_pre or self.block is self.pre:
+            self.block, self.scopes = self.pre, self.scopes[:1]
+            try:
+                yield
+            finally:
+                self.block, self.scopes = saved
+            return
+        ahead: list[Stmt] = []
+        self.block, self.scopes = ahead, self.scopes[:1]
         try:
             yield
         finally:
             self.block, self.scopes = saved
+            at = next(k for k, s in enumerate(self.pre) if s is self._open_pre[0])
+            self.pre[at:at] = ahead
 
     def in_preamble(self) -> bool:
         return self.block is self.pre

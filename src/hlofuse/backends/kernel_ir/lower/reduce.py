@@ -124,35 +124,13 @@ def _computed_whole(b: Builder, instr: Instruction) -> bool:
     if math.prod(in_dims[max(red) + 1:]) < COLUMN_MINOR:
         return False
     inputs = instr.operands[:instr.operand_count // 2]
-    if not all(s.has_default_layout for s in (*map(array_shape, inputs), *leaves(instr.shape))):
-        return False
-    return not any(x.opcode in _EMITS_STATEMENTS for x in _fused_operands(b, inputs))
-
-
-# ops whose value emits statements of its own (loops, library calls): a reduce computed whole
-# emits its loop nest in the preamble, and must not start another one from inside it
-_EMITS_STATEMENTS = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.SCATTER,
-                               Opcode.DOT, Opcode.CONVOLUTION, Opcode.SORT, Opcode.TOPK,
-                               Opcode.RNG_BIT_GENERATOR, Opcode.SELECT_AND_SCATTER})
-
-
-def _fused_operands(b: Builder, roots: list[Instruction]) -> list[Instruction]:
-    """The instructions the values of `roots` are computed from inside the kernel (up to its
-    inputs, `b.params`)."""
-    seen: dict[int, Instruction] = {}
-    stack = [x for x in roots if id(x) not in b.params]
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen[id(x)] = x
-        stack.extend(o for o in x.operands if id(o) not in b.params)
-    return list(seen.values())
+    return all(s.has_default_layout for s in (*map(array_shape, inputs), *leaves(instr.shape)))
 
 
 def _column_buffers(b: Builder, instr: Instruction) -> list[Buffer]:
     """Local buffers holding the whole reduce (one per leaf), computed in the preamble by
-    `reduction_nest` the first time it is asked for."""
+    `reduction_nest` the first time it is asked for (before any preamble loop being built
+    that reads it: `Builder.at_preamble`)."""
     key = ("column-reduce", id(instr))
     found = b.scopes[0].get(key)
     if isinstance(found, list):
