@@ -18,8 +18,9 @@ Conditions enforced:
   cut the same groups into the same texts (the same object keys), and a group's object is
   reused wherever the same kernels meet.
 - A program whose kernels print to at most UNIT_BYTES of C is one file (`units` is None); a
-  group is handed to `early` only once the next kernel overflows it, or when all of them
-  together exceed UNIT_BYTES, so only for a program that `units` cuts. A kernel not printed
+  group is handed to `early` only when the next kernel arrives and the group ends there
+  (`_Groups`: never while the kernels so far fit in UNIT_BYTES), or when all of them together
+  exceed UNIT_BYTES, so only for a program that `units` cuts. A kernel not printed
   by cprint (no `HF_KERNEL void NAME(` line) makes the program one file, and stops the
   stream.
 - Kernel functions are hidden globals in kernel units (`HF_KERNEL`), static in the single file;
@@ -86,7 +87,7 @@ class _Groups:
         self.full = full
         self.groups: list[list[str]] = [[]]
         self._size = 0
-        self._total = 0
+        self.total = 0  # bytes of every kernel added
         self._cut_after = False  # the last kernel is a cut point
         self._seen: set[tuple[str, ...]] = set()
 
@@ -95,10 +96,10 @@ class _Groups:
                 if "#ifndef HFLIB_" in source else ())
         own = len(source) - source.rfind("#endif\n")
         cost = own if libs in self._seen else len(source)
-        self._total += len(source)
+        self.total += len(source)
         if self._size and (self._size + cost > 2 * self.limit or (
                 self._cut_after and self._size >= self.limit // 2
-                and self._total > self.limit)):
+                and self.total > self.limit)):
             if self.full is not None:
                 self.full(self.groups[-1])
             self.groups.append([])
@@ -162,7 +163,6 @@ class Stream:
         self._head = head
         self._early: Callable[[str], None] | None = early
         self._groups = _Groups(UNIT_BYTES, self._hand_over)
-        self._bytes = 0
 
     def add(self, k: Kernel) -> None:
         if self._early is None or not k.source:
@@ -170,11 +170,10 @@ class Stream:
         if _prototype(k) is None:
             self._early = None  # this program stays one file: nothing to compile early
             return
-        self._bytes += len(k.source)
         self._groups.add(k.source)
 
     def finish(self) -> None:
-        if self._bytes > self._groups.limit and self._groups.groups[-1]:  # `units` cuts it
+        if self._groups.total > self._groups.limit and self._groups.groups[-1]:  # `units` cuts it
             self._hand_over(self._groups.groups[-1])
 
     def _hand_over(self, group: list[str]) -> None:
