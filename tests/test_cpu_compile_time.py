@@ -188,6 +188,18 @@ def _compile_flags(monkeypatch: pytest.MonkeyPatch, prefixes: tuple[str, ...]
     return opts
 
 
+def _split_unit_flags(exe: hlofuse.Executable, name: str, opts: list[tuple[str, list[str]]]
+                     ) -> tuple[list[list[str]], list[list[str]]]:
+    """The flags the driver's unit of program `name` compiled with, and those of each of its
+    kernel units (all compiled early: as many as `units` cuts)."""
+    units = cpu_units.units(exe._runner.program)
+    assert units is not None
+    driver_unit = f"{name} (unit {len(units) + 1} of {len(units) + 1})"
+    kernel_units = [v for k, v in opts if k == f"{name} (unit, early)"]
+    assert len(kernel_units) == len(units) - 1
+    return [v for k, v in opts if k == driver_unit], kernel_units
+
+
 def _check_split(exe: hlofuse.Executable, args: list[np.ndarray]) -> None:
     want = interpreter.run(parse(_SPLIT), *args)
     for got, w in zip(exe(*args), want, strict=True):
@@ -578,12 +590,9 @@ def test_the_drivers_unit_alone_compiles_at_driver_flags(monkeypatch: pytest.Mon
     monkeypatch.setenv("HLOFUSE_CC_OPT", "-O2")  # every unit's level (as -O1 in the tests)
     opts = _compile_flags(monkeypatch, ("-O",))
     exe = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_o2"))
-    units = cpu_units.units(exe._runner.program)
-    assert units is not None
-    driver_unit = f"split_o2 (unit {len(units) + 1} of {len(units) + 1})"
-    assert [v for k, v in opts if k == driver_unit] == [["-O2", *cpu_units.DRIVER_FLAGS]]
-    kernel_units = [v for k, v in opts if "early" in k]
-    assert len(kernel_units) == len(units) - 1 and all(v == ["-O2"] for v in kernel_units)
+    driver, kernel_units = _split_unit_flags(exe, "split_o2", opts)
+    assert driver == [["-O2", *cpu_units.DRIVER_FLAGS]]
+    assert all(v == ["-O2"] for v in kernel_units)
     _check_split(exe, _split_args())
 
 
@@ -601,12 +610,8 @@ def test_kernels_compile_at_kernel_flags_unless_the_level_is_set(
         sorted([["-O3"], ["-O3", *cpu_units.KERNEL_FLAGS]]), [["-O3", *cpu_units.KERNEL_FLAGS]])
     monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)
     exe = hlofuse.compile(_SPLIT.replace("HloModule split", "HloModule split_kernel_flags"))
-    units = cpu_units.units(exe._runner.program)
-    assert units is not None
-    driver_unit = f"split_kernel_flags (unit {len(units) + 1} of {len(units) + 1})"
-    assert [v for k, v in opts if k == driver_unit] == [["-O3", *cpu_units.DRIVER_FLAGS]]
-    kernel_units = [v for k, v in opts if "split_kernel_flags (unit, early)" in k]
-    assert len(kernel_units) == len(units) - 1
+    driver, kernel_units = _split_unit_flags(exe, "split_kernel_flags", opts)
+    assert driver == [["-O3", *cpu_units.DRIVER_FLAGS]]
     assert all(v == ["-O3", *cpu_units.KERNEL_FLAGS] for v in kernel_units)
     _check_split(exe, _split_args())
     _check_split(whole, _split_args())
