@@ -8,7 +8,7 @@
                             one by one during `driver.generate`: each as it fills up, the
                             last when the schedule is done (before the driver is printed)
 
-Why: GCC's -O3 time is most of a large program's cold compile (gpt-8: 84 kernel functions,
+Why: the C compiler's time is most of a large program's cold compile (gpt-8: 84 kernel functions,
 about 1.4 s of compiler CPU), and the kernels are lowered one by one (about 0.3 s of Python
 for gpt-8). A group whose kernels are all lowered compiles on another core while Python
 lowers the next ones; `build.load_units` then finds its object cached, or waits for it.
