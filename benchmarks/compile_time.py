@@ -522,7 +522,7 @@ def summary_line(row: dict[str, Any]) -> str:
                      f"warm {c['warm_s'] * 1e3:.0f} ms{fresh}")
         if "after_previous_s" in c:
             parts.append(f"after the previous size {c['after_previous_s']:.2f} s "
-                         f"({c['units_compiled']} of {c['units_total']} units compiled)")
+                         f"({c['units_compiled']} of {c['units_total'] or 1} units compiled)")
     if "jax" in row:
         parts.append(f"jax.jit {row['jax']['total_s']:.2f} s")
     return "; ".join(parts)
