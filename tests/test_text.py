@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 
@@ -52,6 +53,41 @@ def test_fixtures_present() -> None:
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
 def test_fixture_round_trip(path: Path) -> None:
     assert_round_trip(path.read_text())
+
+
+def _without_fast_paths(text: str) -> str:
+    """`text` with a comment before each instruction's `=` and after each comma that is not
+    inside braces, brackets or a string, so that the parser's one-line fast paths
+    (`[ROOT] name =`, a plain operand list, `, key =`) match nothing and every instruction goes
+    through the token-by-token path."""
+    out = []
+    for line in text.split("\n"):
+        if " = " not in line or line.startswith("HloModule"):
+            out.append(line)
+            continue
+        line = re.sub(r"^(\s*(?:ROOT\s+)?%?[\w.\-$]+)\s*=", r"\1 /*h*/ =", line)
+        chars, depth, quoted = [], 0, False
+        for c in line:
+            chars.append(c)
+            if c == '"':
+                quoted = not quoted
+            elif not quoted and c in "{[":
+                depth += 1
+            elif not quoted and c in "}]":
+                depth -= 1
+            elif not quoted and depth == 0 and c == ",":
+                chars.append(" /*c*/")
+        out.append("".join(chars))
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_fast_paths_parse_as_the_token_path(path: Path) -> None:
+    text = path.read_text()
+    slow = _without_fast_paths(text)
+    assert slow != text
+    diff = module_diff(parse(text), parse(slow))
+    assert diff is None, diff
 
 
 def test_probe_round_trip() -> None:
