@@ -272,38 +272,36 @@ class Computation:
     # ----- traversal ----------------------------------------------------------------------
 
     def post_order(self) -> list[Instruction]:
-        visited: set[int] = set()
+        # (instructions hash by identity, in C: the set holds them, not their ids)
+        visited: set[Instruction] = set()
+        mark = visited.add
         order: list[Instruction] = []
+        emit = order.append
         for start in self.instructions:
-            if id(start) in visited:
+            if start in visited:
                 continue
             # Every operand already emitted (the usual case: lists are kept in this order):
             # the DFS below would emit `start` at once, so do just that.
-            for op in start._operands:
-                if id(op) not in visited:
-                    break
-            else:
-                for op in start.control_predecessors:
-                    if id(op) not in visited:
-                        break
-                else:
-                    visited.add(id(start))
-                    order.append(start)
-                    continue
+            if visited.issuperset(start._operands) and (
+                    not start.control_predecessors
+                    or visited.issuperset(start.control_predecessors)):
+                mark(start)
+                emit(start)
+                continue
             # Iterative DFS: (node, expanded?) pairs.
             stack: list[tuple[Instruction, bool]] = [(start, False)]
             while stack:
                 node, expanded = stack.pop()
                 if expanded:
-                    order.append(node)
+                    emit(node)
                     continue
-                if id(node) in visited:
+                if node in visited:
                     continue
-                visited.add(id(node))
+                mark(node)
                 stack.append((node, True))
-                preds = list(node.operands) + node.control_predecessors
+                preds = node._operands + node.control_predecessors
                 for op in reversed(preds):
-                    if id(op) not in visited:
+                    if op not in visited:
                         stack.append((op, False))
         return order
 

@@ -37,7 +37,17 @@ class FusionDecision:
 
     @staticmethod
     def no(reason: str, rule: str = "", **figures: Any) -> FusionDecision:
-        return FusionDecision(reason, rule, dict(figures))
+        if figures:
+            return FusionDecision(reason, rule, dict(figures))
+        # (a refusal without figures is asked for on most edges of every pass run: one
+        # immutable object per reason and rule, instead of a frozen dataclass built each time)
+        key = (reason, rule)
+        made = _REFUSALS.get(key)
+        if made is None:
+            if len(_REFUSALS) >= _MAX_REFUSALS:  # (reasons that quote names are many)
+                _REFUSALS.clear()
+            made = _REFUSALS[key] = FusionDecision(reason, rule, {})
+        return made
 
     @staticmethod
     def check(condition: bool, reason: str, rule: str = "", **figures: Any) -> FusionDecision:
@@ -84,3 +94,5 @@ def all_(*checks: Callable[[], FusionDecision] | FusionDecision) -> FusionDecisi
 
 
 OK = FusionDecision(None, "", {})
+_REFUSALS: dict[tuple[str, str], FusionDecision] = {}
+_MAX_REFUSALS = 4096
