@@ -19,6 +19,20 @@ if TYPE_CHECKING:
 
 
 class Computation:
+    # (attribute reads are most of what a pass does: slots make them faster and the objects
+    # smaller; nothing may add attributes to a computation)
+    __slots__ = (
+        "__weakref__",
+        "_instructions",
+        "_parameter_index",
+        "_positions",
+        "_removed",
+        "_root",
+        "fusion_instruction",
+        "name",
+        "parent",
+    )
+
     def __init__(self, name: str) -> None:
         self.name = name
         self._instructions: list[Instruction] = []

@@ -26,7 +26,7 @@ class Verbatim(str):
     __slots__ = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Metadata:
     """`metadata={op_name="..." source_file="..." source_line=12 stack_frame_id=3}`.
 
@@ -93,7 +93,10 @@ def _drop_user(users: list[Instruction], user: Instruction) -> bool:
     return True
 
 
-@dataclass(eq=False)
+NO_METADATA = Metadata()  # (immutable: the one empty value every instruction without any shares)
+
+
+@dataclass(eq=False, slots=True)
 class Instruction:
     """An HLO instruction. Identity semantics: two instructions are equal only if they are one."""
 
@@ -103,7 +106,7 @@ class Instruction:
     attrs: dict[str, Any] = field(default_factory=dict)
     literal: Literal | None = None
     parameter_number: int | None = None
-    metadata: Metadata = field(default_factory=Metadata)
+    metadata: Metadata = NO_METADATA
     parent: Computation | None = None
     _operands: list[Instruction] = field(default_factory=list, repr=False)
     users: list[Instruction] = field(default_factory=list, repr=False)
@@ -129,7 +132,7 @@ class Instruction:
             attrs=dict(attrs or {}),
             literal=literal,
             parameter_number=parameter_number,
-            metadata=metadata or Metadata(),
+            metadata=metadata or NO_METADATA,
         )
         instr._operands.extend(operands)
         # a new instruction is in no user list yet: one append per distinct operand, in order

@@ -77,7 +77,7 @@ _ASYNC_SUFFIXES = {"-start": Opcode.ASYNC_START, "-update": Opcode.ASYNC_UPDATE,
                    "-done": Opcode.ASYNC_DONE}
 
 
-@dataclass
+@dataclass(slots=True)
 class Ref:
     """A use of a name (operand or control predecessor), resolved after parsing. `name` is
     None for an operand written as a shape alone (single-instruction text only)."""
@@ -88,7 +88,7 @@ class Ref:
     shape_offset: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingInstr:
     instr: Instruction
     offset: int  # of the name
@@ -100,7 +100,7 @@ class PendingInstr:
     async_wrapped: Opcode | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingComp:
     name: str
     offset: int

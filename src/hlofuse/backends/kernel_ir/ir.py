@@ -482,7 +482,7 @@ def const_value(v: Val) -> Any:
 # ----- statements -----------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Loop:
     """`for var in [lo, hi)`; `parallel`: iterations may run on different threads (they write
     disjoint elements); `vector`: W lanes per step (0 = scalar); `step`: how far the variable
@@ -502,21 +502,21 @@ def step_of(loop: Loop) -> int:
     return loop.step or loop.vector or 1
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Store:
     buf: Buffer
     index: Affine
     value: Val
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class If:
     cond: Val
     then: list[Stmt]
     orelse: list[Stmt] = field(default_factory=list)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Let:
     """Compute `value` here (a hoisted invariant); later uses in this block and inside it read
     the result."""
@@ -524,7 +524,7 @@ class Let:
     value: Val
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Copy:
     """`memcpy(dst, src)` of the whole of `src` (both the same size); with `if_distinct`, only
     when they are different memory (in-place kernels)."""
@@ -534,7 +534,7 @@ class Copy:
     if_distinct: bool = False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class StoreTile:
     """A vectorized group store: `buf[base + stride*(lane) + k] = values[k]` for every k in
     [0, stride) and every lane of the enclosing vector loop (an interleaving store)."""
@@ -545,7 +545,7 @@ class StoreTile:
     values: list[Val]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class LibCall:
     """A library routine (GEMM, sort, convolution, RNG, select-and-scatter): `op` describes what
     to compute (plain data), `ins` and `outs` are whole buffers, row-major."""
@@ -555,7 +555,7 @@ class LibCall:
     outs: list[Buffer]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Comment:
     text: str
 
@@ -563,7 +563,7 @@ class Comment:
 Stmt = Loop | Store | If | Let | Copy | StoreTile | LibCall | Comment
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Func:
     """A scalar function (a reducer, comparator or select computation): `params` are `param`
     Vals, `results` Vals over them. Printed as a static inline function by backends that need
@@ -574,7 +574,7 @@ class Func:
     results: list[Val]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Kernel:
     """One kernel. `inplace` maps an output position to the input position it may share
     memory with. `label` is input text (the instruction's name) for error messages, never

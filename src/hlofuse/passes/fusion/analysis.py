@@ -61,7 +61,10 @@ _SHAPED_OPS = frozenset({Opcode.REDUCE, Opcode.COPY, Opcode.TRANSPOSE, Opcode.RE
                          Opcode.FUSION})
 
 
-@dataclass
+_UNKNOWN = object()  # (no predicate answers this: `ask`'s "not remembered yet")
+
+
+@dataclass(slots=True)
 class FusionFacts:
     """Sums over one fusion's fused instructions (parameters contribute nothing)."""
 
@@ -105,8 +108,10 @@ class FusionAnalyses:
         """`pred(instr, config)` for a one-instruction predicate, remembered until `instr`
         changes. Not remembered for rng, whose fusibility depends on its user count."""
         known = self._unary.get(instr)
-        if known is not None and pred in known:
-            return known[pred]
+        if known is not None:
+            answer = known.get(pred, _UNKNOWN)
+            if answer is not _UNKNOWN:
+                return answer
         if instr.opcode is Opcode.RNG:
             return pred(instr, self.config)
         if pred is is_reduction_epilogue and is_fusion(instr):
