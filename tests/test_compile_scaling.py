@@ -240,3 +240,25 @@ def test_deep_chain_fuses_without_recursion() -> None:
     assert len(root.fused_computation.instructions) == 10_000 + 2  # the ops and p0, p1
     kernels = [i for i in module.entry.instructions if i.opcode is not Opcode.PARAMETER]
     assert kernels == [root]
+
+
+def test_opcode_members_are_plain_class_attributes() -> None:
+    """`Opcode.X` is read millions of times per compile. Python 3.11's EnumType.__getattr__
+    would route every such read through a slow hook; Opcode's metaclass has none, and the
+    class still behaves as the Enum it is."""
+    import enum
+
+    assert not any("__getattr__" in vars(k) for k in type(Opcode).__mro__)
+    assert "FUSION" in vars(Opcode) and Opcode.FUSION is vars(Opcode)["FUSION"]
+    assert isinstance(Opcode.ADD, enum.Enum) and issubclass(Opcode, enum.Enum)
+    assert Opcode("add") is Opcode.ADD and Opcode["ADD"] is Opcode.ADD
+    assert [op.name for op in Opcode][:3] == ["ABS", "ACOS", "ACOSH"]
+    assert len(Opcode) == len(Opcode.__members__) == len(set(Opcode)) > 100
+    assert Opcode.ADD in Opcode and repr(Opcode.ADD) == "<Opcode.ADD: 'add'>"
+    assert str(Opcode.GET_TUPLE_ELEMENT) == "get-tuple-element"
+    try:
+        Opcode("not-an-opcode")
+    except ValueError as err:
+        assert "not a valid Opcode" in str(err)
+    else:
+        raise AssertionError("Opcode('not-an-opcode') did not raise")
