@@ -248,7 +248,14 @@ def test_opcode_members_are_plain_class_attributes() -> None:
     class still behaves as the Enum it is."""
     import enum
 
-    assert not any("__getattr__" in vars(k) for k in type(Opcode).__mro__)
+    from hlofuse.ir.attributes import AttrKind
+    from hlofuse.ir.opcodes import Category
+    from hlofuse.passes.fusion.predicates import UseKind
+
+    for cls in (Opcode, Category, AttrKind, UseKind):
+        assert not any("__getattr__" in vars(k) for k in type(cls).__mro__), cls
+        assert all(vars(cls)[name] is member for name, member in cls.__members__.items())
+    assert UseKind(3) is UseKind.USE and min(UseKind.USE, UseKind.REUSE) is UseKind.REUSE
     assert "FUSION" in vars(Opcode) and Opcode.FUSION is vars(Opcode)["FUSION"]
     assert isinstance(Opcode.ADD, enum.Enum) and issubclass(Opcode, enum.Enum)
     assert Opcode("add") is Opcode.ADD and Opcode["ADD"] is Opcode.ADD

@@ -29,7 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from hlofuse.ir.fastenum import plain_member_reads
 
+
+@plain_member_reads
 class AttrKind(Enum):
     INT = "int"
     INTS = "ints"

@@ -25,9 +25,10 @@ docs/hlo-text.md); parsing and verifying knows them all. `ASYNC_WRAPPABLE`, `COL
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from enum import Enum, EnumType
+from enum import Enum
+
+from hlofuse.ir.fastenum import plain_member_reads
 
 
 class Category(Enum):
@@ -205,29 +206,8 @@ class Opcode(Enum):
         return OPCODES[self]
 
 
-class _FastEnumType(type):
-    """Python 3.11's EnumType without its `__getattr__`. That hook (a fallback for members
-    kept out of the class dict, which no Opcode member is; 3.12 dropped it) sends every read
-    of a class attribute through a slow path: `Opcode.FUSION` takes ~50 ns instead of ~14 ns,
-    and the passes read opcode members millions of times per compile (12% of the `xla`
-    pipeline's time on gpt-16). Opcode is created by EnumType as usual, then takes this
-    metaclass, which keeps what the code asks of the class: call by value, iteration, length,
-    `in`, indexing by name, `__members__` and repr. Not kept: EnumType's guard against
-    assigning to a member's name."""
-
-    __call__ = EnumType.__call__
-    __iter__ = EnumType.__iter__
-    __reversed__ = EnumType.__reversed__
-    __len__ = EnumType.__len__
-    __bool__ = EnumType.__bool__
-    __contains__ = EnumType.__contains__
-    __getitem__ = EnumType.__getitem__
-    __members__ = EnumType.__members__
-    __repr__ = EnumType.__repr__
-
-
-if sys.version_info < (3, 12) and hasattr(EnumType, "__getattr__"):
-    Opcode.__class__ = _FastEnumType  # type: ignore[assignment]
+plain_member_reads(Category)
+plain_member_reads(Opcode)
 
 
 @dataclass(frozen=True)

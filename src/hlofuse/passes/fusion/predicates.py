@@ -28,6 +28,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from hlofuse.ir.fastenum import plain_member_reads
 from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import OPCODES, Opcode
@@ -137,6 +138,7 @@ def fusion_would_duplicate(producer: Instruction, consumer: Instruction) -> bool
 # ----- operand element use ------------------------------------------------------------------
 
 
+@plain_member_reads
 class UseKind(IntEnum):
     """Ordered so that min() picks the "worst" use, as in XLA."""
 
