@@ -133,18 +133,24 @@ def cache_dir() -> Path:
 
 
 def find_compiler() -> list[str]:
-    """The compiler command: `$CC` (split like a shell would), then cc, gcc, clang."""
-    env = os.environ.get("CC")
+    """The compiler command: `$CC` (split like a shell would), then cc, gcc, clang. Looked up
+    once per value of `$CC` and `$PATH` (kernel lowering asks for it once per kernel)."""
+    return list(_find_compiler(os.environ.get("CC"), os.environ.get("PATH")))
+
+
+@functools.lru_cache(maxsize=8)
+def _find_compiler(env: str | None, path: str | None) -> tuple[str, ...]:
     tried: list[str] = []
     if env:
         argv = shlex.split(env)
-        if argv and shutil.which(argv[0]):
-            return [shutil.which(argv[0]) or argv[0], *argv[1:]]
+        found = shutil.which(argv[0], path=path) if argv else None
+        if found:
+            return (found, *argv[1:])
         tried.append(f"$CC={env!r}")
     for name in CANDIDATES:
-        path = shutil.which(name)
-        if path:
-            return [path]
+        found = shutil.which(name, path=path)
+        if found:
+            return (found,)
         tried.append(name)
     raise CompilerNotFoundError(
         "no C compiler found (tried " + ", ".join(tried) + "); install gcc or clang, or set "
