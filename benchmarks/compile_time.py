@@ -11,7 +11,8 @@ Programs, each a JAX function lowered once (so hlofuse and jax.jit compile the s
 For each: the instruction count; `hlofuse opt --pipeline xla` in process (CPU seconds, best of
 --repeat, with each pass's share); a cold `hlofuse.compile(text)` on the cpu backend into an
 empty HLOFUSE_CACHE_DIR, split into pipeline (parse + xla), C generation and the C compiler,
-then a warm compile from that cache; and jax.jit's lower and compile of the same function.
+then a warm compile from that cache; and jax.jit's lower and compile of the same function,
+in a fresh process too (`jax_in_subprocess`).
 With --baseline REF each text also goes through the pipeline of hlofuse at git commit REF,
 right after the current code (a subprocess on a `git archive` of it; a program that takes
 longer than --max-seconds there is cut off and recorded as such, and the larger ones of its
@@ -390,6 +391,7 @@ def cc_worker(path: str, previous: str | None = None) -> None:
 
 
 def time_jax(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, float]:
+    """jax.jit's lower and compile of `fn` (wall seconds), in this process."""
     import jax
 
     t0 = time.perf_counter()
@@ -398,6 +400,37 @@ def time_jax(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, float]:
     lowered.compile()
     t2 = time.perf_counter()
     return {"lower_s": t1 - t0, "compile_s": t2 - t1, "total_s": t2 - t0}
+
+
+def jax_in_subprocess(family: str, size: int, timeout_s: float) -> dict[str, Any]:
+    """`time_jax` of program `family-size` in a fresh process, as hlofuse's cold compile runs
+    in one: after one tiny jit compile there (as hlofuse's compiles `_PRIME` first) and the
+    program's tracing (as `hlo_text` traces it before hlofuse compiles). jax.jit in the sweep's
+    own process was up to 1.5x slower after the sweep's largest programs (gpt-16: 3.47 s there,
+    2.53 s fresh), which flattered hlofuse."""
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--jax-worker", family, str(size)],
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"error": f"exit {proc.returncode}: {tail[:300]}"}
+    return dict(json.loads(lines[-1]))
+
+
+def jax_worker(family: str, size: int) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from hlofuse.frontends.jax import hlo_text
+
+    x = jnp.ones((4, 4), jnp.float32)
+    jax.jit(lambda a, b: a @ b + 1.0).lower(x, x).compile()
+    fn, fargs = PROGRAMS[family](size)
+    hlo_text(fn, *fargs)
+    print(json.dumps(time_jax(fn, fargs)), flush=True)
 
 
 # ----- the baseline (another hlofuse commit, in a subprocess) --------------------------------
@@ -493,7 +526,7 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
                 row["cpu_compile"] = cold_compile_in_subprocess(text, args.cc_timeout, previous)
             previous = text
             if args.jax:
-                row["jax"] = time_jax(fn, fargs)
+                row["jax"] = jax_in_subprocess(family, size, args.cc_timeout)
             rows.append(row)
             print("  " + summary_line(row), file=sys.stderr, flush=True)
     if baseline is not None:
@@ -524,7 +557,9 @@ def summary_line(row: dict[str, Any]) -> str:
             parts.append(f"after the previous size {c['after_previous_s']:.2f} s "
                          f"({c['units_compiled']} of {c['units_total'] or 1} units compiled)")
     if "jax" in row:
-        parts.append(f"jax.jit {row['jax']['total_s']:.2f} s")
+        j = row["jax"]
+        parts.append(f"jax.jit {j['total_s']:.2f} s" if "total_s" in j
+                     else f"jax.jit failed: {j.get('error', '?')}")
     return "; ".join(parts)
 
 
@@ -553,7 +588,7 @@ def report(payload: dict[str, Any]) -> str:
         else:
             cold, warm = "-", "-"
         j = r.get("jax") or {}
-        jax = f"{j['total_s']:.2f}" if j else "-"
+        jax = f"{j['total_s']:.2f}" if "total_s" in j else ("failed" if j else "-")
         out.append(f"| {r['name']} | {n} | {x:.2f} ({x / n * 1e3:.2f}) | {before} | {cold} | "
                    f"{warm} | {jax} |")
     after = [r for r in rows if "after_previous_s" in (r.get("cpu_compile") or {})]
@@ -650,6 +685,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replot", metavar="JSON", help="redraw the PNG of a results file")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cc-worker", help=argparse.SUPPRESS)
+    p.add_argument("--jax-worker", nargs=2, help=argparse.SUPPRESS)
     p.add_argument("files", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.repeat is None:
@@ -659,6 +695,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cc_worker:
         cc_worker(args.cc_worker, args.files[0] if args.files else None)
+        return 0
+    if args.jax_worker:
+        jax_worker(args.jax_worker[0], int(args.jax_worker[1]))
         return 0
     if args.report:
         print(report(json.loads(Path(args.report).read_text())))
