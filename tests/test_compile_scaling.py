@@ -269,3 +269,25 @@ def test_opcode_members_are_plain_class_attributes() -> None:
         assert "not a valid Opcode" in str(err)
     else:
         raise AssertionError("Opcode('not-an-opcode') did not raise")
+
+
+def test_called_matches_called_computations() -> None:
+    """`passes.utils.called` (one-attribute fast path) lists what
+    `Instruction.called_computations` does, in its order, on modules with fusions, reduces,
+    while loops and conditionals."""
+    from pathlib import Path
+
+    from hlofuse.passes.utils import called
+
+    here = Path(__file__).parent / "hlo"
+    seen = 0
+    for name in ("xla_control_flow.hlo", "xla_reduce_fusion.hlo", "jax_loop_short.hlo",
+                 "jax_mlp_short.hlo"):
+        module = parse((here / name).read_text())
+        run_pipeline(module, "xla")
+        for comp in module.computations:
+            for instr in comp.instructions:
+                assert called(instr) == instr.called_computations(), instr.name
+                seen += bool(called(instr))
+    assert seen >= 5
+

@@ -38,6 +38,19 @@ def test_decision_combinators() -> None:
     assert not d and d.figures == {"bytes": 3} and str(d) == "why"
 
 
+def test_refusals_without_figures_are_shared_and_bounded() -> None:
+    from hlofuse.passes.fusion import decision
+
+    assert FusionDecision.no("why", "rule") is FusionDecision.no("why", "rule")
+    assert FusionDecision.no("why") is not FusionDecision.no("why", "rule")
+    with_figures = FusionDecision.no("why", "rule", bytes=3)
+    assert with_figures is not FusionDecision.no("why", "rule", bytes=3)
+    assert with_figures.figures == {"bytes": 3} and FusionDecision.no("why", "rule").figures == {}
+    for k in range(decision._MAX_REFUSALS + 10):
+        FusionDecision.no(f"refusal {k}")
+    assert len(decision._REFUSALS) <= decision._MAX_REFUSALS
+
+
 def test_config_options_from_text() -> None:
     cfg = FusionConfig.from_options({"may_duplicate": "false", "merger_bytes_ratio": "1.5",
                                      "gpu_cheap_ops": "{divide}"})
