@@ -89,6 +89,25 @@ def test_idiv_imod_fold_when_the_remainder_is_in_range() -> None:
     assert [t.op for t in g.idiv(y, 4).vals()] == ["idiv"]
 
 
+def test_idiv_imod_pull_out_the_multiples_of_the_divisor() -> None:
+    """x = n*y + r with r >= 0 (but not below n): x // n = y + r // n and x % n = r % n, so
+    an index such as ((j + 384*r) / 128) % 3 becomes (j / 128) % 3, then j / 128 when j < 384."""
+    g = ir.Graph()
+    j, r = ir.Var("j", 0, 384), ir.Var("r", 0, 512)
+    x = ir.affine(j) + ir.affine(r) * 384
+    q = g.idiv(x, 128)
+    assert q.coef(r) == 3 and [v.op for v in q.vals()] == ["idiv"]
+    assert q.vals()[0].args[0].arg == ir.affine(j)  # the division reads j alone
+    m = g.imod(q, 3)
+    assert m == q.without(r)  # j / 128 lies in [0, 3): it is its own remainder
+    assert [v.op for v in g.imod(x, 32).vals()] == ["imod"]
+    assert g.imod(x, 32).vals()[0].args[0].arg == ir.affine(j)
+    # a remainder part that may be negative is left whole
+    k = ir.Var("k", -4, 4)
+    z = ir.affine(r) * 8 + ir.affine(k) + 8  # (>= 4, but its part k may be below 0)
+    assert [v.args[0].arg for v in g.idiv(z, 8).vals()] == [z]
+
+
 def test_deep_chains_need_no_recursion() -> None:
     g = ir.Graph()
     buf = ir.Buffer("in0", F32, 1, "in")

@@ -253,10 +253,11 @@ Bounds = tuple[int, int] | None
 
 def value_bounds(v: Val, depth: int = 0, memo: dict[int, Bounds] | None = None) -> Bounds:
     """Inclusive bounds of an integer value, where they are known: constants, index
-    expressions, clamps (maximum/minimum: a dynamic slice's start), integer conversions, loads
-    (the type's range), and sums, differences, products and right shifts by a constant whose
-    exact result stays in the type's range (no wrap-around). None for anything else, or past a
-    small depth. `memo` (value uid -> bounds) keeps a pass that asks for many values linear."""
+    expressions, integer divisions and remainders of non-negative ones, clamps (maximum/minimum:
+    a dynamic slice's start), integer conversions, loads (the type's range), and sums,
+    differences, products and right shifts by a constant whose exact result stays in the
+    type's range (no wrap-around). None for anything else, or past a small depth. `memo` (value
+    uid -> bounds) keeps a pass that asks for many values linear."""
     if memo is not None:
         if v.uid not in memo:
             memo[v.uid] = _value_bounds(v, depth, memo)
@@ -275,6 +276,14 @@ def _value_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None) -> Bounds:
         return int(const_value(v)), int(const_value(v))
     if v.op == "index":
         return v.arg.bounds(depth + 1)
+    if v.op in ("idiv", "imod"):  # of a value >= 0 by n > 0
+        r = value_bounds(v.args[0], depth + 1, memo)
+        if r is None or r[0] < 0:
+            return None
+        n = v.arg
+        if v.op == "idiv":
+            return r[0] // n, r[1] // n
+        return r if r[1] < n else (0, n - 1)
     if v.op == "load":
         info = np.iinfo(v.dtype.np)
         return int(info.min), int(info.max)
@@ -418,10 +427,16 @@ class Graph:
             return x
         if x.is_const:
             return affine(x.const // n)
-        high, low = _split_multiple(x, n)
-        if low is not None:  # x = n*y + r, 0 <= r < n  ->  x // n = y
-            return Affine(tuple((t, c // n) for t, c in high.terms), high.const // n)
-        return affine(self.make("idiv", S64, (self.index(x),), n))
+        high, low, bounds = _split_multiple(x, n)
+        if bounds is None or bounds[0] < 0:
+            return affine(self.make("idiv", S64, (self.index(x),), n))
+        # x = n*y + r with r >= 0  ->  x // n = y + r // n, and r // n = 0 when r < n
+        y = Affine(tuple((t, c // n) for t, c in high.terms), high.const // n)
+        if bounds[1] < n:
+            return y
+        if y == ZERO:
+            return affine(self.make("idiv", S64, (self.index(x),), n))
+        return y + affine(self.make("idiv", S64, (self.index(low),), n))
 
     def imod(self, x: Affine, n: int) -> Affine:
         """`x % n` for x >= 0, n > 0 (folded when it can be)."""
@@ -429,24 +444,26 @@ class Graph:
             return ZERO
         if x.is_const:
             return affine(x.const % n)
-        _high, low = _split_multiple(x, n)
-        if low is not None:
+        high, low, bounds = _split_multiple(x, n)
+        if bounds is None or bounds[0] < 0:
+            return affine(self.make("imod", S64, (self.index(x),), n))
+        # x = n*y + r with r >= 0  ->  x % n = r % n, which is r when r < n
+        if bounds[1] < n:
             return low
-        return affine(self.make("imod", S64, (self.index(x),), n))
+        if high == ZERO:
+            return affine(self.make("imod", S64, (self.index(x),), n))
+        return affine(self.make("imod", S64, (self.index(low),), n))
 
     def param(self, k: int, dtype: DType) -> Val:
         return self.make("param", dtype, (), k)
 
 
-def _split_multiple(x: Affine, n: int) -> tuple[Affine, Affine | None]:
-    """`x = high + low` with every coefficient of `high` (and its constant) a multiple of `n`;
-    `low` is None unless its range is known to lie in [0, n)."""
+def _split_multiple(x: Affine, n: int) -> tuple[Affine, Affine, tuple[int, int] | None]:
+    """`x = high + low` with every coefficient of `high` (and its constant) a multiple of `n`,
+    and the inclusive range of `low` (None if unknown)."""
     high = Affine(tuple((t, c) for t, c in x.terms if c % n == 0), x.const - x.const % n)
     low = Affine(tuple((t, c) for t, c in x.terms if c % n), x.const % n)
-    b = low.bounds()
-    if b is None or b[0] < 0 or b[1] >= n:
-        return high, None
-    return high, low
+    return high, low, low.bounds()
 
 
 def _key(arg: Any) -> Any:
