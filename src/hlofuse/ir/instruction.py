@@ -230,12 +230,25 @@ class Instruction:
     # ----- attributes and called computations ---------------------------------------------
 
     def called_computations(self) -> list[Computation]:
+        """The computations this instruction calls, in `COMPUTATION_ATTRS` order. Most call
+        nothing, and most of the rest name one attribute (a fusion's `calls`, a reduce's
+        `to_apply`): both are answered without the ordered walk (every pass walks every
+        computation's instructions through this)."""
         attrs = self.attrs
-        if not attrs or _CALL_ATTRS.isdisjoint(attrs):  # (most instructions call nothing)
+        if not attrs:
             return []
+        keys = _CALL_ATTRS.intersection(attrs)
+        if not keys:
+            return []
+        if len(keys) == 1:
+            (key,) = keys
+            value = attrs[key]
+            if value is None:
+                return []
+            return list(value) if ATTRIBUTES[key] is AttrKind.COMPUTATIONS else [value]
         out: list[Computation] = []
         for key in COMPUTATION_ATTRS:
-            value = self.attrs.get(key)
+            value = attrs.get(key)
             if value is None:
                 continue
             if ATTRIBUTES[key] is AttrKind.COMPUTATIONS:

@@ -28,32 +28,9 @@ from hlofuse.ir.shape import ArrayShape, Shape
 _CALL_ATTRS = frozenset(COMPUTATION_ATTRS)
 
 
-def called(instr: Instruction) -> list[Computation]:
-    """`instr.called_computations()`, with a fast exit for the many that call nothing and a
-    fast path for the many that name computations in one attribute (a fusion's `calls`, a
-    reduce's `to_apply`): the walk over every module computation runs for each pass."""
-    attrs = instr.attrs
-    if not attrs:
-        return []
-    keys = _CALL_ATTRS.intersection(attrs)
-    if not keys:
-        return []
-    if len(keys) == 1:
-        (key,) = keys
-        value = attrs[key]
-        if value is None:
-            return []
-        return list(value) if isinstance(value, (tuple, list)) else [value]
-    out: list[Computation] = []
-    for key in COMPUTATION_ATTRS:
-        value = attrs.get(key)
-        if value is None:
-            continue
-        if isinstance(value, (tuple, list)):
-            out.extend(value)
-        else:
-            out.append(value)
-    return out
+# `instr.called_computations()` (its fast paths: most instructions call nothing or name one
+# computation attribute), as the function the passes import.
+called = Instruction.called_computations
 
 
 def ordered(comp: Computation) -> list[Instruction]:
