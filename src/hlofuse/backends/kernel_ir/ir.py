@@ -428,15 +428,14 @@ class Graph:
         if x.is_const:
             return affine(x.const // n)
         high, low, bounds = _split_multiple(x, n)
-        if bounds is None or bounds[0] < 0:
-            return affine(self.make("idiv", S64, (self.index(x),), n))
-        # x = n*y + r with r >= 0  ->  x // n = y + r // n, and r // n = 0 when r < n
-        y = Affine(tuple((t, c // n) for t, c in high.terms), high.const // n)
-        if bounds[1] < n:
-            return y
-        if y == ZERO:
-            return affine(self.make("idiv", S64, (self.index(x),), n))
-        return y + affine(self.make("idiv", S64, (self.index(low),), n))
+        if bounds is not None and bounds[0] >= 0:
+            # x = n*y + r with r >= 0  ->  x // n = y + r // n, and r // n = 0 when r < n
+            y = Affine(tuple((t, c // n) for t, c in high.terms), high.const // n)
+            if bounds[1] < n:
+                return y
+            if high != ZERO:
+                return y + self.idiv(low, n)
+        return affine(self.make("idiv", S64, (self.index(x),), n))
 
     def imod(self, x: Affine, n: int) -> Affine:
         """`x % n` for x >= 0, n > 0 (folded when it can be)."""
@@ -445,14 +444,13 @@ class Graph:
         if x.is_const:
             return affine(x.const % n)
         high, low, bounds = _split_multiple(x, n)
-        if bounds is None or bounds[0] < 0:
-            return affine(self.make("imod", S64, (self.index(x),), n))
-        # x = n*y + r with r >= 0  ->  x % n = r % n, which is r when r < n
-        if bounds[1] < n:
-            return low
-        if high == ZERO:
-            return affine(self.make("imod", S64, (self.index(x),), n))
-        return affine(self.make("imod", S64, (self.index(low),), n))
+        if bounds is not None and bounds[0] >= 0:
+            # x = n*y + r with r >= 0  ->  x % n = r % n, which is r when r < n
+            if bounds[1] < n:
+                return low
+            if high != ZERO:
+                return self.imod(low, n)
+        return affine(self.make("imod", S64, (self.index(x),), n))
 
     def param(self, k: int, dtype: DType) -> Val:
         return self.make("param", dtype, (), k)
