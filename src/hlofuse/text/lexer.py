@@ -33,11 +33,13 @@ SHOWN = 60  # characters of a token an error message quotes
 _SNIPPET = 160  # characters of the offending line an error message shows
 
 _SKIP = re.compile(r"(?:\s+|/\*.*?\*/|//[^\n\r]*)*", re.S)
+# A name token (the parser's one-line fast paths read names with it too).
+NAME = r"%?[A-Za-z_$][\w.\-$]*"
 _TOKEN = re.compile(
     r"""
     (?:\s+|/\*.*?\*/|//[^\n\r]*)*
     (?:
-    (?P<name>%?[A-Za-z_$][\w.\-$]*)
+    (?P<name>""" + NAME + r""")
    |(?P<num>-(?:inf|nan)(?![\w.\-])|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.]))
    |(?P<str>"(?:[^"\\\n]|\\.)*")
    |(?P<arrow>->)

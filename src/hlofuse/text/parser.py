@@ -61,16 +61,15 @@ from hlofuse.ir.shape import Shape
 from hlofuse.text.attr_checks import check_attribute
 from hlofuse.text.attrs import CompRef
 from hlofuse.text.header import HeaderParser
-from hlofuse.text.lexer import Token
+from hlofuse.text.lexer import NAME, Token
 from hlofuse.text.literals import parse_literal
 
 # Fast paths for the common form of a line (the token-by-token path reads the rest, and any
 # line these do not match whole): `[ROOT] name =` with spaces or tabs only, and an operand list
-# of plain names on one line, `a, %b.1, c)`. A name here is the lexer's name token.
-_NAME = r"%?[A-Za-z_$][\w.\-$]*"
-_HEAD = re.compile(rf"(?:(ROOT)[ \t]+)?({_NAME})[ \t]*=")
-_OPERAND_LIST = re.compile(rf"{_NAME}(?:[ \t]*,[ \t]*{_NAME})*[ \t]*\)")
-_OPERAND_NAME = re.compile(_NAME)
+# of plain names on one line, `a, %b.1, c)`, names being the lexer's name tokens.
+_HEAD = re.compile(rf"(?:(ROOT)[ \t]+)?({NAME})[ \t]*=")
+_OPERAND_LIST = re.compile(rf"{NAME}(?:[ \t]*,[ \t]*{NAME})*[ \t]*\)")
+_OPERAND_NAME = re.compile(NAME)
 _ATTRIBUTE_KEY = re.compile(r",[ \t]*([A-Za-z_][\w.\-$]*)[ \t]*=")
 
 _ASYNC_SUFFIXES = {"-start": Opcode.ASYNC_START, "-update": Opcode.ASYNC_UPDATE,
