@@ -354,13 +354,20 @@ def cold_compile_in_subprocess(text: str, timeout_s: float,
             f.write(t)
         paths.append(f.name)
     try:
-        proc = subprocess.run([sys.executable, __file__, "--cc-worker", *paths],
-                              capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:.0f} s"}
+        return _worker_json(["--cc-worker", *paths], timeout_s)
     finally:
         for path in paths:
             os.unlink(path)
+
+
+def _worker_json(args: list[str], timeout_s: float) -> dict[str, Any]:
+    """Run this script with `args` in a fresh process; the JSON object its last stdout line
+    prints, or {"error": ...} for a timeout, a crash or no output."""
+    try:
+        proc = subprocess.run([sys.executable, __file__, *args],
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -408,16 +415,7 @@ def jax_in_subprocess(family: str, size: int, timeout_s: float) -> dict[str, Any
     program's tracing (as `hlo_text` traces it before hlofuse compiles). jax.jit in the sweep's
     own process was up to 1.5x slower after the sweep's largest programs (gpt-16: 3.47 s there,
     2.53 s fresh), which flattered hlofuse."""
-    try:
-        proc = subprocess.run([sys.executable, __file__, "--jax-worker", family, str(size)],
-                              capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:.0f} s"}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return {"error": f"exit {proc.returncode}: {tail[:300]}"}
-    return dict(json.loads(lines[-1]))
+    return _worker_json(["--jax-worker", family, str(size)], timeout_s)
 
 
 def jax_worker(family: str, size: int) -> None:
