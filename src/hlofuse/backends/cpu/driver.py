@@ -8,7 +8,9 @@ computation, while loops, conditionals and calls included, with no Python betwee
 
 What each instruction becomes (decided by schedule.py, printed here):
 
-* a kernel (`is_kernel`): one line, `HF_CALL(k, NAME(in..., out...));` (timed under HF_PROFILE);
+* a kernel (`is_kernel`): one line, `HF_CALL(k, NAME(in..., out...));` (timed under HF_PROFILE),
+  or, in a straight run of TABLE_RUN calls or more, a row of a table that one loop runs
+  (sites.py: the C compiler takes much longer over a thousand calls than over their table);
 * parameter, constant, tuple, get-tuple-element, bitcast, reshape, copy, opt-barrier,
   add-dependency, identity custom calls: nothing at run time; they name existing buffers
   (`buffers.is_alias`); partition-id / replica-id: a static zero;
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hlofuse.backends.cpu import cexpr, fpenv, limits, units
+from hlofuse.backends.cpu import cexpr, fpenv, limits, sites, units
 from hlofuse.backends.cpu.assign import assign
 from hlofuse.backends.cpu.buffers import is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
@@ -257,6 +259,8 @@ class _Printer:
         self.subnormals = subnormals
         self.lines: list[str] = []
         self._depth = 1
+        self._tables = sites.Tables(sched.kernels)
+        self._bufs: set[int] = set()  # ids of the arena buffers the printed statements name
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self._depth + line)
@@ -269,6 +273,7 @@ class _Printer:
         if isinstance(x, Const):
             return f"(void *)hf_const{x.index}"
         if isinstance(x, Buf):
+            self._bufs.add(x.id)
             return f"hf_b{x.id}"
         if isinstance(x, Carried):
             return f"hf_w{x.id}_{x.leaf}"
@@ -293,10 +298,12 @@ class _Printer:
                 "  const int hf_stop0 = __atomic_load_n(hf_stop, __ATOMIC_RELAXED);",
                 "  (void)args; (void)results; (void)hf_arena; (void)hf_at; (void)hf_stop0;"]
         for b in sched.buffers:
-            head.append(f"  void *const hf_b{b.id} = hf_arena + {b.offset};  "
-                        + comment(b.label))
+            if b.id in self._bufs:
+                head.append(f"  void *const hf_b{b.id} = hf_arena + {b.offset};  "
+                            + comment(b.label))
         tail = ["  return 0;", "}", _ENTRY.format(entry=ENTRY_SYMBOL, size=size)]
-        consts = "\n".join(self._const(i, c) for i, c in enumerate(sched.consts))
+        consts = "\n".join([self._const(i, c) for i, c in enumerate(sched.consts)]
+                           + [self._tables.source(len(sched.consts))])
         entry = "\n".join(head + self.lines + tail)
         check_integers(consts + "\n" + entry, f"the driver of module {module.name}")
         head = _head(self.subnormals)  # (kernels were checked as they were printed)
@@ -330,6 +337,15 @@ class _Printer:
     # -- statements -----------------------------------------------------------------------------
 
     def block(self, body: list[Stmt]) -> None:
+        """Print `body`; long runs of calls as a loop over a table (sites.py)."""
+        at = 0
+        for start, stop in sites.runs(body):
+            self._statements(body[at:start])
+            self.emit(self._tables.run(body[start:stop]))
+            at = stop
+        self._statements(body[at:])
+
+    def _statements(self, body: list[Stmt]) -> None:
         for s in body:
             if isinstance(s, Call):
                 k = self.s.kernels[s.kernel]
