@@ -6,7 +6,11 @@ from-scratch ones, checked at every step of real pipeline runs:
 * ReachabilityMap (lazy, stale rows recomputed on demand): every query equals a fresh map's;
 * PostOrderKeeper: after every merge, the list equals what `post_order()` makes of the edited
   list;
-* fuse_instruction(assume_tidy=True): the same module text as the full tidy.
+* fuse_instruction(assume_tidy=True): the same module text as the full tidy;
+* what the fusion passes keep between their runs in one pipeline run (`module.caches`:
+  `analysis.Kept`, CSE's clean computations) equals a fresh computation wherever it is reused
+  (HLOFUSE_CHECK_KEPT), is valid by `Computation.version`, which every edit changes, and lives
+  for one pipeline run, emptied by a change from a pass that does not keep versions exact.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from hlofuse import examples
 from hlofuse.ir import fusion as F
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.base import CHECK_KEPT_ENV, Pipeline
 from hlofuse.passes.fusion import analysis, graph, order
 from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
+from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse, print_module
 from test_compile_scaling import chain_hlo, wide_hlo
@@ -36,7 +42,24 @@ MODULES: dict[str, Callable[[], str]] = {
     "attention": lambda: examples.text("attention"),
     "chain": lambda: chain_hlo(300),
     "wide": lambda: wide_hlo(80),
+    "divisor": lambda: DIVISOR,
 }
+
+# A remainder by a broadcast constant is cheap (is_expensive_base); it is fused before its
+# divisor, so it counts as expensive until the broadcast and then the constant follow it in.
+DIVISOR = """
+HloModule divisor
+ENTRY e {
+  x = s32[8] parameter(0)
+  y = s32[8] parameter(1)
+  c = s32[] constant(7)
+  b = s32[8] broadcast(c), dimensions={}
+  r = s32[8] remainder(x, b)
+  q = s32[8] divide(y, b)
+  a = s32[8] add(r, q)
+  ROOT n = s32[8] negate(a)
+}
+"""
 
 
 def _fresh_facts(a: analysis.FusionAnalyses, fusion: Instruction) -> analysis.FusionFacts:
@@ -201,3 +224,100 @@ def test_tidy_after_clone_equals_full_tidy(seed: int) -> None:
                                    assume_tidy=assume and fusion in tidy)
         texts.append(print_module(m))
     assert texts[0] == texts[1]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_entries_kept_between_pass_runs_equal_fresh_ones(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HLOFUSE_CHECK_KEPT recomputes every entry a pass run reuses from an earlier one (and
+    runs CSE on every computation it would skip as clean); the pipeline must get through."""
+    monkeypatch.setenv(CHECK_KEPT_ENV, "1")
+    checked = [0]
+    check = analysis.Kept._check
+
+    def counting_check(self: analysis.Kept, f: Instruction) -> None:
+        checked[0] += 1
+        check(self, f)
+
+    monkeypatch.setattr(analysis.Kept, "_check", counting_check)
+    module = parse(MODULES[name]())
+    run_pipeline(module, "xla")
+    if any(i.opcode is Opcode.FUSION for i in module.entry.instructions):
+        assert checked[0] > 0, "no entry was kept from one pass run to the next"
+
+
+def test_a_kept_fact_that_is_stale_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CHECK_KEPT_ENV, "1")
+    close = analysis.Kept.close
+
+    def spoiling_close(self: analysis.Kept) -> None:
+        for facts in self.facts.values():
+            facts.expensive += 1
+        close(self)
+
+    monkeypatch.setattr(analysis.Kept, "close", spoiling_close)
+    with pytest.raises(AssertionError, match="facts"):
+        run_pipeline(parse(examples.text("mlp_train_step")), "xla")
+
+
+def test_every_edit_changes_the_computation_version() -> None:
+    m = parse(DIVISOR)
+    comp = m.entry
+    x, y, c, b, r, q, a, n = comp.instructions
+    seen = [comp.version]
+
+    def changed() -> None:
+        assert comp.version != seen[-1]
+        seen.append(comp.version)
+
+    q.set_operand(0, x)
+    changed()
+    a.replace_operand(q, r)
+    changed()
+    a.append_operand(y)
+    changed()
+    a.set_operands([r, r])
+    changed()
+    extra = Instruction.create(Opcode.NEGATE, x.shape, [x], name="extra")
+    comp.add(extra)
+    changed()
+    comp.remove(extra)
+    changed()
+    r.replace_all_uses_with(y)  # (a reads r twice)
+    changed()
+    comp.root = a
+    changed()
+    comp.instructions = list(comp.instructions)
+    changed()
+    comp.touch()
+    changed()
+    fusion = F.create_fusion(n)
+    changed()
+    inner = fusion.fused_computation
+    before = inner.version
+    F.set_kind(fusion, "kInput")
+    assert inner.version != before  # the kind is part of what is kept about a fusion
+
+
+def test_caches_live_for_one_pipeline_run_and_non_exact_changes_empty_them() -> None:
+    m = parse(DIVISOR)
+    seen: list[dict[Any, Any] | None] = []
+
+    class Look:
+        name = "look"
+
+        def run(self, module: Any) -> bool:
+            seen.append(None if module.caches is None else dict(module.caches))
+            return False
+
+    class Edit:
+        name = "edit"
+
+        def run(self, module: Any) -> bool:
+            return True  # (says it changed the module, not how)
+
+    p = Pipeline("p", [InstructionFusion(), Look(), Edit(), Look()])
+    assert m.caches is None
+    p.execute(m)
+    assert m.caches is None
+    assert seen[0] and not seen[1]  # instruction fusion kept entries; the edit dropped them

@@ -28,6 +28,7 @@ class Computation:
         "_positions",
         "_removed",
         "_root",
+        "_version",
         "fusion_instruction",
         "name",
         "parent",
@@ -47,6 +48,21 @@ class Computation:
         # While `deferred_removals()` is active: instruction -> list index, a lookup aid
         # checked on every use (see `position`).
         self._positions: dict[Instruction, int] | None = None
+        # Counts edits (see `version`).
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever this computation does: an instruction added,
+        removed or replaced, an operand edge changed (Instruction's mutators), the root set, the
+        list replaced or parameters renumbered, or `touch()`. Code that edits the instruction
+        list in place, or an instruction's attributes or shape, calls `touch()`. Passes key
+        facts they keep between runs on it (`Module.caches`)."""
+        return self._version
+
+    def touch(self) -> None:
+        """Say that this computation changed in a way its mutators did not see."""
+        self._version += 1
 
     # ----- structure ----------------------------------------------------------------------
 
@@ -60,6 +76,7 @@ class Computation:
     def instructions(self, instrs: list[Instruction]) -> None:
         self._instructions = instrs
         self._positions = None
+        self._version += 1
         if self._removed:
             self._removed = set()
 
@@ -97,6 +114,7 @@ class Computation:
     @root.setter
     def root(self, instr: Instruction) -> None:
         self._root = instr
+        self._version += 1
 
     @property
     def has_root(self) -> bool:
@@ -143,6 +161,7 @@ class Computation:
     def parameters_renumbered(self, removed: int) -> None:
         """Parameter `removed` is gone and the ones after it were numbered one lower: move
         their index entries down too (a rebuild would cost a scan of every instruction)."""
+        self._version += 1
         if removed < len(self._parameter_index):
             del self._parameter_index[removed]
 
@@ -200,6 +219,7 @@ class Computation:
     def _adopt(self, instr: Instruction) -> None:
         """Make `instr` one of this computation's instructions (not yet listed)."""
         instr.parent = self
+        self._version += 1
         if self.parent is not None:
             instr.name = self.parent.unique_name(instr.name or instr.opcode.value)
         elif not instr.name:
@@ -248,6 +268,7 @@ class Computation:
 
     def _release(self, instr: Instruction) -> None:
         """Drop a removed instruction's edges, parent and name."""
+        self._version += 1
         instr.detach_operands()
         instr.control_predecessors = []
         instr.parent = None

@@ -73,6 +73,7 @@ def set_kind(fusion: Instruction, kind: str) -> None:
     if kind not in FUSION_KINDS:
         raise ValueError(f"unknown fusion kind {kind!r}")
     fusion.attrs["kind"] = kind
+    fusion.fused_computation.touch()  # (facts kept about the fusion are keyed on its version)
 
 
 # ----- creating a fusion -------------------------------------------------------------------
@@ -174,6 +175,8 @@ def _drop_operand(fusion: Instruction, number: int) -> None:
     every remaining operand, which it mostly is already (no list is rebuilt then)."""
     operands = fusion._operands
     dropped = operands.pop(number)
+    if fusion.parent is not None:
+        fusion.parent.touch()
     if dropped not in operands:
         _drop_user(dropped.users, fusion)
     for op in dict.fromkeys(operands):
@@ -383,6 +386,8 @@ def make_multi_output(fusion: Instruction) -> None:
     old_users = list(fusion.users)
     was_root = fusion.is_root
     fusion.shape = tup.shape
+    if fusion.parent is not None:
+        fusion.parent.touch()
     comp = fusion.parent
     assert comp is not None
     gte = _new_gte(fusion, 0, root.shape)
@@ -410,6 +415,8 @@ def _add_output(fusion: Instruction, value: Instruction) -> int:
     assert isinstance(root.shape, TupleShape)
     root.shape = TupleShape((*root.shape.elements, value.shape))
     fusion.shape = root.shape
+    if fusion.parent is not None:
+        fusion.parent.touch()
     return root.operand_count - 1
 
 

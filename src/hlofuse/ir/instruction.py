@@ -162,6 +162,8 @@ class Instruction:
         if old is new:
             return
         self._operands[i] = new
+        if self.parent is not None:
+            self.parent._version += 1
         # (`in` and `index` on instruction lists compare by identity: Instruction has eq=False)
         if old not in self._operands and not _drop_user(old.users, self):
             raise ValueError(f"{self.name} is not a user of {old.name}")
@@ -175,6 +177,8 @@ class Instruction:
         count = operands.count(old)  # (a failing index() would format repr(old))
         if not count:
             return
+        if self.parent is not None:
+            self.parent._version += 1
         # every position of `old` at once (a root tuple may have thousands of operands, and
         # each of its producers is replaced in turn): the user lists change once
         i = -1
@@ -188,6 +192,8 @@ class Instruction:
 
     def append_operand(self, new: Instruction) -> None:
         self._operands.append(new)
+        if self.parent is not None:
+            self.parent._version += 1
         if self not in new.users:
             new.users.append(self)
 
@@ -207,6 +213,8 @@ class Instruction:
         operands whose user lists this was removed from."""
         dropped = {op for op in set(self._operands) if _drop_user(op.users, self)}
         self._operands.clear()
+        if self.parent is not None:
+            self.parent._version += 1
         return dropped
 
     def replace_all_uses_with(self, new: Instruction) -> None:
@@ -220,6 +228,8 @@ class Instruction:
                 user.control_predecessors = [
                     new if p is self else p for p in user.control_predecessors
                 ]
+                if user.parent is not None:
+                    user.parent.touch()
         if self.parent is not None and self.parent.root is self:
             self.parent.root = new
 

@@ -76,6 +76,10 @@ class Module:
         self._next_suffix: dict[str, int] = {}
         # Free-form per-module facts passes may attach (e.g. the fusion trace).
         self.annotations: dict[str, Any] = {}
+        # Facts passes keep between their runs within one top-level pipeline run, each valid
+        # by the `Computation.version`s it recorded; None outside a pipeline run, and emptied
+        # when a pass that does not keep versions exact changes the module (passes/base.py).
+        self.caches: dict[Any, Any] | None = None
 
     # ----- computations -------------------------------------------------------------------
 

@@ -28,6 +28,10 @@ What a run guarantees:
   having changed the module since, is skipped: its passes would change nothing (each is a
   function of the module and its options). The `hlofuse` pipeline reruns simplification
   after each of its transformations, which on most programs change nothing;
+* passes may keep facts between their runs in `module.caches`, which lives for one top-level
+  run: each fact is valid by the `Computation.version`s it recorded, and a pass that changes
+  the module without declaring `exact_versions = True` (all its edits go through the IR's
+  mutators, or `touch()` the computation) empties the caches;
 * the cyclic garbage collector is held off while a top-level pipeline runs (`gcpause`):
   passes allocate many linked objects that outlive young collections, and each full
   collection then walks every object of the process (the module, and in a JAX session all of
@@ -51,6 +55,13 @@ from hlofuse.ir.module import Module
 logger = logging.getLogger("hlofuse.passes")
 
 VERIFY_ENV = "HLOFUSE_VERIFY"
+# Debug checking of facts kept between pass runs (`module.caches`): each kept fact is
+# recomputed where it is reused, and a difference fails (the test suite passes with it).
+CHECK_KEPT_ENV = "HLOFUSE_CHECK_KEPT"
+
+
+def checking_kept() -> bool:
+    return os.environ.get(CHECK_KEPT_ENV, "") not in ("", "0")
 
 
 @runtime_checkable
@@ -198,6 +209,8 @@ def _run_one(p: Pass, module: Module, run: _Run, prefix: str) -> bool:
     logger.debug("%s: changed=%s %.2f ms", path, changed, seconds * 1e3)
     if changed:
         run.settled.clear()
+        if module.caches and not getattr(p, "exact_versions", False):
+            module.caches.clear()  # it may have changed what no version counts
         if run.context.verify_enabled:
             verify_after(module, p.name)
         run.dump(module, p.name)
@@ -332,7 +345,14 @@ def _execute_top(
         run.dump_dir.mkdir(parents=True, exist_ok=True)
         run.dump(module, "before")
     t0 = time.perf_counter()
-    with gcpause.paused():
-        _run_one(p, module, run, "")
+    outer = module.caches  # (a pipeline run inside a pass shares the outer run's caches)
+    if outer is None:
+        module.caches = {}
+    try:
+        with gcpause.paused():
+            _run_one(p, module, run, "")
+    finally:
+        if outer is None:
+            module.caches = None
     report.seconds = time.perf_counter() - t0
     return report

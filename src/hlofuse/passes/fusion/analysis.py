@@ -1,11 +1,13 @@
-"""Facts about fusions that one pass run keeps, and updates as it fuses (issue 13).
+"""Facts about fusions that a pass run keeps, and updates as it fuses (issue 13).
 
-    pass run ──▶ FusionAnalyses(config)
+    pass run ──▶ kept = Kept.resume(module, config)   (what earlier runs left, still valid)
+                 FusionAnalyses(config, kept)         (one per computation)
                    indexing(F)  FusionNodeIndexingEvaluation of F (code duplication)
                    facts(F)     FusionFacts: shared memory, unnested reductions, physically
                                 transposing / heavy / expensive / possibly reusing ops
                    fuse(F, p)   fuse_instruction(F, p), then both updated for p's clone
                    forget(F)    F changed some other way: recomputed when next asked
+                 kept.close()                          (stamps each fusion's entries)
 
 A rule asked about a fusion used to walk the whole fused computation, so growing one fusion by
 n producers cost O(n^2). XLA keeps a FusionNodeIndexingEvaluation per fusion for one
@@ -17,9 +19,15 @@ fusion into a fusion this run has not tidied itself, drops the entry instead.
 Conditions enforced (what keeps the answers identical to the from-scratch functions in
 gpu_fusible.py, predicates.py and indexing.py):
 
-* an entry is valid only while its fusion is changed through this object (`fuse`, `created`)
-  or `forget` is called; a pass makes one per run and drops it at the end, so changes made by
-  other passes never meet a stale entry;
+* within a run, an entry is valid only while its fusion is changed through this object
+  (`fuse`, `created`) or `forget` is called;
+* between runs (of the fusion passes of one top-level pipeline run, `Module.caches`), a
+  fusion's entries are kept only if its fused computation is the same object at the same
+  `Computation.version` and its operands are the same instructions as when the run that made
+  them closed (`Kept`); every other entry, and every answer about a plain instruction, is
+  dropped. A pass that changes the module without keeping versions exact clears the caches
+  (`passes.base`). HLOFUSE_CHECK_KEPT=1 recomputes every kept entry and fails on a difference
+  (the test suite passes with it);
 * the incremental path (`assume_tidy` in ir/fusion.py) is taken only for a fusion this run
   created or already fused into, so its fused computation is as `fuse_instruction` left it;
 * entries are keyed by the instruction objects (held, so no id is reused while cached);
@@ -30,13 +38,17 @@ gpu_fusible.py, predicates.py and indexing.py):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hlofuse.ir.fusion import fuse_instruction, is_fusion
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.fusion import fuse_instruction, fused_parameter_for, is_fusion
 from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.base import checking_kept
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
@@ -60,6 +72,8 @@ from hlofuse.passes.fusion.predicates import (
 _SHAPED_OPS = frozenset({Opcode.REDUCE, Opcode.COPY, Opcode.TRANSPOSE, Opcode.REDUCE_WINDOW,
                          Opcode.FUSION})
 
+
+_DIVISIONS = frozenset({Opcode.DIVIDE, Opcode.REMAINDER})
 
 _UNKNOWN = object()  # (no predicate answers this: `ask`'s "not remembered yet")
 
@@ -91,15 +105,98 @@ class FusionFacts:
         self.not_epilogue += not is_reduce_intermediate(instr)
 
 
-class FusionAnalyses:
-    """Per-fusion evaluations and facts for one pass run (see the module docstring)."""
+_Stamp = tuple[Computation, int, list[Instruction]]
+
+
+class Kept:
+    """Per-fusion entries the fusion passes share within a pass run and keep for the next
+    runs of one pipeline run, each with the stamp (fused computation, its version, the
+    fusion's operands) it was valid at."""
 
     def __init__(self, config: FusionConfig) -> None:
         self.config = config
-        self._indexing: dict[Instruction, FusionNodeIndexingEvaluation] = {}
-        self._facts: dict[Instruction, FusionFacts] = {}
-        self._reuse: dict[Instruction, dict[int, bool]] = {}  # fusion -> operand -> reuses?
-        self._unary: dict[Instruction, dict[Any, Any]] = {}  # instr -> predicate -> answer
+        self.indexing: dict[Instruction, FusionNodeIndexingEvaluation] = {}
+        self.facts: dict[Instruction, FusionFacts] = {}
+        self.reuse: dict[Instruction, dict[int, bool]] = {}  # fusion -> operand -> reuses?
+        self.unary: dict[Instruction, dict[Any, Any]] = {}  # instr -> predicate -> answer
+        self.memo: dict[Instruction, dict[Any, Any]] = {}  # fusion -> function -> answer
+        self._stamps: dict[Instruction, _Stamp] = {}
+
+    @classmethod
+    def resume(cls, module: Module, config: FusionConfig) -> Kept:
+        """The entries earlier runs in this pipeline run kept, those still valid (a fresh,
+        unkept object outside a pipeline run)."""
+        caches = module.caches
+        if caches is None:
+            return cls(config)
+        # (what is kept depends on every setting but may_duplicate, which only instruction
+        # fusion's own loop reads: its two runs per iteration share their entries)
+        config = dataclasses.replace(config, may_duplicate=False)
+        kept = caches.get((cls, config))
+        if kept is None:
+            kept = caches[(cls, config)] = cls(config)
+        else:
+            kept._validate()
+        return kept
+
+    def _validate(self) -> None:
+        stamps = self._stamps
+        check = checking_kept()
+        for table in (self.indexing, self.facts, self.reuse, self.unary, self.memo):
+            for f in [f for f in table if f not in stamps]:
+                del table[f]
+        for f, (comp, version, operands) in stamps.items():
+            if (f.parent is not None and f.opcode is Opcode.FUSION
+                    and f.attrs.get("calls") == (comp,) and comp.version == version
+                    and f._operands == operands):
+                if check:
+                    self._check(f)
+                continue
+            for table in (self.indexing, self.facts, self.reuse, self.unary, self.memo):
+                table.pop(f, None)
+        stamps.clear()
+
+    def close(self) -> None:
+        """The run is over: stamp every fusion with entries (the others' are dropped)."""
+        stamps = self._stamps
+        stamps.clear()
+        for table in (self.indexing, self.facts, self.reuse, self.unary, self.memo):
+            for f in table:
+                if f not in stamps and f.parent is not None and f.opcode is Opcode.FUSION:
+                    calls = f.attrs.get("calls")
+                    if isinstance(calls, tuple) and len(calls) == 1:
+                        stamps[f] = (calls[0], calls[0].version, list(f._operands))
+
+    def _check(self, f: Instruction) -> None:
+        """HLOFUSE_CHECK_KEPT: each kept entry of `f` equals its recomputation."""
+        config = self.config
+        fresh = FusionAnalyses(config)
+        where = f"kept entry of {f.name}"
+        if f in self.facts:
+            assert self.facts[f] == fresh.facts(f), f"{where}: facts"
+        if f in self.indexing:
+            old, new = self.indexing[f], FusionNodeIndexingEvaluation(f)
+            assert old.index_usage_count == new.index_usage_count, f"{where}: indexing counts"
+            assert old.indexing_users == new.indexing_users, f"{where}: indexing users"
+        for i, answer in self.reuse.get(f, {}).items():
+            assert answer == reuses_operand_elements(f, i), f"{where}: reuse of operand {i}"
+        for pred, answer in self.unary.get(f, {}).items():
+            assert answer == pred(f, config), f"{where}: {pred.__name__}"
+        for fn, answer in self.memo.get(f, {}).items():
+            assert answer == fn(f), f"{where}: {fn.__name__}"
+
+
+class FusionAnalyses:
+    """Per-fusion evaluations and facts for one pass run (see the module docstring)."""
+
+    def __init__(self, config: FusionConfig, kept: Kept | None = None) -> None:
+        self.config = config
+        kept = kept if kept is not None else Kept(config)
+        self._indexing = kept.indexing
+        self._facts = kept.facts
+        self._reuse = kept.reuse
+        self._unary = kept.unary  # instr -> predicate -> answer
+        self._memo = kept.memo
         self._tidy: set[Instruction] = set()  # fused computations this run left tidy
 
     # ----- queries ---------------------------------------------------------------------------
@@ -126,9 +223,9 @@ class FusionAnalyses:
         """`fn(instr)` (or `compute()`, which must give the same) for a function of one fusion
         (utilization, IR size), remembered until the fusion changes. Not for plain
         instructions whose answer depends on their users."""
-        known = self._unary.get(instr)
+        known = self._memo.get(instr)
         if known is None:
-            known = self._unary[instr] = {}
+            known = self._memo[instr] = {}
         try:
             return known[fn]
         except KeyError:
@@ -208,6 +305,7 @@ class FusionAnalyses:
         self._facts.pop(instr, None)
         self._reuse.pop(instr, None)
         self._unary.pop(instr, None)
+        self._memo.pop(instr, None)
         self._tidy.discard(instr)
 
     def fuse(self, fusion: Instruction, producer: Instruction) -> Instruction:
@@ -216,15 +314,31 @@ class FusionAnalyses:
         plain = tidy and not is_fusion(producer) and producer.opcode is not Opcode.TUPLE
         evaluation = self._indexing.get(fusion) if plain else None
         users = evaluation.remove_fusion_operand(producer) if evaluation is not None else set()
+        facts = self._facts.get(fusion) if plain else None
+        # a divide or remainder is cheap when its divisor is a constant or a broadcast of one
+        # (is_expensive_base): one reading the producer's parameter, directly or through a
+        # broadcast, may become cheap once the producer is in
+        divisions: list[Instruction] = []
+        if facts is not None:
+            param = fused_parameter_for(fusion, producer)
+            for u in param.users if param is not None else ():
+                if u.opcode in _DIVISIONS:
+                    divisions.append(u)
+                elif u.opcode is Opcode.BROADCAST:
+                    divisions.extend(v for v in u.users if v.opcode in _DIVISIONS)
+        divisions = list(dict.fromkeys(divisions)) if divisions else divisions
+        expensive_before = sum(is_expensive(u, self.config) for u in divisions)
         value = fuse_instruction(fusion, producer, assume_tidy=tidy)
         self._reuse.pop(fusion, None)
         self._unary.pop(fusion, None)
+        self._memo.pop(fusion, None)
         if plain and value.parent is fusion.fused_computation:
             if evaluation is not None:
                 evaluation.update_evaluation_cache(value, users)
-            facts = self._facts.get(fusion)
             if facts is not None:
                 facts.add(value, self.config)
+                facts.expensive += sum(is_expensive(u, self.config)
+                                       for u in divisions) - expensive_before
         else:
             self.forget(fusion)
         self._tidy.add(fusion)

@@ -42,7 +42,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import TupleShape, leaves
-from hlofuse.passes.fusion.analysis import FusionAnalyses
+from hlofuse.passes.fusion.analysis import FusionAnalyses, Kept
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
@@ -224,13 +224,15 @@ class FusionMerger(FusionOptions):  # type: ignore[misc]
     """XLA's GPU FusionMerger; options are the FusionConfig settings."""
 
     name: ClassVar[str] = "fusion-merger"
+    exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
         config: FusionConfig = self.config()
         trace = trace_of(module)
+        kept = Kept.resume(module, config)
         changed = False
         for comp in fusible_computations(module):
-            analyses = FusionAnalyses(config)
+            analyses = FusionAnalyses(config, kept)
             with comp.deferred_removals():
                 for instr in comp.post_order():
                     if instr.parent is not comp or not is_fusion(instr):
@@ -241,5 +243,6 @@ class FusionMerger(FusionOptions):  # type: ignore[misc]
                     if decision:
                         fuse_into_all_users(instr, config, analyses)
                         changed = True
+        kept.close()
         return changed
 

@@ -241,6 +241,7 @@ def _flat(dtype_shape: ArrayShape, n: int) -> ArrayShape:
 def _add(comp: Computation, instr: Instruction) -> Instruction:
     instr.parent = comp
     comp.instructions.append(instr)
+    comp.touch()
     return instr
 
 
@@ -442,6 +443,7 @@ class HorizontalLoopFusion(FusionOptions):  # type: ignore[misc,valid-type]
     """GpuHorizontalLoopFusion (E2 sliced-input mode)."""
 
     name: ClassVar[str] = LOOP_PASS
+    exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
         config: FusionConfig = self.config()
@@ -459,6 +461,7 @@ class HorizontalInputFusion(FusionOptions):  # type: ignore[misc,valid-type]
     """GpuHorizontalInputFusion: sibling-free reductions into one multi-output kInput."""
 
     name: ClassVar[str] = INPUT_PASS
+    exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
         config: FusionConfig = self.config()

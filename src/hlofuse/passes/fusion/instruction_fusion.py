@@ -40,7 +40,7 @@ from hlofuse.ir.fusion import create_fusion, fuse_instruction, is_fusion, set_ki
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.passes.fusion.analysis import FusionAnalyses
+from hlofuse.passes.fusion.analysis import FusionAnalyses, Kept
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
@@ -195,13 +195,13 @@ def fuse(producer: Instruction, consumer: Instruction, config: FusionConfig,
 
 class _ComputationRun:
     def __init__(self, pass_name: str, config: FusionConfig, comp: Computation,
-                 trace: FusionTrace) -> None:
+                 trace: FusionTrace, kept: Kept | None = None) -> None:
         self.pass_name = pass_name
         self.config = config
         self.comp = comp
         self.trace = trace
         self.do_not_duplicate: set[Instruction] = set()
-        self.analyses = FusionAnalyses(config)
+        self.analyses = FusionAnalyses(config, kept)
         # ComputeGloballyUnfusible (no edits meanwhile): instruction -> operand -> positions
         self._positions: dict[Instruction, dict[Instruction, list[int]]] = {}
 
@@ -352,12 +352,15 @@ class InstructionFusion(FusionOptions):  # type: ignore[misc]
     """XLA's (Gpu)InstructionFusion; options are the FusionConfig settings."""
 
     name: ClassVar[str] = "instruction-fusion"
+    exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
         config: FusionConfig = self.config()
         trace = trace_of(module)
+        kept = Kept.resume(module, config)
         changed = False
         for comp in fusible_computations(module):
             with comp.deferred_removals():
-                changed |= _ComputationRun(self.name, config, comp, trace).run()
+                changed |= _ComputationRun(self.name, config, comp, trace, kept).run()
+        kept.close()
         return changed

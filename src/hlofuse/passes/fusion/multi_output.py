@@ -64,7 +64,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
-from hlofuse.passes.fusion.analysis import FusionAnalyses
+from hlofuse.passes.fusion.analysis import FusionAnalyses, Kept
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision, all_
 from hlofuse.passes.fusion.gpu_fusible import (
@@ -439,12 +439,13 @@ def fuse_producer_into_consumer(producer: Instruction, consumer: Instruction,
     return consumer
 
 
-def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder) -> bool:
-    """DoMultiOutputFusion for one computation."""
+def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder,
+                       kept: Kept | None = None) -> bool:
+    """DoMultiOutputFusion for one computation (`kept`: the pass run's per-fusion entries)."""
     post_order = comp.post_order()
     reach = ReachabilityMap(comp, post_order)
     order = PostOrderKeeper(comp)
-    analyses = FusionAnalyses(config)
+    analyses = FusionAnalyses(config, kept)
     changed = False
     for producer in reversed(post_order):
         if producer.parent is not comp:
@@ -477,12 +478,15 @@ class MultiOutputFusion(FusionOptions):  # type: ignore[misc,valid-type]
     """GpuMultiOutputFusion: sibling then producer-consumer multi-output fusion."""
 
     name: ClassVar[str] = PASS_NAME
+    exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
         config: FusionConfig = self.config()
         trace = trace_of(module)
+        kept = Kept.resume(module, config)
         changed = False
         for comp in non_fusion_computations(module):
             record = TraceRecorder(trace, comp)
-            changed |= run_on_computation(comp, config, record)
+            changed |= run_on_computation(comp, config, record, kept)
+        kept.close()
         return changed

@@ -27,6 +27,7 @@ from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
+from hlofuse.passes.base import checking_kept
 from hlofuse.passes.registry import register
 from hlofuse.passes.utils import Rewriter, has_side_effect, ordered
 
@@ -119,13 +120,28 @@ class Cse:
     its fusion and horizontal-fusion fixpoints: the kernels themselves are never merged there)."""
 
     name: ClassVar[str] = "cse"
+    exact_versions: ClassVar[bool] = True  # (passes/base.py)
     only_fusion_computations: bool = False
 
     def run(self, module: Module) -> bool:
         cache: dict[int, bool] = {}
+        # fused computations this pipeline run found nothing to merge in, at that version
+        # (the fusion fixpoints run CSE three times or more; most fusions do not change)
+        clean: dict[Computation, int] | None = (
+            module.caches.setdefault((Cse, "clean"), {}) if module.caches is not None
+            else None)
+        check = checking_kept()
         changed = False
         for comp in list(module.computations):  # unreachable ones too: DCE drops them
-            if self.only_fusion_computations and not comp.is_fusion_computation:
+            fused = comp.is_fusion_computation
+            if self.only_fusion_computations and not fused:
                 continue
-            changed |= cse_computation(comp, cache)
+            if clean is not None and fused and clean.get(comp) == comp.version:
+                if check:  # (HLOFUSE_CHECK_KEPT: a skipped computation has nothing to merge)
+                    assert not cse_computation(comp, cache), f"kept clean: {comp.name}"
+                continue
+            if cse_computation(comp, cache):
+                changed = True
+            elif clean is not None and fused:
+                clean[comp] = comp.version
         return changed

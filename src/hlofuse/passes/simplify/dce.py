@@ -78,6 +78,7 @@ class Dce:
     remove_computations: bool = True
 
     name: ClassVar[str] = "dce"
+    exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
         changed = False
