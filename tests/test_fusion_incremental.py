@@ -263,7 +263,7 @@ def test_a_kept_fact_that_is_stale_fails_the_check(monkeypatch: pytest.MonkeyPat
 def test_every_edit_changes_the_computation_version() -> None:
     m = parse(DIVISOR)
     comp = m.entry
-    x, y, c, b, r, q, a, n = comp.instructions
+    x, y, _c, _b, r, q, a, n = comp.instructions
     seen = [comp.version]
 
     def changed() -> None:
