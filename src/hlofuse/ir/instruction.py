@@ -268,6 +268,8 @@ class Instruction:
         return out
 
     def replace_called_computation(self, old: Computation, new: Computation) -> None:
+        if self.parent is not None:
+            self.parent.touch()
         for key in COMPUTATION_ATTRS:
             value = self.attrs.get(key)
             if value is None:

@@ -24,6 +24,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import OPCODES, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape
+from hlofuse.passes.base import checking_kept
 
 _CALL_ATTRS = frozenset(COMPUTATION_ATTRS)
 
@@ -296,21 +297,39 @@ def callees(comp: Computation) -> list[Computation]:
 
 def computations_post_order(module: Module) -> list[Computation]:
     """`module.computations_post_order()` (callees before callers, the entry last), computed
-    with an explicit stack and the fast `called` (the fusion passes ask for it every run)."""
+    with an explicit stack and the fast `called` (the fusion passes ask for it every run).
+    During a pipeline run, each computation's callees are kept by its version
+    (`module.caches`): the walk reads every fused computation, most of which no pass run
+    changes."""
     order: list[Computation] = []
     seen: set[int] = set()
+    kept: dict[Computation, tuple[int, list[Computation]]] | None = (
+        module.caches.setdefault(callees, {}) if module.caches is not None else None)
+    check = kept is not None and checking_kept()
+
+    def calls(comp: Computation) -> list[Computation]:
+        if kept is None:
+            return callees(comp)
+        known = kept.get(comp)
+        if known is not None and known[0] == comp.version:
+            if check:
+                assert known[1] == callees(comp), f"kept callees of {comp.name}"
+            return known[1]
+        out = callees(comp)
+        kept[comp] = (comp.version, out)
+        return out
 
     def visit(root: Computation) -> None:
         if id(root) in seen:
             return
         seen.add(id(root))
-        stack = [(root, iter(callees(root)))]
+        stack = [(root, iter(calls(root)))]
         while stack:
             comp, pending = stack[-1]
             for callee in pending:
                 if id(callee) not in seen:
                     seen.add(id(callee))
-                    stack.append((callee, iter(callees(callee))))
+                    stack.append((callee, iter(calls(callee))))
                     break
             else:
                 order.append(comp)
