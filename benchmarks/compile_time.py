@@ -520,18 +520,42 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
             row["xla"] = time_pipeline(text, args.repeat)
             if baseline is not None:
                 row["xla_baseline"] = baseline.time(name, family, text)
-            if args.cc and row["instructions"] <= args.cc_max_instructions:
-                row["cpu_compile"] = cold_compile_in_subprocess(text, args.cc_timeout, previous)
+            cc = args.cc and row["instructions"] <= args.cc_max_instructions
+            colds: list[dict[str, Any]] = []
+            jits: list[dict[str, Any]] = []
+            for k in range(args.rounds):  # the two sides alternate, each in a fresh process
+                if cc:
+                    colds.append(cold_compile_in_subprocess(
+                        text, args.cc_timeout, previous if k == 0 else None))
+                if args.jax:
+                    jits.append(jax_in_subprocess(family, size, args.cc_timeout))
+            if colds:
+                row["cpu_compile"] = median_run(colds, "cold_total_s")
+            if jits:
+                row["jax"] = median_run(jits, "total_s")
             previous = text
-            if args.jax:
-                row["jax"] = jax_in_subprocess(family, size, args.cc_timeout)
             rows.append(row)
             print("  " + summary_line(row), file=sys.stderr, flush=True)
     if baseline is not None:
         baseline.close()
-    return {"quick": args.quick, "repeat": args.repeat, "baseline": args.baseline,
+    return {"quick": args.quick, "repeat": args.repeat, "rounds": args.rounds,
+            "baseline": args.baseline,
             "baseline_repeat": args.baseline_repeat if args.baseline else None, "rows": rows,
             "machine_load": os.getloadavg(), "cpu_model": harness.machine().get("cpu")}
+
+
+def median_run(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The run whose `key` is the median of `runs` (the lower middle one of an even count),
+    with every run's `key` listed under `key + "_runs"` and what only the first run measured
+    (a compile after the previous program) kept. A failed run (an "error") is returned as it
+    is: a failure is not averaged away."""
+    for r in runs:
+        if "error" in r:
+            return r
+    ordered = sorted(runs, key=lambda r: float(r[key]))
+    out = {**runs[0], **ordered[(len(ordered) - 1) // 2]}
+    out[key + "_runs"] = [float(r[key]) for r in runs]
+    return out
 
 
 def summary_line(row: dict[str, Any]) -> str:
@@ -665,6 +689,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     p.add_argument("--repeat", type=int, default=None, help="best of N pipeline runs (3)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="cold compiles and jax.jit compiles per program, alternating, each in "
+                        "a fresh process; the median of each is reported (1)")
     p.add_argument("--families", nargs="+", default=list(FULL), choices=list(FULL))
     p.add_argument("--no-cc", dest="cc", action="store_false", help="skip the cpu compile")
     p.add_argument("--cc-max-instructions", type=int, default=20000,
