@@ -72,6 +72,11 @@ class PassError(HloError):
     """An unknown pass or pass option, or a pass that failed."""
 
 
+class KeptFactError(PassError):
+    """HLOFUSE_CHECK_KEPT: a fact a pass kept from an earlier run differs from a fresh one
+    (a bug in the caches' invalidation, never in the input)."""
+
+
 class CompileError(HloError):
     """The native backend could not build or load a module (or no C compiler was found)."""
 

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from hlofuse import gcpause
-from hlofuse.errors import HloVerifyError, PassError
+from hlofuse.errors import HloVerifyError, KeptFactError, PassError
 from hlofuse.ir.module import Module
 
 logger = logging.getLogger("hlofuse.passes")
@@ -62,6 +62,12 @@ CHECK_KEPT_ENV = "HLOFUSE_CHECK_KEPT"
 
 def checking_kept() -> bool:
     return os.environ.get(CHECK_KEPT_ENV, "") not in ("", "0")
+
+
+def check_kept(same: bool, what: str) -> None:
+    """Under HLOFUSE_CHECK_KEPT: raise `KeptFactError` naming `what` unless `same`."""
+    if not same:
+        raise KeptFactError(f"{CHECK_KEPT_ENV}: {what} differs from a fresh computation")
 
 
 @runtime_checkable

@@ -24,7 +24,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import OPCODES, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape
-from hlofuse.passes.base import checking_kept
+from hlofuse.passes.base import check_kept, checking_kept
 
 _CALL_ATTRS = frozenset(COMPUTATION_ATTRS)
 
@@ -313,7 +313,7 @@ def computations_post_order(module: Module) -> list[Computation]:
         known = kept.get(comp)
         if known is not None and known[0] == comp.version:
             if check:
-                assert known[1] == callees(comp), f"kept callees of {comp.name}"
+                check_kept(known[1] == callees(comp), f"the kept callees of {comp.name}")
             return known[1]
         out = callees(comp)
         kept[comp] = (comp.version, out)

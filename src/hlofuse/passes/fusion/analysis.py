@@ -48,7 +48,7 @@ from hlofuse.ir.fusion import fuse_instruction, fused_parameter_for, is_fusion
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.passes.base import checking_kept
+from hlofuse.passes.base import check_kept, checking_kept
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
@@ -171,19 +171,19 @@ class Kept:
         """HLOFUSE_CHECK_KEPT: each kept entry of `f` equals its recomputation."""
         config = self.config
         fresh = FusionAnalyses(config)
-        where = f"kept entry of {f.name}"
+        where = f"the kept entry of {f.name}"
         if f in self.facts:
-            assert self.facts[f] == fresh.facts(f), f"{where}: facts"
+            check_kept(self.facts[f] == fresh.facts(f), f"{where}: facts")
         if f in self.indexing:
             old, new = self.indexing[f], FusionNodeIndexingEvaluation(f)
-            assert old.index_usage_count == new.index_usage_count, f"{where}: indexing counts"
-            assert old.indexing_users == new.indexing_users, f"{where}: indexing users"
+            check_kept(old.index_usage_count == new.index_usage_count
+                       and old.indexing_users == new.indexing_users, f"{where}: indexing")
         for i, answer in self.reuse.get(f, {}).items():
-            assert answer == reuses_operand_elements(f, i), f"{where}: reuse of operand {i}"
+            check_kept(answer == reuses_operand_elements(f, i), f"{where}: reuse of {i}")
         for pred, answer in self.unary.get(f, {}).items():
-            assert answer == pred(f, config), f"{where}: {pred.__name__}"
+            check_kept(answer == pred(f, config), f"{where}: {pred.__name__}")
         for fn, answer in self.memo.get(f, {}).items():
-            assert answer == fn(f), f"{where}: {fn.__name__}"
+            check_kept(answer == fn(f), f"{where}: {fn.__name__}")
 
 
 class FusionAnalyses:

@@ -27,7 +27,7 @@ from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.passes.base import checking_kept
+from hlofuse.passes.base import check_kept, checking_kept
 from hlofuse.passes.registry import register
 from hlofuse.passes.utils import Rewriter, has_side_effect, ordered
 
@@ -138,7 +138,8 @@ class Cse:
                 continue
             if clean is not None and fused and clean.get(comp) == comp.version:
                 if check:  # (HLOFUSE_CHECK_KEPT: a skipped computation has nothing to merge)
-                    assert not cse_computation(comp, cache), f"kept clean: {comp.name}"
+                    check_kept(not cse_computation(comp, cache),
+                               f"computation {comp.name}, kept as clean for CSE,")
                 continue
             if cse_computation(comp, cache):
                 changed = True
