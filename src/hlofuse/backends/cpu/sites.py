@@ -127,13 +127,16 @@ class Tables:
             if not isinstance(s, Call):
                 continue
             name = self._kernels[s.kernel].name
-            ops = [place(x) for x in (*s.ins, *s.outs)]
-            number, arity = self._functions.setdefault(name, (len(self._functions), len(ops)))
-            assert arity == len(ops), f"{name} called with {len(ops)} operands, not {arity}"
+            locs = (*s.ins, *s.outs)
+            number, arity = self._functions.setdefault(name, (len(self._functions), len(locs)))
+            assert arity == len(locs), f"{name} called with {len(locs)} operands, not {arity}"
             self._rows.append(f"  {{{number}, {s.kernel}, {len(self._places)}, {arity}}},  "
                               + comment(s.note))
-            self._places.extend(f"  {{{kind}, {index}, {offset}}}," for kind, index, offset in
-                                (op for op in ops if op is not None))
+            for loc in locs:
+                fixed = place(loc)
+                assert fixed is not None, "a call `runs` did not choose"
+                kind, index, offset = fixed
+                self._places.append(f"  {{{kind}, {index}, {offset}}},")
         n = len(self._rows) - first
         return f"hf_sites_run(hf_sites + {first}, {n}, args, results, hf_arena, hf_at);"
 

@@ -139,33 +139,37 @@ class Kept:
             kept._validate()
         return kept
 
+    def _tables(self) -> tuple[dict[Instruction, Any], ...]:
+        return (self.indexing, self.facts, self.reuse, self.unary, self.memo)
+
+    def drop(self, f: Instruction) -> None:
+        """Forget every entry of `f`."""
+        for table in self._tables():
+            table.pop(f, None)
+
+    def _valid(self, f: Instruction) -> bool:
+        """Was `f` stamped by the last run, and is it as it was then?"""
+        stamp = self._stamps.get(f)
+        if stamp is None or f.parent is None or f.opcode is not Opcode.FUSION:
+            return False
+        comp, version, operands = stamp
+        return f.fused_computation is comp and comp.version == version \
+            and f._operands == operands
+
     def _validate(self) -> None:
-        stamps = self._stamps
         check = checking_kept()
-        for table in (self.indexing, self.facts, self.reuse, self.unary, self.memo):
-            for f in [f for f in table if f not in stamps]:
-                del table[f]
-        for f, (comp, version, operands) in stamps.items():
-            if (f.parent is not None and f.opcode is Opcode.FUSION
-                    and f.attrs.get("calls") == (comp,) and comp.version == version
-                    and f._operands == operands):
-                if check:
-                    self._check(f)
-                continue
-            for table in (self.indexing, self.facts, self.reuse, self.unary, self.memo):
-                table.pop(f, None)
-        stamps.clear()
+        for f in dict.fromkeys(f for table in self._tables() for f in table):
+            if not self._valid(f):
+                self.drop(f)
+            elif check:
+                self._check(f)
+        self._stamps.clear()
 
     def close(self) -> None:
         """The run is over: stamp every fusion with entries (the others' are dropped)."""
-        stamps = self._stamps
-        stamps.clear()
-        for table in (self.indexing, self.facts, self.reuse, self.unary, self.memo):
-            for f in table:
-                if f not in stamps and f.parent is not None and f.opcode is Opcode.FUSION:
-                    calls = f.attrs.get("calls")
-                    if isinstance(calls, tuple) and len(calls) == 1:
-                        stamps[f] = (calls[0], calls[0].version, list(f._operands))
+        self._stamps = {f: (f.fused_computation, f.fused_computation.version, list(f._operands))
+                        for table in self._tables() for f in table
+                        if f.parent is not None and f.opcode is Opcode.FUSION}
 
     def _check(self, f: Instruction) -> None:
         """HLOFUSE_CHECK_KEPT: each kept entry of `f` equals its recomputation."""
@@ -192,6 +196,7 @@ class FusionAnalyses:
     def __init__(self, config: FusionConfig, kept: Kept | None = None) -> None:
         self.config = config
         kept = kept if kept is not None else Kept(config)
+        self._kept = kept
         self._indexing = kept.indexing
         self._facts = kept.facts
         self._reuse = kept.reuse
@@ -301,11 +306,7 @@ class FusionAnalyses:
         self._tidy.add(fusion)
 
     def forget(self, instr: Instruction) -> None:
-        self._indexing.pop(instr, None)
-        self._facts.pop(instr, None)
-        self._reuse.pop(instr, None)
-        self._unary.pop(instr, None)
-        self._memo.pop(instr, None)
+        self._kept.drop(instr)
         self._tidy.discard(instr)
 
     def fuse(self, fusion: Instruction, producer: Instruction) -> Instruction:
