@@ -7,7 +7,7 @@ defs-before-uses order that visits operands (and control predecessors) first, li
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,11 @@ from hlofuse.ir.opcodes import Opcode
 
 if TYPE_CHECKING:
     from hlofuse.ir.module import Module
+
+
+# Lists this long or longer may keep an index of positions (`Computation.position`); shorter
+# ones (most fused computations) are always scanned.
+_INDEXED = 64
 
 
 class Computation:
@@ -28,6 +33,8 @@ class Computation:
         "_positions",
         "_removed",
         "_root",
+        "_scanned",
+        "_shifts",
         "_version",
         "fusion_instruction",
         "name",
@@ -45,9 +52,11 @@ class Computation:
         self.fusion_instruction: Instruction | None = None
         # parameter number -> parameter, a lookup aid checked on every use (see `parameter`)
         self._parameter_index: list[Instruction | None] = []
-        # While `deferred_removals()` is active: instruction -> list index, a lookup aid
-        # checked on every use (see `position`).
+        # instruction -> list index, a lookup aid checked on every use (see `position`), and
+        # how many entries have shifted by one since it was exact (insertions, removals).
         self._positions: dict[Instruction, int] | None = None
+        self._shifts = 0
+        self._scanned = 0  # list entries scanned past since the index was (re)built
         # Counts edits (see `version`).
         self._version = 0
 
@@ -85,8 +94,8 @@ class Computation:
         """While active, `remove` leaves the instruction in the list (finding it there costs
         O(n)) and the list drops all of them at once when next read, or at the end. For a pass
         that removes many instructions between reads of the list (instruction fusion, the
-        fusion merger). Nothing then shifts in the list (`replace_instruction` writes one slot,
-        `add` appends), so `position` keeps an index of it."""
+        fusion merger). Removals then shift nothing in the list, so `position`'s index of it
+        stays exact."""
         if self._removed is not None:
             yield
             return
@@ -213,7 +222,9 @@ class Computation:
         else:
             at = self.position(before) if before is not None else self.position(after) + 1
             self._instructions.insert(at, instr)
-            self._positions = None  # the later ones moved
+            if self._positions is not None:
+                self._positions[instr] = at
+                self._shifts += 1  # the later ones moved
         return instr
 
     def _adopt(self, instr: Instruction) -> None:
@@ -231,24 +242,60 @@ class Computation:
     def position(self, instr: Instruction) -> int:
         """Index of `instr` in the instruction list. Passes edit near the end of the list
         (consumers are visited from the back), so the last few slots are looked at first.
-        Inside `deferred_removals` (an index into the list that still holds removed ones) the
-        list does not shift, so positions come from an index of it, checked on every use and
-        rebuilt when stale (O(1) per lookup instead of a scan: instruction fusion looks up
-        every consumer it wraps)."""
+        Otherwise the list is scanned, until the scans have passed more entries than the
+        list holds: then a list of `_INDEXED` or more instructions builds an index of
+        positions, checked on every use. An entry may be off by at most the insertions and
+        removals since it was exact (`_shifts`), so a stale one is looked for that far around
+        it, and found by a scan (and rebuilt, as above) when that window grows past about
+        the list's square root. (Instruction fusion looks up every consumer it wraps,
+        multi-output fusion every fusion it adds outputs to: a scan of the list each would
+        be O(n^2) per pass; a fused computation's few lookups near its start scan little.)
+        Inside `deferred_removals` removed instructions stay listed, so nothing shifts."""
         instrs = self._instructions
-        if self._removed is not None:
-            index = self._positions
-            k = index.get(instr) if index is not None else None
-            if k is None or k >= len(instrs) or instrs[k] is not instr:
-                self._positions = index = {x: j for j, x in enumerate(instrs)}
-                k = index.get(instr)
-                if k is None:
-                    raise ValueError(f"{instr.name} is not in computation {self.name}")
-            return k
-        for k in range(len(instrs) - 1, max(len(instrs) - 5, -1), -1):
+        n = len(instrs)
+        for k in range(n - 1, max(n - 5, -1), -1):
             if instrs[k] is instr:
                 return k
-        return instrs.index(instr)
+        index = self._positions
+        if index is not None:
+            k = index.get(instr)
+            if k is not None:
+                if k < n and instrs[k] is instr:
+                    return k
+                w = self._shifts
+                if w * w <= n:
+                    lo = max(k - w, 0)
+                    window = instrs[lo:k + w + 1]
+                    if instr in window:  # (identity first: no __eq__ runs for `instr` itself)
+                        k = index[instr] = lo + window.index(instr)
+                        return k
+        if n >= _INDEXED and self._scanned > n and self.fusion_instruction is None:
+            self._positions = index = {x: j for j, x in enumerate(instrs)}
+            self._shifts = self._scanned = 0
+            k = index.get(instr)
+            if k is None:
+                raise ValueError(f"{instr.name} is not in computation {self.name}")
+            return k
+        try:
+            k = instrs.index(instr)
+        except ValueError:
+            raise ValueError(f"{instr.name} is not in computation {self.name}") from None
+        self._scanned += k
+        if index is not None:
+            index[instr] = k
+        return k
+
+    def moved(self, shifted: int, at: int = 0, placed: Sequence[Instruction] = ()) -> None:
+        """Say that code editing the instruction list in place shifted entries `shifted`
+        times (one insertion or removal each) and put `placed` at `at`, `at + 1`, ..., so
+        that `position` finds them at once and looks that much further around other stale
+        entries (it finds the right place regardless, but rebuilds its index to do so).
+        Reordering alone does not change the `version`."""
+        self._shifts += shifted
+        index = self._positions
+        if index is not None:
+            for k, x in enumerate(placed, at):
+                index[x] = k
 
     def remove(self, instr: Instruction) -> None:
         """Delete an instruction that has no users (and is not the root)."""
@@ -257,6 +304,9 @@ class Computation:
             self._removed.add(instr)
         else:
             del self._instructions[self.position(instr)]
+            if self._positions is not None:
+                self._positions.pop(instr, None)
+                self._shifts += 1  # the later ones moved
         self._release(instr)
 
     def _check_removable(self, instr: Instruction) -> None:
@@ -288,6 +338,7 @@ class Computation:
         self._adopt(new)
         self._instructions[k] = new
         if self._positions is not None:
+            self._positions.pop(old, None)
             self._positions[new] = k
         old.replace_all_uses_with(new)
         self._check_removable(old)

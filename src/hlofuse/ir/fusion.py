@@ -350,7 +350,9 @@ def _tidy_after_clone(fusion: Instruction, number: int, added: list[Instruction]
     del instrs[len(instrs) - len(added):]
     for o in later:  # all after `at`: deleting them does not move it
         del instrs[fused.position(o)]
+        fused.moved(1)
     instrs[at:at] = block
+    fused.moved(len(block), at, block)
 
 
 # ----- multi-output fusion -----------------------------------------------------------------

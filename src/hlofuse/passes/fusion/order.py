@@ -99,9 +99,11 @@ class PostOrderKeeper:
         for _, block in blocks:
             for node in block:
                 del instrs[comp.position(node)]
+                comp.moved(1)
         for x, block in blocks:
             at = comp.position(x)
             instrs[at:at] = block
+            comp.moved(len(block), at, block)
             if not self._label_run(at, at + len(block)):
                 self._relabel()
         return True
