@@ -11,7 +11,6 @@ file:line:function:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,9 +57,6 @@ class SourceLocation:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}" + (f" ({self.function})" if self.function else "")
-
-
-_SUFFIX = re.compile(r"^(.*?)\.(\d+)$")
 
 
 class Module:
@@ -163,8 +159,8 @@ class Module:
         if base not in names:
             names.add(base)
             return base
-        m = _SUFFIX.match(base) if "." in base else None
-        stem = m.group(1) if m else base
+        head, dot, tail = base.rpartition(".")  # `stem.N`: count on from stem's suffix
+        stem = head if dot and tail.isdecimal() else base
         n = self._next_suffix.get(stem, 1)
         name = f"{stem}.{n}"
         while name in names:
