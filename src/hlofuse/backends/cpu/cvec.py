@@ -37,11 +37,14 @@ _INT_OF_BYTES = {1: "8", 2: "16", 4: "32", 8: "64"}
 
 # Vector math calls (exp, tanh, ...: ~20 vector ops each, `vmath.py`) a kernel inlines; past
 # these, each is a call to one out-of-line copy per (op, width) (`VecLib.vmath`). GCC's time
-# is about that of the inlined code: chain-500 (83 tanh, 83 exp in one loop) took 0.22 s of
-# -O3 inlined and 0.07 s called, with the same run time (its chain is latency-bound); a
-# throughput-bound loop pays ~20% for a call (gelu-like, two calls: 35 -> 43 us), so the
-# kernels of real programs, with a handful of math calls, keep them all inline.
-INLINE_VMATH_CALLS = 16
+# is about that of the inlined code, about 2.2 ms per inlined call at -O2: chain-500 (83 tanh,
+# 83 exp in one loop) compiles in 0.107 s of compiler CPU with 16 inline, 0.089 s with 8 and
+# 0.070 s with none, at the same run time (its chain is latency-bound). A throughput-bound
+# loop pays for calls: ~20% with its only two math calls called (gelu-like: 35 -> 43 us), 1%
+# with 8 of 16 called and 5% with all 16 (f32[2^20], 7.8 ms). The kernels of real programs
+# have a handful (the DL benchmarks: at most 4, one of 10 in the flax MLP step, whose step
+# time did not move), so they keep them inline.
+INLINE_VMATH_CALLS = 8
 
 
 def compute_short(dtype: DType) -> str:
