@@ -35,6 +35,8 @@ Conditions this module enforces:
   half-written library, and a damaged entry of any kind is rebuilt.
 - A loaded library's BLAS entry points (`library/blas.py`: function pointers, never linked) are
   set once, when it is loaded; the generated C and so the cache key do not depend on the BLAS.
+- What is compiled, and kept under src/, is the source with the prelude helpers it does not use
+  dropped (`shake.unit`); the key is the key of the source as given.
 - A compile failure raises `CCompileError` with the compiler's message and the path of the C file,
   which is kept for inspection.
 - Split builds (`load_units`): each unit's object is an entry of its own, so a unit seen before
@@ -72,7 +74,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hlofuse.backends.cpu import cachefs
+from hlofuse.backends.cpu import cachefs, shake
 from hlofuse.errors import CompileError, HloError
 
 if TYPE_CHECKING:  # (imported where used: a warm load starts no thread)
@@ -399,7 +401,7 @@ def _build(
     try:
         src_dir = cachefs.directory("src")
         c_path = src_dir / f"{_safe(name)}-{key[:16]}.c"
-        cachefs.atomic_write(c_path, source.encode())
+        cachefs.atomic_write(c_path, shake.unit(source).encode())
         fd, tmp_lib = tempfile.mkstemp(prefix=f".{key}.", suffix=".so", dir=lib_path.parent)
         os.close(fd)
     except OSError as exc:
@@ -549,7 +551,7 @@ def _compile_object(unit: str, okey: str, name: str, what: str, obj: Path,
     src_dir = cachefs.directory("src")
     c_path = src_dir / f"{_safe(name)}-{okey[:16]}.c"
     try:
-        cachefs.atomic_write(c_path, unit.encode())
+        cachefs.atomic_write(c_path, shake.unit(unit).encode())
     except OSError as exc:
         raise _Unwritable(f"{src_dir}: {exc.strerror or exc}") from exc
     cmd = [*find_compiler(), *flags((*extra_flags, "-c")), str(c_path), "-o", str(obj)]

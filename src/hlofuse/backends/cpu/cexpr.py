@@ -21,6 +21,7 @@ Conditions enforced:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -606,8 +607,10 @@ def _bitcast_convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
     return f"(({ctype(dst)}){raw})"
 
 
+@functools.cache
 def prelude() -> str:
-    """Includes, the hf_* helpers and mathlib's functions: emitted once at the top of a file."""
+    """Includes, the hf_* helpers and mathlib's functions: emitted once at the top of a file
+    (and cut down to what a file uses before it is compiled: `shake.py`)."""
     parts = [cprelude.includes(), cprelude.helpers()]
     try:
         from hlofuse.backends.cpu import mathlib
