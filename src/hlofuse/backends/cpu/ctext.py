@@ -48,6 +48,11 @@ _TOKENS = re.compile(
     re.DOTALL,
 )
 _INT_SUFFIX = re.compile(r"[uUlL]*$")
+# The fewest characters of an integer literal above a limit: 19 decimal digits (2^63 - 1 has
+# 19); "0x" and 17 hex digits (2^64 - 1 has 16); "0" and 22 octal digits (it has 22, the
+# first a 1). A pp-number that long, anywhere in the text, makes `check_integers` read it all.
+_SHORTEST_OVER = 19
+_LONG_NUMBER = re.compile(rf"(?<![\w.])\.?\d(?:[eEpP][+-]|[\w.]){{{_SHORTEST_OVER - 1},}}")
 
 
 def _integer_value(token: str) -> tuple[int, bool, bool] | None:
@@ -72,10 +77,14 @@ def _integer_value(token: str) -> tuple[int, bool, bool] | None:
 
 
 def check_integers(source: str, where: str) -> None:
-    """Raise `IntegerRangeError` if an integer literal in `source` fits no C integer type."""
+    """Raise `IntegerRangeError` if an integer literal in `source` fits no C integer type.
+    Only a pp-number of `_SHORTEST_OVER` characters or more can: a text without one anywhere
+    (comments included) is passed at once, and shorter tokens are not converted."""
+    if _LONG_NUMBER.search(source) is None:
+        return
     for m in _TOKENS.finditer(source):
         token = m.group(1)
-        if token is None:
+        if token is None or len(token) < _SHORTEST_OVER:
             continue
         parsed = _integer_value(token)
         if parsed is None:
