@@ -160,23 +160,24 @@ def _err(message: str, instr: Instruction, comp: Computation) -> HloVerifyError:
 
 def _verify_structure(comp: Computation, instr_names: dict[str, Computation]) -> None:
     instrs = comp.instructions
-    position = {id(instr): k for k, instr in enumerate(instrs)}
+    position = dict(zip(instrs, range(len(instrs))))
     if len(position) != len(instrs):
         raise HloVerifyError("an instruction appears twice in the instruction list",
                              computation=comp.name)
     if not comp.has_root:
         raise HloVerifyError("computation has no root", computation=comp.name)
     root = comp.root
-    if id(root) not in position:
+    if root not in position:
         raise _err(f"the root {root.name} does not belong to computation {comp.name}", root, comp)
     # Users not yet accounted for by an operand or control edge; must end up empty.
-    pending: dict[int, set[int]] = {}
+    # (instructions hash by identity, in C: sets of them cost no Python loop)
+    pending: dict[Instruction, set[Instruction]] = {}
     for instr in instrs:
         users = instr.users
-        ids = {id(u) for u in users}
-        if len(ids) != len(users):
+        listed = set(users)
+        if len(listed) != len(users):
             raise _err("users list has duplicates", instr, comp)
-        pending[id(instr)] = ids
+        pending[instr] = listed
     param_numbers: dict[int, Instruction] = {}
     in_order = True  # is the instruction list itself a defs-before-uses order?
     for k, instr in enumerate(instrs):
@@ -189,27 +190,27 @@ def _verify_structure(comp: Computation, instr_names: dict[str, Computation]) ->
             raise _err(f"instruction name {name} is used twice (also in computation "
                        f"{instr_names[name].name})", instr, comp)
         instr_names[name] = comp
-        me = id(instr)
+        me = instr
         operands = instr._operands
         for op in operands:
-            op_pos = position.get(id(op))
+            op_pos = position.get(op)
             if op_pos is None:
                 where = "no computation" if op.parent is None else f"computation {op.parent.name}"
                 raise _err(f"operand {op.name} is in {where}, not in {comp.name}", instr, comp)
             if op_pos >= k:
                 in_order = False
-            if me not in pending[id(op)] and me not in op.users:
+            if me not in pending[op] and me not in op.users:
                 raise _err(f"operand {op.name} does not list {name} among its users", instr, comp)
         for op in operands:
-            pending[id(op)].discard(me)
+            pending[op].discard(me)
         for pred in instr.control_predecessors:
-            pred_pos = position.get(id(pred))
+            pred_pos = position.get(pred)
             if pred_pos is None:
                 raise _err(f"control predecessor {pred.name} is not in computation {comp.name}",
                            instr, comp)
             if pred_pos >= k:
                 in_order = False
-            pending[id(pred)].discard(me)
+            pending[pred].discard(me)
         if instr.opcode is Opcode.PARAMETER:
             number = instr.parameter_number
             if number is None or number < 0:
@@ -219,10 +220,10 @@ def _verify_structure(comp: Computation, instr_names: dict[str, Computation]) ->
                            f"{param_numbers[number].name})", instr, comp)
             param_numbers[number] = instr
     for instr in instrs:
-        if pending[id(instr)]:
-            stale = pending[id(instr)]
-            bogus = next(u for u in instr.users if id(u) in stale)
-            if id(bogus) not in position:
+        if pending[instr]:
+            stale = pending[instr]
+            bogus = next(u for u in instr.users if u in stale)
+            if bogus not in position:
                 elsewhere = bogus.parent
                 if (elsewhere is not None and elsewhere.parent is not None
                         and elsewhere.parent is comp.parent and instr in bogus._operands):

@@ -68,6 +68,8 @@ class AttrParser(BaseParser):
     def __init__(self, text: str, source_name: str = "<text>") -> None:
         super().__init__(text, source_name)
         self._shape_cache: dict[str, Shape] = {}
+        # metadata text -> its value (JAX repeats it: gpt-8's 6,010 are 1,404 distinct texts)
+        self._metadata_cache: dict[str, Metadata] = {}
         self._tuple_depth = 0  # tuple shapes being parsed, one inside the other
 
     # ----- shapes -------------------------------------------------------------------------
@@ -410,6 +412,9 @@ class AttrParser(BaseParser):
         verbatim as a `Verbatim` string)."""
         m = self.lexer.match_here(_METADATA)
         if m is not None:
+            known = self._metadata_cache.get(m.group())
+            if known is not None:
+                return known
             items: list[tuple[str, Any]] = []
             for item in _METADATA_ITEM.finditer(m.group(1)):
                 key, text, num, flag = item.groups()
@@ -420,7 +425,8 @@ class AttrParser(BaseParser):
                     items.append((key, self._int64_at(num, at, f"metadata field {key}")))
                 else:
                     items.append((key, flag == "true"))
-            return Metadata(tuple(items))
+            value = self._metadata_cache[m.group()] = Metadata(tuple(items))
+            return value
         self.parse_punct("{", "to open metadata")
         fields: list[tuple[str, Any]] = []
         lexer = self.lexer
