@@ -78,9 +78,10 @@ def _integer_value(token: str) -> tuple[int, bool, bool] | None:
 
 def check_integers(source: str, where: str) -> None:
     """Raise `IntegerRangeError` if an integer literal in `source` fits no C integer type.
-    Only a pp-number of `_SHORTEST_OVER` characters or more can: a text without one anywhere
-    (comments included) is passed at once, and shorter tokens are not converted."""
-    if _LONG_NUMBER.search(source) is None:
+    Only an integer pp-number of `_SHORTEST_OVER` characters or more can: a text without one
+    anywhere (comments included; long float literals do not count) is passed at once, and
+    shorter tokens are not converted."""
+    if not any(_integer_value(m.group()) is not None for m in _LONG_NUMBER.finditer(source)):
         return
     for m in _TOKENS.finditer(source):
         token = m.group(1)
