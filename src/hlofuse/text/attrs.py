@@ -410,11 +410,11 @@ class AttrParser(BaseParser):
         """`{op_type="add" op_name="jit(f)/add" source_line=3 stack_frame_id=1}`; fields may
         be separated by commas, and a value may be a braced list (`profile_type={1}`, kept
         verbatim as a `Verbatim` string)."""
+        known = self.lexer.take_known(self._metadata_cache, "}")
+        if known is not None:  # (a whole metadata text read before, so the regex would read
+            return known       # just that: the first `}` outside its strings ends it)
         m = self.lexer.match_here(_METADATA)
         if m is not None:
-            known = self._metadata_cache.get(m.group())
-            if known is not None:
-                return known
             items: list[tuple[str, Any]] = []
             for item in _METADATA_ITEM.finditer(m.group(1)):
                 key, text, num, flag = item.groups()

@@ -24,10 +24,13 @@ of any token and of the offending line, so a hostile input cannot make a message
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 from hlofuse.errors import HloParseError, ParseLimitError
 from hlofuse.escape import terminal_unsafe
 from hlofuse.ir import limits
+
+T = TypeVar("T")
 
 SHOWN = 60  # characters of a token an error message quotes
 _SNIPPET = 160  # characters of the offending line an error message shows
@@ -248,6 +251,19 @@ class Lexer:
             self._peeked = None
             self.pos = m.end()
         return m
+
+    def take_known(self, known: dict[str, T], close: str) -> T | None:
+        """If the text from the next token up to the first `close` (included) is a key of
+        `known`, consume it and return its value (a parser's memo of texts it read before:
+        a hit skips the regex that would read the same text again)."""
+        tok = self._peeked
+        start = tok.start if tok is not None else self._skip(self.pos)
+        end = self.text.find(close, start) + 1
+        value = known.get(self.text[start:end]) if end else None
+        if value is not None:
+            self._peeked = None
+            self.pos = end
+        return value
 
     # ----- character-level reading --------------------------------------------------------
 

@@ -70,6 +70,7 @@ from hlofuse.text.literals import parse_literal
 _HEAD = re.compile(rf"(?:(ROOT)[ \t]+)?({NAME})[ \t]*=")
 _OPERAND_LIST = re.compile(rf"{NAME}(?:[ \t]*,[ \t]*{NAME})*[ \t]*\)")
 _OPERAND_NAME = re.compile(NAME)
+_OPCODE_OPEN = re.compile(rf"({NAME})[ \t]*\(")
 _ATTRIBUTE_KEY = re.compile(r",[ \t]*([A-Za-z_][\w.\-$]*)[ \t]*=")
 
 _ASYNC_SUFFIXES = {"-start": Opcode.ASYNC_START, "-update": Opcode.ASYNC_UPDATE,
@@ -336,16 +337,23 @@ class HloParser(HeaderParser):
         under `name` (None: `<opcode>.anon`)."""
         lexer = self.lexer
         shape = self.parse_optional_shape()
-        op_tok = lexer.peek()
-        if op_tok.kind != "name":
-            what = "an opcode" if shape is not None else "a shape or an opcode"
-            raise self.error(f"expected {what} for instruction '{name or '?'}', got "
-                             f"{op_tok.describe()}", op_tok.start)
-        lexer.next()
+        plain = lexer.match_here(_OPCODE_OPEN)  # `opcode(` read at once where written plainly
+        if plain is not None:
+            text = plain.group(1)
+            op_tok = Token("name", text[1:] if text[0] == "%" else text, plain.start(1),
+                           plain.end(1))
+        else:
+            op_tok = lexer.peek()
+            if op_tok.kind != "name":
+                what = "an opcode" if shape is not None else "a shape or an opcode"
+                raise self.error(f"expected {what} for instruction '{name or '?'}', got "
+                                 f"{op_tok.describe()}", op_tok.start)
+            lexer.next()
         opcode, wrapped = self._opcode(op_tok)
         if name is None:
             name = self._fresh_instr_name(comp, f"{(wrapped or opcode).value}.anon")
-        self.parse_punct("(", f"to open the operand list of {op_tok.text}")
+        if plain is None:
+            self.parse_punct("(", f"to open the operand list of {op_tok.text}")
         literal: Literal | None = None
         number: int | None = None
         operands: list[Ref] = []
