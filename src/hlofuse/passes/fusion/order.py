@@ -63,18 +63,23 @@ class PostOrderKeeper:
         instrs = self.comp.instructions
         new: set[Instruction] = set()
         self._label_new(fusion, new)
-        # Operand lists changed only for `fusion` and for users of `fusion` or of new nodes.
-        candidates: dict[Instruction, None] = {fusion: None}
-        candidates.update(dict.fromkeys(fusion.users))
+        # Operand lists changed only for `fusion`, the new nodes (None: check every operand)
+        # and users of `fusion` or of new nodes, whose other operands are unchanged and so
+        # still listed before them (a root tuple has hundreds): check the changed ones only.
+        candidates: dict[Instruction, list[Instruction] | None] = {fusion: None}
         for x in new:
             candidates[x] = None
-            candidates.update(dict.fromkeys(x.users))
+        for y in (fusion, *new):
+            for u in y.users:
+                changed = candidates.setdefault(u, [])
+                if changed is not None:
+                    changed.append(y)
         dirty: list[Instruction] = []
-        for x in candidates:
+        for x, changed in candidates.items():
             lx = label.get(x)
             if lx is None:
                 return False
-            for p in (*x.operands, *x.control_predecessors):
+            for p in (*x.operands, *x.control_predecessors) if changed is None else changed:
                 lp = label.get(p)
                 if lp is None:
                     return False
