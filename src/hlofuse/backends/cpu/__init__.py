@@ -28,6 +28,7 @@ The pieces, in the order a module flows through them:
     build.py       find the C compiler, compile with fixed flags (never -ffast-math, never -w),
                    cache the .so by content hash (atomic writes, safe across processes), load
                    with ctypes; translation units compiled in parallel, each object cached
+    shake.py       what a unit is compiled with: the prelude cut to the helpers it names
     executable.py  `CpuExecutable`: argument checks like the interpreter, the ctypes call, and
                    `profile()` from the -DHF_PROFILE build
     fpenv.py       the floating-point control register: subnormals flushed (XLA's CPU runtime)

@@ -74,7 +74,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hlofuse.backends.cpu import cachefs, shake
+from hlofuse.backends.cpu import cachefs
 from hlofuse.errors import CompileError, HloError
 
 if TYPE_CHECKING:  # (imported where used: a warm load starts no thread)
@@ -401,7 +401,7 @@ def _build(
     try:
         src_dir = cachefs.directory("src")
         c_path = src_dir / f"{_safe(name)}-{key[:16]}.c"
-        cachefs.atomic_write(c_path, shake.unit(source).encode())
+        cachefs.atomic_write(c_path, _cut(source).encode())
         fd, tmp_lib = tempfile.mkstemp(prefix=f".{key}.", suffix=".so", dir=lib_path.parent)
         os.close(fd)
     except OSError as exc:
@@ -551,7 +551,7 @@ def _compile_object(unit: str, okey: str, name: str, what: str, obj: Path,
     src_dir = cachefs.directory("src")
     c_path = src_dir / f"{_safe(name)}-{okey[:16]}.c"
     try:
-        cachefs.atomic_write(c_path, shake.unit(unit).encode())
+        cachefs.atomic_write(c_path, _cut(unit).encode())
     except OSError as exc:
         raise _Unwritable(f"{src_dir}: {exc.strerror or exc}") from exc
     cmd = [*find_compiler(), *flags((*extra_flags, "-c")), str(c_path), "-o", str(obj)]
@@ -647,6 +647,14 @@ def _run_compiler(cmd: list[str], what: str, c_path: Path, cache: Path) -> None:
 def _unlink(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+def _cut(source: str) -> str:
+    """What is compiled of `source`: its prelude cut to the helpers it uses (`shake.unit`;
+    imported here, so that loading a cached library does not import the C generator)."""
+    from hlofuse.backends.cpu import shake
+
+    return shake.unit(source)
 
 
 def _safe(name: str) -> str:
