@@ -176,3 +176,31 @@ def test_a_scan_updates_its_matrix_in_place_in_the_result() -> None:
     (out,) = dus[0].outs
     assert out in dus[0].ins and out == Result(0)  # one buffer: the caller's result
     assert not any(isinstance(c, Carried) and c.leaf == 1 for c in loop.carried)
+
+
+def test_first_fit_is_the_loop_it_replaced() -> None:
+    """`assign._first_fit` (array operations) places a buffer where the plain loop does: the
+    placed ranges that overlap in time, by start (then end), the offset so far the largest end
+    seen, the buffer before the first range that starts `size` bytes or more beyond it."""
+    import random
+
+    import numpy as np
+
+    from hlofuse.backends.cpu.assign import _first_fit
+
+    def loop(lo: np.ndarray, hi: np.ndarray, overlap: np.ndarray, size: int) -> int:
+        offset = 0
+        for b_lo, b_hi in sorted(zip(lo[overlap].tolist(), hi[overlap].tolist(), strict=True)):
+            if offset + size <= b_lo:
+                break
+            offset = max(offset, b_hi)
+        return offset
+
+    rng = random.Random(1)
+    for _ in range(5000):
+        n = rng.randrange(0, 12)
+        lo = np.array([rng.randrange(0, 20) * ALIGN for _ in range(n)], np.int64)
+        hi = lo + np.array([rng.randrange(1, 8) * ALIGN for _ in range(n)], np.int64)
+        overlap = np.array([rng.random() < 0.7 for _ in range(n)], bool)
+        size = rng.randrange(1, 6) * ALIGN
+        assert _first_fit(lo, hi, overlap, size) == loop(lo, hi, overlap, size)

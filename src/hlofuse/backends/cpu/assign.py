@@ -109,14 +109,25 @@ def assign(sched: Schedule) -> int:
     total = 0
     for i, b in enumerate(order):
         f, la, size = live.first[b.id], live.last[b.id], aligned_size(b)
-        overlap = (first[:i] <= la) & (last[:i] >= f)
-        busy = sorted(zip(lo[:i][overlap].tolist(), hi[:i][overlap].tolist(), strict=True))
-        offset = 0
-        for b_lo, b_hi in busy:
-            if offset + size <= b_lo:
-                break
-            offset = max(offset, b_hi)
-        b.offset = offset
+        b.offset = offset = _first_fit(lo[:i], hi[:i], (first[:i] <= la) & (last[:i] >= f),
+                                       size)
         first[i], last[i], lo[i], hi[i] = f, la, offset, offset + size
         total = max(total, offset + size)
     return total
+
+
+def _first_fit(lo: np.ndarray, hi: np.ndarray, overlap: np.ndarray, size: int) -> int:
+    """The lowest offset where `size` bytes fit between the byte ranges [lo, hi) of the
+    placed buffers whose lives overlap this one's (`overlap`): going through them by lo (then
+    hi), the offset so far is the largest hi seen (0 before any), and the buffer goes before
+    the first range that starts `size` bytes or more beyond it. Array operations, not a
+    Python loop per range (gpt-16: 1,148 buffers, most of them live at once)."""
+    b_lo, b_hi = lo[overlap], hi[overlap]
+    if not len(b_lo):
+        return 0
+    order = np.lexsort((b_hi, b_lo))
+    b_lo, b_hi = b_lo[order], b_hi[order]
+    reach = np.maximum.accumulate(np.maximum(b_hi, 0))
+    before = np.concatenate(([0], reach[:-1]))
+    fits = before + size <= b_lo
+    return int(before[int(np.argmax(fits))] if fits.any() else reach[-1])
