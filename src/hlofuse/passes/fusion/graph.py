@@ -39,22 +39,11 @@ class ReachabilityMap:
         self.rebuild(post_order)
 
     def rebuild(self, post_order: list[Instruction] | None = None) -> None:
-        """Every row, in one sweep of a post order (`_add` inlined: a pass builds a map of
-        the whole computation each run, thousands of rows of thousands of bits)."""
-        index, rows = self._index, self._bits
-        index.clear()
-        rows.clear()
+        self._index.clear()
+        self._bits.clear()
         self._stale.clear()
-        get = rows.get
-        for k, instr in enumerate(self.comp.post_order() if post_order is None else post_order):
-            index[instr] = k
-            bits = 1 << k
-            for pred in instr._operands:
-                bits |= get(pred, 0)
-            if instr.control_predecessors:
-                for pred in instr.control_predecessors:
-                    bits |= get(pred, 0)
-            rows[instr] = bits
+        for instr in self.comp.post_order() if post_order is None else post_order:
+            self._add(instr)
 
     def _add(self, instr: Instruction) -> None:
         idx = self._index.get(instr)

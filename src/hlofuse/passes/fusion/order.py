@@ -104,7 +104,7 @@ class PostOrderKeeper:
         for _, block in blocks:
             for node in block:
                 del instrs[comp.position(node)]
-                comp.moved(1)
+                comp.moved(1)  # (before the next lookup: each deletion shifts the later ones)
         for x, block in blocks:
             at = comp.position(x)
             instrs[at:at] = block
