@@ -41,10 +41,13 @@ def comment(*parts: object) -> str:
     return "/* " + c_comment("".join(str(p) for p in parts)) + " */"
 
 
+# A pp-number: not inside a word or another number, its first character(s), and the
+# characters that may follow.
+_PP_AT, _PP_HEAD, _PP_TAIL = r"(?<![\w.])", r"\.?\d", r"(?:[eEpP][+-]|[\w.])"
 # Comments, string and character literals (skipped), and pp-numbers (checked).
 _TOKENS = re.compile(
     r"""/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'"""
-    r"""|(?<![\w.])(\.?\d(?:[eEpP][+-]|[\w.])*)""",
+    rf"""|{_PP_AT}({_PP_HEAD}{_PP_TAIL}*)""",
     re.DOTALL,
 )
 _INT_SUFFIX = re.compile(r"[uUlL]*$")
@@ -52,7 +55,7 @@ _INT_SUFFIX = re.compile(r"[uUlL]*$")
 # 19); "0x" and 17 hex digits (2^64 - 1 has 16); "0" and 22 octal digits (it has 22, the
 # first a 1). A pp-number that long, anywhere in the text, makes `check_integers` read it all.
 _SHORTEST_OVER = 19
-_LONG_NUMBER = re.compile(rf"(?<![\w.])\.?\d(?:[eEpP][+-]|[\w.]){{{_SHORTEST_OVER - 1},}}")
+_LONG_NUMBER = re.compile(rf"{_PP_AT}{_PP_HEAD}{_PP_TAIL}{{{_SHORTEST_OVER - 1},}}")
 
 
 def _integer_value(token: str) -> tuple[int, bool, bool] | None:
