@@ -7,7 +7,14 @@ import urllib.parse
 
 import pytest
 
-from hlofuse.escape import C_COMMENT_SAFE, c_comment, html_json, terminal, terminal_unsafe
+from hlofuse.escape import (
+    C_COMMENT_SAFE,
+    c_comment,
+    has_terminal_unsafe,
+    html_json,
+    terminal,
+    terminal_unsafe,
+)
 
 HOSTILE = [
     "*/ int x; /*",
@@ -69,3 +76,20 @@ def test_terminal_keeps_text_and_escapes_each_class() -> None:
 def test_terminal_unsafe_classes() -> None:
     assert all(terminal_unsafe(c) for c in "\x00\x07\x1b\x7f\x80\x9b\x9f\u061c\u200f\u2066")
     assert not any(terminal_unsafe(c) for c in "aZ09 ~é\u00a0漢")
+
+
+def test_terminal_unsafe_is_exactly_its_classes_on_every_code_point() -> None:
+    """The one character class both tests use: C0, DEL, C1, lone surrogates, the bidi
+    controls and separators, and nothing else, checked on all of Unicode."""
+    extra = set(map(ord, "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                         "\u2066\u2067\u2068\u2069\u2028\u2029"))
+    expected = [o for o in range(0x110000)
+                if o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0 or 0xD800 <= o < 0xE000
+                or o in extra]
+    assert [o for o in range(0x110000) if terminal_unsafe(chr(o))] == expected
+    everything = "".join(map(chr, range(0x110000)))
+    assert has_terminal_unsafe(everything)
+    unsafe = set(expected)
+    assert not has_terminal_unsafe("".join(chr(o) for o in range(0x110000)
+                                           if o not in unsafe))
+    assert not has_terminal_unsafe("")

@@ -28,6 +28,7 @@ Conditions enforced:
 from __future__ import annotations
 
 import json
+import re
 import string
 from typing import Any
 
@@ -81,12 +82,24 @@ def html_json(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+# What a terminal interprets, as one character class: C0, DEL, C1 and lone surrogates, and
+# _TERMINAL_EXTRA (`terminal_unsafe` matches one character, `has_terminal_unsafe` scans a text).
+_TERMINAL_RANGES = ((0x00, 0x1F), (0x7F, 0x7F), (0x80, 0x9F), (0xD800, 0xDFFF))
+_TERMINAL_UNSAFE = re.compile("[" + "".join(
+    f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _TERMINAL_RANGES) + "".join(
+    f"\\U{ord(c):08x}" for c in sorted(_TERMINAL_EXTRA)) + "]")
+
+
 def terminal_unsafe(ch: str) -> bool:
     """Whether a terminal would interpret the character `ch` (tab and newline included: the
     callers decide whether to keep those)."""
-    o = ord(ch)
-    return (o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0 or ch in _TERMINAL_EXTRA
-            or 0xD800 <= o < 0xE000)
+    return _TERMINAL_UNSAFE.match(ch) is not None
+
+
+def has_terminal_unsafe(text: str) -> bool:
+    """Whether `text` holds a character `terminal_unsafe` is true of (one regex scan: printing
+    a module asks this of every metadata string)."""
+    return _TERMINAL_UNSAFE.search(text) is not None
 
 
 def terminal(text: str) -> str:

@@ -27,7 +27,7 @@ import re
 from typing import TypeVar
 
 from hlofuse.errors import HloParseError, ParseLimitError
-from hlofuse.escape import terminal_unsafe
+from hlofuse.escape import has_terminal_unsafe, terminal_unsafe
 from hlofuse.ir import limits
 
 T = TypeVar("T")
@@ -127,7 +127,7 @@ def encode_string(text: str) -> str:
     show: control characters as `\\n`, `\\t`, `\\r` or `\\xNN`, DEL as `\\x7f`, C1
     controls, bidirectional overrides and separators as `\\uXXXX`."""
     out = text.replace("\\", "\\\\").replace('"', '\\"')
-    if any(terminal_unsafe(c) for c in out):
+    if has_terminal_unsafe(out):
         out = out.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
         out = "".join(c if not terminal_unsafe(c) else
                       f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}"
