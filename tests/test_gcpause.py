@@ -12,7 +12,9 @@ import pytest
 
 import hlofuse
 from hlofuse import gcpause
+from hlofuse.backends import cpu
 from hlofuse.errors import HloError
+from hlofuse.text import parse
 
 
 @pytest.fixture
@@ -99,3 +101,55 @@ def test_a_failing_compile_gives_the_collector_back(collector_on: None) -> None:
         hlofuse.compile("HloModule broken\n\nENTRY main {\n  ROOT x = f32[2] nope()\n}\n",
                         backend="interpreter")
     assert gc.isenabled()
+
+
+def _collections_during(fn: Any) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+
+    def spy(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            events.append(info)
+
+    gc.callbacks.append(spy)
+    try:
+        fn()
+    finally:
+        gc.callbacks.remove(spy)
+    return events
+
+
+def test_collect_young_collects_only_for_a_collector_that_was_on(collector_on: None) -> None:
+    def young_inside_pause() -> None:
+        with gcpause.paused():
+            garbage = [[] for _ in range(2000)]
+            del garbage
+            gcpause.collect_young()
+
+    assert [e["generation"] for e in _collections_during(young_inside_pause)] == [0]
+    gc.disable()
+    try:  # the caller's choice: no collection, inside a pause or outside one
+        assert _collections_during(young_inside_pause) == []
+        assert _collections_during(gcpause.collect_young) == []
+    finally:
+        gc.enable()
+
+
+@pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
+def test_the_cpu_build_collects_the_compiles_garbage_beside_the_compiler(
+        collector_on: None) -> None:
+    module = parse(_chain("gc_beside_chain", 200))
+    threads: list[str] = []
+
+    def spy(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] == 0:
+            threads.append(threading.current_thread().name)
+
+    gc.callbacks.append(spy)
+    try:
+        with gcpause.paused():
+            exe = cpu.compile_module(module)
+    finally:
+        gc.callbacks.remove(spy)
+    assert threads and threads[0].startswith("hlofuse-alongside")
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    assert exe(x)[0].shape == (64,)

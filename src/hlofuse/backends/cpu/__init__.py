@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from hlofuse.backends.cpu.executable import CpuExecutable
     from hlofuse.ir.module import Module
 
-__all__ = ["available", "compile_module", "generate"]
+__all__ = ["available", "beside_build", "compile_module", "generate"]
 
 
 def available() -> bool:
@@ -97,8 +97,9 @@ def compile_module(module: Module, threads: int | None = None,
                    alongside: Callable[[Program], object] | None = None) -> CpuExecutable:
     """Generate, compile (through the cache) and load an already optimised module. A large
     program's kernel units compile while the rest is generated (`build.compile_early`).
-    `alongside(program)` runs on another thread while the library builds (this thread mostly
-    waits for the compiler then), and is finished before this returns."""
+    `alongside(program)`, then the garbage collector's run over what the compile allocated,
+    run on another thread while the library builds (`beside_build`: this thread mostly waits
+    for the compiler then), and are finished before this returns."""
     from concurrent.futures import ThreadPoolExecutor
 
     from hlofuse.backends.cpu import build
@@ -108,10 +109,19 @@ def compile_module(module: Module, threads: int | None = None,
     flags = kernel_flags()
     program = generate(module, threads, subnormals,
                        early=lambda unit: build.compile_early(unit, module.name, flags))
-    if alongside is None:
-        return CpuExecutable(module, program)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hlofuse-alongside") as pool:
-        side = pool.submit(alongside, program)
+        side = pool.submit(beside_build, alongside, program)
         exe = CpuExecutable(module, program)
         side.result()
     return exe
+
+
+def beside_build(work: Callable[[Program], object] | None, program: Program) -> None:
+    """What runs on another thread while `program`'s library builds: `work(program)`, then the
+    garbage collector's run over what the compile allocated (`gcpause.collect_young`), which
+    the caller would otherwise wait for once the compile returns."""
+    from hlofuse import gcpause
+
+    if work is not None:
+        work(program)
+    gcpause.collect_young()
