@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -72,18 +72,27 @@ def test_overlapping_threads_give_it_back_when_the_last_leaves(collector_on: Non
     assert gc.isenabled()
 
 
-def test_compile_runs_no_automatic_collection(collector_on: None) -> None:
-    events: list[dict[str, Any]] = []
+def _collections_during(fn: Callable[[], object]) -> list[tuple[int, str]]:
+    """The collections that start while `fn` runs: (generation, the thread's name)."""
+    events: list[tuple[int, str]] = []
 
     def spy(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            events.append(info)
+            events.append((info["generation"], threading.current_thread().name))
 
     gc.callbacks.append(spy)
     try:
-        exe = hlofuse.compile(_chain("gc_paused_chain", 300), backend="interpreter")
+        fn()
     finally:
         gc.callbacks.remove(spy)
+    return events
+
+
+def test_compile_runs_no_automatic_collection(collector_on: None) -> None:
+    made: list[Any] = []
+    events = _collections_during(lambda: made.append(
+        hlofuse.compile(_chain("gc_paused_chain", 300), backend="interpreter")))
+    (exe,) = made
     # at most the one the first allocation after the pause runs (it finds the compile's garbage)
     assert len(events) <= 1
     assert gc.isenabled()
@@ -103,21 +112,6 @@ def test_a_failing_compile_gives_the_collector_back(collector_on: None) -> None:
     assert gc.isenabled()
 
 
-def _collections_during(fn: Any) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-
-    def spy(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            events.append(info)
-
-    gc.callbacks.append(spy)
-    try:
-        fn()
-    finally:
-        gc.callbacks.remove(spy)
-    return events
-
-
 def test_collect_young_collects_only_for_a_collector_that_was_on(collector_on: None) -> None:
     def young_inside_pause() -> None:
         with gcpause.paused():
@@ -125,7 +119,7 @@ def test_collect_young_collects_only_for_a_collector_that_was_on(collector_on: N
             del garbage
             gcpause.collect_young()
 
-    assert [e["generation"] for e in _collections_during(young_inside_pause)] == [0]
+    assert [g for g, _ in _collections_during(young_inside_pause)] == [0]
     gc.disable()
     try:  # the caller's choice: no collection, inside a pause or outside one
         assert _collections_during(young_inside_pause) == []
@@ -138,18 +132,14 @@ def test_collect_young_collects_only_for_a_collector_that_was_on(collector_on: N
 def test_the_cpu_build_collects_the_compiles_garbage_beside_the_compiler(
         collector_on: None) -> None:
     module = parse(_chain("gc_beside_chain", 200))
-    threads: list[str] = []
+    made: list[Any] = []
 
-    def spy(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start" and info["generation"] == 0:
-            threads.append(threading.current_thread().name)
-
-    gc.callbacks.append(spy)
-    try:
+    def compile_paused() -> None:
         with gcpause.paused():
-            exe = cpu.compile_module(module)
-    finally:
-        gc.callbacks.remove(spy)
+            made.append(cpu.compile_module(module))
+
+    threads = [name for g, name in _collections_during(compile_paused) if g == 0]
+    (exe,) = made
     assert threads and threads[0].startswith("hlofuse-alongside")
     x = np.linspace(-1, 1, 64, dtype=np.float32)
     assert exe(x)[0].shape == (64,)
