@@ -93,7 +93,7 @@ _TERMINAL_UNSAFE = re.compile("[" + "".join(
 def terminal_unsafe(ch: str) -> bool:
     """Whether a terminal would interpret the character `ch` (tab and newline included: the
     callers decide whether to keep those)."""
-    return _TERMINAL_UNSAFE.match(ch) is not None
+    return _TERMINAL_UNSAFE.fullmatch(ch) is not None
 
 
 def has_terminal_unsafe(text: str) -> bool:

@@ -15,7 +15,8 @@ automatic run after it, or earlier, by `collect_young`, where a thread would wai
 
 Conditions enforced: `paused()` nests and may be entered from several threads at once; the
 collector is enabled again when the last one leaves, and only if it was enabled when the first
-one entered (a caller that disabled it keeps it disabled).
+one entered (a caller that disabled it keeps it disabled); `collect_young` collects only under
+the same condition (outside a pause: only if the collector is on).
 """
 
 from __future__ import annotations
