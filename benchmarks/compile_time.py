@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -267,17 +268,13 @@ def time_cold_compile(text: str) -> dict[str, Any]:
             program = cpu.generate(module,
                                    early=lambda unit: build.compile_early(unit, name, flags))
             t2 = time.perf_counter()
-            made: list[tuple[str, bytes]] = []
-
-            def entry(p: Any, m: Any = module) -> None:
-                made.append(artifacts.entry(text, "xla", m, p))
-
+            entry = functools.partial(artifacts.entry, text, "xla", module)
             with ThreadPoolExecutor(max_workers=1) as pool:  # as cpu.compile_module: the cache
                 side = pool.submit(cpu.beside_build, entry, program)  # entry, then the
                 exe = CpuExecutable(module, program)  # collector's run, while the library
-                side.result()  # builds
+                made = side.result()  # builds
             t3 = time.perf_counter()
-            artifacts.write(made[0], exe.library_key)
+            artifacts.write(made, exe.library_key)
             t4 = time.perf_counter()
         # the collector is on again, as when hlofuse.compile returns: its first run walks what
         # the compile allocated (run here if no allocation has triggered it yet)
@@ -285,7 +282,7 @@ def time_cold_compile(text: str) -> dict[str, Any]:
         t5 = time.perf_counter()
         build._LOADED.clear()  # a new process: the library comes from the disk cache
         c_bytes, kernels = len(program.source), len(program.kernels)
-        del module, program, exe
+        del module, program, exe, entry
         gc.collect()  # (the cold compile's garbage is not the warm compile's to collect)
         w0 = time.perf_counter()
         hlofuse.compile(text, pipeline="xla")

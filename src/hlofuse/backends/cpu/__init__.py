@@ -47,7 +47,7 @@ not support raises a CompileError subclass naming the instruction; without a C c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.backends.subnormals import check as check_subnormals
@@ -60,6 +60,8 @@ if TYPE_CHECKING:
     from hlofuse.ir.module import Module
 
 __all__ = ["available", "beside_build", "compile_module", "generate"]
+
+T = TypeVar("T")
 
 
 def available() -> bool:
@@ -116,12 +118,13 @@ def compile_module(module: Module, threads: int | None = None,
     return exe
 
 
-def beside_build(work: Callable[[Program], object] | None, program: Program) -> None:
-    """What runs on another thread while `program`'s library builds: `work(program)`, then the
-    garbage collector's run over what the compile allocated (`gcpause.collect_young`), which
-    the caller would otherwise wait for once the compile returns."""
+def beside_build(work: Callable[[Program], T] | None, program: Program) -> T | None:
+    """What runs on another thread while `program`'s library builds: `work(program)` (its
+    result is returned), then the garbage collector's run over what the compile allocated
+    (`gcpause.collect_young`), which the caller would otherwise wait for once the compile
+    returns."""
     from hlofuse import gcpause
 
-    if work is not None:
-        work(program)
+    made = work(program) if work is not None else None
     gcpause.collect_young()
+    return made
