@@ -272,18 +272,19 @@ class Computation:
         if n >= _INDEXED and self._scanned > n and self.fusion_instruction is None:
             self._positions = index = {x: j for j, x in enumerate(instrs)}
             self._shifts = self._scanned = 0
-            k = index.get(instr)
-            if k is None:
-                raise ValueError(f"{instr.name} is not in computation {self.name}")
-            return k
-        try:
-            k = instrs.index(instr)
-        except ValueError:
-            raise ValueError(f"{instr.name} is not in computation {self.name}") from None
-        self._scanned += k
-        if index is not None:
-            index[instr] = k
-        return k
+            found = index.get(instr)
+        else:
+            try:
+                found = instrs.index(instr)
+            except ValueError:
+                found = None
+            if found is not None:
+                self._scanned += found
+                if index is not None:
+                    index[instr] = found
+        if found is None:
+            raise ValueError(f"{instr.name} is not in computation {self.name}")
+        return found
 
     def moved(self, shifted: int, at: int = 0, placed: Sequence[Instruction] = ()) -> None:
         """Say that code editing the instruction list in place shifted entries `shifted`
