@@ -51,6 +51,94 @@ def test_warm_compile_skips_pipeline_and_codegen(cache, monkeypatch):
     assert second.module.entry.root.opcode.name == "FUSION"  # the optimised module
 
 
+def test_a_warm_compile_reads_the_module_only_when_it_is_asked_for(cache, monkeypatch):
+    from hlofuse.backends.cpu import cachefs
+    from hlofuse.text import print_module
+
+    a, b = _args()
+    first = hlofuse.compile(TEXT)
+    assert len(list((cache / "programs").glob("*.hlo"))) == 1
+    reads: list[str] = []
+    real_read = cachefs.read_entry
+
+    def spy(path, kind):
+        reads.append(kind)
+        return real_read(path, kind)
+
+    monkeypatch.setattr(cachefs, "read_entry", spy)
+    build._LOADED.clear()
+    second = hlofuse.compile(TEXT)
+    np.testing.assert_array_equal(second(a, b)[0], (a + b) * a)
+    assert artifacts.MODULE_KIND not in reads
+    assert print_module(second.module) == print_module(first.module)
+    assert reads.count(artifacts.MODULE_KIND) == 1
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbled", "not hlo"])
+def test_a_damaged_module_entry_is_made_again_from_the_text(cache, damage):
+    from hlofuse.backends.cpu import cachefs
+    from hlofuse.text import print_module
+
+    a, b = _args()
+    first = hlofuse.compile(TEXT)
+    (module_entry,) = (cache / "programs").glob("*.hlo")
+    if damage == "missing":
+        module_entry.unlink()
+    elif damage == "garbled":
+        module_entry.write_bytes(module_entry.read_bytes()[:-5])
+    else:
+        cachefs.write_entry(module_entry, artifacts.MODULE_KIND, b"HloModule m\nENTRY e {")
+    build._LOADED.clear()
+    second = hlofuse.compile(TEXT)
+    np.testing.assert_array_equal(second(a, b)[0], (a + b) * a)
+    assert print_module(second.module) == print_module(first.module)
+    assert second.module.entry.root.opcode.name == "FUSION"  # the pipeline ran again
+    assert cachefs.read_entry(module_entry, artifacts.MODULE_KIND) == print_module(
+        first.module).encode()  # and its entry was written again
+
+
+SITES = """HloModule m
+ENTRY e {
+  a = f32[16] parameter(0)
+  b = f32[16] parameter(1)
+  u = f32[4] parameter(2)
+  i = s32[] parameter(3)
+  x = f32[16] exponential(a)
+  y = f32[16] exponential(b)
+  d = f32[16] dynamic-update-slice(x, u, i)
+  ROOT t = (f32[16], f32[16], f32[16]) tuple(x, y, d)
+}
+"""
+
+
+def test_the_kernel_table_is_stored_once_per_kernel_and_read_back_whole():
+    import json
+
+    from hlofuse.backends import cpu
+    from hlofuse.text import parse
+
+    program = cpu.generate(parse(SITES))
+    assert [bool(k.source) for k in program.kernels] == [True, False, True]  # x and y share
+    assert program.kernels[2].inplace == {0: 0}
+    data = json.loads(json.dumps(artifacts.program_to_data(program)))
+    assert len(data["kernels"]) == 3 and len(data["sites"]) == 3
+    assert [row["source"] != "" for row in data["kernels"]] == [True, False, True]
+    assert artifacts.program_from_data(data) == program
+
+
+@pytest.mark.parametrize("site", [[3, "x"], [-1, "x"], [0], [0, 1], "0", [True, "x"]])
+def test_a_bad_kernel_site_is_not_a_program(site):
+    import json
+
+    from hlofuse.backends import cpu
+    from hlofuse.text import parse
+
+    data = json.loads(json.dumps(artifacts.program_to_data(cpu.generate(parse(SITES)))))
+    data["sites"][1] = site
+    with pytest.raises(artifacts._Bad):
+        artifacts.program_from_data(data)
+
+
 def test_pipeline_is_part_of_the_key(cache):
     assert artifacts.key(TEXT, "xla") != artifacts.key(TEXT, "none")
     hlofuse.compile(TEXT, pipeline="xla")

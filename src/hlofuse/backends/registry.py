@@ -129,7 +129,7 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
     module = parse(text)
     if pipeline is not None:
         run_pipeline(module, pipeline)
-    made: list[tuple[str, bytes]] = []  # the cache entry, made while the library builds
+    made: list[artifacts.Entry] = []  # the cache entry, made while the library builds
 
     def entry(program: Any) -> None:
         made.append(artifacts.entry(text, pipeline, module, program, threads, subnormals))

@@ -2,18 +2,25 @@
 
     compile(text, pipeline, threads, subnormals)
         ──sha256(text, pipeline, threads, subnormals, hlofuse code)──▶ <cache>/programs/<key>.json
-                                  holds: the optimised module as HLO text, the Program as JSON
-                                  (C source, kernel table, shapes as HLO shape text)
+                                  holds: the Program as JSON (C source, kernel table, shapes as
+                                  HLO shape text) and the entry's signature
+                                                                     <cache>/programs/<key>.hlo
+                                  holds: the optimised module as HLO text
 
 A warm `hlofuse.compile(text)` then skips the pipeline, the C generation and parsing: it
 rebuilds the `Program` and the entry's signature (parameter shapes) from plain data and loads
-the library from `build`'s cache; the optimised module is parsed only if `Executable.module`
-is asked for (or a call's arguments are wrong, for the message). Conditions enforced:
+the library from `build`'s cache; the optimised module is read and parsed only if
+`Executable.module` is asked for (or a call's arguments are wrong, for the message). It is an
+entry of its own because most warm compiles never ask for it, and it is half of a large
+program's bytes (scan-1024: 3.1 of 5.7 MB, which a new process read, verified and decoded as
+JSON on every warm compile). Conditions enforced:
 - The key covers hlofuse's own source files, so editing the compiler invalidates every entry.
 - Nothing executable is stored or read: no pickle, no marshal. An entry is a `cachefs` entry
   (owner and mode checked, sha256 of the content verified) holding JSON; the module is parsed
   with the ordinary HLO parser and every field is type-checked. An entry that is missing,
   damaged, of another format or inconsistent is ignored and rebuilt, never trusted half-way.
+  A module entry that is missing or damaged when the module is asked for is made again from
+  the text by the same pipeline (the key covers the code, so the pipeline is the same one).
 - Entries are written atomically (temporary file + `os.replace`); a cache that cannot be written
   falls back to a private temporary directory (`cachefs.unwritable`, one warning).
 - Only text input is cached this way (a Module given by the caller may be edited later).
@@ -25,6 +32,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +44,9 @@ from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
 from hlofuse.ir.shape import ArrayShape, Shape, format_shape
 
-FORMAT = 3
+FORMAT = 5
 KIND = "program"
+MODULE_KIND = "program-module"
 LIBRARY_KIND = "program-library"
 
 
@@ -74,6 +83,10 @@ def _path(k: str) -> Path:
     return cachefs.directory("programs") / f"{k}.json"
 
 
+def _module_path(k: str) -> Path:
+    return cachefs.directory("programs") / f"{k}.hlo"
+
+
 def _library_path(k: str) -> Path:
     return cachefs.directory("programs") / f"{k}.lib"
 
@@ -107,6 +120,15 @@ def _shapes(shapes: tuple[ArrayShape, ...]) -> list[str]:
 
 
 def program_to_data(program: Program) -> dict[str, Any]:
+    """The program as plain data. The kernel table is its distinct kernels (`kernels`: every
+    field but the instruction) and one [kernel, instruction] pair per site (`sites`): a scan's
+    program has thousands of sites of a handful of kernels, and a new process's warm compile
+    decodes them all."""
+    rows: dict[tuple[Any, ...], int] = {}
+    sites = []
+    for k in program.kernels:
+        row = (k.name, k.source, k.inputs, k.outputs, k.kind, tuple(sorted(k.inplace.items())))
+        sites.append([rows.setdefault(row, len(rows)), k.instruction])
     return {
         "source": program.source,
         "entry_symbol": program.entry_symbol,
@@ -116,17 +138,11 @@ def program_to_data(program: Program) -> dict[str, Any]:
         "inputs": _shapes(program.inputs),
         "outputs": _shapes(program.outputs),
         "kernels": [
-            {
-                "name": k.name,
-                "source": k.source,
-                "inputs": _shapes(k.inputs),
-                "outputs": _shapes(k.outputs),
-                "instruction": k.instruction,
-                "kind": k.kind,
-                "inplace": sorted(k.inplace.items()),
-            }
-            for k in program.kernels
+            {"name": name, "source": source, "inputs": _shapes(ins), "outputs": _shapes(outs),
+             "kind": kind, "inplace": [list(p) for p in inplace]}
+            for name, source, ins, outs, kind, inplace in rows
         ],
+        "sites": sites,
     }
 
 
@@ -187,30 +203,40 @@ def signature_from_data(data: Any) -> Signature:
     return Signature(_get(data, "name", str), tuple(params), _get(data, "root", str))
 
 
-_KERNEL_FIELDS = {"name": str, "source": str, "inputs": list, "outputs": list,
-                  "instruction": str, "kind": str, "inplace": list}
+_KERNEL_FIELDS = {"name": str, "source": str, "inputs": list, "outputs": list, "kind": str,
+                  "inplace": list}
+
+
+def _kernel_row(kd: Any) -> dict[str, Any]:
+    """A `kernels` row of `program_to_data`, checked, with its shapes parsed and its in-place
+    pairs as a dict (each site copies it)."""
+    if type(kd) is not dict or any(type(kd.get(f)) is not t for f, t in _KERNEL_FIELDS.items()):
+        raise _Bad("kernel")
+    pairs = kd["inplace"]
+    if not all(type(p) is list and len(p) == 2 and type(p[0]) is int and type(p[1]) is int
+               for p in pairs):
+        raise _Bad("inplace")
+    row = dict(kd)
+    row["inputs"], row["outputs"] = _shape_list(kd, "inputs"), _shape_list(kd, "outputs")
+    row["inplace"] = {o: i for o, i in pairs}
+    return row
 
 
 def program_from_data(data: Any) -> Program:
     """The Program `program_to_data` described; `_Bad` (or an HloError) if it is not one.
-    (The per-kernel checks are written out: a scan's program has thousands of kernel sites,
-    and a new process's warm compile reads them all.)"""
+    (The per-site checks are written out: a scan's program has thousands of kernel sites, and
+    a new process's warm compile reads them all.)"""
+    rows = [_kernel_row(kd) for kd in _get(data, "kernels", list)]
     kernels = []
-    fields = _KERNEL_FIELDS.items()
-    for kd in _get(data, "kernels", list):
-        if type(kd) is not dict or any(type(kd.get(f)) is not t for f, t in fields):
-            raise _Bad("kernel")
-        pairs = kd["inplace"]
-        if pairs and not all(type(p) is list and len(p) == 2 and type(p[0]) is int
-                             and type(p[1]) is int for p in pairs):
-            raise _Bad("inplace")
-        ins, outs = kd["inputs"], kd["outputs"]
-        if not all(type(t) is str for t in ins) or not all(type(t) is str for t in outs):
-            raise _Bad("shape")
+    for site in _get(data, "sites", list):
+        if type(site) is not list or len(site) != 2 or type(site[0]) is not int or not (
+                0 <= site[0] < len(rows)) or type(site[1]) is not str:
+            raise _Bad("site")
+        row = rows[site[0]]
         kernels.append(Kernel(
-            name=kd["name"], source=kd["source"], inputs=_shape_tuple(tuple(ins)),
-            outputs=_shape_tuple(tuple(outs)), instruction=kd["instruction"], kind=kd["kind"],
-            inplace={o: i for o, i in pairs},
+            name=row["name"], source=row["source"], inputs=row["inputs"],
+            outputs=row["outputs"], instruction=site[1], kind=row["kind"],
+            inplace=dict(row["inplace"]),
         ))
     source = _get(data, "source", str)
     return Program(
@@ -238,7 +264,7 @@ def _split(value: list[Any], size: int) -> tuple[int, int]:
 def lookup(text: str, pipeline: str | None, threads: int | None = None,
            subnormals: str = DEFAULT_SUBNORMALS
            ) -> tuple[Callable[[], Module], Program, Signature, str | None] | None:
-    """What was compiled earlier from this text, or None: a function that parses the
+    """What was compiled earlier from this text, or None: a function that makes the
     optimised module (called only when the module itself is asked for: a call needs only the
     signature), the program, the entry's signature, and the key of the program's library when
     one is recorded under this build context (`library`)."""
@@ -250,41 +276,71 @@ def lookup(text: str, pipeline: str | None, threads: int | None = None,
         data = json.loads(payload)
         if _get(data, "format", int) != FORMAT:
             return None
-        module_text = _get(data, "module", str)
         program = program_from_data(_get(data, "program", dict))
         signature = signature_from_data(_get(data, "signature", dict))
     except (ValueError, RecursionError, _Bad, HloError):
         return None
+    return functools.partial(_module, k, text, pipeline), program, signature, _recorded_library(k)
 
-    def make_module() -> Module:
-        from hlofuse.text import parse  # (imported only when the module is asked for)
 
-        return parse(module_text)
+def _module(k: str, text: str, pipeline: str | None) -> Module:
+    """The optimised module of entry `k`: parsed from its module entry, or, where that is
+    missing or damaged, made again from `text` by `pipeline` (and its entry written again)."""
+    from hlofuse.text import parse  # (imported only when the module is asked for)
 
-    return make_module, program, signature, _recorded_library(k)
+    payload = cachefs.read_entry(_module_path(k), MODULE_KIND)
+    if payload is not None:
+        try:
+            return parse(payload.decode())
+        except (UnicodeDecodeError, RecursionError, HloError):
+            pass
+    from hlofuse.passes.pipelines import run_pipeline
+    from hlofuse.text import print_module
+
+    module = parse(text)
+    if pipeline is not None:
+        run_pipeline(module, pipeline)
+    path = _module_path(k)
+    try:
+        cachefs.write_entry(path, MODULE_KIND, print_module(module).encode())
+    except OSError as exc:
+        cachefs.unwritable(f"{path.parent}: {exc.strerror or exc}")
+    return module
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A compile-cache entry not written yet: its key, the program's JSON and the optimised
+    module's text."""
+
+    key: str
+    program: bytes
+    module: bytes
 
 
 def entry(text: str, pipeline: str | None, module: Module, program: Program,
-          threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS) -> tuple[str, bytes]:
-    """The compile-cache entry for this text (its key and payload), not written yet: made
-    while the library builds (`registry`), written (`write`) once it loaded."""
+          threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS) -> Entry:
+    """The compile-cache entry for this text, not written yet: made while the library builds
+    (`registry`), written (`write`) once it loaded."""
     from hlofuse.text import print_module
 
-    data = {"format": FORMAT, "module": print_module(module),
-            "signature": signature_to_data(Signature.of(module)),
+    data = {"format": FORMAT, "signature": signature_to_data(Signature.of(module)),
             "program": program_to_data(program)}
-    payload = json.dumps(data, separators=(",", ":")).encode()
-    return key(text, pipeline, threads, subnormals), payload
+    return Entry(key(text, pipeline, threads, subnormals),
+                 json.dumps(data, separators=(",", ":")).encode(),
+                 print_module(module).encode())
 
 
-def write(made: tuple[str, bytes], library: str | None = None) -> None:
-    """Write an `entry`, and beside it the key of the library its program loaded
+def write(made: Entry, library: str | None = None) -> None:
+    """Write an `entry` (the module first, so that a program entry found has its module unless
+    that was damaged since), and beside it the key of the library its program loaded
     (`build.library_key`) with the build context it was loaded under; best effort."""
     from hlofuse.backends.cpu import build
 
-    records = [(_path(made[0]), KIND, made[1])]
+    records = [(_module_path(made.key), MODULE_KIND, made.module),
+               (_path(made.key), KIND, made.program)]
     if library is not None:
-        records.append((_library_path(made[0]), LIBRARY_KIND, json.dumps(
+        records.append((_library_path(made.key), LIBRARY_KIND, json.dumps(
             {"context": build.build_context(), "library": library}).encode()))
     for path, kind, payload in records:
         try:
