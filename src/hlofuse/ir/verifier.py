@@ -190,7 +190,6 @@ def _verify_structure(comp: Computation, instr_names: dict[str, Computation]) ->
             raise _err(f"instruction name {name} is used twice (also in computation "
                        f"{instr_names[name].name})", instr, comp)
         instr_names[name] = comp
-        me = instr
         operands = instr._operands
         for op in operands:
             op_pos = position.get(op)
@@ -199,10 +198,10 @@ def _verify_structure(comp: Computation, instr_names: dict[str, Computation]) ->
                 raise _err(f"operand {op.name} is in {where}, not in {comp.name}", instr, comp)
             if op_pos >= k:
                 in_order = False
-            if me not in pending[op] and me not in op.users:
+            if instr not in pending[op] and instr not in op.users:
                 raise _err(f"operand {op.name} does not list {name} among its users", instr, comp)
         for op in operands:
-            pending[op].discard(me)
+            pending[op].discard(instr)
         for pred in instr.control_predecessors:
             pred_pos = position.get(pred)
             if pred_pos is None:
@@ -210,7 +209,7 @@ def _verify_structure(comp: Computation, instr_names: dict[str, Computation]) ->
                            instr, comp)
             if pred_pos >= k:
                 in_order = False
-            pending[pred].discard(me)
+            pending[pred].discard(instr)
         if instr.opcode is Opcode.PARAMETER:
             number = instr.parameter_number
             if number is None or number < 0:

@@ -339,9 +339,7 @@ class HloParser(HeaderParser):
         shape = self.parse_optional_shape()
         plain = lexer.match_here(_OPCODE_OPEN)  # `opcode(` read at once where written plainly
         if plain is not None:
-            text = plain.group(1)
-            op_tok = Token("name", text[1:] if text[0] == "%" else text, plain.start(1),
-                           plain.end(1))
+            op_tok = Token("name", plain.group(1).lstrip("%"), plain.start(1), plain.end(1))
         else:
             op_tok = lexer.peek()
             if op_tok.kind != "name":

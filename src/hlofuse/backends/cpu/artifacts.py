@@ -300,11 +300,7 @@ def _module(k: str, text: str, pipeline: str | None) -> Module:
     module = parse(text)
     if pipeline is not None:
         run_pipeline(module, pipeline)
-    path = _module_path(k)
-    try:
-        cachefs.write_entry(path, MODULE_KIND, print_module(module).encode())
-    except OSError as exc:
-        cachefs.unwritable(f"{path.parent}: {exc.strerror or exc}")
+    _store(_module_path(k), MODULE_KIND, print_module(module).encode())
     return module
 
 
@@ -343,8 +339,15 @@ def write(made: Entry, library: str | None = None) -> None:
         records.append((_library_path(made.key), LIBRARY_KIND, json.dumps(
             {"context": build.build_context(), "library": library}).encode()))
     for path, kind, payload in records:
-        try:
-            cachefs.write_entry(path, kind, payload)
-        except OSError as exc:
-            cachefs.unwritable(f"{path.parent}: {exc.strerror or exc}")
+        if not _store(path, kind, payload):
             return
+
+
+def _store(path: Path, kind: str, payload: bytes) -> bool:
+    """Write one entry; False (after `cachefs.unwritable`'s one warning) if it cannot be."""
+    try:
+        cachefs.write_entry(path, kind, payload)
+    except OSError as exc:
+        cachefs.unwritable(f"{path.parent}: {exc.strerror or exc}")
+        return False
+    return True

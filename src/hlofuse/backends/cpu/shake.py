@@ -130,15 +130,21 @@ def _blocks(prelude: str) -> tuple[_Block, ...]:
     return tuple(_Block(b) for b in _open_guards(_split(prelude.splitlines(keepends=True))))
 
 
+@functools.cache
+def _index(prelude: str) -> tuple[dict[str, int], frozenset[str]]:
+    """The block defining each droppable name, and the names the always-kept blocks mention
+    (the same for every unit: worked out once per prelude)."""
+    blocks = _blocks(prelude)
+    by_name = {b.defines: i for i, b in enumerate(blocks) if b.defines is not None}
+    return by_name, frozenset(n for b in blocks if b.defines is None for n in b.names)
+
+
 def keep(prelude: str, rest: str) -> str:
     """The blocks of `prelude` that `rest` (the remainder of the file) reaches, in order."""
     blocks = _blocks(prelude)
-    by_name = {b.defines: i for i, b in enumerate(blocks) if b.defines is not None}
+    by_name, always = _index(prelude)
     kept = [b.defines is None for b in blocks]
-    todo = set(_NAME.findall(rest))
-    for b in blocks:
-        if b.defines is None:
-            todo |= b.names
+    todo = set(_NAME.findall(rest)) | always
     while todo:
         i = by_name.get(todo.pop())
         if i is not None and not kept[i]:
