@@ -79,7 +79,7 @@ def runner(pass_name: str) -> Callable[[PassRunner], PassRunner]:
 
 @runner("instruction_fusion")
 def _run_instruction_fusion(module: Module, opts: dict[str, Any]) -> bool:
-    from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
+    from hlofuse.passes.fusion.core_passes import InstructionFusion
 
     return InstructionFusion(**opts).run(module)
 
@@ -348,7 +348,7 @@ def summary(passes: tuple[str, ...] = ("instruction_fusion", "fusion_merger",
 
 @runner("multi_output_fusion")
 def _run_multi_output_fusion(module: Module, opts: dict[str, Any]) -> bool:
-    from hlofuse.passes.fusion.multi_output import MultiOutputFusion
+    from hlofuse.passes.fusion.core_passes import MultiOutputFusion
 
     return MultiOutputFusion(**opts).run(module)
 

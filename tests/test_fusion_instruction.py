@@ -8,8 +8,8 @@ import pytest
 from fusion_helpers import fused_opcodes, fusions, run_and_check
 from hlofuse.analysis.kernels import count_kernels
 from hlofuse.passes.base import Pipeline
+from hlofuse.passes.fusion.core_passes import InstructionFusion
 from hlofuse.passes.fusion.graph import ReachabilityMap
-from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
 from hlofuse.passes.fusion.trace import FusionTrace, trace_of
 from hlofuse.passes.registry import parse_pass_spec
 from hlofuse.text import parse

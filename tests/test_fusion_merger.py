@@ -6,8 +6,8 @@ from __future__ import annotations
 from fusion_helpers import fusions, run_and_check
 from hlofuse.analysis.kernels import count_kernels
 from hlofuse.passes.base import Pipeline
+from hlofuse.passes.fusion.core_passes import InstructionFusion
 from hlofuse.passes.fusion.fusion_merger import FusionMerger, should_merge
-from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.text import parse
 

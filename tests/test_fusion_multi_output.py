@@ -8,9 +8,9 @@ from fusion_helpers import fusions, run_and_check
 from hlofuse.analysis.kernels import count_kernels
 from hlofuse.ir.fusion import is_multi_output_fusion
 from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.core_passes import MultiOutputFusion
 from hlofuse.passes.fusion.graph import ReachabilityMap
 from hlofuse.passes.fusion.multi_output import (
-    MultiOutputFusion,
     fusion_priority,
     siblings_legal,
 )
@@ -243,7 +243,7 @@ ENTRY e {{
 }}
 """
     from hlofuse.passes.base import Pipeline
-    from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
+    from hlofuse.passes.fusion.core_passes import InstructionFusion
 
     module = parse(text)
     Pipeline("p", [InstructionFusion(may_duplicate=False)]).run(module)

@@ -13,8 +13,8 @@ from hlofuse.analysis.kernels import count_kernels
 from hlofuse.backends import interpreter
 from hlofuse.ir.verifier import verify
 from hlofuse.passes.base import Pipeline
+from hlofuse.passes.fusion.core_passes import InstructionFusion
 from hlofuse.passes.fusion.fusion_merger import FusionMerger
-from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
 from hlofuse.text import parse, print_module
 from programs import PROGRAMS, Program, lower_to_hlo
 

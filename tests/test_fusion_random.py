@@ -9,8 +9,8 @@ import pytest
 
 from fusion_helpers import run_and_check
 from hlofuse.passes.base import Pipeline
+from hlofuse.passes.fusion.core_passes import InstructionFusion
 from hlofuse.passes.fusion.fusion_merger import FusionMerger
-from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
 
 ADD = """add {
   a = f32[] parameter(0)

@@ -220,7 +220,8 @@ class Computation:
             if self._positions is not None:
                 self._positions[instr] = len(self._instructions) - 1
         else:
-            at = self.position(before) if before is not None else self.position(after) + 1
+            at = (self.position(before) if before is not None
+                  else self.position(after) + 1)  # type: ignore[arg-type]  # (one is set)
             self._instructions.insert(at, instr)
             if self._positions is not None:
                 self._positions[instr] = at
@@ -258,17 +259,17 @@ class Computation:
                 return k
         index = self._positions
         if index is not None:
-            k = index.get(instr)
-            if k is not None:
-                if k < n and instrs[k] is instr:
-                    return k
+            kept = index.get(instr)
+            if kept is not None:
+                if kept < n and instrs[kept] is instr:
+                    return kept
                 w = self._shifts
                 if w * w <= n:
-                    lo = max(k - w, 0)
-                    window = instrs[lo:k + w + 1]
+                    lo = max(kept - w, 0)
+                    window = instrs[lo:kept + w + 1]
                     if instr in window:  # (identity first: no __eq__ runs for `instr` itself)
-                        k = index[instr] = lo + window.index(instr)
-                        return k
+                        kept = index[instr] = lo + window.index(instr)
+                        return kept
         if n >= _INDEXED and self._scanned > n and self.fusion_instruction is None:
             self._positions = index = {x: j for j, x in enumerate(instrs)}
             self._shifts = self._scanned = 0

@@ -333,7 +333,7 @@ def _tidy_after_clone(fusion: Instruction, number: int, added: list[Instruction]
     value = added[-1]
     at = min(fused.position(u) for u in users)
     block: list[Instruction] = []
-    later: list[Instruction] = []  # existing parameters listed after the first user
+    behind: list[Instruction] = []  # operands listed after the first user
     seen: set[int] = set()
     new = {id(a) for a in added}
     for o in value.operands:
@@ -344,11 +344,11 @@ def _tidy_after_clone(fusion: Instruction, number: int, added: list[Instruction]
             block.append(o)
         elif fused.position(o) > at:
             block.append(o)
-            later.append(o)
+            behind.append(o)
     block.append(value)
-    assert len(block) == len(added) + len(later), "every new instruction is an operand"
+    assert len(block) == len(added) + len(behind), "every new instruction is an operand"
     del instrs[len(instrs) - len(added):]
-    for o in later:  # all after `at`: deleting them does not move it
+    for o in behind:  # all after `at`: deleting them does not move it
         del instrs[fused.position(o)]
         fused.moved(1)
     instrs[at:at] = block

@@ -29,7 +29,7 @@ from typing import Any
 from hlofuse.ir import limits
 from hlofuse.ir.attributes import AttrKind, WindowDim
 from hlofuse.ir.dtypes import DTYPES
-from hlofuse.ir.instruction import Metadata, Verbatim
+from hlofuse.ir.metadata import Metadata, Verbatim
 from hlofuse.ir.shape import (
     ArrayShape,
     LayoutAttrs,

@@ -29,8 +29,9 @@ from hlofuse.ir.attributes import (
     format_window,
 )
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.instruction import Instruction, Metadata, Verbatim
+from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.literal import Literal, format_literal
+from hlofuse.ir.metadata import Metadata, Verbatim
 from hlofuse.ir.module import DebugInfo, Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import Shape, format_shape

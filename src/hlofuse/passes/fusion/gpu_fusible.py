@@ -454,9 +454,10 @@ def fusion_fits_in_budget(instr1: Instruction, instr2: Instruction,
     `usage(instr)`, when given, is (shared_memory_usage, num_unnested_reductions) of `instr`
     (a pass's cached sums, analysis.py)."""
     if usage is None:
-        def usage(i: Instruction) -> tuple[int, int]:
-            return shared_memory_usage(i, config), num_unnested_reductions(i, config)
-    (smem1, red1), (smem2, red2) = usage(instr1), usage(instr2)
+        smem1, red1 = shared_memory_usage(instr1, config), num_unnested_reductions(instr1, config)
+        smem2, red2 = shared_memory_usage(instr2, config), num_unnested_reductions(instr2, config)
+    else:
+        (smem1, red1), (smem2, red2) = usage(instr1), usage(instr2)
     smem = smem1 + smem2
     if smem > config.shared_memory_budget:
         return FusionDecision.no(

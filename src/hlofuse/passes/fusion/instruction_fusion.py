@@ -32,8 +32,7 @@ Every decision goes to the module's fusion trace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.fusion import create_fusion, fuse_instruction, is_fusion, set_kind
@@ -54,7 +53,6 @@ from hlofuse.passes.fusion.gpu_fusible import (
 )
 from hlofuse.passes.fusion.graph import ReachabilityMap
 from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
-from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.predicates import (
     duplication_does_not_grow_traffic,
     effectively_at_most_unary,
@@ -66,7 +64,6 @@ from hlofuse.passes.fusion.predicates import (
     should_fuse_in_place_op,
 )
 from hlofuse.passes.fusion.trace import FusionTrace, trace_of
-from hlofuse.passes.registry import register
 from hlofuse.passes.utils import computations_post_order
 
 # Computations reached through these attributes run as control flow; others (reducers,
@@ -314,7 +311,7 @@ class _ComputationRun:
             # since a wide consumer (a scan's stacked outputs) comes back after every fusion
             keys = list(map(index.get, instr.operands))
             operand_numbers = [i for i, k in enumerate(keys) if k is not None]
-            operand_numbers.sort(key=keys.__getitem__, reverse=True)
+            operand_numbers.sort(key=keys.__getitem__, reverse=True)  # type: ignore[arg-type]
             for i in operand_numbers:
                 operand = instr.operand(i)
                 if not is_fusible(operand):
@@ -346,21 +343,14 @@ class _ComputationRun:
         return changed
 
 
-@register("instruction-fusion")
-@dataclass(frozen=True)
-class InstructionFusion(FusionOptions):  # type: ignore[misc]
-    """XLA's (Gpu)InstructionFusion; options are the FusionConfig settings."""
-
-    name: ClassVar[str] = "instruction-fusion"
-    exact_versions: ClassVar[bool] = True  # (passes/base.py)
-
-    def run(self, module: Module) -> bool:
-        config: FusionConfig = self.config()
-        trace = trace_of(module)
-        kept = Kept.resume(module, config)
-        changed = False
-        for comp in fusible_computations(module):
-            with comp.deferred_removals():
-                changed |= _ComputationRun(self.name, config, comp, trace, kept).run()
-        kept.close()
-        return changed
+def run_instruction_fusion(module: Module, name: str, config: FusionConfig) -> bool:
+    """One run of instruction fusion over `module` (the pass `core_passes.InstructionFusion`),
+    its decisions recorded in the module's trace under `name`."""
+    trace = trace_of(module)
+    kept = Kept.resume(module, config)
+    changed = False
+    for comp in fusible_computations(module):
+        with comp.deferred_removals():
+            changed |= _ComputationRun(name, config, comp, trace, kept).run()
+    kept.close()
+    return changed

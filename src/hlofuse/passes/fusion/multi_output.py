@@ -46,9 +46,8 @@ Every decision, fused or refused, goes into the module's fusion trace (trace.py)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from operator import attrgetter
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.fusion import (
@@ -81,11 +80,9 @@ from hlofuse.passes.fusion.mof_fusible import (
     is_producer_multi_output_fusible,
     shapes_compatible_for_multi_output_fusion,
 )
-from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.order import PostOrderKeeper
 from hlofuse.passes.fusion.perf_model import fusion_is_faster, producer_consumer_merged_too_large
 from hlofuse.passes.fusion.trace import FusionTrace, TraceEvent, trace_of
-from hlofuse.passes.registry import register
 from hlofuse.passes.utils import non_fusion_computations
 
 PASS_NAME = "multi-output-fusion"
@@ -472,21 +469,14 @@ def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder
     return changed
 
 
-@register(PASS_NAME)
-@dataclass(frozen=True)
-class MultiOutputFusion(FusionOptions):  # type: ignore[misc,valid-type]
-    """GpuMultiOutputFusion: sibling then producer-consumer multi-output fusion."""
-
-    name: ClassVar[str] = PASS_NAME
-    exact_versions: ClassVar[bool] = True  # (passes/base.py)
-
-    def run(self, module: Module) -> bool:
-        config: FusionConfig = self.config()
-        trace = trace_of(module)
-        kept = Kept.resume(module, config)
-        changed = False
-        for comp in non_fusion_computations(module):
-            record = TraceRecorder(trace, comp)
-            changed |= run_on_computation(comp, config, record, kept)
-        kept.close()
-        return changed
+def run_multi_output_fusion(module: Module, config: FusionConfig) -> bool:
+    """One run of multi-output fusion over `module` (the pass `core_passes.MultiOutputFusion`),
+    its decisions recorded in the module's trace."""
+    trace = trace_of(module)
+    kept = Kept.resume(module, config)
+    changed = False
+    for comp in non_fusion_computations(module):
+        record = TraceRecorder(trace, comp)
+        changed |= run_on_computation(comp, config, record, kept)
+    kept.close()
+    return changed

@@ -32,10 +32,9 @@ from __future__ import annotations
 from typing import Any
 
 from hlofuse.passes.base import Fixpoint, Pipeline
+from hlofuse.passes.fusion.core_passes import InstructionFusion, MultiOutputFusion
 from hlofuse.passes.fusion.fusion_merger import FusionMerger
 from hlofuse.passes.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
-from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
-from hlofuse.passes.fusion.multi_output import MultiOutputFusion
 from hlofuse.passes.simplify.cse import Cse
 from hlofuse.passes.simplify.dce import Dce
 

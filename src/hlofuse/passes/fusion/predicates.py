@@ -195,12 +195,12 @@ def _fusion_param_use(fusion: Instruction, i: int) -> UseKind:
     comp = fusion.fused_computation
     param = comp.parameter(i)
     cone: set[Instruction] = {param}
-    stack = [param]
-    while stack:
-        for u in stack.pop().users:
+    todo = [param]
+    while todo:
+        for u in todo.pop().users:
             if u not in cone:
                 cone.add(u)
-                stack.append(u)
+                todo.append(u)
     root = comp.root
     if root not in cone:
         return UseKind.NO_USE

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-PASS_MODULES = ("instruction_fusion", "fusion_merger", "multi_output", "horizontal",
+PASS_MODULES = ("core_passes", "fusion_merger", "horizontal",
                 "priority_fusion", "loop_fusion", "small_loops", "unstack",
                 "auto_unroll")
 _PACKAGE = "hlofuse.passes.fusion"
