@@ -37,8 +37,18 @@ def _have_cc() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """Without a C compiler, the cpu backend's tests skip with one clear reason (everything else,
+    """Tests marked `pure_core` (they patch classes of the pass core) skip here when the core
+    is compiled: tests/test_native.py runs them in a process of their own on the sources.
+    Without a C compiler, the cpu backend's tests skip with one clear reason (everything else,
     the interpreter included, still runs)."""
+    from hlofuse import native
+
+    if native.STATE.compiled:
+        elsewhere = pytest.mark.skip(reason="patches the compiled pass core: run on the sources "
+                                     "by test_native.py::test_tests_that_patch_the_core")
+        for item in items:
+            if item.get_closest_marker("pure_core"):
+                item.add_marker(elsewhere)
     if _have_cc():
         return
     skip = pytest.mark.skip(reason="no C compiler (gcc/clang/$CC): the cpu backend is off")

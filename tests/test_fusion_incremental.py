@@ -28,8 +28,8 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.base import CHECK_KEPT_ENV, Pipeline
 from hlofuse.passes.fusion import analysis, graph, order
+from hlofuse.passes.fusion.core_passes import InstructionFusion
 from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
-from hlofuse.passes.fusion.instruction_fusion import InstructionFusion
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse, print_module
 from test_compile_scaling import chain_hlo, wide_hlo
@@ -71,6 +71,7 @@ def _fresh_facts(a: analysis.FusionAnalyses, fusion: Instruction) -> analysis.Fu
     return facts
 
 
+@pytest.mark.pure_core
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_kept_indexing_and_facts_equal_fresh_ones(name: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,6 +99,7 @@ def test_kept_indexing_and_facts_equal_fresh_ones(name: str,
     assert checked[0] > 0, "no fusion kept its evaluation incrementally"
 
 
+@pytest.mark.pure_core
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_lazy_reachability_answers_like_a_fresh_map(name: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -227,6 +229,7 @@ def test_tidy_after_clone_equals_full_tidy(seed: int) -> None:
     assert texts[0] == texts[1]
 
 
+@pytest.mark.pure_core
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_entries_kept_between_pass_runs_equal_fresh_ones(
         name: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -247,6 +250,7 @@ def test_entries_kept_between_pass_runs_equal_fresh_ones(
         assert checked[0] > 0, "no entry was kept from one pass run to the next"
 
 
+@pytest.mark.pure_core
 def test_a_kept_fact_that_is_stale_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CHECK_KEPT_ENV, "1")
     close = analysis.Kept.close

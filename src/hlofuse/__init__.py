@@ -16,8 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hlofuse.api import Executable, compile
-from hlofuse.errors import (
+from hlofuse import native
+
+native.install()  # the compiled pass core, before any module of it is imported (native.py)
+
+from hlofuse.api import Executable, compile  # noqa: E402
+from hlofuse.errors import (  # noqa: E402
     AllocationError,
     CacheDirError,
     CompileError,
