@@ -550,7 +550,15 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     return {"quick": args.quick, "repeat": args.repeat, "rounds": args.rounds,
             "baseline": args.baseline,
             "baseline_repeat": args.baseline_repeat if args.baseline else None, "rows": rows,
-            "machine_load": os.getloadavg(), "cpu_model": harness.machine().get("cpu")}
+            "machine_load": os.getloadavg(), "cpu_model": harness.machine().get("cpu"),
+            "pass_core": _pass_core()}
+
+
+def _pass_core() -> str:
+    """Whether hlofuse's pass core ran compiled (hlofuse/native.py) or from its sources."""
+    from hlofuse import native
+
+    return native.STATE.reason
 
 
 def median_run(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:

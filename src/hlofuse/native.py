@@ -5,7 +5,7 @@ modules under `hlofuse/_compiled/`, with a `manifest.json` naming each one's fil
 sha256 of the source it was built from. `install()`, run by `hlofuse/__init__.py` before any
 other hlofuse module is imported, puts a finder first on `sys.meta_path` that loads those
 modules from their extensions. Python runs the same code either way; the compiled core runs
-the `xla` pipeline about 40% faster.
+the `xla` pipeline about 1.9x faster.
 
 Conditions enforced:
 - All or nothing: mypyc calls between the compiled modules directly, so one built from older
@@ -126,7 +126,7 @@ def install() -> State:
     if files is None:
         if MANIFEST.exists():
             warnings.warn(f"hlofuse's compiled pass core is not used: {reason}. The Python "
-                          "sources run (about 40% slower pipelines); reinstall to rebuild it "
+                          "sources run (pipelines about 1.9x slower); reinstall to rebuild it "
                           "(pip install -e .).", NativeCoreWarning, stacklevel=3)
         STATE = State(False, reason)
         return STATE
