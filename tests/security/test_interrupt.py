@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -77,12 +78,22 @@ ENTRY main {
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """The children's environment, with their programs in the cache. And their SIGINT as a
+    terminal's foreground process has it: a shell starts a background job (`pytest &`) with
+    SIGINT ignored, which a child inherits across exec (and then keeps ignoring, as hlofuse
+    must); a handled signal is reset to its default there instead."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(cache))
     for text in (ENDLESS, COUNT_TO):  # warm: the child loads, it does not compile
         hlofuse.compile(text, pipeline=None)
-    return {**os.environ, "HLOFUSE_CACHE_DIR": str(cache), "PYTHONPATH": SRC}
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield {**os.environ, "HLOFUSE_CACHE_DIR": str(cache), "PYTHONPATH": SRC}
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _interrupt_after(proc: subprocess.Popen[str], seconds: float) -> float:
