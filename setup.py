@@ -1,6 +1,7 @@
 """Build hlofuse; its pass core is compiled to native code with mypyc where it can be.
 
-The modules in `CORE` (the IR and the fusion analyses the `xla` pipeline spends its time in)
+The modules in `CORE` (the HLO parser, the IR and the fusion analyses a compile spends its
+Python time in)
 are compiled by mypyc into extension modules under `hlofuse/_compiled/`, beside a manifest of
 the sources they were built from; `hlofuse/native.py` loads them in place of those sources
 while every source still matches. The pipeline's results are the same either way (the suite
@@ -39,6 +40,11 @@ CORE = (
     "passes/fusion/instruction_fusion.py",
     "passes/fusion/multi_output.py",
     "passes/fusion/predicates.py",
+    "text/attrs.py",
+    "text/build.py",
+    "text/header.py",
+    "text/lexer.py",
+    "text/parser.py",
 )
 GROUP = "hlofuse._compiled.core"  # the group's shared library: hlofuse._compiled.core__mypyc
 PLACE = "hlofuse._compiled."  # where each module's extension goes (its name under it)

@@ -1,8 +1,8 @@
 """The compiled pass core: load the modules the build compiled with mypyc, or their sources.
 
-`setup.py` compiles the modules of its `CORE` (the IR and the fusion analyses) into extension
-modules under `hlofuse/_compiled/`, with a `manifest.json` naming each one's file and the
-sha256 of the source it was built from. `install()`, run by `hlofuse/__init__.py` before any
+`setup.py` compiles the modules of its `CORE` (the parser, the IR, the fusion analyses) into
+extension modules under `hlofuse/_compiled/`, with a `manifest.json` naming each one's file
+and the sha256 of the source it was built from. `install()`, run by `hlofuse/__init__.py` before any
 other hlofuse module is imported, puts a finder first on `sys.meta_path` that loads those
 modules from their extensions. Python runs the same code either way; the compiled core runs
 the `xla` pipeline about 1.9x faster.

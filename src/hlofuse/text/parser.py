@@ -371,7 +371,7 @@ class HloParser(HeaderParser):
         else:
             operands = self._parse_operands(comp, op_tok.text, top_level)
         attrs: dict[str, Any] = {}
-        metadata, control = Metadata(), []
+        metadata, control = Metadata(), list[Ref]()
         if not nested:
             attrs, metadata, control = self._parse_attributes(op_tok.text, wrapped or opcode)
         instr = Instruction(opcode, shape, name=name, attrs=attrs,  # type: ignore[arg-type]
