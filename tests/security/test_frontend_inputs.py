@@ -16,7 +16,7 @@ import pytest
 from hlofuse.cli import main
 from hlofuse.errors import HloError, HloParseError, InputError
 from hlofuse.escape import terminal_unsafe
-from hlofuse.text import parse
+from hlofuse.text import parse, print_module
 
 ADD = """HloModule add_module
 ENTRY main {
@@ -186,6 +186,23 @@ def test_parse_prints_escaped_strings_that_read_back(capsys: pytest.CaptureFixtu
     assert r"\x1b[2J" in out and r"\u009b31m\u202eneg" in out
     again = parse(out)
     assert again.entry.root.metadata.op_name == "jit(f)/\x9b31m\u202eneg"
+
+
+@pytest.mark.parametrize(("written", "decoded"), [
+    (r"f\x)", "f\\x)"),  # no hex digit (found by fuzzing: was a ValueError)
+    (r"\xg\x", "\\xg\\x"),
+    (r"\x41\x4", "A\x04"),
+    (r"\u12\U1234", "\\u12\\U1234"),  # short \u and \U
+    (r"\ud800\U00110000", "\\ud800\\U00110000"),  # a surrogate, beyond U+10FFFF
+    (r"\q\101", "\\qA"),  # an unknown letter; octal
+])
+def test_string_escapes_that_name_no_character_are_kept(written: str, decoded: str) -> None:
+    text = ("HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n"
+            f'  ROOT n = f32[4] negate(p), metadata={{op_name="{written}"}}\n}}\n')
+    module = parse(text)
+    assert module.entry.root.metadata.op_name == decoded
+    again = parse(print_module(module))
+    assert again.entry.root.metadata.op_name == decoded
 
 
 @pytest.mark.parametrize("tool", ["explain", "lint"])

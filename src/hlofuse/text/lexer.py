@@ -100,14 +100,15 @@ class Token:
 
 def decode_string(body: str) -> str:
     """Decode the C escapes of a string token's body (without the quotes): absl's CUnescape
-    set, `\\uXXXX` and `\\UXXXXXXXX` included (an escape naming no character, a surrogate or
-    a code point beyond U+10FFFF, is kept as written)."""
+    set, `\\uXXXX` and `\\UXXXXXXXX` included. An escape naming no character is kept as
+    written: `\\x` without a hex digit, a `\\u` or `\\U` without all its digits, a surrogate or a
+    code point beyond U+10FFFF, an unknown letter."""
     if "\\" not in body:
         return body
 
     def repl(m: re.Match[str]) -> str:
         esc = m.group(0)[1:]
-        if esc[0] == "x":
+        if esc[0] == "x" and len(esc) > 1:
             return chr(int(esc[1:], 16))
         if esc[0] in "01234567":
             return chr(int(esc, 8))
