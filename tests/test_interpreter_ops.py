@@ -518,3 +518,11 @@ ENTRY e {
     x = np.arange(20, dtype=np.float32).reshape(4, 5)
     idx = np.array([[4, 0, 2], [3, 1, 0]], np.int32)  # column j = (col, row) of element j
     assert run(text, x, idx)[0].tolist() == [x[3, 4], x[1, 0], x[0, 2]]
+
+
+def test_erf_of_a_scalar_is_an_array() -> None:
+    """erf goes through Python's math.erf per element; of a 0-d operand (a scalar constant
+    being folded, as flax/optax programs have) that gives a float, not an array."""
+    r = unary("erf", "f32[]", "f32[]", np.array(0.5, np.float32))
+    assert r.shape == () and r.dtype == np.float32
+    assert abs(float(r) - 0.5204999) < 1e-6

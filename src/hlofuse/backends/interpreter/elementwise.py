@@ -64,7 +64,7 @@ def float_op(fn: Callable[..., Any], out: DType, *xs: np.ndarray) -> np.ndarray:
 
 def _erf(x: np.ndarray) -> np.ndarray:
     x64 = np.asarray(x, dtype=np.float64)
-    return np.frompyfunc(math.erf, 1, 1)(x64).astype(np.float64)
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x64), dtype=np.float64)  # (0-d: a float)
 
 
 def _logistic(x: np.ndarray) -> np.ndarray:
