@@ -1,15 +1,20 @@
-"""The JAX frontend: JAX functions in, hlofuse modules out. The only core-adjacent module that
-imports jax.
+"""The JAX frontend: JAX functions in, hlofuse modules out. With `jax_values.py`, the only
+modules that import jax.
 
     from_jax(fn, *args)      lower with jax.jit(fn, keep_unused=True) and parse the HLO text
-    jit(fn)                  a decorator like jax.jit: pytree inputs/outputs, static arguments;
-                             each new signature is lowered once, optimised (pipeline "hlofuse" by
-                             default) and compiled, then run by hlofuse
+    jit(fn)                  a decorator like jax.jit: takes what jax.jit takes and returns what
+                             it returns (`jax_values.py`: pytrees, Python scalars as weak types,
+                             static and keyword arguments, typed PRNG keys; jax.Array outputs);
+                             each new signature is traced and lowered once by jax, optimised
+                             (pipeline "hlofuse" by default) and compiled, then run by hlofuse
 
 Backend choice for `jit`: backend=None (the default) means "cpu" when a C compiler exists and
 "interpreter" otherwise; if the cpu backend refuses an op of the module (a CompileError from the
 lowering), the call falls back to the interpreter with a warning naming the op. An explicit
 backend="cpu" never falls back: the error is raised.
+
+A call whose arguments are jax tracers (hlofuse.jit inside jax.grad, vmap or another jit) is
+traced inline, as jax.jit's own is under a transformation: hlofuse compiles concrete calls.
 
 Lowering uses `lowered.as_text(dialect="hlo", debug_info=True)`, so every instruction keeps its
 stack frame and `Module.source_location` can point back at the user's Python line.
@@ -19,8 +24,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,6 +34,7 @@ from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.backends.subnormals import check as check_subnormals
 from hlofuse.errors import CompileError, HloError, InputError
 from hlofuse.ir.module import Module
+from hlofuse.ir.shape import ArrayShape, TokenShape, leaves
 from hlofuse.text import parse
 
 try:
@@ -37,6 +43,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without jax
     raise ImportError(
         "hlofuse.frontends.jax needs JAX: pip install 'hlofuse[jax]'"
     ) from exc
+
+from hlofuse.frontends.jax_values import ArgSpec, Outputs, flatten_inputs
 
 
 def _normalize_static(static_argnums: int | Sequence[int] | None) -> tuple[int, ...]:
@@ -48,30 +56,23 @@ def _normalize_static(static_argnums: int | Sequence[int] | None) -> tuple[int, 
 
 
 def hlo_text(fn: Callable[..., Any], *args: Any,
-             static_argnums: int | Sequence[int] | None = None, **kwargs: Any) -> str:
+             static_argnums: int | Sequence[int] | None = None,
+             static_argnames: str | Iterable[str] | None = None, **kwargs: Any) -> str:
     """The HLO text (short form, with stack-frame tables) that jax.jit produces for `fn`."""
-    jitted = jax.jit(fn, keep_unused=True, static_argnums=_normalize_static(static_argnums))
+    jitted = jax.jit(fn, keep_unused=True, static_argnums=_normalize_static(static_argnums),
+                     static_argnames=static_argnames)
     lowered = jitted.lower(*args, **kwargs)
     return str(lowered.as_text(dialect="hlo", debug_info=True))
 
 
 def from_jax(fn: Callable[..., Any], *args: Any,
-             static_argnums: int | Sequence[int] | None = None, **kwargs: Any) -> Module:
+             static_argnums: int | Sequence[int] | None = None,
+             static_argnames: str | Iterable[str] | None = None, **kwargs: Any) -> Module:
     """Lower `fn` at `args` with JAX and parse the result into a verified hlofuse Module."""
     name = getattr(fn, "__name__", "fn")
-    text = hlo_text(fn, *args, static_argnums=static_argnums, **kwargs)
+    text = hlo_text(fn, *args, static_argnums=static_argnums, static_argnames=static_argnames,
+                    **kwargs)
     return parse(text, source_name=f"<jax:{name}>")
-
-
-def _leaf_to_numpy(leaf: Any) -> np.ndarray:
-    if type(leaf) is np.ndarray:  # (the common case, and never a PRNG key)
-        return leaf
-    if hasattr(leaf, "dtype") and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-        raise InputError(
-            "typed PRNG keys cannot cross into hlofuse: pass jax.random.key_data(key) "
-            "(a uint32 array) and wrap it inside the function"
-        )
-    return np.asarray(leaf)
 
 
 @dataclass
@@ -79,7 +80,8 @@ class _Compiled:
     module: Module
     run: Callable[..., list[np.ndarray]]
     backend: str
-    out_tree: Any
+    outputs: Outputs  # the module's output arrays -> the function's outputs
+    params: list[int | None] | None  # entry parameter -> input array (None: a token)
 
 
 def default_backend() -> str:
@@ -131,82 +133,127 @@ def _build(
     return module, run, "interpreter"
 
 
-@dataclass
 class JittedFunction:
-    """What `hlofuse.jit(fn)` returns. Call it like the function; inspect `.lower(...)`."""
+    """What `hlofuse.jit(fn)` returns. Call it like the function; inspect `.lower(...)` and
+    `.backend_for(...)`. Takes and returns what jax.jit takes and returns (`jax_values.py`)."""
 
-    fn: Callable[..., Any]
-    static_argnums: tuple[int, ...] = ()
-    pipeline: str | None = "hlofuse"
-    backend: str | None = None
-    threads: int | None = None
-    subnormals: str = DEFAULT_SUBNORMALS
-    _cache: dict[Any, _Compiled] = field(default_factory=dict, repr=False)
+    def __init__(
+        self, fn: Callable[..., Any], *,
+        static_argnums: int | Sequence[int] | None = None,
+        static_argnames: str | Iterable[str] | None = None,
+        donate_argnums: int | Sequence[int] | None = None,
+        donate_argnames: str | Iterable[str] | None = None,
+        pipeline: str | None = "hlofuse", backend: str | None = None,
+        threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS,
+    ) -> None:
+        if not callable(fn):
+            raise InputError(f"hlofuse.jit expects a callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.spec = ArgSpec(fn, static_argnums, static_argnames, donate_argnums,
+                            donate_argnames)
+        self.pipeline = pipeline
+        self.backend = backend
+        self.threads = threads
+        self.subnormals = subnormals
+        self._cache: dict[Any, _Compiled] = {}
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
-    def __post_init__(self) -> None:
-        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+    @property
+    def static_argnums(self) -> tuple[int, ...]:
+        return self.spec.static_argnums
 
-    def _split(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        n = len(args)
-        static_idx = {i if i >= 0 else n + i for i in self.static_argnums}
-        for i in static_idx:
-            if not 0 <= i < n:
-                raise InputError(f"static_argnums index {i} is out of range for {n} arguments")
-        dynamic = tuple(a for i, a in enumerate(args) if i not in static_idx)
-        static = tuple(args[i] for i in sorted(static_idx))
-        return dynamic, static
+    @property
+    def static_argnames(self) -> tuple[str, ...]:
+        return self.spec.static_argnames
+
+    def __repr__(self) -> str:
+        return f"hlofuse.jit({getattr(self.fn, '__name__', self.fn)!s})"
 
     def lower(self, *args: Any, **kwargs: Any) -> Module:
         """The hlofuse module for this call signature (after the pipeline, if one is set)."""
-        return self._compiled(args, kwargs)[0].module
+        return self._traced_check(self._compiled(args, kwargs)[0]).module
 
     def backend_for(self, *args: Any, **kwargs: Any) -> str:
         """The backend this call signature runs on ("cpu" or "interpreter")."""
-        return self._compiled(args, kwargs)[0].backend
+        return self._traced_check(self._compiled(args, kwargs)[0]).backend
+
+    @staticmethod
+    def _traced_check(compiled: _Compiled | None) -> _Compiled:
+        if compiled is None:
+            raise InputError("the arguments are jax tracers: hlofuse compiles concrete calls "
+                             "only (under a jax transformation the function is traced by jax)")
+        return compiled
 
     def _compiled(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[_Compiled, list[np.ndarray]]:
-        """The compiled entry for this signature, and the call's flattened input arrays."""
-        dynamic, static = self._split(args)
-        leaves, treedef = jax.tree_util.tree_flatten((dynamic, kwargs))
-        arrays = [_leaf_to_numpy(leaf) for leaf in leaves]
-        try:
-            key = (treedef, tuple((a.shape, a.dtype) for a in arrays), static)
-            hash(key)
-        except TypeError as exc:
-            raise InputError(f"static arguments must be hashable: {exc}") from None
+    ) -> tuple[_Compiled | None, list[np.ndarray]]:
+        """The compiled entry for this signature and the call's input arrays; (None, []) when
+        a jax transformation traces the call."""
+        dyn, dkw, static = self.spec.split(args, kwargs)
+        arrays, key, traced = flatten_inputs((dyn, dkw))
+        if traced:
+            return None, []
+        key = (key, static)
         compiled = self._cache.get(key)
         if compiled is None:
-            compiled = self._compile(args, kwargs)
+            compiled = self._compile(args, kwargs, arrays)
             self._cache[key] = compiled
         return compiled, arrays
 
-    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Compiled:
-        static = self.static_argnums
-        module = from_jax(self.fn, *args, static_argnums=static, **kwargs)
-        jitted = jax.jit(self.fn, static_argnums=static)
-        out_shape = jax.eval_shape(jitted, *args, **kwargs)
-        out_tree = jax.tree_util.tree_structure(out_shape)
-        return _Compiled(*_build(module, self.pipeline, self.backend,
-                                 getattr(self.fn, "__name__", "fn"), self.threads,
-                                 self.subnormals), out_tree)
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 arrays: list[np.ndarray]) -> _Compiled:
+        name = getattr(self.fn, "__name__", "fn")
+        traced = jax.jit(self.fn, keep_unused=True, **self.spec.jax_options()).trace(
+            *args, **kwargs)
+        lowered = traced.lower()
+        text = str(lowered.as_text(dialect="hlo", debug_info=True))
+        module = parse(text, source_name=f"<jax:{name}>")
+        params = _param_plan(module, arrays, name)
+        module, run, backend = _build(module, self.pipeline, self.backend, name, self.threads,
+                                      self.subnormals)
+        outs = [(s.dtype.np, tuple(s.dims)) for s in leaves(module.entry.root.shape)]
+        return _Compiled(module, run, backend, Outputs(traced.out_info, outs, name), params)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         compiled, arrays = self._compiled(args, kwargs)
-        outputs = compiled.run(*arrays)
-        if compiled.out_tree.num_leaves != len(outputs):
-            raise HloError(
-                f"{getattr(self.fn, '__name__', 'fn')}: the module returned {len(outputs)} "
-                f"arrays but the function has {compiled.out_tree.num_leaves} outputs"
-            )
-        return jax.tree_util.tree_unflatten(compiled.out_tree, outputs)
+        if compiled is None:  # under a jax transformation: traced inline, as jax.jit's is
+            return jax.jit(self.fn, **self.spec.jax_options())(*args, **kwargs)
+        if compiled.params is not None:
+            arrays = [() if i is None else arrays[i] for i in compiled.params]  # type: ignore
+        return compiled.outputs(compiled.run(*arrays))
 
+
+def _param_plan(module: Module, arrays: list[np.ndarray], name: str) -> list[int | None] | None:
+    """What each entry parameter gets: an input array's index, or None for a token (jax's
+    ordered effects thread one through the entry); None when the parameters are the arrays in
+    order. Checks that jax lowered every leaf as the array hlofuse passes for it."""
+    params = module.entry.parameters
+    plan: list[int | None] = []
+    for p in params:
+        if isinstance(p.shape, TokenShape):
+            plan.append(None)
+            continue
+        i = len(plan) - plan.count(None)
+        if not isinstance(p.shape, ArrayShape) or i >= len(arrays) or (
+                arrays[i].dtype != p.shape.dtype.np or arrays[i].shape != tuple(p.shape.dims)):
+            got = (f"{arrays[i].dtype}{list(arrays[i].shape)}" if i < len(arrays)
+                   else "no argument")
+            raise HloError(f"{name}: jax lowered parameter {p.name} as {p.shape}, but the "
+                           f"argument leaf {i} converts to {got} (a bug in hlofuse's "
+                           "conversion of jax.jit's arguments)")
+        plan.append(i)
+    if len(plan) - plan.count(None) != len(arrays):
+        raise HloError(f"{name}: the module takes {len(plan) - plan.count(None)} arrays but the "
+                       f"call has {len(arrays)} array leaves")
+    return None if None not in plan else plan
 
 def jit(
     fn: Callable[..., Any] | None = None,
     *,
     static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Iterable[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Iterable[str] | None = None,
     pipeline: str | None = "hlofuse",
     backend: str | None = None,
     threads: int | None = None,
@@ -215,11 +262,15 @@ def jit(
 ) -> Any:
     """Like `jax.jit`, but hlofuse compiles and runs the function.
 
-    Usable as `@jit` or `@jit(static_argnums=1, pipeline="simplify")`. `pipeline` is a pipeline
-    name or pass spec (None: run the module as lowered); `backend` is "cpu", "interpreter" or
-    None (cpu if a C compiler exists, with an interpreter fallback for unsupported ops);
-    `threads`, `autotune` and `subnormals` ("flush", as jax.jit on CPU, or "keep") as for
-    `hlofuse.compile`.
+    Usable as `@jit` or `@jit(static_argnames="n", pipeline="simplify")`. Takes what jax.jit
+    takes (pytrees of arrays, Python scalars, jax.Arrays, typed PRNG keys; static arguments by
+    number or name, keyword arguments) and returns what it returns: jax.Arrays with the same
+    dtypes, weak types and pytree structure (`jax_values.py`). `donate_argnums`/
+    `donate_argnames` are checked and ignored (arguments are never written). `pipeline` is a
+    pipeline name or pass spec (None: run the module as lowered); `backend` is "cpu",
+    "interpreter" or None (cpu if a C compiler exists; an op the cpu backend cannot run sends
+    the function to the interpreter, with a warning); `threads`, `autotune` and `subnormals`
+    ("flush", as jax.jit on CPU, or "keep") as for `hlofuse.compile`.
     """
     check_subnormals(subnormals)
     if autotune:
@@ -228,7 +279,9 @@ def jit(
         pipeline = with_settings(pipeline or "hlofuse", autotune=True)
 
     def wrap(f: Callable[..., Any]) -> JittedFunction:
-        return JittedFunction(f, _normalize_static(static_argnums), pipeline, backend, threads,
-                              subnormals)
+        return JittedFunction(f, static_argnums=static_argnums,
+                              static_argnames=static_argnames, donate_argnums=donate_argnums,
+                              donate_argnames=donate_argnames, pipeline=pipeline,
+                              backend=backend, threads=threads, subnormals=subnormals)
 
     return wrap(fn) if fn is not None else wrap
