@@ -408,6 +408,20 @@ ENTRY e {
   p = f32[4,302] pad(c, z), padding=0_0x1_1
   ROOT n = f32[4,302] negate(p)
 }"""),
+    # two reductions over a concatenate: `split` cuts the row loop at 21, each piece is
+    # vectorized with partial accumulators named after the same accumulator (MJX's CG solver
+    # hit it: `redeclaration of 'acc0p'`)
+    "reduce_split_multi_output": ("xla", ADD + """
+ENTRY e {
+  a = f32[4,21] parameter(0)
+  b = f32[4,32] parameter(1)
+  z = f32[] constant(0)
+  c = f32[4,53] concatenate(a, b), dimensions={1}
+  e = f32[4,53] exponential(c)
+  r1 = f32[4] reduce(c, z), dimensions={1}, to_apply=add
+  r2 = f32[4] reduce(e, z), dimensions={1}, to_apply=add
+  ROOT t = (f32[4], f32[4]) tuple(r1, r2)
+}"""),
 }
 
 
@@ -579,3 +593,66 @@ def test_row_reduction_keeps_partial_sums(lowered) -> None:
     assert any(lp.vector == 8 for lp in _loops(k))
     assert any(b.kind == "lanes" for b in k.locals)
     assert any(v.op == "lanes_reduce" for v in _vals(k))
+
+
+def test_split_reduction_pieces_get_their_own_partials(built) -> None:
+    """Each piece of a reduction loop cut by `split` has partial accumulators of its own, with
+    C names of their own (never a redeclaration, never one shadowing another)."""
+    import re as _re
+
+    h, ids, _lib = built
+    (kid,) = ids["reduce_split_multi_output"]
+    src = h.entries[kid].kernel.source
+    src = src[src.index("HF_KERNEL void"):]  # the kernel function, not the vector helpers
+    declared = _re.findall(r"^\s*hf_v\d+_\w+ (\w+);$", src, _re.MULTILINE)
+    assert len(declared) == len(set(declared))
+    if h.target is not None and h.target.vector_bytes:
+        assert len(declared) >= 4  # two reductions x two pieces
+
+
+def test_printer_makes_every_c_name_unique() -> None:
+    """A kernel IR whose buffers and nested loop variables share names (as passes may make
+    them) prints one C variable per buffer and per loop, and computes the right values."""
+    import ctypes
+
+    from hlofuse.backends.cpu import cexpr
+    from hlofuse.backends.cpu.cprint import KernelPrinter
+    from hlofuse.backends.cpu.cvec import VecLib
+    from hlofuse.backends.kernel_ir import ir
+    from hlofuse.ir.dtypes import F32
+    from hlofuse.ir.opcodes import Opcode
+
+    g = ir.Graph()
+    inp = ir.Buffer("in0", F32, 12, "in", 0)
+    out = ir.Buffer("out0", F32, 3, "out", 0)
+    acc_a = ir.Buffer("acc0", F32, 1, "local")
+    acc_b = ir.Buffer("acc0", F32, 1, "local")  # the same name, another buffer
+    clash = ir.Buffer("v1", F32, 1, "local")  # the printer's own value pattern
+    i = ir.Var("i0", 0, 3)
+    j = ir.Var("i0", 0, 4)  # nested inside i, the same name
+    add = ir.ScalarOp(Opcode.ADD, F32)
+    zero = g.const(0.0, F32)
+
+    def row_sum(acc: ir.Buffer) -> list[ir.Stmt]:
+        x = g.load(inp, ir.affine(i) * 4 + ir.affine(j))
+        inner = ir.Loop(j, 0, 4, [ir.Store(acc, ir.ZERO, g.alu(add, g.load(acc, ir.ZERO), x))])
+        return [ir.Store(acc, ir.ZERO, zero), inner]
+
+    total = g.alu(add, g.load(acc_a, ir.ZERO), g.load(acc_b, ir.ZERO))
+    body = [*row_sum(acc_a), *row_sum(acc_b), ir.Store(clash, ir.ZERO, total),
+            ir.Store(out, ir.affine(i), g.load(clash, ir.ZERO))]
+    k = ir.Kernel("dup_names", [inp], [out], [ir.Loop(i, 0, 3, body)], g,
+                  locals=[acc_a, acc_b, clash])
+    lib = VecLib()
+    src = KernelPrinter(k, lib, set()).print()
+    decls = re.findall(r"^\s*float (\w+)\[1\];$", src, re.MULTILINE)
+    assert len(decls) == 3 and len(set(decls)) == 3 and "v1" not in decls, src
+    loops = re.findall(r"for \(int64_t (\w+) =", src)
+    assert len(loops) == 3 and len(set(loops[:2])) == 2, src  # nested: two names
+    c = cexpr.prelude() + lib.text() + src + \
+        "void run(const float *a, float *b) { dup_names(a, b); }\n"
+    so = build.load_library(c, name="test_dup_names")
+    a = np.arange(12, dtype=np.float32)
+    b = np.zeros(3, np.float32)
+    so.run(a.ctypes.data_as(ctypes.c_void_p), b.ctypes.data_as(ctypes.c_void_p))
+    np.testing.assert_array_equal(b, 2 * a.reshape(3, 4).sum(axis=1))

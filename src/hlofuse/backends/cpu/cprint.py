@@ -25,6 +25,13 @@ What it guarantees:
 - Every name is derived here or by the lowering (`in0`, `acc2`, `v17`, `i0`), and every piece of
   input text (kernel labels, source lines, instruction names in comments) goes through
   `ctext.comment`. Integer constants are checked to fit int64.
+- Names are unique by construction: the IR's names are hints. Every local and `lanes` buffer
+  gets a C name of its own in the kernel's namespace (`KernelNames`: the parameters `inK` /
+  `outK`, then the locals in order; a name taken gets `_2`, ...), and every loop variable a name
+  no enclosing loop variable or buffer has (sibling loops may share one). So two buffers that a
+  pass named alike (the partial accumulators `acc0p` of the two pieces `split` cut a reduction
+  into) are two C variables, never a redeclaration nor one shadowing the other. Values are
+  `v<N>` (a counter; the pattern is kept out of the namespace), helpers `hf_*`.
 - Locals are declared in the innermost block that contains all their uses (so accumulators
   inside a parallel loop are private to each thread); above `STACK_LOCAL_BYTES` they come from
   `hf_alloc` (never inside a parallel loop: `parallelize` refuses those loops).
@@ -41,6 +48,7 @@ from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.cvec import VecLib, compute_short, storage_short
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import STACK_LOCAL_BYTES, Affine, Buffer, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.naming import KernelNames
 from hlofuse.errors import CompileError
 from hlofuse.ir.opcodes import Opcode
 
@@ -89,6 +97,8 @@ class KernelPrinter:
         self.n = 0
         self.defs: list[str] = []  # file-scope definitions (constant tables, library helpers)
         self.cname: dict[Buffer, str] = {}
+        self.names = KernelNames()
+        self.bound: list[str] = []  # C names of the enclosing loops' variables
         self.decls = _declarations(kernel.body)
         self.where = kernel.label or kernel.name
 
@@ -132,8 +142,10 @@ class KernelPrinter:
 
     def print(self) -> str:
         k = self.k
-        for b in k.inputs + k.outputs + k.locals:
-            self.cname[b] = b.name
+        for b in k.inputs + k.outputs:
+            self.cname[b] = self.names.param(b)
+        for b in k.locals:
+            self.buffer_name(b)
         for b in k.consts:
             name = cexpr_name(f"{k.name}_{b.name}", self.used)
             self.cname[b] = name
@@ -154,10 +166,10 @@ class KernelPrinter:
         args = []
         for b in k.inputs:
             r = "" if b.index in aliased_in else "restrict "
-            args.append(f"const {cexpr.ctype(b.dtype)} *{r}{b.name}")
+            args.append(f"const {cexpr.ctype(b.dtype)} *{r}{self.cname[b]}")
         for b in k.outputs:
             r = "" if b.index in k.inplace else "restrict "
-            args.append(f"{cexpr.ctype(b.dtype)} *{r}{b.name}")
+            args.append(f"{cexpr.ctype(b.dtype)} *{r}{self.cname[b]}")
         return args
 
     def parallel_loop(self, s: ir.Loop) -> None:
@@ -167,7 +179,8 @@ class KernelPrinter:
         self.n_par = getattr(self, "n_par", 0) + 1
         name = f"{self.k.name}_p{self.n_par}"
         sub = KernelPrinter(self.k, self.lib, self.used)
-        sub.cname, sub.decls, sub.defs = self.cname, self.decls, self.defs
+        sub.cname, sub.names, sub.decls, sub.defs = self.cname, self.names, self.decls, self.defs
+        sub.bound = list(self.bound)
         sub.loop(s, bounds=("hf_lo", "hf_hi"))
         body = "\n".join(sub.lines)
         bufs = self.k.inputs + self.k.outputs
@@ -178,7 +191,7 @@ class KernelPrinter:
             f"{{\n{body}\n}}\n"
             f"static void {name}_t(void *const *a, int64_t lo, int64_t hi) "
             f"{{ {name}({casts}{', ' if casts else ''}lo, hi); }}\n")
-        ptrs = ", ".join(f"(void *){b.name}" for b in bufs) or "0"
+        ptrs = ", ".join(f"(void *){self.cname[b]}" for b in bufs) or "0"
         self.line("{")
         self.line(f"    void *const hf_a[] = {{{ptrs}}};")
         self.line(f"    hf_parallel_ptr({name}_t, hf_a, {c_int(s.lo)}, {c_int(s.hi)}, "
@@ -197,17 +210,32 @@ class KernelPrinter:
         frees = []
         for b in self.decls.get(key, []):
             ct = cexpr.ctype(b.dtype)
+            name = self.buffer_name(b)
             if b.kind == "lanes":
-                self.line(f"{self.lib.t(compute_short(b.dtype), b.size)} {b.name};")
+                self.line(f"{self.lib.t(compute_short(b.dtype), b.size)} {name};")
                 continue
             ct = cexpr.compute_type(b.dtype) if b.size == 1 else ct
             if b.size * b.dtype.itemsize <= STACK_LOCAL_BYTES:
-                self.line(f"{ct} {b.name}[{b.size}];")
+                self.line(f"{ct} {name}[{b.size}];")
             else:
                 nbytes = c_int(b.size * b.dtype.itemsize)
-                self.line(f"{ct} *{b.name} = ({ct} *)hf_alloc(0, {nbytes});")
-                frees.append(b.name)
+                self.line(f"{ct} *{name} = ({ct} *)hf_alloc(0, {nbytes});")
+                frees.append(name)
         return frees
+
+    def buffer_name(self, b: Buffer) -> str:
+        """The C name of a local or `lanes` buffer: its own in the kernel's namespace."""
+        name = self.cname.get(b)
+        if name is None:
+            name = self.cname[b] = self.names.local(b.name)
+        return name
+
+    def var_name(self, v: Var) -> str:
+        """The C name of a loop variable (given when its loop is printed)."""
+        name = self.names.vars.get(v)
+        if name is None:
+            raise CompileError(f"{self.where}: loop variable {v.name} used outside its loop")
+        return name
 
     # ----- statements -----------------------------------------------------------------------
 
@@ -252,7 +280,7 @@ class KernelPrinter:
             self.parallel_loop(s)
             return
         self.invalidate(ir.written(s.body))
-        v = s.var.name
+        v = self.names.bind(s.var, self.bound)
         step = f"{v} += {ir.step_of(s)}" if ir.step_of(s) > 1 else f"++{v}"
         lo, hi = bounds or (c_int(s.lo), c_int(s.hi))
         self.line(f"for (int64_t {v} = {lo}; {v} < {hi}; {step}) {{")
@@ -261,8 +289,10 @@ class KernelPrinter:
             self.vec = (s.var, s.vector)
             self.users, self.lazy, self.groups = self._lazy_plan(s.body)
             self.lib.types(s.vector)
+        self.bound.append(v)
         with self.scope():
             self.block(s.body, id(s.body))
+        self.bound.pop()
         self.vec, self.users, self.lazy, self.groups = saved
         self.line("}")
         self.invalidate(ir.written(s.body))
@@ -340,7 +370,7 @@ class KernelPrinter:
         """An index expression (scalar; the vector loop variable stands for lane 0)."""
         parts = []
         for t, c in a.terms:
-            x = t.name if isinstance(t, Var) else self.sx(t)
+            x = self.var_name(t) if isinstance(t, Var) else self.sx(t)
             parts.append(x if c == 1 else f"{x} * {c_int(c)}")
         if a.const or not parts:
             parts.append(c_int(a.const))
@@ -353,9 +383,9 @@ class KernelPrinter:
         parts = []
         for t, c in a.terms:
             if t is var:
-                x = f"({t.name} + hf_l)"
+                x = f"({self.var_name(var)} + hf_l)"
             elif isinstance(t, Var):
-                x = t.name
+                x = self.var_name(t)
             elif self.varies(t):
                 x = f"{self.vexpr(t)}[hf_l]"
             else:

@@ -3,7 +3,8 @@
     kernel names   fused_multiply_add_select, reduce_add, dot, dot_2 (unique per Program; the
                    cpu backend then makes a printed kernel's names from its content:
                    `schedule.content_named`, fused_multiply_add_select_1f0c9a2e)
-    local names    multiply, multiply_2, i0, add_acc ...                (unique per kernel)
+    local names    acc0, i0, acc0p (the IR's, hints) -> C names unique per kernel function
+                   (`KernelNames`: acc0p, acc0p_2 for a second buffer the passes named alike)
 
 No name is made from input text: HLO instruction, computation and module names are hostile
 input (docs/security.md), and even a sanitised one could be a macro of the prelude's headers
@@ -20,6 +21,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from hlofuse.backends.kernel_ir.ir import Buffer, Var
+from hlofuse.errors import CompileError
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 
@@ -79,6 +82,68 @@ def fresh(base: str, used: set[str], clash_suffix: str = "") -> str:
         n += 1
     used.add(candidate)
     return candidate
+
+
+class KernelNames:
+    """One kernel function's namespace of C identifiers. Parameters keep the contract's names
+    (`in0`, `out1`); a local takes its IR name, made free (`_2`, `_3`, ...) and kept off the
+    printer's own patterns (`v<N>` values, `p<N>` scalar-function parameters, `hf_*`, `in<N>` /
+    `out<N>`) and C keywords and the library functions generated code calls (`k_` prefix); a
+    loop variable likewise, except that one name serves sibling loops (`for (int64_t i0 ...)`
+    twice in a row) but never a loop inside a loop of that name, and one `Var` keeps one name."""
+
+    def __init__(self) -> None:
+        self.taken: set[str] = set()
+        self.vars: dict[Var, str] = {}
+        self.loop_names: set[str] = set()  # given to loop variables (siblings may share one)
+
+    def param(self, b: Buffer) -> str:
+        name = f"{'in' if b.kind == 'in' else 'out'}{b.index}"
+        if name in self.taken:
+            raise CompileError(f"kernel parameter {name} twice")  # (a lowering bug)
+        self.taken.add(name)
+        return name
+
+    def local(self, hint: str) -> str:
+        return self._fresh(_local_base(hint))
+
+    def bind(self, v: Var, enclosing: list[str]) -> str:
+        name = self.vars.get(v)
+        if name is not None:
+            if name in enclosing:
+                raise CompileError(f"loop variable {name} bound by two nested loops")
+            return name
+        base = _local_base(v.name)
+        if base in self.loop_names and base not in enclosing:
+            name = base  # a sibling loop's variable had it: free here
+        else:
+            name = self._fresh(base)
+            self.loop_names.add(name)
+        self.vars[v] = name
+        return name
+
+    def _fresh(self, base: str) -> str:
+        name, n = base, 2
+        while name in self.taken:
+            name = f"{base}_{n}"
+            n += 1
+        self.taken.add(name)
+        return name
+
+
+# libm's Bessel functions: generated code never calls them, so a local may shadow them (the
+# lowering's loop variables are j0, j1, ...).
+_NEVER_CALLED = frozenset({"j0", "j1", "y0", "y1"})
+
+
+def _local_base(hint: str) -> str:
+    """An IR name as the base of a kernel-local C name."""
+    if not _BASE.fullmatch(hint):
+        return "k_" + re.sub(r"[^a-z0-9_]", "_", hint.lower())[:56]
+    if (hint in _C_RESERVED and hint not in _NEVER_CALLED) or hint.startswith("hf_") or \
+            re.fullmatch(r"(in|out|v|p)\d+", hint):
+        return "k_" + hint
+    return hint
 
 
 def op_word(opcode: Opcode) -> str:

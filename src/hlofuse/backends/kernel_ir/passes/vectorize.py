@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir import ir, naming
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Graph, Stmt, Val, Var
 from hlofuse.backends.kernel_ir.rewrite import Rewriter
 from hlofuse.backends.kernel_ir.target import Target
@@ -92,6 +92,7 @@ class _Vectorizer:
         self.g: Graph = kernel.graph
         self.target = target
         self._all: dict[Buffer, int] | None = None  # accesses of each buffer in the kernel
+        self._names: set[str] | None = None  # buffer names taken (`fresh`)
 
     # ----- traversal ------------------------------------------------------------------------
 
@@ -155,14 +156,23 @@ class _Vectorizer:
         return out
 
     def new_buffer(self, name: str, dtype: DType, w: int) -> Buffer:
-        buf = Buffer(name, dtype, w, "lanes")
+        buf = Buffer(self.fresh(name), dtype, w, "lanes")
         self.k.locals.append(buf)
         return buf
 
     def clone(self, buf: Buffer) -> Buffer:
-        new = Buffer(f"{buf.name}_{len(self.k.locals)}", buf.dtype, buf.size, buf.kind)
+        new = Buffer(self.fresh(f"{buf.name}_{len(self.k.locals)}"), buf.dtype, buf.size,
+                     buf.kind)
         self.k.locals.append(new)
         return new
+
+    def fresh(self, base: str) -> str:
+        """A buffer name no other buffer of the kernel has (the pieces `split` cut a reduction
+        into are vectorized one by one, each with partials named after the same accumulator;
+        the C printer makes names unique again, this keeps the IR's dump unambiguous)."""
+        if self._names is None:
+            self._names = {b.name for b in self.k.inputs + self.k.outputs + self.k.locals}
+        return naming.fresh(base, self._names)
 
     # ----- legality and the plan ------------------------------------------------------------
 
