@@ -252,6 +252,50 @@ def test_c_compile_failure_keeps_the_file(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert "return @;" in path.read_text()
 
 
+def test_c_compile_error_names_the_kernel_and_its_instruction(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A C compile error (an hlofuse bug) says which kernel function it is in and which HLO
+    instruction that kernel computes, whatever else the file holds."""
+    from hlofuse.backends.cpu import kernels
+
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "_LOADED", {})
+
+    class Broken(kernels.KernelPrinter):
+        def print(self) -> str:
+            text = super().print()
+            head, brace, body = text.partition(")\n{\n")
+            return head + brace + "    int x = @;\n" + body
+
+    monkeypatch.setattr(kernels, "KernelPrinter", Broken)
+    with pytest.raises(build.CCompileError) as info:
+        hlofuse.compile(ADD)
+    exc = info.value
+    assert len(exc.functions) == 1 and exc.functions[0].startswith("add_"), exc.functions
+    assert exc.instructions == ("add",)
+    assert f"in {exc.functions[0]}, computing instruction add (exit" in str(exc)
+    assert "int x = @;" in Path(exc.path).read_text()
+
+
+def test_compile_errors_locate_functions_and_outlined_loops(tmp_path: Path) -> None:
+    from hlofuse.backends.cpu import compile_errors
+
+    c = tmp_path / "u.c"
+    c.write_text("static inline int hf_helper(int a)\n{\n    return a;\n}\n"
+                 "HF_KERNEL void fused_add_1f0c9a2e(const float *restrict in0)\n{\n"
+                 "    int x = @;\n}\n"
+                 "static void fused_mul_2e_p1(const float *in0, int64_t hf_lo)\n{\n  @;\n}\n")
+    stderr = (f"{c}: In function 'fused_add_1f0c9a2e':\n{c}:7:13: error: expected expression\n"
+              f"{c}:11:3: error: expected expression\n{c}:3:5: warning: unused\n")
+    found = compile_errors.failing_functions(stderr, c)
+    assert found == ("fused_add_1f0c9a2e", "fused_mul_2e_p1")
+    kernels = [("fused_add_1f0c9a2e", "add.1"), ("fused_mul_2e", "mul.2"),
+               ("fused_add_1f0c9a2e", "add.7")]
+    assert compile_errors.instructions_of(found, kernels) == ("add.1", "add.7", "mul.2")
+    assert compile_errors.instructions_of(("fused_mul_2e_p1_t",), kernels) == ("mul.2",)
+    assert compile_errors.failing_functions("ld: cannot find -lfoo\n", c) == ()
+
+
 # -- jit -----------------------------------------------------------------------------------------
 
 jax = pytest.importorskip("jax")

@@ -70,11 +70,11 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hlofuse.backends.cpu import cachefs
+from hlofuse.backends.cpu import cachefs, compile_errors
 from hlofuse.errors import CompileError, HloError
 
 if TYPE_CHECKING:  # (imported where used: a warm load starts no thread)
@@ -117,11 +117,27 @@ class CompilerNotFoundError(CompileError):
 
 
 class CCompileError(CompileError):
-    """The C compiler rejected a generated file (kept at `path`)."""
+    """The C compiler rejected a generated file (kept at `path`). `functions`: the C functions
+    the errors are in (a kernel's name, `NAME_p1` for its outlined parallel loop, `hf_entry`
+    for the driver), in the order the compiler reported them; the executable adds the HLO
+    instructions those kernels compute (`instructions`)."""
 
-    def __init__(self, message: str, path: Path) -> None:
+    def __init__(self, message: str, path: Path, functions: tuple[str, ...] = (),
+                 instructions: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.path = path
+        self.functions = functions
+        self.instructions = instructions
+
+
+def with_instructions(exc: CCompileError, kernels: Iterable[tuple[str, str]]) -> CCompileError:
+    """`exc` naming, besides the C functions, the HLO instructions their kernels compute
+    (`kernels`: (C function, instruction name) pairs of the program)."""
+    names = compile_errors.instructions_of(exc.functions, kernels)
+    if not names:
+        return exc
+    return CCompileError(compile_errors.with_instructions_text(str(exc.args[0]), names),
+                         exc.path, exc.functions, names)
 
 
 class _Unwritable(Exception):
@@ -637,10 +653,12 @@ def _run_compiler(cmd: list[str], what: str, c_path: Path, cache: Path) -> None:
     if proc.returncode != 0:
         if any(e in proc.stderr for e in _DISK_ERRORS):
             raise _Unwritable(f"{cache}: {proc.stderr.strip().splitlines()[-1]}")
-        errors = "\n".join(proc.stderr.strip().splitlines()[:20])
+        functions = compile_errors.failing_functions(proc.stderr, c_path)
+        where = f" in {', '.join(functions)}" if functions else ""
+        errors = "\n".join(compile_errors.errors_first(proc.stderr.strip().splitlines())[:20])
         raise CCompileError(
-            f"the C compiler failed on {what} (exit {proc.returncode}); the generated C is kept "
-            f"at {c_path}:\n{errors}", c_path,
+            f"the C compiler failed on {what}{where} (exit {proc.returncode}); the generated C "
+            f"is kept at {c_path}:\n{errors}", c_path, functions,
         )
 
 

@@ -312,11 +312,15 @@ class CpuExecutable:
         from hlofuse.backends.cpu.units import units as split
 
         units = split(self.program)
-        if units is None:
-            return build.load_library(self.program.source, name=self.name,
-                                      extra_flags=(*kernel_flags(), *extra_flags))
-        return build.load_units(units, name=self.name, kernel_flags=kernel_flags(),
-                                extra_flags=(*DRIVER_FLAGS, *extra_flags))  # the driver's
+        try:
+            if units is None:
+                return build.load_library(self.program.source, name=self.name,
+                                          extra_flags=(*kernel_flags(), *extra_flags))
+            return build.load_units(units, name=self.name, kernel_flags=kernel_flags(),
+                                    extra_flags=(*DRIVER_FLAGS, *extra_flags))  # the driver's
+        except build.CCompileError as exc:  # name the instructions of the failing kernels
+            raise build.with_instructions(
+                exc, [(k.name, k.instruction) for k in self.program.kernels]) from exc
 
     @property
     def source(self) -> str:
