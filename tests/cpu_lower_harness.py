@@ -73,10 +73,11 @@ class Harness:
     compiles and runs on any host (vector extensions wider than the machine's registers are
     split by the compiler), so tests check every width everywhere."""
 
-    def __init__(self, target: str | None = None) -> None:
+    def __init__(self, target: str | None = None, threads: int = 1) -> None:
         self.entries: list[Entry] = []
         self.used: set[str] = set()
         self.target = Target.named(target) if target else None
+        self.threads = threads  # > 1: big loops become parallel (run serially here)
 
     def add_module(self, text: str, pipeline: str = "xla",
                    int_range: tuple[int, int] = (-6, 6)) -> list[int]:
@@ -90,7 +91,7 @@ class Harness:
 
     def add(self, instr: Instruction, int_range: tuple[int, int] = (-6, 6),
             module: object = None) -> int:
-        kernel = lower_kernel(instr, self.used, self.target)
+        kernel = lower_kernel(instr, self.used, self.target, self.threads)
         n = len(self.entries)
         args = [f"(const {cexpr.ctype(s.dtype)} *)ins[{i}]" for i, s in enumerate(kernel.inputs)]
         args += [f"({cexpr.ctype(s.dtype)} *)outs[{i}]" for i, s in enumerate(kernel.outputs)]
