@@ -38,7 +38,8 @@ the end, and kernels assume no aliasing: the executable allocates them fresh). A
 buffers come from one 64-byte aligned arena (no allocation inside loops), allocated by a call
 and kept for the next (`hf_arena_kept`; `hf_release` frees it).
 Ops the backend cannot run (infeed, outfeed, send/recv, collectives, rng state, opaque custom
-calls, bitcasts of non-default layouts) raise `UnsupportedOpError` naming the instruction.
+calls, bitcasts of non-default layouts) raise `UnsupportedOpError` naming the instruction; jax's
+LAPACK custom calls are library calls (`library/lapack_calls.py`).
 """
 
 from __future__ import annotations
@@ -229,8 +230,7 @@ def _check_supported(module: Module) -> None:
         for instr in comp.instructions:
             why = _UNSUPPORTED.get(instr.opcode)
             if why is None and instr.opcode is Opcode.CUSTOM_CALL and not is_alias(instr):
-                target = instr.attrs.get("custom_call_target", "?")
-                why = f"custom-call target {target!r} is opaque code"
+                why = _custom_call_problem(instr)
             if why is None and instr.opcode is Opcode.BITCAST:
                 why = _bitcast_problem(instr)
             if why is not None:
@@ -238,6 +238,24 @@ def _check_supported(module: Module) -> None:
                     f"instruction {instr.name} in computation {comp.name}: the cpu backend "
                     f"cannot run {instr.opcode.value}: {why}"
                 )
+
+
+def _custom_call_problem(instr: Instruction) -> str | None:
+    """Why the backend cannot run custom call `instr`, or None: jax's LAPACK calls run as
+    library calls (library/lapack_calls.py), when well formed and LAPACK is there for them."""
+    from hlofuse.backends import lapack_targets
+
+    target = instr.attrs.get("custom_call_target", "?")
+    try:
+        call = lapack_targets.parse(instr)
+    except lapack_targets.TargetError as exc:
+        return f"custom-call target {target!r}: {exc}"
+    if call is None:
+        return f"custom-call target {target!r} is opaque code"
+    from hlofuse.backends.cpu.library.lapack_calls import code_generation_check
+
+    code_generation_check(instr, call)
+    return None
 
 
 def _bitcast_problem(instr: Instruction) -> str | None:

@@ -24,8 +24,8 @@ Conditions enforced:
   by cprint (no `HF_KERNEL void NAME(` line) makes the program one file, and stops the
   stream.
 - Kernel functions are hidden globals in kernel units (`HF_KERNEL`), static in the single file;
-  the prelude's state (scratch failures, the pool pointer, the BLAS pointers) is defined by the
-  driver's unit alone (`HF_EXTERN_STATE` in kernel units).
+  the prelude's state (scratch failures, the pool pointer, the BLAS and LAPACK pointers) is
+  defined by the driver's unit alone (`HF_EXTERN_STATE` in kernel units).
 """
 
 from __future__ import annotations
@@ -148,6 +148,10 @@ def units(program: Program, unit_bytes: int | None = None) -> list[str] | None:
     declarations = ""
     if any("HFLIB_BLAS_DECLS" in k.source for k in printed):
         from hlofuse.backends.cpu.library.blas import DECLARATIONS as declarations
+    if any("HFLIB_LAPACK_DECLS" in k.source for k in printed):
+        from hlofuse.backends.cpu.library.lapack import DECLARATIONS as lapack_pointers
+
+        declarations += lapack_pointers
     out.append(_UNIT_DEFINES + head + declarations
                + "\n".join(p for p in protos if p) + "\n\n" + program.source[tail_start:])
     return out

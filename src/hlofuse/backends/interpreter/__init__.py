@@ -8,12 +8,12 @@ Arguments must match the entry parameters exactly (shape and element type; no im
 casts): `check_args` raises `InputError` naming the parameter otherwise. An op or attribute
 the interpreter cannot run raises `InterpreterError` naming the opcode and the instruction.
 `SUPPORTED` is the set of opcodes it interprets (custom-call only for the identity targets
-in `IDENTITY_CUSTOM_CALLS`).
+in `IDENTITY_CUSTOM_CALLS` and jax's LAPACK calls, `lapack.py`).
 
 Dispatch is one handler per opcode (`core.HANDLERS`, each `(Interpreter, instr, operand
 values) -> value`); op groups live in elementwise (with numerics), conversions, shaping,
-reductions, convolution, indexing, sorting, rng, linalg, batch_norm and collectives (one-device
-semantics of collectives, async wrappers and copies). Parameters are bound by the evaluation
+reductions, convolution, indexing, sorting, rng, linalg, lapack (jax's LAPACK custom calls),
+batch_norm and collectives (one-device semantics of collectives, async wrappers and copies). Parameters are bound by the evaluation
 loop itself.
 
 Numerics: every float op is computed in f64 and rounded once to its result type, so + - * /
@@ -43,6 +43,7 @@ from hlofuse.backends.interpreter import (  # noqa: F401  (register the handlers
     convolution,
     elementwise,
     indexing,
+    lapack,
     linalg,
     reductions,
     rng,

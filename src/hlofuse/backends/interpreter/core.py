@@ -441,10 +441,23 @@ IDENTITY_CUSTOM_CALLS = frozenset(
 )
 
 
+# Custom-call targets other modules run: (does it take this target name?, handler); lapack.py
+# registers jax's LAPACK calls.
+TARGET_HANDLERS: list[tuple[Callable[[str], bool], Handler]] = []
+
+
+def register_custom_call(accepts: Callable[[str], bool], handler: Handler) -> None:
+    """Run the custom calls whose target `accepts` with `handler`."""
+    TARGET_HANDLERS.append((accepts, handler))
+
+
 @handles(Opcode.CUSTOM_CALL)
 def _custom_call(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
     target = str(instr.attrs.get("custom_call_target", ""))
     if target in IDENTITY_CUSTOM_CALLS and len(ops) == 1:
         return ops[0]
+    for accepts, handler in TARGET_HANDLERS:
+        if accepts(target):
+            return handler(interp, instr, ops)  # type: ignore[no-any-return]
     raise unsupported(instr, "custom calls are opaque")
 

@@ -17,8 +17,11 @@ pool (`hf_parallel_ptr`; scratch is allocated before the tasks start, one slot p
     sort, topk          sort.py      stable merge sort of offsets, then a gather
     rng-bit-generator   rng.py       Threefry-2x32 / Philox-4x32, bit for bit
     select-and-scatter  windows.py   sequential select, then scatter in source order
+    cholesky,           lapack_calls.py  LAPACK (lapack.py: the scipy-openblas32 wheel's, through
+    triangular-solve,   (+ lapack_eigen) function pointers), each matrix of the batch transposed
+    jax's LAPACK                     to column-major scratch and back; a C fallback for
+    custom calls                     potrf/trsm when LAPACK is missing
 
-cholesky and triangular-solve are not implemented yet (they raise LibraryOpError).
 Anything else raises `LibraryOpError` (a CompileError) naming the instruction; a library op on
 complex, sub-byte integer or 8-/4-bit float values raises `UnsupportedOpError`.
 """
@@ -38,7 +41,7 @@ ThreadedEmitter = Callable[[Instruction, list[str], list[str], set[str], int], t
 
 # opcode -> (module of this package, its emitter, whether it takes `threads`); a module is
 # imported when its op is first emitted, so loading a cached program (which only needs
-# `blas` and `prebuilt` from this package) does not import the code generators
+# `blas`, `lapack` and `prebuilt` from this package) does not import the code generators
 _EMITTERS: dict[Opcode, tuple[str, str, bool]] = {
     Opcode.DOT: ("gemm", "emit_dot", True),
     Opcode.CONVOLUTION: ("conv", "emit_convolution", True),
@@ -46,6 +49,9 @@ _EMITTERS: dict[Opcode, tuple[str, str, bool]] = {
     Opcode.TOPK: ("sort", "emit_topk", True),
     Opcode.RNG_BIT_GENERATOR: ("rng", "emit_rng_bit_generator", False),
     Opcode.SELECT_AND_SCATTER: ("windows", "emit_select_and_scatter", False),
+    Opcode.CHOLESKY: ("lapack_calls", "emit_cholesky", True),
+    Opcode.TRIANGULAR_SOLVE: ("lapack_calls", "emit_triangular_solve", True),
+    Opcode.CUSTOM_CALL: ("lapack_calls", "emit_custom_call", True),
 }
 
 SUPPORTED: frozenset[Opcode] = frozenset(_EMITTERS)

@@ -290,8 +290,12 @@ _KEEP: list[ctypes.CDLL] = []
 
 def bind(lib: ctypes.CDLL, blas: Blas | None = None) -> bool:
     """Point a freshly loaded library's `hf_blas_*` globals at the BLAS (`active()` unless
-    given), or at nothing. True if the library has such globals and they now point at a
-    BLAS."""
+    given), or at nothing; its `hf_lapack_*` globals too (`lapack.bind`, whatever BLAS is
+    used: it raises UnsupportedOpError when the library needs a LAPACK routine that is
+    missing). True if the library has BLAS globals and they now point at a BLAS."""
+    from hlofuse.backends.cpu.library import lapack
+
+    lapack.bind(lib)
     try:
         ctypes.c_void_p.in_dll(lib, "hf_blas_sgemm")
     except ValueError:

@@ -315,6 +315,10 @@ def gemm_helper(suffix: str) -> str:
 
 
 def _accumulator(instr: Instruction, out: DType, operands: list[DType]) -> tuple[str, str]:
+    if out.is_complex or any(d.is_complex for d in operands):
+        raise cexpr.UnsupportedOpError(
+            f"instruction {instr.name} in {instr.parent.name if instr.parent else '?'}: the cpu "
+            "backend's dot does not support complex numbers; the interpreter backend runs it")
     if out.is_float:
         if any(not (d.is_float or d.is_integral or d.is_pred) for d in operands):
             raise LibraryOpError(instr, f"cannot contract {operands} into {out}")

@@ -1,6 +1,6 @@
 """Ops that are not index maps (dot, convolution, sort, topk, rng-bit-generator,
-select-and-scatter) as library calls: the op is computed whole into buffers, then read like an
-input.
+select-and-scatter, cholesky, triangular-solve, jax's LAPACK custom calls) as library calls:
+the op is computed whole into buffers, then read like an input.
 
     LibCall(op, ins=[operand buffers], outs=[local buffers])   in the kernel's preamble
     ... load(local, i) in the loops ...
@@ -13,6 +13,7 @@ into a local buffer by a loop nest. As a kernel root the op writes the kernel's 
 
 from __future__ import annotations
 
+from hlofuse.backends import lapack_targets
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Buffer, Val
 from hlofuse.backends.kernel_ir.lower import index as ix
@@ -23,10 +24,15 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
 
 SUPPORTED = frozenset({Opcode.DOT, Opcode.CONVOLUTION, Opcode.SORT, Opcode.TOPK,
-                       Opcode.RNG_BIT_GENERATOR, Opcode.SELECT_AND_SCATTER})
+                       Opcode.RNG_BIT_GENERATOR, Opcode.SELECT_AND_SCATTER, Opcode.CHOLESKY,
+                       Opcode.TRIANGULAR_SOLVE})
 
 
 def supported(instr: Instruction) -> bool:
+    """Is `instr` computed by a library routine: one of `SUPPORTED`, or a custom call of jax's
+    LAPACK targets (`backends/lapack_targets.py`)?"""
+    if instr.opcode is Opcode.CUSTOM_CALL:
+        return lapack_targets.is_target(instr)
     return instr.opcode in SUPPORTED
 
 
