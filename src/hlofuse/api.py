@@ -22,6 +22,7 @@ import numpy as np
 from hlofuse import gcpause
 from hlofuse.backends import registry
 from hlofuse.backends import subnormals as subnormal_modes
+from hlofuse.backends.host_callbacks import HostCallbacks
 from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
 
@@ -48,14 +49,17 @@ def check_backend(backend: str) -> None:
 def build_runner(
     module: Module, *, pipeline: str | None = None, backend: str = "interpreter",
     threads: int | None = None, subnormals: str = subnormal_modes.DEFAULT,
+    host_callbacks: HostCallbacks | None = None,
 ) -> tuple[Module, Callable[..., list[np.ndarray]]]:
-    """Run `pipeline` (a name or a pass spec) on `module`, then bind it to `backend`."""
-    module, runner = _build(module, pipeline, backend, threads, subnormals)
+    """Run `pipeline` (a name or a pass spec) on `module`, then bind it to `backend` (with the
+    table its host callbacks index, if it has any)."""
+    module, runner = _build(module, pipeline, backend, threads, subnormals, host_callbacks)
     return module, runner
 
 
 def _build(module: Module, pipeline: str | None, backend: str, threads: int | None = None,
-           subnormals: str = subnormal_modes.DEFAULT) -> tuple[Module, Any]:
+           subnormals: str = subnormal_modes.DEFAULT,
+           host_callbacks: HostCallbacks | None = None) -> tuple[Module, Any]:
     b = registry.get(backend)
     b.require()
     _check_threads(threads)
@@ -64,7 +68,8 @@ def _build(module: Module, pipeline: str | None, backend: str, threads: int | No
         from hlofuse.passes.pipelines import run_pipeline
 
         run_pipeline(module, pipeline)
-    return module, b.compile(module, threads=threads, subnormals=subnormals)
+    return module, b.compile(module, threads=threads, subnormals=subnormals,
+                             host_callbacks=host_callbacks)
 
 
 def _check_threads(threads: int | None) -> None:
@@ -115,6 +120,7 @@ def compile(
     threads: int | None = None,
     autotune: bool = False,
     subnormals: str = subnormal_modes.DEFAULT,
+    host_callbacks: HostCallbacks | None = None,
 ) -> Executable:
     """Parse (if needed), optimise with `pipeline` (None: none at all) and bind to `backend`.
     HLO text goes through the backend's compile cache when it has one. `threads`: how many
@@ -124,7 +130,10 @@ def compile(
     cached, instead of taken from the cost model (`pipeline{autotune=true}`). `subnormals`:
     "flush" (the default: f32/f64/bf16 subnormals become zeros, as in jax.jit on CPU) or
     "keep" (IEEE 754, as numpy); every backend computes the same values under either
-    (`backends/subnormals.py`).
+    (`backends/subnormals.py`). `host_callbacks`: the Python functions the module's host
+    callbacks call (custom calls `xla_ffi_python_cpu_callback`, `backend_config={index = N}`:
+    `table[N](*arrays) -> sequence of arrays`, `backends/host_callbacks.py`); a module with
+    host callbacks and no table is refused, naming the instruction.
 
     The module is optimised in place; pass `module.clone()` to keep the original.
     """
@@ -132,20 +141,23 @@ def compile(
     _check_threads(threads)
     subnormal_modes.check(subnormals)
     with gcpause.paused():  # (the collector would rescan the growing IR: gcpause.py)
-        return _compile(module_or_text, pipeline, b, backend, threads, autotune, subnormals)
+        return _compile(module_or_text, pipeline, b, backend, threads, autotune, subnormals,
+                        host_callbacks)
 
 
 def _compile(module_or_text: Module | str, pipeline: str | None, b: registry.Backend,
-             backend: str, threads: int | None, autotune: bool, subnormals: str) -> Executable:
+             backend: str, threads: int | None, autotune: bool, subnormals: str,
+             host_callbacks: HostCallbacks | None) -> Executable:
     if autotune:
         from hlofuse.passes.pipelines import with_settings
 
         pipeline = with_settings(pipeline or DEFAULT_PIPELINE, autotune=True)
     if isinstance(module_or_text, str) and b.compile_text is not None:
         b.require()
-        cached = b.compile_text(module_or_text, pipeline, threads, subnormals)
+        cached = b.compile_text(module_or_text, pipeline, threads, subnormals, host_callbacks)
         if cached is not None:
             module, runner = cached
             return Executable(module, pipeline, backend, runner)
-    module, runner = _build(_as_module(module_or_text), pipeline, backend, threads, subnormals)
+    module, runner = _build(_as_module(module_or_text), pipeline, backend, threads, subnormals,
+                            host_callbacks)
     return Executable(module, pipeline, backend, runner)

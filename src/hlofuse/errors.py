@@ -117,6 +117,13 @@ class AllocationError(HloError):
         super().__init__(message)
 
 
+class HostCallbackError(HloError):
+    """A host callback (a Python function the module calls: jax.pure_callback, io_callback,
+    debug.print) raised, returned the wrong shapes or types, or is not in the callback table;
+    names the instruction (`backends/host_callbacks.py`). Raised from the callback's own
+    exception when it raised one."""
+
+
 class CacheDirError(HloError):
     """The compile cache directory is not safe to trust (owned by another user, or group- or
     world-writable): the message names the directory and `HLOFUSE_CACHE_DIR`."""

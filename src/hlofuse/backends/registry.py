@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hlofuse.backends.host_callbacks import HostCallbacks
 from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
@@ -30,10 +31,12 @@ class Backend:
     require: Callable[[], None]  # raises an HloError saying why this backend cannot run here
     # optimised module, options -> runner: runner(*arrays) -> [arrays]. Options every backend
     # accepts: threads (int | None; may be ignored), subnormals ("flush" | "keep": must be
-    # honoured, `backends/subnormals.py`)
+    # honoured, `backends/subnormals.py`), host_callbacks (the table the module's host
+    # callbacks index, or None: `backends/host_callbacks.py`; a module with host callbacks and
+    # no table is refused, naming the instruction)
     compile: Callable[..., Any]
-    # (text, pipeline, threads, subnormals) -> (the module, or a function making it on first
-    # use; runner)
+    # (text, pipeline, threads, subnormals, host_callbacks) -> (the module, or a function
+    # making it on first use; runner)
     compile_text: Callable[..., tuple[Module | Callable[[], Module], Any] | None] | None = None
     generate: Callable[..., str] | None = None  # (module, subnormals=) -> the source
     profiles: bool = False  # runners have .profile(*arrays, repeat=)
@@ -80,11 +83,17 @@ def default() -> str:
 
 
 def _interpreter_compile(module: Module, threads: int | None = None,
-                         subnormals: str = DEFAULT_SUBNORMALS) -> Any:
+                         subnormals: str = DEFAULT_SUBNORMALS,
+                         host_callbacks: HostCallbacks | None = None) -> Any:
     from hlofuse.backends import interpreter
+    from hlofuse.backends.host_callbacks import check_table
+    from hlofuse.errors import InterpreterError
+
+    check_table(module, host_callbacks, InterpreterError)
 
     def run(*args: Any) -> list[Any]:
-        return interpreter.run(module, *args, subnormals=subnormals)
+        return interpreter.run(module, *args, subnormals=subnormals,
+                               host_callbacks=host_callbacks)
 
     return run
 
@@ -103,14 +112,17 @@ def _cpu_require() -> None:
 
 
 def _cpu_compile(module: Module, threads: int | None = None,
-                 subnormals: str = DEFAULT_SUBNORMALS) -> Any:
+                 subnormals: str = DEFAULT_SUBNORMALS,
+                 host_callbacks: HostCallbacks | None = None) -> Any:
     from hlofuse.backends import cpu
 
-    return cpu.compile_module(module, threads, subnormals)
+    return cpu.compile_module(module, threads, subnormals, host_callbacks=host_callbacks)
 
 
 def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = None,
-                      subnormals: str = DEFAULT_SUBNORMALS) -> tuple[Module, Any] | None:
+                      subnormals: str = DEFAULT_SUBNORMALS,
+                      host_callbacks: HostCallbacks | None = None
+                      ) -> tuple[Module, Any] | None:
     """HLO text through the compile cache (`backends.cpu.artifacts`): a warm compile skips the
     pipeline and the C generation; a cold one compiles and stores."""
     from hlofuse.backends.cpu import artifacts, runtime
@@ -120,7 +132,7 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
     hit = artifacts.lookup(text, pipeline, threads, subnormals)
     if hit is not None:
         make_module, program, signature, library = hit
-        exe = CpuExecutable(make_module, program, signature, library)
+        exe = CpuExecutable(make_module, program, signature, library, host_callbacks)
         return (lambda: exe.module), exe  # parsed only if asked for
     from hlofuse.backends import cpu
     from hlofuse.passes.pipelines import run_pipeline
@@ -134,7 +146,8 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
     def entry(program: Any) -> None:
         made.append(artifacts.entry(text, pipeline, module, program, threads, subnormals))
 
-    exe = cpu.compile_module(module, threads, subnormals, alongside=entry)
+    exe = cpu.compile_module(module, threads, subnormals, alongside=entry,
+                             host_callbacks=host_callbacks)
     artifacts.write(made[0], exe.library_key)  # (only for a program that compiled and loaded)
     return module, exe
 

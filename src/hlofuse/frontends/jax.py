@@ -10,8 +10,14 @@ modules that import jax.
 
 Backend choice for `jit`: backend=None (the default) means "cpu" when a C compiler exists and
 "interpreter" otherwise; if the cpu backend refuses an op of the module (a CompileError from the
-lowering), the call falls back to the interpreter with a warning naming the op. An explicit
+lowering), the function runs on the interpreter, and a RuntimeWarning says so once per reason:
+the instruction, why, and that the interpreter is typically 100-1000x slower. An explicit
 backend="cpu" never falls back: the error is raised.
+
+Host callbacks (jax.pure_callback, io_callback, jax.debug.print/callback) run on both backends:
+jax's callables (`Lowered._lowering.compile_args["host_callbacks"]`, indexed by the custom
+calls' backend_config) become the executable's callback table (`backends/host_callbacks.py`),
+adapted to take and return arrays only (an ordered effect's token is added and dropped here).
 
 A call whose arguments are jax tracers (hlofuse.jit inside jax.grad, vmap or another jit) is
 traced inline, as jax.jit's own is under a transformation: hlofuse compiles concrete calls.
@@ -30,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.backends import host_callbacks
+from hlofuse.backends.host_callbacks import HostCallbacks
 from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.backends.subnormals import check as check_subnormals
 from hlofuse.errors import CompileError, HloError, InputError
@@ -94,20 +102,22 @@ def default_backend() -> str:
 def _build(
     module: Module, pipeline: str | None, backend: str | None, name: str,
     threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS,
+    host_callbacks: HostCallbacks | None = None, warned: set[str] | None = None,
 ) -> tuple[Module, Callable[..., list[np.ndarray]], str]:
     """Optimise and bind `module`; with backend None, pick one and fall back to the interpreter
-    (with a warning) when the cpu backend does not support an op of the module."""
+    when the cpu backend cannot run an op of the module, with a warning (once per reason when
+    `warned` collects them)."""
     from hlofuse.api import build_runner, check_backend
 
     if backend is not None:
         check_backend(backend)
         module, run = build_runner(module, pipeline=pipeline, backend=backend, threads=threads,
-                                   subnormals=subnormals)
+                                   subnormals=subnormals, host_callbacks=host_callbacks)
         return module, run, backend
     backend = default_backend()
     if backend == "interpreter":
         module, run = build_runner(module, pipeline=pipeline, backend=backend,
-                                   subnormals=subnormals)
+                                   subnormals=subnormals, host_callbacks=host_callbacks)
         return module, run, backend
     from hlofuse.backends.cpu import build
 
@@ -117,20 +127,53 @@ def _build(
         run_pipeline(module, pipeline)
     try:
         module, run = build_runner(module, pipeline=None, backend="cpu", threads=threads,
-                                   subnormals=subnormals)
+                                   subnormals=subnormals, host_callbacks=host_callbacks)
         return module, run, "cpu"
     except (build.CCompileError, build.CompilerNotFoundError):
         raise
     except CompileError as exc:
-        warnings.warn(
-            f"hlofuse.jit({name}): the cpu backend cannot compile this function ({exc}); "
-            "running it on the interpreter instead",
-            RuntimeWarning,
-            stacklevel=5,
-        )
+        reason = str(exc)
+        if warned is None or reason not in warned:
+            if warned is not None:
+                warned.add(reason)
+            warnings.warn(
+                f"hlofuse.jit({name}): the cpu backend cannot run this function ({reason}); "
+                "it runs on the numpy interpreter instead, typically 100-1000x slower. Pass "
+                "backend='cpu' to make this an error, or backend='interpreter' to choose it",
+                RuntimeWarning,
+                stacklevel=5,
+            )
     module, run = build_runner(module, pipeline=None, backend="interpreter",
-                               subnormals=subnormals)
+                               subnormals=subnormals, host_callbacks=host_callbacks)
     return module, run, "interpreter"
+
+
+def _host_table(lowered: Any, module: Module, name: str) -> list[Callable[..., Any]] | None:
+    """The table of jax's host callbacks the module's custom calls index (None without any),
+    each taking and returning arrays only: a callback of an ordered effect gets jax's token
+    argument and loses the token it returns (`jax/_src/callback.py`, emit_python_callback)."""
+    sites = host_callbacks.sites(module)
+    if not sites:
+        return None
+    try:
+        raw = list(lowered._lowering.compile_args["host_callbacks"])
+    except (AttributeError, KeyError, TypeError):
+        raise HloError(f"{name}: the module has host callbacks, but this jax version does not "
+                       "expose them (Lowered._lowering.compile_args['host_callbacks'])") from None
+    takes_token: dict[int, bool] = {}
+    for instr in sites:
+        token = any(isinstance(o.shape, TokenShape) for o in instr.operands)
+        if takes_token.setdefault(host_callbacks.callback_index(instr), token) != token:
+            raise HloError(f"{name}: host callback {host_callbacks.callback_index(instr)} is "
+                           "called both with and without a token")
+    return [_without_token(cb) if takes_token.get(i) else cb for i, cb in enumerate(raw)]
+
+
+def _without_token(callback: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*arrays: np.ndarray) -> tuple[Any, ...]:
+        return tuple(callback(None, *arrays))[1:]
+
+    return call
 
 
 class JittedFunction:
@@ -156,6 +199,7 @@ class JittedFunction:
         self.threads = threads
         self.subnormals = subnormals
         self._cache: dict[Any, _Compiled] = {}
+        self._warned: set[str] = set()  # the interpreter fallbacks already reported
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     @property
@@ -209,8 +253,9 @@ class JittedFunction:
         text = str(lowered.as_text(dialect="hlo", debug_info=True))
         module = parse(text, source_name=f"<jax:{name}>")
         params = _param_plan(module, arrays, name)
+        table = _host_table(lowered, module, name)
         module, run, backend = _build(module, self.pipeline, self.backend, name, self.threads,
-                                      self.subnormals)
+                                      self.subnormals, table, self._warned)
         outs = [(s.dtype.np, tuple(s.dims)) for s in leaves(module.entry.root.shape)]
         return _Compiled(module, run, backend, Outputs(traced.out_info, outs, name), params)
 

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
     from hlofuse.backends.cpu.contract import Program
     from hlofuse.backends.cpu.executable import CpuExecutable
+    from hlofuse.backends.host_callbacks import HostCallbacks
     from hlofuse.ir.module import Module
 
 __all__ = ["available", "beside_build", "compile_module", "generate"]
@@ -96,8 +97,11 @@ def generate(module: Module, threads: int | None = None,
 
 def compile_module(module: Module, threads: int | None = None,
                    subnormals: str = DEFAULT_SUBNORMALS,
-                   alongside: Callable[[Program], object] | None = None) -> CpuExecutable:
-    """Generate, compile (through the cache) and load an already optimised module. A large
+                   alongside: Callable[[Program], object] | None = None,
+                   host_callbacks: HostCallbacks | None = None) -> CpuExecutable:
+    """Generate, compile (through the cache) and load an already optimised module
+    (`host_callbacks`: the table its host callbacks index, `backends/host_callbacks.py`;
+    without one, a module that has some raises `UnsupportedOpError`). A large
     program's kernel units compile while the rest is generated (`build.compile_early`).
     `alongside(program)`, then the garbage collector's run over what the compile allocated,
     run on another thread while the library builds (`beside_build`: this thread mostly waits
@@ -105,15 +109,18 @@ def compile_module(module: Module, threads: int | None = None,
     from concurrent.futures import ThreadPoolExecutor
 
     from hlofuse.backends.cpu import build
+    from hlofuse.backends.cpu.cexpr import UnsupportedOpError
     from hlofuse.backends.cpu.executable import CpuExecutable
     from hlofuse.backends.cpu.units import kernel_flags
+    from hlofuse.backends.host_callbacks import check_table
 
+    check_table(module, host_callbacks, UnsupportedOpError)  # (before any C is generated)
     flags = kernel_flags()
     program = generate(module, threads, subnormals,
                        early=lambda unit: build.compile_early(unit, module.name, flags))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hlofuse-alongside") as pool:
         side = pool.submit(beside_build, alongside, program)
-        exe = CpuExecutable(module, program)
+        exe = CpuExecutable(module, program, host_callbacks=host_callbacks)
         side.result()
     return exe
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from hlofuse.backends.cpu import cachefs
-from hlofuse.backends.cpu.contract import Kernel, Program
+from hlofuse.backends.cpu.contract import HostSite, Kernel, Program
 from hlofuse.backends.cpu.executable import Signature
 from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.errors import HloError
@@ -143,6 +143,11 @@ def program_to_data(program: Program) -> dict[str, Any]:
             for name, source, ins, outs, kind, inplace in rows
         ],
         "sites": sites,
+        "host_sites": [
+            {"index": h.index, "instruction": h.instruction, "inputs": _shapes(h.inputs),
+             "outputs": _shapes(h.outputs)}
+            for h in program.host_sites
+        ],
     }
 
 
@@ -248,7 +253,19 @@ def program_from_data(data: Any) -> Program:
         arena_bytes=_get(data, "arena_bytes", int),
         arena_largest=_get(data, "arena_largest", str),
         split=_split(_get(data, "split", list), len(source)),
+        host_sites=_host_sites(data),
     )
+
+
+def _host_sites(data: dict[str, Any]) -> tuple[HostSite, ...]:
+    out = []
+    for h in data.get("host_sites", []) if isinstance(data, dict) else ():
+        index = _get(h, "index", int)
+        if index < 0:
+            raise _Bad("host_sites")
+        out.append(HostSite(index, _get(h, "instruction", str), _shape_list(h, "inputs"),
+                            _shape_list(h, "outputs")))
+    return tuple(out)
 
 
 def _split(value: list[Any], size: int) -> tuple[int, int]:

@@ -24,6 +24,7 @@ from hlofuse.backends.cpu.schedule import (
     Branch,
     Buf,
     Call,
+    HostCall,
     Loc,
     MemCopy,
     Schedule,
@@ -58,7 +59,7 @@ class Liveness:
     def block(self, body: list[Stmt]) -> None:
         for s in body:
             self.now += 1
-            if isinstance(s, Call):
+            if isinstance(s, (Call, HostCall)):
                 self.touch(*s.ins, *s.outs)
             elif isinstance(s, MemCopy):
                 self.touch(s.dst, s.src)

@@ -26,6 +26,16 @@ both caller-allocated, C-contiguous, row-major. Compiled with `-DHF_PROFILE`, th
 `uint64_t hf_prof_ns[]` and `uint64_t hf_prof_calls[]`, indexed like `Program.kernels`. The
 exported `const int *hf_stop_ptr` is pointed by the executable at the process's SIGINT counter
 (`runtime.py`); `hf_entry` stops at the next while-loop iteration after it changes.
+
+A program with host callbacks (`Program.host_sites`, `backends/host_callbacks.py`) takes one
+more `args` slot after the parameter leaves: the address of
+
+    int host(int64_t site, void *const *ins, void *const *outs);   /* 0 on success */
+
+which the driver calls at each callback site with the site's number (an index into
+`host_sites`), its array operands and the buffers its array results go to; a non-zero return
+stops the run with status 4. The pointer comes with every call (the executable's ctypes
+trampoline), never compiled in: the library stays shareable and cacheable.
 """
 
 from __future__ import annotations
@@ -58,6 +68,16 @@ class Kernel:
 
 
 @dataclass(frozen=True)
+class HostSite:
+    """One host callback the driver calls (`Program.host_sites`)."""
+
+    index: int  # into the caller's callback table
+    instruction: str  # the custom call (for messages)
+    inputs: tuple[ArrayShape, ...]  # its array operands
+    outputs: tuple[ArrayShape, ...]  # its array results
+
+
+@dataclass(frozen=True)
 class Program:
     """A whole module as one C file with the native driver `hf_entry`."""
 
@@ -71,3 +91,5 @@ class Program:
     # (end of the prelude, start of the driver) in `source`, the kernels between: how
     # `units.units` cuts a large program into translation units; (0, 0): never cut
     split: tuple[int, int] = (0, 0)
+    # host callbacks, by site number: `args` has one more slot, the callback (see above)
+    host_sites: tuple[HostSite, ...] = ()

@@ -14,6 +14,10 @@ What each instruction becomes (decided by schedule.py, printed here):
 * parameter, constant, tuple, get-tuple-element, bitcast, reshape, copy, opt-barrier,
   add-dependency, identity custom calls: nothing at run time; they name existing buffers
   (`buffers.is_alias`); partition-id / replica-id: a static zero;
+* a host callback (a custom call `backends/host_callbacks.py` recognises: jax's pure_callback,
+  io_callback, debug.print): `hf_host_call(...)` through the pointer in the `args` slot after the
+  parameters (contract.py), in the caller's floating-point mode; a non-zero return (the
+  Python function raised) stops the run;
 * while: `for (;;) { condition; if (!pred) break; body; swap }` over loop-carried leaf pointers,
   no copy per iteration (`buffers.LoopPlan`); conditional: `if` / `switch` (an out-of-range index
   runs the last branch, as XLA) with the branches inlined, writing the conditional's buffers;
@@ -24,7 +28,8 @@ What each instruction becomes (decided by schedule.py, printed here):
 floating-point control register set to the file's subnormal mode and restored afterwards
 (`fpenv.py`; `#define HF_FLUSH_SUBNORMALS` heads the file); every while-loop iteration
 polls the process's SIGINT counter (`runtime.py`) with one relaxed load. Statuses: 0 done,
-1 no arena, 2 stopped by SIGINT, 3 a kernel's scratch allocation failed (`hf_failure`).
+1 no arena, 2 stopped by SIGINT, 3 a kernel's scratch allocation failed (`hf_failure`), 4 a
+host callback failed (the executable raises what it raised).
 Nothing from the input is printed as code: comments go through `ctext.comment`, names are
 `hf_*` counters and the kernels' code-derived names, and every integer literal is checked
 (`ctext.check_integers`) after `limits.check_module` bounded the module.
@@ -38,8 +43,9 @@ the end, and kernels assume no aliasing: the executable allocates them fresh). A
 buffers come from one 64-byte aligned arena (no allocation inside loops), allocated by a call
 and kept for the next (`hf_arena_kept`; `hf_release` frees it).
 Ops the backend cannot run (infeed, outfeed, send/recv, collectives, rng state, opaque custom
-calls, bitcasts of non-default layouts) raise `UnsupportedOpError` naming the instruction; jax's
-LAPACK custom calls are library calls (`library/lapack_calls.py`).
+calls, bitcasts of non-default layouts) raise `UnsupportedOpError` naming the instruction; so
+does a host callback built without a callback table (executable.py). jax's LAPACK custom calls
+are library calls (`library/lapack_calls.py`).
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from hlofuse.backends.cpu.schedule import (
     Call,
     Carried,
     Const,
+    HostCall,
     KernelLowering,
     Loc,
     MemCopy,
@@ -72,6 +79,7 @@ from hlofuse.backends.cpu.schedule import (
     While,
     schedule,
 )
+from hlofuse.backends.host_callbacks import is_host_callback
 from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
@@ -95,7 +103,8 @@ _UNSUPPORTED = {
 _RESERVED = frozenset({ENTRY_SYMBOL, "args", "results", "hf_arena", "hf_arena_kept",
                        "hf_release", "hf_none", "hf_prof_ns", "hf_prof_calls",
                        "hf_now_ns", "HF_CALL", "main", "hf_run", "hf_at", "hf_stop",
-                       "hf_stop0", "hf_stop_ptr", "hf_failure"})
+                       "hf_stop0", "hf_stop_ptr", "hf_failure", "hf_host", "hf_host_fn",
+                       "hf_host_call", "hf_caller", "hf_hin", "hf_hout"})
 
 # Profiling counters, the kernel-call macro, and the SIGINT counter the executable points
 # `hf_stop_ptr` at (runtime.py). HF_CALL records which kernel runs, for hf_failure.
@@ -143,7 +152,7 @@ int {entry}(void *const *args, void *const *results) {{
     status = 3;
   }} else {{
     hf_oom_jmp = &hf_jb;
-    status = hf_run(args, results, hf_arena, &hf_kernel);
+    status = hf_run(args, results, hf_arena, &hf_kernel{host});
   }}
   hf_fpcr_leave(hf_fpcr);
   hf_oom_jmp = hf_prev;
@@ -163,6 +172,21 @@ int hf_failure(int64_t *info) {{
   info[1] = hf_oom_bytes;
   return 0;
 }}
+"""
+
+# Host callbacks (contract.py): the caller's function, run in the caller's floating-point mode
+# (the one hf_entry found), this file's mode restored after it.
+_HOST = """
+typedef int (*hf_host_fn)(int64_t site, void *const *ins, void *const *outs);
+static int hf_host_call(void *fn, int64_t site, void *const *ins, void *const *outs,
+                        hf_fpcr_t caller) {
+  if (!fn) return 1;
+  const hf_fpcr_t mine = hf_fpcr_get();
+  if (mine != caller) hf_fpcr_set(caller);
+  const int r = ((hf_host_fn)fn)(site, ins, outs);
+  if (hf_fpcr_get() != mine) hf_fpcr_set(mine);
+  return r;
+}
 """
 
 # At the top of every while-loop iteration: stop when a SIGINT arrived since hf_run began.
@@ -229,7 +253,8 @@ def _check_supported(module: Module) -> None:
     for comp in _reachable(module):
         for instr in comp.instructions:
             why = _UNSUPPORTED.get(instr.opcode)
-            if why is None and instr.opcode is Opcode.CUSTOM_CALL and not is_alias(instr):
+            if (why is None and instr.opcode is Opcode.CUSTOM_CALL and not is_alias(instr)
+                    and not is_host_callback(instr)):
                 why = _custom_call_problem(instr)
             if why is None and instr.opcode is Opcode.BITCAST:
                 why = _bitcast_problem(instr)
@@ -310,16 +335,21 @@ class _Printer:
         size = assign(sched)
         limits.check_arena(size, labels)
         self.block(sched.body)
+        host = bool(sched.host_sites)
         head = ["static __attribute__((noinline)) int hf_run(void *const *args, "
-                "void *const *results, char *hf_arena, volatile int64_t *hf_at) {",
+                "void *const *results, char *hf_arena, volatile int64_t *hf_at"
+                + (", hf_fpcr_t hf_caller" if host else "") + ") {",
                 "  const int *const hf_stop = hf_stop_ptr;",
                 "  const int hf_stop0 = __atomic_load_n(hf_stop, __ATOMIC_RELAXED);",
                 "  (void)args; (void)results; (void)hf_arena; (void)hf_at; (void)hf_stop0;"]
+        if host:  # the callback's slot follows the parameters' (contract.py)
+            head.append(f"  void *const hf_host = args[{len(sched.inputs)}];")
         for b in sched.buffers:
             if b.id in self._bufs:
                 head.append(f"  void *const hf_b{b.id} = hf_arena + {b.offset};  "
                             + comment(b.label))
-        tail = ["  return 0;", "}", _ENTRY.format(entry=ENTRY_SYMBOL, size=size)]
+        tail = ["  return 0;", "}", _ENTRY.format(entry=ENTRY_SYMBOL, size=size,
+                                                  host=", hf_fpcr" if host else "")]
         consts = "\n".join([self._const(i, c) for i, c in enumerate(sched.consts)]
                            + [self._tables.source(len(sched.consts))])
         entry = "\n".join(head + self.lines + tail)
@@ -328,6 +358,7 @@ class _Printer:
         kernels = _join([k.source for k in sched.kernels])
         tail = _join([
             _RUNTIME.format(n=max(1, len(sched.kernels))),
+            _HOST if host else "",
             consts,
             comment(module.name, f": {len(sched.kernels)} kernels, arena {size} bytes"),
             entry,
@@ -341,6 +372,7 @@ class _Printer:
             kernels=tuple(sched.kernels),
             arena_bytes=size,
             arena_largest=f"{big.label} ({big.nbytes} bytes)" if big is not None else "",
+            host_sites=tuple(sched.host_sites),
         )
 
     @staticmethod
@@ -369,6 +401,8 @@ class _Printer:
                 k = self.s.kernels[s.kernel]
                 args = ", ".join(self.loc(x) for x in s.ins + s.outs)
                 self.emit(f"HF_CALL({s.kernel}, {k.name}({args}));  {comment(s.note)}")
+            elif isinstance(s, HostCall):
+                self.host_call(s)
             elif isinstance(s, MemCopy):
                 d, src = self.loc(s.dst), self.loc(s.src)
                 guard = f"if ({src} != {d}) " if s.if_distinct else ""
@@ -381,6 +415,16 @@ class _Printer:
                 self.loop(s)
             else:
                 raise TypeError(s)
+
+    def host_call(self, s: HostCall) -> None:
+        """`hf_host_call` with the site's operand and result pointers; a failure returns 4."""
+        ins = ", ".join(self.loc(x) for x in s.ins) or "0"
+        outs = ", ".join(self.loc(x) for x in s.outs) or "0"
+        self.emit("{  " + comment(s.note, ": host callback"))
+        self.emit(f"  void *const hf_hin[{max(1, len(s.ins))}] = {{{ins}}};")
+        self.emit(f"  void *const hf_hout[{max(1, len(s.outs))}] = {{{outs}}};")
+        self.emit(f"  if (hf_host_call(hf_host, {s.site}, hf_hin, hf_hout, hf_caller)) return 4;")
+        self.emit("}")
 
     def nested(self, body: list[Stmt]) -> None:
         self._depth += 1

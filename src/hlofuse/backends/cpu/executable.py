@@ -26,7 +26,8 @@ with a few attribute compares and falls back on `check_args` only to build the e
 
 Failures are hlofuse errors, never a crash or a MemoryError: outputs that cannot be allocated,
 the work arena (status 1) and a kernel's scratch (status 3, `hf_failure` names the kernel and
-the bytes) raise `AllocationError` naming the instruction and the bytes. Ctrl-C stops a run
+the bytes) raise `AllocationError` naming the instruction and the bytes; a host callback that
+raised (status 4, `hostcall.py`) raises `HostCallbackError` from its exception. Ctrl-C stops a run
 (status 2, `runtime.py`) and raises KeyboardInterrupt; each call re-arms the SIGINT counter
 with one dictionary lookup.
 """
@@ -47,6 +48,8 @@ import numpy as np
 
 from hlofuse.backends.cpu import runtime
 from hlofuse.backends.cpu.contract import Program
+from hlofuse.backends.cpu.hostcall import HostBridge
+from hlofuse.backends.host_callbacks import HostCallbacks
 from hlofuse.errors import AllocationError, CompileError
 from hlofuse.escape import terminal
 from hlofuse.ir.module import Module
@@ -107,7 +110,7 @@ def output_empty(dims: tuple[int, ...], dt: np.dtype) -> np.ndarray:
 
 
 # hf_entry's statuses (driver.py).
-_NO_ARENA, _INTERRUPTED, _NO_SCRATCH = 1, 2, 3
+_NO_ARENA, _INTERRUPTED, _NO_SCRATCH, _HOST_FAILED = 1, 2, 3, 4
 
 
 def _leaf_specs(shape: object) -> list[tuple[np.dtype, tuple[int, ...]]]:
@@ -247,11 +250,14 @@ class CpuExecutable:
     """A module compiled to native code. Call it with numpy arrays; get a list of arrays."""
 
     def __init__(self, module: Module | Callable[[], Module], program: Program,
-                 signature: Signature | None = None, library: str | None = None) -> None:
+                 signature: Signature | None = None, library: str | None = None,
+                 host_callbacks: HostCallbacks | None = None) -> None:
         """`module`: the optimised module, or (with its `signature`) a function that makes it
         when first needed (a warm compile from `artifacts` parses it only then). `library`:
         the cache key of the program's library, when known (`build.load_cached`; else, or if
-        it is not cached, the library is found or built from the program's C)."""
+        it is not cached, the library is found or built from the program's C).
+        `host_callbacks`: the table the program's host callbacks index (`hostcall.py`);
+        `UnsupportedOpError` naming the instruction if it has some and none is given."""
         self._library_key = library
         if isinstance(module, Module):
             self._module: Module | None = module
@@ -272,7 +278,12 @@ class CpuExecutable:
                 f"{self.name}: the generated program takes {len(program.inputs)} input buffers "
                 f"but the entry parameters have {len(self._in_specs)} array leaves"
             )
-        self._in_type = ctypes.c_void_p * max(1, len(self._in_specs))
+        self._host: HostBridge | None = None
+        self._host_args: list[int] = []  # the callback slot after the inputs (contract.py)
+        if program.host_sites:
+            self._host = HostBridge(program, host_callbacks, self.name)
+            self._host_args = [self._host.address]
+        self._in_type = ctypes.c_void_p * max(1, len(self._in_specs) + len(self._host_args))
         self._out_type = ctypes.c_void_p * max(1, len(self._out_specs))
         self._lib = self._load(())
         self._entry = self._bind(self._lib)
@@ -405,7 +416,7 @@ class CpuExecutable:
         ins = self._inputs(arrays)
         outs = self._outputs()
         runtime.arm()
-        status = entry(self._in_type(*[_address(a) for a in ins]),
+        status = entry(self._in_type(*[_address(a) for a in ins], *self._host_args),
                        self._out_type(*[_address(o) for o in outs]))
         if status != 0:
             self._failed(status, lib or self._lib)
@@ -417,6 +428,8 @@ class CpuExecutable:
     def _failed(self, status: int, lib: ctypes.CDLL) -> None:
         if status == _INTERRUPTED:
             runtime.check_signals()  # raises KeyboardInterrupt
+        if status == _HOST_FAILED and self._host is not None:
+            self._host.raise_failure()  # what the callback raised
         if status == _NO_ARENA:
             largest = self.program.arena_largest
             raise AllocationError(

@@ -23,6 +23,9 @@ instruction becomes:
 * parameter, constant, tuple, get-tuple-element, bitcast, reshape, copy, opt-barrier,
   add-dependency, identity custom calls: nothing; they name existing locations
   (`buffers.is_alias`); partition-id / replica-id: a static zero;
+* a host callback (`backends/host_callbacks.py`: jax's pure_callback, io_callback,
+  debug.print): `HostCall(site, ins, outs)`, the caller's Python function called from the driver;
+  never a kernel, never in place, kept in program order;
 * while: `While(vars, cond, pred, body, swaps)` over carried leaves (`buffers.LoopPlan`: pass,
   in place, or swapped between two buffers, no copy per iteration), then at most one copy per
   leaf to its destination; conditional: `Branch` (if/else for a pred, a switch for an index,
@@ -46,9 +49,10 @@ from typing import Any
 from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends.cpu.buffers import Analyzer, CompAnalysis, Src, is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
-from hlofuse.backends.cpu.contract import Kernel
+from hlofuse.backends.cpu.contract import HostSite, Kernel
 from hlofuse.backends.cpu.kernel_key import structural_key
 from hlofuse.backends.cpu.views import view_plan
+from hlofuse.backends.host_callbacks import array_results, callback_index, is_host_callback
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -252,6 +256,16 @@ class Call:
 
 
 @dataclass(eq=False)
+class HostCall:
+    """Host callback `site` (`Schedule.host_sites`) reading `ins`, writing `outs`."""
+
+    site: int
+    ins: list[Loc]
+    outs: list[Loc]
+    note: str
+
+
+@dataclass(eq=False)
 class MemCopy:
     dst: Loc
     src: Loc
@@ -286,7 +300,7 @@ class Note:
     text: str
 
 
-Stmt = Call | MemCopy | While | Branch | Note
+Stmt = Call | HostCall | MemCopy | While | Branch | Note
 
 
 @dataclass
@@ -297,6 +311,7 @@ class Schedule:
     body: list[Stmt] = field(default_factory=list)
     buffers: list[Buf] = field(default_factory=list)
     consts: list[ConstData] = field(default_factory=list)
+    host_sites: list[HostSite] = field(default_factory=list)
 
 
 class _Scheduler:
@@ -310,7 +325,8 @@ class _Scheduler:
         self._by_structure: dict[tuple[Any, ...], Kernel] = {}  # structural_key -> kernel
         self._views: dict[Instruction, dict[int, int]] = {}  # kernel -> leaf -> byte offset
         self.sched = Schedule([], [])
-        self.analyzer = Analyzer(lambda instr: self.kernel(instr)[1].inplace)
+        self.analyzer = Analyzer(
+            lambda instr: {} if is_host_callback(instr) else self.kernel(instr)[1].inplace)
         self._consts: dict[tuple[Instruction, int], Const] = {}
         self._zeros: dict[str, Const] = {}
         self._block: list[Stmt] = self.sched.body
@@ -418,6 +434,8 @@ class _Scheduler:
                 self.conditional(an, instr, env, direct)
             elif op is Opcode.CALL:
                 self.call(an, instr, env, direct)
+            elif is_host_callback(instr):
+                self.host_call(an, instr, env, direct)
             elif is_kernel(instr):
                 self.kernel_call(an, instr, env, direct)
             else:
@@ -455,6 +473,21 @@ class _Scheduler:
             env[(instr, o)] = loc
             outs.append(loc)
         self.emit(Call(idx, ins, outs, call_note(instr, bool(pairs))))
+
+    def host_call(self, an: CompAnalysis, instr: Instruction, env: dict[Src, Loc],
+                  direct: dict[Src, Loc]) -> None:
+        ins = [env[s] for s in an.operand_srcs(instr)]
+        outs: list[Loc] = []
+        for o, shape in enumerate(array_results(instr)):
+            loc = direct.get((instr, o)) or self.buf(shape, instr.name)
+            env[(instr, o)] = loc
+            outs.append(loc)
+        site = len(self.sched.host_sites)
+        self.sched.host_sites.append(HostSite(
+            callback_index(instr), instr.name,
+            tuple(x for o in instr.operands for x in leaves(o.shape)),
+            tuple(array_results(instr))))
+        self.emit(HostCall(site, ins, outs, call_note(instr)))
 
     def call(self, an: CompAnalysis, instr: Instruction, env: dict[Src, Loc],
              direct: dict[Src, Loc]) -> None:

@@ -8,13 +8,14 @@ Arguments must match the entry parameters exactly (shape and element type; no im
 casts): `check_args` raises `InputError` naming the parameter otherwise. An op or attribute
 the interpreter cannot run raises `InterpreterError` naming the opcode and the instruction.
 `SUPPORTED` is the set of opcodes it interprets (custom-call only for the identity targets
-in `IDENTITY_CUSTOM_CALLS` and jax's LAPACK calls, `lapack.py`).
+in `IDENTITY_CUSTOM_CALLS`, jax's LAPACK calls, `lapack.py`, and host callbacks: the caller's
+Python functions, `backends/host_callbacks.py`, given as `host_callbacks=`).
 
 Dispatch is one handler per opcode (`core.HANDLERS`, each `(Interpreter, instr, operand
 values) -> value`); op groups live in elementwise (with numerics), conversions, shaping,
 reductions, convolution, indexing, sorting, rng, linalg, lapack (jax's LAPACK custom calls),
-batch_norm and collectives (one-device semantics of collectives, async wrappers and copies). Parameters are bound by the evaluation
-loop itself.
+batch_norm and collectives (one-device semantics of collectives, async wrappers and copies).
+Parameters are bound by the evaluation loop itself.
 
 Numerics: every float op is computed in f64 and rounded once to its result type, so + - * /
 sqrt are correctly rounded and transcendentals are (nearly always) correctly rounded too;
@@ -36,6 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hlofuse.backends.host_callbacks import HostCallbacks
 from hlofuse.backends.interpreter import (  # noqa: F401  (register the handlers)
     batch_norm,
     collectives,
@@ -147,21 +149,26 @@ def _writable(value: Literal) -> Literal:
 
 
 def evaluate_computation(comp: Computation, args: Sequence[Literal], *,
-                         subnormals: str = DEFAULT_SUBNORMALS) -> Literal:
-    """The value of `comp`'s root with `args` bound to its parameters (not checked)."""
-    interp = Interpreter(subnormals)
+                         subnormals: str = DEFAULT_SUBNORMALS,
+                         host_callbacks: HostCallbacks | None = None) -> Literal:
+    """The value of `comp`'s root with `args` bound to its parameters (not checked).
+    `host_callbacks`: the table the module's host callbacks index (`backends/host_callbacks.py`)."""
+    interp = Interpreter(subnormals, host_callbacks)
     with np.errstate(all="ignore"):
         return _writable(interp.call(comp, list(args)))
 
 
 def evaluate(module: Module, args: Sequence[Literal], *,
-             subnormals: str = DEFAULT_SUBNORMALS) -> Literal:
+             subnormals: str = DEFAULT_SUBNORMALS,
+             host_callbacks: HostCallbacks | None = None) -> Literal:
     """The value of the entry computation's root: an array, or a tuple of values."""
     checked = check_args(module, args)
-    return evaluate_computation(module.entry, checked, subnormals=subnormals)
+    return evaluate_computation(module.entry, checked, subnormals=subnormals,
+                                host_callbacks=host_callbacks)
 
 
-def run(module: Module, *args: Literal, subnormals: str = DEFAULT_SUBNORMALS
-        ) -> list[np.ndarray]:
+def run(module: Module, *args: Literal, subnormals: str = DEFAULT_SUBNORMALS,
+        host_callbacks: HostCallbacks | None = None) -> list[np.ndarray]:
     """Evaluate and flatten the result: the leaves of nested tuples, depth-first."""
-    return flatten(evaluate(module, args, subnormals=subnormals))
+    return flatten(evaluate(module, args, subnormals=subnormals,
+                            host_callbacks=host_callbacks))

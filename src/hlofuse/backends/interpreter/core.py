@@ -29,6 +29,13 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.backends.host_callbacks import TARGETS as HOST_CALLBACK_TARGETS
+from hlofuse.backends.host_callbacks import (
+    HostCallbacks,
+    array_results,
+    callback_index,
+    invoke,
+)
 from hlofuse.backends.interpreter.flush import Rule as FlushRule
 from hlofuse.backends.interpreter.flush import flush as flush_value
 from hlofuse.backends.interpreter.flush import rule as flush_rule
@@ -163,10 +170,14 @@ class _Plan:
 class Interpreter:
     """Evaluates computations. One instance caches per-computation facts (evaluation plans,
     vectorisability); it holds no values between calls. `subnormals`: "keep" (IEEE 754, the
-    default here: constant folding, like XLA's) or "flush" (XLA's CPU runtime, `flush.py`)."""
+    default here: constant folding, like XLA's) or "flush" (XLA's CPU runtime, `flush.py`).
+    `host_callbacks`: the table host-callback custom calls index (`backends/host_callbacks.py`;
+    None: they cannot run)."""
 
-    def __init__(self, subnormals: str = KEEP) -> None:
+    def __init__(self, subnormals: str = KEEP,
+                 host_callbacks: HostCallbacks | None = None) -> None:
         self.flush = check_subnormals(subnormals) == FLUSH
+        self.host_callbacks = host_callbacks  # what host-callback custom calls call
         self._plans: dict[int, _Plan] = {}
         self._vectorizable: dict[int, bool] = {}
         self._vectorised_depth = 0  # > 0 while a scalar computation runs on whole arrays
@@ -428,6 +439,28 @@ def _map(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
     return outs[0].astype(out_np(instr), copy=False).reshape(array_shape(instr).dims)
 
 
+def _host_callback(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Literal:
+    """The caller's Python function (`backends/host_callbacks.py`): array operands in (tokens
+    left out), the results checked against the instruction's array leaves, tokens put back."""
+    table = interp.host_callbacks
+    if table is None:
+        raise unsupported(instr, "a host callback (a Python function: jax.pure_callback, "
+                                 "io_callback, debug.print) needs a callback table (hlofuse.jit "
+                                 "passes jax's; hlofuse.compile(..., host_callbacks=[...]))")
+    args = [v for o, v in zip(instr.operands, ops, strict=True)
+            if isinstance(o.shape, ArrayShape)]
+    results = iter(invoke(table, callback_index(instr), instr, args, array_results(instr)))
+
+    def value(shape: Any) -> Literal:
+        if isinstance(shape, ArrayShape):
+            return next(results)
+        if isinstance(shape, TupleShape):
+            return tuple(value(e) for e in shape.elements)
+        return TOKEN
+
+    return value(instr.shape)
+
+
 # Custom-call targets that are identities on one device (sharding annotations, host moves).
 IDENTITY_CUSTOM_CALLS = frozenset(
     {
@@ -456,6 +489,8 @@ def _custom_call(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Lit
     target = str(instr.attrs.get("custom_call_target", ""))
     if target in IDENTITY_CUSTOM_CALLS and len(ops) == 1:
         return ops[0]
+    if target in HOST_CALLBACK_TARGETS:
+        return _host_callback(interp, instr, ops)
     for accepts, handler in TARGET_HANDLERS:
         if accepts(target):
             return handler(interp, instr, ops)  # type: ignore[no-any-return]
