@@ -52,7 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without jax
         "hlofuse.frontends.jax needs JAX: pip install 'hlofuse[jax]'"
     ) from exc
 
-from hlofuse.frontends.jax_values import ArgSpec, Outputs, flatten_inputs
+from hlofuse.frontends.jax_values import ArgSpec, Outputs, flatten_inputs, release_dropped
 
 
 def _normalize_static(static_argnums: int | Sequence[int] | None) -> tuple[int, ...]:
@@ -265,6 +265,7 @@ class JittedFunction:
             return jax.jit(self.fn, **self.spec.jax_options())(*args, **kwargs)
         if compiled.params is not None:
             arrays = [() if i is None else arrays[i] for i in compiled.params]  # type: ignore
+        release_dropped()  # (the last call's outputs, if the caller dropped them: reusable)
         return compiled.outputs(compiled.run(*arrays))
 
 

@@ -25,7 +25,9 @@ dataclass pytrees included), and per leaf its shape, dtype, weak type and key im
 **Outputs.** Each output leaf comes back as jax.jit returns it: a `jax.Array` on the default
 device with the traced dtype and weak type (a 0-d array for a scalar), built from the module's
 numpy output without a copy where jax allows it (a 64-byte aligned buffer on CPU); a typed PRNG
-key output is re-wrapped from its uint32 data (`jax.random.wrap_key_data`).
+key output is re-wrapped from its uint32 data (`jax.random.wrap_key_data`). jaxlib lets go of
+the numpy memory of a freed jax.Array late (`release_dropped`, run before every call), so
+outputs the caller dropped can be reused by the next call.
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ try:  # the C++ constructor jax's own device_put uses: 5 us instead of 80 per ar
 except (ImportError, AttributeError):  # pragma: no cover - other jax versions
     _batched_device_put = None
     _ShapedArray = None
+
+try:  # jaxlib drops the references its freed arrays held to numpy memory only when this runs
+    # (or Python's cyclic collector): run before a call, the outputs of the last call that the
+    # caller dropped are free again, and the cpu executable reuses them (0.07 us)
+    from jax._src.lib import _jax as _jaxlib
+
+    release_dropped: Callable[[], None] = _jaxlib.collect_garbage
+except (ImportError, AttributeError):  # pragma: no cover - other jax versions
+    def release_dropped() -> None:
+        pass
 
 try:  # (0.1 us; jax.config.jax_enable_x64: 0.4 us)
     from jax._src import config as _jconfig
