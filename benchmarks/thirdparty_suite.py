@@ -58,10 +58,10 @@ def _block(x: Any) -> Any:
 def run_one(name: str, pipelines: list[str], repeat: int | None) -> dict[str, Any]:
     """Everything measured for one program, in this process."""
     import jax
-
-    import hlofuse
     from thirdparty import by_name
     from thirdparty.common import agreement, compare
+
+    import hlofuse
 
     program = by_name(name)
     row: dict[str, Any] = {"program": name, "library": program.library,

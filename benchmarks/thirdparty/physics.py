@@ -68,7 +68,6 @@ def _mjx_model(path: str, solver: str | None = None, sparse: bool = False) -> An
 
 def make_mjx_rollout(m: Any, batch: int, steps: int) -> tuple[Any, tuple[Any, ...]]:
     import jax
-    import jax.numpy as jnp
     import mujoco
     from mujoco import mjx
 

@@ -184,11 +184,11 @@ def make_ppo_train(config: dict[str, Any]) -> Any:
                 permutation = jax.random.permutation(_rng, batch_size)
                 batch = (traj_batch, advantages, targets)
                 batch = jax.tree_util.tree_map(
-                    lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
+                    lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)  # noqa: RUF005
                 shuffled_batch = jax.tree_util.tree_map(
                     lambda x: jnp.take(x, permutation, axis=0), batch)
                 minibatches = jax.tree_util.tree_map(
-                    lambda x: jnp.reshape(x, [config["NUM_MINIBATCHES"], -1] + list(x.shape[1:])),
+                    lambda x: jnp.reshape(x, [config["NUM_MINIBATCHES"], -1] + list(x.shape[1:])),  # noqa: RUF005
                     shuffled_batch)
                 train_state, total_loss = jax.lax.scan(_update_minbatch, train_state,
                                                        minibatches)
@@ -196,7 +196,7 @@ def make_ppo_train(config: dict[str, Any]) -> Any:
                 return update_state, total_loss
 
             update_state = (train_state, traj_batch, advantages, targets, rng)
-            update_state, loss_info = jax.lax.scan(
+            update_state, loss_info = jax.lax.scan(  # noqa: RUF059
                 _update_epoch, update_state, None, config["UPDATE_EPOCHS"])
             train_state = update_state[0]
             metric = traj_batch.info
@@ -323,8 +323,9 @@ def make_dqn_train(config: dict[str, Any]) -> Any:
         def eps_greedy_exploration(rng: Any, q_vals: Any, t: Any) -> Any:
             rng_a, rng_e = jax.random.split(rng, 2)
             eps = jnp.clip(
-                ((config["EPSILON_FINISH"] - config["EPSILON_START"]) / config["EPSILON_ANNEAL_TIME"])
-                * t + config["EPSILON_START"], config["EPSILON_FINISH"])
+                ((config["EPSILON_FINISH"] - config["EPSILON_START"])
+                 / config["EPSILON_ANNEAL_TIME"]) * t + config["EPSILON_START"],
+                config["EPSILON_FINISH"])
             greedy_actions = jnp.argmax(q_vals, axis=-1)
             chosed_actions = jnp.where(
                 jax.random.uniform(rng_e, greedy_actions.shape) < eps,

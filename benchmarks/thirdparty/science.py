@@ -123,7 +123,7 @@ def make_jumanji(name: str, batch: int, steps: int) -> tuple[Any, tuple[Any, ...
 
     def run(key: Any) -> Any:
         key1, key2 = jax.random.split(key)
-        state, timestep = jax.vmap(env.reset)(jax.random.split(key1, batch))
+        state, _timestep = jax.vmap(env.reset)(jax.random.split(key1, batch))
         rollout = jax.vmap(run_n_steps, in_axes=(0, 0, None))(
             state, jax.random.split(key2, batch), steps)
         return rollout.reward.sum(-1), rollout.step_type, rollout.observation
