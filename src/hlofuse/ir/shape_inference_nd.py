@@ -472,8 +472,8 @@ def map_(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
 def _square_matrix(op: str, a: ArrayShape) -> None:
     if a.rank < 2 or a.dims[-1] != a.dims[-2]:
         fail(f"{op} needs square matrices in the two minor dimensions, found {fmt(a)}")
-    if not a.dtype.is_float:
-        fail(f"{op} needs floating-point operands, found {fmt(a)}")
+    if not a.dtype.is_inexact:  # XLA: "floating or complex"
+        fail(f"{op} needs floating-point or complex operands, found {fmt(a)}")
 
 
 def cholesky(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,

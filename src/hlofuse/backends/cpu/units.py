@@ -148,7 +148,7 @@ def units(program: Program, unit_bytes: int | None = None) -> list[str] | None:
     declarations = ""
     if any("HFLIB_BLAS_DECLS" in k.source for k in printed):
         from hlofuse.backends.cpu.library.blas import DECLARATIONS as declarations
-    if any("HFLIB_LAPACK_DECLS" in k.source for k in printed):
+    if any("HFLIB_LAPACK_USED" in k.source for k in printed):
         from hlofuse.backends.cpu.library.lapack import DECLARATIONS as lapack_pointers
 
         declarations += lapack_pointers

@@ -421,7 +421,7 @@ def _maybe_perturb(perturb: np.generic, pivot: np.generic, row: np.ndarray
     if size >= one:
         return pivot, row
     step = real(np.copysign(max(abs(perturb), safemin), np.real(pivot)))
-    biggest = np.abs(row).max() if row.size else real(0)
+    biggest = np.fmax.reduce(np.abs(row), initial=real(0))  # NaN entries ignored
     stop = False
     while size < one and not stop:
         if size < safemin:

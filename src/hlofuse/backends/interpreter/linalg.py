@@ -1,15 +1,17 @@
 """Dense linear algebra: cholesky and triangular-solve (batched over leading dimensions), fft and
 ragged-dot.
 
-JAX on CPU lowers its linalg routines to LAPACK custom calls, so these ops come from other
-producers (or XLA's own tests). Semantics, per XLA's operation semantics:
+JAX on CPU lowers its linalg routines to LAPACK custom calls (`lapack.py`), so these ops come
+from other producers (or XLA's own tests). Semantics, per XLA's operation semantics:
 
-* cholesky(a), lower=true: L with a = L L^T, reading only the lower triangle of a (upper: U with
-  a = U^T U, reading the upper triangle); the other triangle of the result is zero here (XLA
-  leaves it implementation-defined). A matrix that is not positive definite gives nan.
+* cholesky(a), lower=true: L with a = L L^H, reading only the lower triangle of a (upper: U with
+  a = U^H U, reading the upper triangle; the diagonal's imaginary part is ignored); the other
+  triangle of the result is zero here (XLA leaves it implementation-defined). A matrix that is
+  not positive definite gives nan.
 * triangular-solve(a, b): solves op(a) x = b (left_side=true) or x op(a) = b, reading only the
   `lower` (or upper) triangle of a, with ones on the diagonal when unit_diagonal=true;
-  op is the identity, the transpose, or the adjoint (= transpose for real types).
+  op is the identity, the transpose, or the adjoint (the conjugate transpose), by substitution
+  (a zero on the diagonal gives inf/nan, as IEEE division).
 
 * fft over the minor `len(fft_length)` dimensions: FFT / IFFT (complex -> complex, the inverse
   scaled by 1/N), RFFT (real -> complex, the last dimension `n // 2 + 1`) and IRFFT (complex ->
@@ -38,54 +40,59 @@ from hlofuse.backends.interpreter.core import (
     out_np,
     unsupported,
 )
+from hlofuse.backends.interpreter.lapack_algorithms import trsm
 from hlofuse.backends.interpreter.reductions import dot_dims, dot_general
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 
 
-def _triangle(a: np.ndarray, lower: bool) -> np.ndarray:
-    return np.tril(a) if lower else np.triu(a)
+def _wide(x: Any) -> np.ndarray:
+    """An operand in f64 (c128 for complex types)."""
+    a = np.asarray(x)
+    return a.astype(np.complex128 if np.iscomplexobj(a) else np.float64)
 
 
 @handles(Opcode.CHOLESKY)
 def _cholesky(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    a = np.asarray(ops[0]).astype(np.float64)
+    a = _wide(ops[0])
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise unsupported(instr, "cholesky needs square matrices in the two minor dimensions")
     lower = bool(instr.attrs.get("lower", False))
-    t = _triangle(a, lower)
-    sym = t + np.swapaxes(t, -1, -2) - np.eye(a.shape[-1]) * np.diagonal(a, 0, -2, -1)[..., None]
-    out = np.full(a.shape, np.nan)
-    flat_in = sym.reshape(-1, *a.shape[-2:])
-    flat_out = out.reshape(-1, *a.shape[-2:])
+    n = a.shape[-1]
+    t = np.tril(a) if lower else np.triu(a)
+    off = np.tril(a, -1) if lower else np.triu(a, 1)
+    sym = t + np.conj(np.swapaxes(off, -1, -2))
+    idx = np.arange(n)
+    sym[..., idx, idx] = np.real(sym[..., idx, idx])
+    out = np.full(a.shape, np.nan, a.dtype)
+    flat_in = sym.reshape(-1, n, n)
+    flat_out = out.reshape(-1, n, n)
     for i, m in enumerate(flat_in):
         try:
             chol = np.linalg.cholesky(m)
         except np.linalg.LinAlgError:
             continue  # not positive definite: nan, like XLA
-        flat_out[i] = chol if lower else chol.T
+        flat_out[i] = chol if lower else np.conj(chol.T)
     return out.astype(out_np(instr))
 
 
 @handles(Opcode.TRIANGULAR_SOLVE)
 def _triangular_solve(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
-    a = np.asarray(ops[0]).astype(np.float64)
-    b = np.asarray(ops[1]).astype(np.float64)
-    lower = bool(instr.attrs.get("lower", False))
-    t = _triangle(a, lower)
-    if instr.attrs.get("unit_diagonal", False):
-        n = a.shape[-1]
-        t = t * (1 - np.eye(n)) + np.eye(n)
+    a, b = _wide(ops[0]), _wide(ops[1])
     mode = str(instr.attrs.get("transpose_a", "NO_TRANSPOSE"))
-    if mode not in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
+    trans = {"NO_TRANSPOSE": "N", "TRANSPOSE": "T", "ADJOINT": "C"}.get(mode)
+    if trans is None:
         raise unsupported(instr, f"unknown transpose_a={mode}")
-    if mode != "NO_TRANSPOSE":
-        t = np.swapaxes(t, -1, -2)
-    if instr.attrs.get("left_side", False):
-        x = np.linalg.solve(t, b)
-    else:  # x t = b  <=>  t^T x^T = b^T
-        x = np.swapaxes(np.linalg.solve(np.swapaxes(t, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
-    return x.astype(out_np(instr))
+    if a.ndim < 2 or b.ndim != a.ndim or a.shape[-1] != a.shape[-2]:
+        raise unsupported(instr, "triangular-solve needs square matrices and a right-hand side "
+                          "of the same rank")
+    batch = a.shape[:-2]
+    flat_a = a.reshape(-1, *a.shape[-2:])
+    flat_b = np.broadcast_to(b, (*batch, *b.shape[-2:])).reshape(-1, *b.shape[-2:])
+    x = trsm(flat_a, flat_b.astype(np.result_type(a, b)),
+             bool(instr.attrs.get("left_side", False)), bool(instr.attrs.get("lower", False)),
+             trans, bool(instr.attrs.get("unit_diagonal", False)))
+    return x.reshape(b.shape).astype(out_np(instr))
 
 
 _FFTS = {"FFT": np.fft.fftn, "IFFT": np.fft.ifftn, "RFFT": np.fft.rfftn, "IRFFT": np.fft.irfftn}

@@ -97,24 +97,28 @@ def prototype(name: str, routine: str, letter: str) -> str:
     return ", ".join(args)
 
 
-def _declarations() -> str:
-    lines = ["#ifndef HFLIB_LAPACK_DECLS", "#define HFLIB_LAPACK_DECLS",
-             "/* Set by hlofuse when the library is loaded (cpu/library/lapack.py): LAPACK from "
-             "the scipy-openblas32 wheel, or 0. */"]
-    for name, routine, letter in symbols():
-        lines.append(f"typedef void (*hf_lapack_{name}_fn)({prototype(name, routine, letter)});")
-    lines.append("#ifdef HF_EXTERN_STATE")
-    lines += [f"extern hf_lapack_{name}_fn hf_lapack_{name};" for name, _, _ in symbols()]
-    lines.append("#else")
-    lines += [f"hf_lapack_{name}_fn hf_lapack_{name} = 0;" for name, _, _ in symbols()]
-    lines += ["#endif", "#endif", ""]
-    return "\n".join(lines)
+def declaration(name: str) -> str:
+    """File-scope C declaring LAPACK routine `name`'s pointer global (include-guarded): the
+    kernel units of a split build (`HF_EXTERN_STATE`, units.units) declare it, the driver's unit
+    (`DECLARATIONS`) and a one-file program define it. Also the weak marker `hf_lapack_used`
+    that tells `bind` the library has LAPACK calls."""
+    routine, letter = _ROUTINE_OF[name]
+    guard = f"HFLIB_LAPACK_{name.upper()}"
+    return "\n".join([
+        "#ifndef HFLIB_LAPACK_USED", "#define HFLIB_LAPACK_USED",
+        "/* Set by hlofuse when the library is loaded (cpu/library/lapack.py): LAPACK from the",
+        "   scipy-openblas32 wheel, or 0. */",
+        "__attribute__((weak)) const char hf_lapack_used = 1;", "#endif",
+        f"#ifndef {guard}", f"#define {guard}",
+        f"typedef void (*hf_lapack_{name}_fn)({prototype(name, routine, letter)});",
+        "#ifdef HF_EXTERN_STATE", f"extern hf_lapack_{name}_fn hf_lapack_{name};", "#else",
+        f"hf_lapack_{name}_fn hf_lapack_{name} = 0;", "#endif", "#endif", ""])
 
 
-# The pointer globals every generated file with a LAPACK call defines (include-guarded); the
-# kernel units of a split build (`HF_EXTERN_STATE`, units.units) declare them, the driver's unit
-# defines them.
-DECLARATIONS = _declarations()
+_ROUTINE_OF = {name: (routine, letter) for name, routine, letter in symbols()}
+# Every routine's pointer, defined: the driver's unit of a split build whose kernels call LAPACK
+# (units.units).
+DECLARATIONS = "".join(declaration(name) for name in _ROUTINE_OF)
 
 
 def needs(name: str) -> str:
@@ -170,7 +174,7 @@ def bind(lib: ctypes.CDLL, lapack: Lapack | None = None) -> bool:
     or at nothing. True if it has such globals and LAPACK is bound. Raises UnsupportedOpError
     when the library needs a routine that cannot be bound."""
     try:
-        ctypes.c_void_p.in_dll(lib, "hf_lapack_spotrf")
+        ctypes.c_char.in_dll(lib, "hf_lapack_used")
     except ValueError:
         return False  # no LAPACK call in this library
     if lapack is None:

@@ -431,7 +431,9 @@ def _emit(plan: _Plan, instr: Instruction, ins: list[str], outs: list[str], name
     name = fresh(f"{word(instr)}_lapack", names)
     types = {s for s, _, _ in plan.params} - {"s32"} | {plan.call.dtype.name}
     defs = "".join(_common(s) for s in sorted(types | {"s32"}))
-    defs += lapack.DECLARATIONS + plan.helpers
+    if plan.call.symbol:
+        defs += lapack.declaration(plan.call.symbol)
+    defs += plan.helpers
     if plan.call.symbol and plan.fallback is None:
         defs += lapack.needs(plan.call.symbol)
     defs += _function(plan, name, threads, what)
