@@ -134,7 +134,6 @@ class Routine:
     """A routine's attributes (character choices, or "int"/"bool") and its shape rule."""
 
     name: str
-    types: str                                   # LAPACK letters it exists for
     attrs: dict[str, tuple[str, ...] | str]
     rule: Callable[[_Shapes], list[tuple[str, tuple[int, ...]]]]
 
@@ -283,23 +282,23 @@ _OPERANDS = {"geqp3": 2, "orgqr": 2, "ormqr": 3, "gtsv": 4, "trsm": 2, "perturbe
 _UPLO = ("L", "U")
 _JOB = ("N", "V")
 ROUTINES: dict[str, Routine] = {r.name: r for r in [
-    Routine("potrf", "sdcz", {"uplo": _UPLO}, _potrf),
-    Routine("getrf", "sdcz", {}, _getrf),
-    Routine("geqrf", "sdcz", {}, _geqrf),
-    Routine("geqp3", "sdcz", {}, _geqp3),
-    Routine("orgqr", "sdcz", {}, _orgqr),
-    Routine("ormqr", "sdcz", {"left": "bool", "transpose": "bool"}, _ormqr),
-    Routine("syevd", "sdcz", {"uplo": _UPLO, "mode": _JOB}, _syevd),
-    Routine("gesdd", "sdcz", {"mode": ("A", "S", "N")}, _gesdd),
-    Routine("gesvd", "sdcz", {"mode": ("A", "S", "N")}, _gesdd),
-    Routine("geev", "sdcz", {"compute_left": _JOB, "compute_right": _JOB}, _geev),
-    Routine("gees", "sdcz", {"mode": _JOB, "sort": ("N",)}, _gees),
-    Routine("gehrd", "sdcz", {"low": "int", "high": "int"}, _gehrd),
-    Routine("sytrd", "sdcz", {"uplo": _UPLO}, _sytrd),
-    Routine("gtsv", "sdcz", {}, _gtsv),
-    Routine("trsm", "sdcz", {"side": ("L", "R"), "uplo": _UPLO, "trans_x": ("N", "T", "C"),
+    Routine("potrf", {"uplo": _UPLO}, _potrf),
+    Routine("getrf", {}, _getrf),
+    Routine("geqrf", {}, _geqrf),
+    Routine("geqp3", {}, _geqp3),
+    Routine("orgqr", {}, _orgqr),
+    Routine("ormqr", {"left": "bool", "transpose": "bool"}, _ormqr),
+    Routine("syevd", {"uplo": _UPLO, "mode": _JOB}, _syevd),
+    Routine("gesdd", {"mode": ("A", "S", "N")}, _gesdd),
+    Routine("gesvd", {"mode": ("A", "S", "N")}, _gesdd),
+    Routine("geev", {"compute_left": _JOB, "compute_right": _JOB}, _geev),
+    Routine("gees", {"mode": _JOB, "sort": ("N",)}, _gees),
+    Routine("gehrd", {"low": "int", "high": "int"}, _gehrd),
+    Routine("sytrd", {"uplo": _UPLO}, _sytrd),
+    Routine("gtsv", {}, _gtsv),
+    Routine("trsm", {"side": ("L", "R"), "uplo": _UPLO, "trans_x": ("N", "T", "C"),
                              "diag": ("N", "U")}, _trsm),
-    Routine("perturbed", "sdcz", {}, _perturbed),
+    Routine("perturbed", {}, _perturbed),
 ]}
 # LAPACK's names for the complex (Hermitian / unitary) versions -> the table's routine
 _COMPLEX_NAMES = {"ungqr": "orgqr", "unmqr": "ormqr", "heevd": "syevd", "hetrd": "sytrd"}
@@ -419,8 +418,6 @@ def parse(instr: Instruction) -> Call | None:
             raise TargetError(f"a {list(trailing)} matrix is too large for LAPACK's 32-bit "
                               "indices")
     symbol = "" if name == "perturbed" else lapack_name(name, dtype)
-    if name != "perturbed" and _LETTER_OF[dtype.name] not in routine.types:
-        raise TargetError(f"{symbol} does not exist")
     return Call(target, name, symbol, dtype, batch, dict(shapes.dims), attrs)
 
 

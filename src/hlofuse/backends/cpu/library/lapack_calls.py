@@ -43,16 +43,16 @@ from hlofuse.ir.shape import ArrayShape, leaves
 
 PARALLEL_WORK = 1 << 18  # flops (about) from which the matrices of a batch run on threads
 
-_C = {"f32": "float", "f64": "double", "c64": "float _Complex", "c128": "double _Complex",
+C_TYPES = {"f32": "float", "f64": "double", "c64": "float _Complex", "c128": "double _Complex",
       "s32": "int32_t"}
-_NAN = {"f32": '__builtin_nanf("")', "f64": '__builtin_nan("")',
+NAN = {"f32": '__builtin_nanf("")', "f64": '__builtin_nan("")',
         "c64": '__builtin_complex(__builtin_nanf(""), __builtin_nanf(""))',
         "c128": '__builtin_complex(__builtin_nan(""), __builtin_nan(""))', "s32": "-1"}
 
 
 def _common(s: str) -> str:
     """Per element type: row-major <-> column-major copies, NaN fill."""
-    t = _C[s]
+    t = C_TYPES[s]
     return f"""
 #ifndef HFLIB_LAPACK_COMMON_{s.upper()}
 #define HFLIB_LAPACK_COMMON_{s.upper()}
@@ -76,7 +76,7 @@ __attribute__((unused)) static void hflib_fill_{s}({t} *dst, int64_t n, {t} v) {
 
 
 @dataclass
-class _Plan:
+class Plan:
     """One routine's C: parameters (C type, elements per matrix, is a result), per-slot scratch
     (name, C type, count as a C expression in `lwork`), the workspace query, the lines for one
     matrix with LAPACK and without it (None: NaN and -1)."""
@@ -96,25 +96,25 @@ def _dims(call: Call, names: str) -> list[int]:
     return [call.dims[n] for n in names]
 
 
-def _types(call: Call) -> tuple[str, str, str, str]:
+def types_of(call: Call) -> tuple[str, str, str, str]:
     """(element type name, C type, real C type, the LAPACK pointer)."""
     s = call.dtype.name
-    return s, _C[s], _C[call.dtype.component.name], f"hf_lapack_{call.symbol}"
+    return s, C_TYPES[s], C_TYPES[call.dtype.component.name], f"hf_lapack_{call.symbol}"
 
 
 def _real_of(call: Call) -> str:
     return call.dtype.component.name
 
 
-def _query(fn: str, args: str, t: str) -> list[str]:
+def workspace_query(fn: str, args: str, t: str) -> list[str]:
     """lwork from LAPACK's workspace query (`args` with `&q, &lw` where the query goes)."""
     size = "(int64_t)__real__ q" if t.endswith("_Complex") else "(int64_t)q"
     return ["{", f"    {t} q = 0; int lw = -1, info = 0;", f"    {fn}({args});",
             f"    if (info == 0 && {size} > lwork) lwork = {size};", "}"]
 
 
-def _potrf(call: Call, hlo: bool = False) -> _Plan:
-    s, t, _, fn = _types(call)
+def _potrf(call: Call, hlo: bool = False) -> Plan:
+    s, t, _, fn = types_of(call)
     n, = _dims(call, "n")
     params = [(s, n * n, False), (s, n * n, True)] + ([] if hlo else [("s32", 1, True)])
     lower = call.char("uplo") == "L"
@@ -124,15 +124,15 @@ def _potrf(call: Call, hlo: bool = False) -> _Plan:
             f"hflib_rm_{s}(wa, x1, n, n);"]
     fallback = [f"int info = hflib_potrf_fb_{s}(x0, x1, {n}, {int(lower)});"]
     done = ["x2[0] = info;"] if not hlo else [
-        f"if (info != 0) hflib_fill_{s}(x1, {n * n}, {_NAN[s]});",
+        f"if (info != 0) hflib_fill_{s}(x1, {n * n}, {NAN[s]});",
         f"else for (int64_t i = 0; i < {n}; i++) for (int64_t j = 0; j < {n}; j++)",
         f"    if ({'j > i' if lower else 'j < i'}) x1[i * {n} + j] = 0;"]
-    return _Plan(call, params, [("wa", t, str(n * n))], [], item + done, fallback + done,
+    return Plan(call, params, [("wa", t, str(n * n))], [], item + done, fallback + done,
                  cost=n ** 3 // 3 + 1, helpers=_potrf_fallback(s))
 
 
-def _trsm(call: Call) -> _Plan:
-    s, t, _, fn = _types(call)
+def _trsm(call: Call) -> Plan:
+    s, t, _, fn = types_of(call)
     k, m, n = _dims(call, "kmn")
     side, uplo, trans, diag = (call.char(a) for a in ("side", "uplo", "trans_x", "diag"))
     item = [f"const char side = '{side}', uplo = '{uplo}', trans = '{trans}', diag = '{diag}';",
@@ -143,36 +143,36 @@ def _trsm(call: Call) -> _Plan:
             f"hflib_rm_{s}(wb, x2, m, n);"]
     fallback = [f"hflib_trsm_fb_{s}({int(side == 'L')}, {int(uplo == 'L')}, "
                 f"{'NTC'.index(trans)}, {int(diag == 'U')}, {m}, {n}, x0, x1, x2);"]
-    return _Plan(call, [(s, k * k, False), (s, m * n, False), (s, m * n, True)],
+    return Plan(call, [(s, k * k, False), (s, m * n, False), (s, m * n, True)],
                  [("wa", t, str(k * k)), ("wb", t, str(m * n))], [], item, fallback,
                  cost=m * n * k + 1, helpers=_trsm_fallback(s))
 
 
-def _getrf(call: Call) -> _Plan:
-    s, t, _, fn = _types(call)
+def _getrf(call: Call) -> Plan:
+    s, t, _, fn = types_of(call)
     m, n = _dims(call, "mn")
     item = ["int info = 0;", f"const int m = {m}, n = {n};", f"hflib_cm_{s}(x0, wa, m, n);",
             f"{fn}(&m, &n, wa, &m, (int *)x2, &info);", f"hflib_rm_{s}(wa, x1, m, n);",
             "x3[0] = info;"]
-    return _Plan(call, [(s, m * n, False), (s, m * n, True), ("s32", min(m, n), True),
+    return Plan(call, [(s, m * n, False), (s, m * n, True), ("s32", min(m, n), True),
                         ("s32", 1, True)], [("wa", t, str(m * n))], [], item,
                  cost=m * n * min(m, n) + 1)
 
 
-def _geqrf(call: Call) -> _Plan:
-    s, t, _, fn = _types(call)
+def _geqrf(call: Call) -> Plan:
+    s, t, _, fn = types_of(call)
     m, n = _dims(call, "mn")
     head = f"const int m = {m}, n = {n};"
     item = ["int info = 0;", head, "const int lw = (int)lwork;", f"hflib_cm_{s}(x0, wa, m, n);",
             f"{fn}(&m, &n, wa, &m, x2, work, &lw, &info);", f"hflib_rm_{s}(wa, x1, m, n);"]
-    query = ["{", head, *_query(fn, "&m, &n, 0, &m, 0, &q, &lw, &info", t), "}"]
-    return _Plan(call, [(s, m * n, False), (s, m * n, True), (s, min(m, n), True)],
+    query = ["{", head, *workspace_query(fn, "&m, &n, 0, &m, 0, &q, &lw, &info", t), "}"]
+    return Plan(call, [(s, m * n, False), (s, m * n, True), (s, min(m, n), True)],
                  [("wa", t, str(m * n)), ("work", t, "lwork")], query, item, min_lwork=n,
                  cost=2 * m * n * min(m, n) + 1)
 
 
-def _geqp3(call: Call) -> _Plan:
-    s, t, r, fn = _types(call)
+def _geqp3(call: Call) -> Plan:
+    s, t, r, fn = types_of(call)
     m, n = _dims(call, "mn")
     cplx = call.dtype.is_complex
     head = f"const int m = {m}, n = {n};"
@@ -181,31 +181,31 @@ def _geqp3(call: Call) -> _Plan:
             f"memmove(x3, x1, sizeof(int32_t) * {n});",
             f"{fn}(&m, &n, wa, &m, (int *)x3, x4, work, &lw, {rw}&info);",
             f"hflib_rm_{s}(wa, x2, m, n);"]
-    query = ["{", head, *_query(fn, f"&m, &n, 0, &m, 0, 0, &q, &lw, {'0, ' if cplx else ''}&info",
-                                t), "}"]
+    rq = "0, " if cplx else ""
+    query = ["{", head, *workspace_query(fn, f"&m, &n, 0, &m, 0, 0, &q, &lw, {rq}&info", t), "}"]
     scratch = [("wa", t, str(m * n)), ("work", t, "lwork")]
     if cplx:
         scratch.append(("rwork", r, str(2 * n)))
-    return _Plan(call, [(s, m * n, False), ("s32", n, False), (s, m * n, True), ("s32", n, True),
+    return Plan(call, [(s, m * n, False), ("s32", n, False), (s, m * n, True), ("s32", n, True),
                         (s, min(m, n), True)], scratch, query, item,
                  min_lwork=3 * n + 1, cost=2 * m * n * min(m, n) + 1)
 
 
-def _orgqr(call: Call) -> _Plan:
-    s, t, _, fn = _types(call)
+def _orgqr(call: Call) -> Plan:
+    s, t, _, fn = types_of(call)
     m, n, k = _dims(call, "mnk")
     head = f"const int m = {m}, n = {n}, k = {k};"
     item = ["int info = 0;", head, "const int lw = (int)lwork;", f"hflib_cm_{s}(x0, wa, m, n);",
             f"{fn}(&m, &n, &k, wa, &m, ({t} *)x1, work, &lw, &info);",
             f"hflib_rm_{s}(wa, x2, m, n);"]
-    query = ["{", head, *_query(fn, "&m, &n, &k, 0, &m, 0, &q, &lw, &info", t), "}"]
-    return _Plan(call, [(s, m * n, False), (s, k, False), (s, m * n, True)],
+    query = ["{", head, *workspace_query(fn, "&m, &n, &k, 0, &m, 0, &q, &lw, &info", t), "}"]
+    return Plan(call, [(s, m * n, False), (s, k, False), (s, m * n, True)],
                  [("wa", t, str(m * n)), ("work", t, "lwork")], query, item, min_lwork=n,
                  cost=4 * m * n * k + 1)
 
 
-def _ormqr(call: Call) -> _Plan:
-    s, t, _, fn = _types(call)
+def _ormqr(call: Call) -> Plan:
+    s, t, _, fn = types_of(call)
     r, ka, k, m, n = _dims(call, "rqkmn")
     left, transpose = bool(call.attrs["left"]), bool(call.attrs["transpose"])
     tc = ("C" if call.dtype.is_complex else "T") if transpose else "N"
@@ -216,45 +216,45 @@ def _ormqr(call: Call) -> _Plan:
             f"{fn}(&side, &trans, &m, &n, &k, wa, &r, ({t} *)x1, wc, &m, work, &lw, &info, "
             "(size_t)1, (size_t)1);",
             f"hflib_rm_{s}(wc, x3, m, n);"]
-    query = ["{", head, *_query(
+    query = ["{", head, *workspace_query(
         fn, "&side, &trans, &m, &n, &k, 0, &r, 0, 0, &m, &q, &lw, &info, (size_t)1, (size_t)1",
         t), "}"]
-    return _Plan(call, [(s, r * ka, False), (s, k, False), (s, m * n, False), (s, m * n, True)],
+    return Plan(call, [(s, r * ka, False), (s, k, False), (s, m * n, False), (s, m * n, True)],
                  [("wa", t, str(r * ka)), ("wc", t, str(m * n)), ("work", t, "lwork")], query,
                  item, min_lwork=max(m, n), cost=4 * m * n * k + 1)
 
 
-def _gehrd(call: Call) -> _Plan:
-    s, t, _, fn = _types(call)
+def _gehrd(call: Call) -> Plan:
+    s, t, _, fn = types_of(call)
     n, = _dims(call, "n")
     head = f"const int n = {n}, ilo = {call.attrs['low']}, ihi = {call.attrs['high']};"
     item = ["int info = 0;", head, "const int lw = (int)lwork;", f"hflib_cm_{s}(x0, wa, n, n);",
             f"{fn}(&n, &ilo, &ihi, wa, &n, x2, work, &lw, &info);",
             f"hflib_rm_{s}(wa, x1, n, n);", "x3[0] = info;"]
-    query = ["{", head, *_query(fn, "&n, &ilo, &ihi, 0, &n, 0, &q, &lw, &info", t), "}"]
-    return _Plan(call, [(s, n * n, False), (s, n * n, True), (s, n - 1, True), ("s32", 1, True)],
+    query = ["{", head, *workspace_query(fn, "&n, &ilo, &ihi, 0, &n, 0, &q, &lw, &info", t), "}"]
+    return Plan(call, [(s, n * n, False), (s, n * n, True), (s, n - 1, True), ("s32", 1, True)],
                  [("wa", t, str(n * n)), ("work", t, "lwork")], query, item, min_lwork=n,
                  cost=4 * n ** 3 + 1)
 
 
-def _sytrd(call: Call) -> _Plan:
-    s, t, _, fn = _types(call)
+def _sytrd(call: Call) -> Plan:
+    s, t, _, fn = types_of(call)
     n, = _dims(call, "n")
     rs = _real_of(call)
     head = f"const char uplo = '{call.char('uplo')}'; const int n = {n};"
     item = ["int info = 0;", head, "const int lw = (int)lwork;", f"hflib_cm_{s}(x0, wa, n, n);",
             f"{fn}(&uplo, &n, wa, &n, x2, x3, x4, work, &lw, &info, (size_t)1);",
             f"hflib_rm_{s}(wa, x1, n, n);", "x5[0] = info;"]
-    query = ["{", head, *_query(fn, "&uplo, &n, 0, &n, 0, 0, 0, &q, &lw, &info, (size_t)1",
+    query = ["{", head, *workspace_query(fn, "&uplo, &n, 0, &n, 0, 0, 0, &q, &lw, &info, (size_t)1",
                                 t), "}"]
-    return _Plan(call, [(s, n * n, False), (s, n * n, True), (rs, n, True), (rs, n - 1, True),
+    return Plan(call, [(s, n * n, False), (s, n * n, True), (rs, n, True), (rs, n - 1, True),
                         (s, n - 1, True), ("s32", 1, True)],
                  [("wa", t, str(n * n)), ("work", t, "lwork")], query, item, min_lwork=1,
                  cost=2 * n ** 3 + 1)
 
 
-def _gtsv(call: Call) -> _Plan:
-    s, t, _, fn = _types(call)
+def _gtsv(call: Call) -> Plan:
+    s, t, _, fn = types_of(call)
     n, r = _dims(call, "nr")
     item = ["int info = 0;", f"const int n = {n}, r = {r};",
             *(f"memmove(x{4 + i}, x{i}, sizeof({t}) * {n});" for i in range(3)),
@@ -262,17 +262,17 @@ def _gtsv(call: Call) -> _Plan:
             f"{fn}(&n, &r, x4 + 1, x5, x6, wb, &n, &info);", f"hflib_rm_{s}(wb, x7, n, r);",
             "x8[0] = info;"]
     vec = [(s, n, False)] * 3
-    return _Plan(call, [*vec, (s, n * r, False), *[(s, n, True)] * 3, (s, n * r, True),
+    return Plan(call, [*vec, (s, n * r, False), *[(s, n, True)] * 3, (s, n * r, True),
                         ("s32", 1, True)], [("wb", t, str(n * r))], [], item, cost=8 * n * r + 1)
 
 
-def _perturbed(call: Call) -> _Plan:
-    s, t, _, _ = _types(call)
+def _perturbed(call: Call) -> Plan:
+    s, t, _, _ = types_of(call)
     n, r = _dims(call, "nr")
     line = [f"hflib_perturbed_{s}({n}, {r}, x0, x1, x2, x3, x4, wu, wrow);"]
     from hlofuse.backends.cpu.library.lapack_eigen import perturbed_helper
 
-    return _Plan(call, [(s, n, False)] * 3 + [(s, n * r, False), (s, n * r, True)],
+    return Plan(call, [(s, n, False)] * 3 + [(s, n * r, False), (s, n * r, True)],
                  [("wu", t, str(3 * n)), ("wrow", t, str(r))], [], line, line,
                  cost=8 * n * r + 1, helpers=perturbed_helper(s))
 
@@ -286,7 +286,7 @@ def _scalar_ops(s: str) -> dict[str, str]:
     if s in ("c64", "c128"):
         return {"CONJ": f"__builtin_conj{f}", "RE": "__real__", "R": r,
                 "ABS2": "hflib_abs2", "SQRT": f"__builtin_sqrt{f}",
-                "abs2": f"static inline {r} hflib_abs2_{s}({_C[s]} x) {{ return __real__ x * "
+                "abs2": f"static inline {r} hflib_abs2_{s}({C_TYPES[s]} x) {{ return __real__ x * "
                         f"__real__ x + __imag__ x * __imag__ x; }}"}
     return {"CONJ": "", "RE": "", "R": r, "ABS2": "hflib_abs2", "SQRT": f"__builtin_sqrt{f}",
             "abs2": f"static inline {r} hflib_abs2_{s}({r} x) {{ return x * x; }}"}
@@ -296,7 +296,7 @@ def _potrf_fallback(s: str) -> str:
     """dpotf2 on a row-major matrix: the factor in the `lower` (or upper, as L^H) triangle of
     out, the other triangle the input's; info."""
     o = _scalar_ops(s)
-    t = _C[s]
+    t = C_TYPES[s]
     return f"""
 #ifndef HFLIB_POTRF_FB_{s.upper()}
 #define HFLIB_POTRF_FB_{s.upper()}
@@ -332,7 +332,7 @@ def _trsm_fallback(s: str) -> str:
     """Substitution on row-major matrices: op(a) x = b (left) or x op(a) = b, op(a) read from
     a's `lower` (or upper) triangle, trans 0 N, 1 T, 2 C."""
     o = _scalar_ops(s)
-    t = _C[s]
+    t = C_TYPES[s]
     return f"""
 #ifndef HFLIB_TRSM_FB_{s.upper()}
 #define HFLIB_TRSM_FB_{s.upper()}
@@ -371,21 +371,21 @@ __attribute__((unused)) static void hflib_trsm_fb_{s}(int left, int lower, int t
 
 # ----- the function ----------------------------------------------------------------------------
 
-def _function(plan: _Plan, name: str, threads: int, what: str) -> str:
+def _function(plan: Plan, name: str, threads: int, what: str) -> str:
     call = plan.call
     count = call.count
     fn = f"hf_lapack_{call.symbol}" if call.symbol else None
     slots = min(threads, count) if count > 1 and plan.cost * count >= PARALLEL_WORK else 1
     slots = max(1, slots)
-    params = [f"{'' if out else 'const '}{_C[s]} *p{i}" for i, (s, _, out) in
+    params = [f"{'' if out else 'const '}{C_TYPES[s]} *p{i}" for i, (s, _, out) in
               enumerate(plan.params)]
     fields = "; ".join(params)
-    views = [f"{'' if out else 'const '}{_C[s]} *x{i} = j->p{i} + t * {size};"
+    views = [f"{'' if out else 'const '}{C_TYPES[s]} *x{i} = j->p{i} + t * {size};"
              for i, (s, size, out) in enumerate(plan.params)]
     carve = [f"{ct} *{v} = ({ct} *)ws; ws += HFLIB_ALIGN64(sizeof({ct}) * (size_t)({c}));"
              for v, ct, c in plan.scratch]
     per = [f"per += HFLIB_ALIGN64(sizeof({ct}) * (size_t)({c}));" for _, ct, c in plan.scratch]
-    nan = [f"hflib_fill_{s}(x{i}, {size}, {_NAN[s]});"
+    nan = [f"hflib_fill_{s}(x{i}, {size}, {NAN[s]});"
            for i, (s, size, out) in enumerate(plan.params) if out]
     body = plan.item
     if fn is not None:
@@ -426,7 +426,7 @@ def _function(plan: _Plan, name: str, threads: int, what: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _emit(plan: _Plan, instr: Instruction, ins: list[str], outs: list[str], names: set[str],
+def _emit(plan: Plan, instr: Instruction, ins: list[str], outs: list[str], names: set[str],
           threads: int, what: str) -> tuple[str, str]:
     name = fresh(f"{word(instr)}_lapack", names)
     types = {s for s, _, _ in plan.params} - {"s32"} | {plan.call.dtype.name}
@@ -440,7 +440,7 @@ def _emit(plan: _Plan, instr: Instruction, ins: list[str], outs: list[str], name
     if len(ins) + len(outs) != len(plan.params):
         raise LibraryOpError(instr, f"expected {len(plan.params)} operand and result buffers, "
                              f"got {len(ins) + len(outs)}")
-    args = [f"({'' if out else 'const '}{_C[s]} *)({p})"
+    args = [f"({'' if out else 'const '}{C_TYPES[s]} *)({p})"
             for (s, _, out), p in zip(plan.params, [*ins, *outs], strict=True)]
     return defs, f"{name}({', '.join(args)});\n"
 
@@ -450,7 +450,7 @@ _PLANS = {"potrf": _potrf, "trsm": _trsm, "getrf": _getrf, "geqrf": _geqrf, "geq
           "perturbed": _perturbed}
 
 
-def _plan(call: Call, instr: Instruction) -> _Plan:
+def _plan(call: Call, instr: Instruction) -> Plan:
     found = _PLANS.get(call.routine)
     if found is not None:
         return found(call)
@@ -489,7 +489,11 @@ def emit_custom_call(instr: Instruction, ins: list[str], outs: list[str], names:
     call = parse(instr)
     code_generation_check(instr, call)
     what = (f"{call.target}: {call.count} matrices" + (f", {call.dims}" if call.dims else ""))
-    return _emit(_plan(call, instr), instr, ins, outs, names, threads, what)
+    try:
+        plan = _plan(call, instr)
+    except TargetError as exc:
+        raise LibraryOpError(instr, str(exc)) from None
+    return _emit(plan, instr, ins, outs, names, threads, what)
 
 
 def _hlo_call(instr: Instruction, routine: str, attrs: dict) -> Call:

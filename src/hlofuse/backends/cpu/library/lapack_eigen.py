@@ -6,8 +6,15 @@ fixed formulas, gesdd's rwork and iwork too, the others from LAPACK's workspace 
 
 from __future__ import annotations
 
-from hlofuse.backends.cpu.library.lapack_calls import _C, _NAN, _Plan, _query, _types
-from hlofuse.backends.lapack_targets import Call
+from hlofuse.backends import lapack_targets
+from hlofuse.backends.cpu.library.lapack_calls import (
+    C_TYPES,
+    NAN,
+    Plan,
+    types_of,
+    workspace_query,
+)
+from hlofuse.backends.lapack_targets import Call, TargetError
 
 _ONE = "(size_t)1"
 
@@ -16,8 +23,8 @@ def _complex_of(call: Call) -> str:
     return "c64" if call.dtype.name in ("f32", "c64") else "c128"
 
 
-def _syevd(call: Call) -> _Plan:
-    s, t, r, fn = _types(call)
+def _syevd(call: Call) -> Plan:
+    s, t, r, fn = types_of(call)
     n = call.dims["n"]
     vectors = call.char("mode") == "V"
     cplx = call.dtype.is_complex
@@ -26,6 +33,8 @@ def _syevd(call: Call) -> _Plan:
     else:
         lw, lrw = (1 + 6 * n + 2 * n * n) if vectors else 2 * n + 1, 0
     liw = 3 + 5 * n if vectors else 1
+    if max(lw, lrw) > lapack_targets.INT32_MAX:
+        raise TargetError(f"syevd's workspace for n={n} exceeds LAPACK's 32-bit sizes")
     rw = "rwork, &lrw, " if cplx else ""
     item = ["int info = 0;",
             f"const char jobz = '{call.char('mode')}', uplo = '{call.char('uplo')}';",
@@ -39,12 +48,12 @@ def _syevd(call: Call) -> _Plan:
     scratch = [("wa", t, str(n * n)), ("work", t, str(lw)), ("iwork", "int", str(liw))]
     if cplx:
         scratch.append(("rwork", r, str(lrw)))
-    return _Plan(call, [(s, n * n, False), (s, n * n, True), (call.real.name, n, True),
+    return Plan(call, [(s, n * n, False), (s, n * n, True), (call.real.name, n, True),
                         ("s32", 1, True)], scratch, [], item, cost=9 * n ** 3 + 1)
 
 
-def _svd(call: Call, results: list[tuple[int, ...]]) -> _Plan:
-    s, t, r, fn = _types(call)
+def _svd(call: Call, results: list[tuple[int, ...]]) -> Plan:
+    s, t, r, fn = types_of(call)
     m, n = call.dims["m"], call.dims["n"]
     k, big = min(m, n), max(m, n)
     mode = call.char("mode")
@@ -67,7 +76,7 @@ def _svd(call: Call, results: list[tuple[int, ...]]) -> _Plan:
         item += [f"hflib_rm_{s}(wu, x3, m, {uc});", f"hflib_rm_{s}(wvt, x4, ldvt, n);"]
     item.append("x5[0] = info;")
     q_tail = ("0, " if cplx else "") + ("" if qr else "0, ")
-    query = ["{", head, *_query(fn, f"{jobs}&m, &n, 0, &m, 0, 0, &m, 0, &ldvt, &q, &lw, "
+    query = ["{", head, *workspace_query(fn, f"{jobs}&m, &n, 0, &m, 0, 0, &m, 0, &ldvt, &q, &lw, "
                                 f"{q_tail}&info, {lens}", t), "}"]
     scratch = [("wa", t, str(m * n)), ("wu", t, "1" if mode == "N" else str(m * uc)),
                ("wvt", t, "1" if mode == "N" else str(vr * n)), ("work", t, "lwork")]
@@ -77,13 +86,13 @@ def _svd(call: Call, results: list[tuple[int, ...]]) -> _Plan:
         rw = 5 * k if qr else (7 * k if mode == "N" else
                                max(5 * k * k + 5 * k, 2 * big * k + 2 * k * k + k))
         scratch.append(("rwork", r, str(rw)))
-    return _Plan(call, [(s, m * n, False), (s, m * n, True), (call.real.name, k, True),
+    return Plan(call, [(s, m * n, False), (s, m * n, True), (call.real.name, k, True),
                         (s, um * uc, True), (s, vr * n, True), ("s32", 1, True)],
                  scratch, query, item, cost=10 * m * n * k + 1)
 
 
-def _geev(call: Call) -> _Plan:
-    s, t, r, fn = _types(call)
+def _geev(call: Call) -> Plan:
+    s, t, r, fn = types_of(call)
     n = call.dims["n"]
     c = _complex_of(call)
     cplx = call.dtype.is_complex
@@ -93,7 +102,7 @@ def _geev(call: Call) -> _Plan:
     outs = ([(s, n, True), (c, n * n, True), (c, n * n, True)] if cplx else
             [(s, n, True), (s, n, True), (c, n * n, True), (c, n * n, True)])
     first = 1
-    nan = [f"hflib_fill_{o}(x{first + i}, {size}, {_NAN[o]});"
+    nan = [f"hflib_fill_{o}(x{first + i}, {size}, {NAN[o]});"
            for i, (o, size, _) in enumerate(outs)]
     info = f"x{first + len(outs)}"
     head = (f"const char jobvl = '{call.char('compute_left')}', "
@@ -125,19 +134,19 @@ def _geev(call: Call) -> _Plan:
         query_pre = []
     item += [f"{info}[0] = info;", "if (info != 0) {", *("    " + x for x in nan), "    return;",
              "}", *vectors]
-    query = ["{", head, *query_pre, *_query(fn, query_args, t), "}"]
+    query = ["{", head, *query_pre, *workspace_query(fn, query_args, t), "}"]
     scratch = [("wa", t, str(n * n)), ("wvl", t, str(n * n)), ("wvr", t, str(n * n)),
                ("work", t, "lwork")]
     if cplx:
         scratch.append(("rwork", r, str(2 * n)))
-    return _Plan(call, [(s, n * n, False), *outs, ("s32", 1, True)], scratch, query, item,
+    return Plan(call, [(s, n * n, False), *outs, ("s32", 1, True)], scratch, query, item,
                  cost=10 * n ** 3 + 1, helpers="" if cplx else _unpack(s, c))
 
 
 def _unpack(s: str, c: str) -> str:
     """jax's UnpackEigenvectors: LAPACK's real pairs (column j real part, j+1 imaginary part)
     as complex columns, row-major."""
-    r, cc = _C[s], _C[c]
+    r, cc = C_TYPES[s], C_TYPES[c]
     return f"""
 #ifndef HFLIB_UNPACK_{s.upper()}
 #define HFLIB_UNPACK_{s.upper()}
@@ -162,8 +171,8 @@ __attribute__((unused)) static void hflib_unpack_{s}(const {r} *packed, const {r
 """
 
 
-def _gees(call: Call) -> _Plan:
-    s, t, r, fn = _types(call)
+def _gees(call: Call) -> Plan:
+    s, t, r, fn = types_of(call)
     n = call.dims["n"]
     cplx = call.dtype.is_complex
     vectors = call.char("mode") == "V"
@@ -189,14 +198,14 @@ def _gees(call: Call) -> _Plan:
             f"hflib_cm_{s}(x0, wa, n, n);", call_line, f"hflib_rm_{s}(wa, x1, n, n);",
             f"hflib_rm_{s}(wvs, x2, n, n);" if vectors else f"hflib_fill_{s}(x2, {n * n}, 0);",
             f"{sdim}[0] = sdim;", f"{info}[0] = info;"]
-    query = ["{", head, "int sd = 0;", *_query(fn, query_args, t), "}"]
+    query = ["{", head, "int sd = 0;", *workspace_query(fn, query_args, t), "}"]
     scratch = [("wa", t, str(n * n)), ("wvs", t, str(n * n)), ("work", t, "lwork")]
     if cplx:
         scratch.append(("rwork", r, str(n)))
-    return _Plan(call, params, scratch, query, item, min_lwork=3 * n, cost=25 * n ** 3 + 1)
+    return Plan(call, params, scratch, query, item, min_lwork=3 * n, cost=25 * n ** 3 + 1)
 
 
-def plan(call: Call, results: list[tuple[int, ...]]) -> _Plan:
+def plan(call: Call, results: list[tuple[int, ...]]) -> Plan:
     """The plan of an eigenvalue or singular value routine."""
     if call.routine == "syevd":
         return _syevd(call)
@@ -211,7 +220,7 @@ def plan(call: Call, results: list[tuple[int, ...]]) -> _Plan:
 def perturbed_helper(s: str) -> str:
     """jaxlib's SolveWithGaussianEliminationWithPivotingAndPerturbSingular and
     MaybePerturbPivot (tridiagonal_solve_perturbed.h) for one system, row-major x and rhs."""
-    t = _C[s]
+    t = C_TYPES[s]
     single = s in ("f32", "c64")
     r = "float" if single else "double"
     f = "f" if single else ""
