@@ -488,7 +488,8 @@ def emit_custom_call(instr: Instruction, ins: list[str], outs: list[str], names:
     """(definitions, statements) of a LAPACK custom call."""
     call = parse(instr)
     code_generation_check(instr, call)
-    what = (f"{call.target}: {call.count} matrices" + (f", {call.dims}" if call.dims else ""))
+    name = lapack_targets.PERTURBED_TARGET if not call.symbol else f"lapack_{call.symbol}_ffi"
+    what = f"{name}: {call.count} matrices, {call.dims}"  # made by the code (the table's name)
     try:
         plan = _plan(call, instr)
     except TargetError as exc:
