@@ -108,6 +108,27 @@ def test_batches_run_on_threads() -> None:
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
 
 
+@needs_lapack
+@pytest.mark.usefixtures("private_cpu_cache")
+def test_split_build_defines_the_pointers_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kernel a translation unit of its own: the kernel units declare the LAPACK pointers,
+    the driver's unit defines them, and `bind` finds them."""
+    from hlofuse.backends.cpu import units
+
+    monkeypatch.setattr(units, "UNIT_BYTES", 1)
+    rng = np.random.default_rng(10)
+    a = lapack_cases.spd(rng, 2, 4, "float32")
+
+    def f(a):  # type: ignore[no-untyped-def]
+        low = jax.numpy.linalg.cholesky(a)
+        return jax.scipy.linalg.lu_factor(low + 1)[0], jax.numpy.linalg.eigvalsh(a)
+
+    exe = hlofuse.compile(hlofuse.from_jax(f, a), backend="cpu")
+    assert units.units(exe._runner.program) is not None
+    for g, w in zip(exe(a), jax.jit(f)(a), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
 def test_custom_calls_stay_unfused() -> None:
     """The fusion passes leave a LAPACK call a kernel of its own (an opaque library op)."""
     from hlofuse.ir.opcodes import Opcode

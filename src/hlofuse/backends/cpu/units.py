@@ -149,9 +149,9 @@ def units(program: Program, unit_bytes: int | None = None) -> list[str] | None:
     if any("HFLIB_BLAS_DECLS" in k.source for k in printed):
         from hlofuse.backends.cpu.library.blas import DECLARATIONS as declarations
     if any("HFLIB_LAPACK_USED" in k.source for k in printed):
-        from hlofuse.backends.cpu.library.lapack import DECLARATIONS as lapack_pointers
+        from hlofuse.backends.cpu.library import lapack
 
-        declarations += lapack_pointers
+        declarations += lapack.declarations()
     out.append(_UNIT_DEFINES + head + declarations
                + "\n".join(p for p in protos if p) + "\n\n" + program.source[tail_start:])
     return out

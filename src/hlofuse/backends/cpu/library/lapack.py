@@ -33,8 +33,6 @@ import ctypes
 import functools
 from dataclasses import dataclass
 
-from hlofuse.backends import lapack_targets
-
 # The LAPACK argument lists of every routine: c const char *, i const int *, I int *, a the
 # element type, r its real type, f a function pointer (gees's select). A complex routine's list
 # is its own entry when it differs (rwork).
@@ -76,8 +74,11 @@ def signature(routine: str, letter: str) -> str:
     return SIGNATURES[routine]
 
 
-def symbols() -> list[tuple[str, str, str]]:
+@functools.cache
+def symbols() -> tuple[tuple[str, str, str], ...]:
     """(LAPACK name, table routine, type letter) of every routine a call may need."""
+    from hlofuse.backends import lapack_targets
+
     out = []
     for routine in lapack_targets.ROUTINES:
         if routine == "perturbed":
@@ -85,12 +86,14 @@ def symbols() -> list[tuple[str, str, str]]:
         for letter, dtype in lapack_targets.LETTERS.items():
             name = lapack_targets.lapack_name(routine, lapack_targets.DTYPES[dtype])
             out.append((name, routine, letter))
-    return out
+    return tuple(out)
 
 
 def prototype(name: str, routine: str, letter: str) -> str:
     """`void (*)(...)` argument list of one routine, Fortran's hidden lengths last."""
-    t, r = _TYPES[lapack_targets.LETTERS[letter]]
+    from hlofuse.backends.lapack_targets import LETTERS
+
+    t, r = _TYPES[LETTERS[letter]]
     kinds = signature(routine, letter)
     args = [_KINDS.get(k) or (f"{t} *" if k == "a" else f"{r} *") for k in kinds]
     args += ["size_t"] * kinds.count("c")
@@ -100,9 +103,9 @@ def prototype(name: str, routine: str, letter: str) -> str:
 def declaration(name: str) -> str:
     """File-scope C declaring LAPACK routine `name`'s pointer global (include-guarded): the
     kernel units of a split build (`HF_EXTERN_STATE`, units.units) declare it, the driver's unit
-    (`DECLARATIONS`) and a one-file program define it. Also the weak marker `hf_lapack_used`
+    (`declarations()`) and a one-file program define it. Also the weak marker `hf_lapack_used`
     that tells `bind` the library has LAPACK calls."""
-    routine, letter = _ROUTINE_OF[name]
+    routine, letter = _routine_of()[name]
     guard = f"HFLIB_LAPACK_{name.upper()}"
     return "\n".join([
         "#ifndef HFLIB_LAPACK_USED", "#define HFLIB_LAPACK_USED",
@@ -115,10 +118,16 @@ def declaration(name: str) -> str:
         f"hf_lapack_{name}_fn hf_lapack_{name} = 0;", "#endif", "#endif", ""])
 
 
-_ROUTINE_OF = {name: (routine, letter) for name, routine, letter in symbols()}
-# Every routine's pointer, defined: the driver's unit of a split build whose kernels call LAPACK
-# (units.units).
-DECLARATIONS = "".join(declaration(name) for name in _ROUTINE_OF)
+@functools.cache
+def _routine_of() -> dict[str, tuple[str, str]]:
+    return {name: (routine, letter) for name, routine, letter in symbols()}
+
+
+@functools.cache
+def declarations() -> str:
+    """Every routine's pointer, defined: the driver's unit of a split build whose kernels call
+    LAPACK (units.units)."""
+    return "".join(declaration(name) for name in _routine_of())
 
 
 def needs(name: str) -> str:
