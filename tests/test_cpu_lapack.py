@@ -226,3 +226,46 @@ def test_brax_generalized_step_matches_jax() -> None:
     got = hlofuse.jit(env.step, backend="cpu")(state, action)
     for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+
+
+# Modes jax's functions do not reach: the raw call as the root, against the interpreter.
+_RAW_MODES = [
+    ("syevd_no_vectors", "lapack_cheevd_ffi", ["c64[2,3,3]"],
+     ["c64[2,3,3]", "f32[2,3]", "s32[2]"], "mode = 78 : ui8, uplo = 85 : ui8"),
+    ("gehrd_rows_2_3", "lapack_sgehrd_ffi", ["f32[4,4]"], ["f32[4,4]", "f32[3]", "s32[]"],
+     "high = 3 : i32, low = 2 : i32"),
+    ("gesvd_thin", "lapack_zgesvd_ffi", ["c128[2,3]"],
+     ["c128[2,3]", "f64[2]", "c128[2,2]", "c128[2,3]", "s32[]"], "mode = 83 : ui8"),
+    ("gesdd_no_vectors_thin", "lapack_dgesdd_ffi", ["f64[3,2]"],
+     ["f64[3,2]", "f64[2]", "f64[3,2]", "f64[2,2]", "s32[]"], "mode = 78 : ui8"),
+    ("gees_no_vectors", "lapack_dgees_ffi", ["f64[4,4]"],
+     ["f64[4,4]", "f64[4,4]", "f64[4]", "f64[4]", "s32[]", "s32[]"],
+     "mode = 78 : ui8, sort = 78 : ui8"),
+]
+
+
+@needs_lapack
+@pytest.mark.parametrize(("name", "target", "operands", "results", "config"), _RAW_MODES,
+                         ids=[c[0] for c in _RAW_MODES])
+def test_raw_modes_match_the_interpreter(name: str, target: str, operands: list[str],
+                                         results: list[str], config: str) -> None:
+    text = lapack_cases.custom_call(target, operands, results, config)
+    module = parse(text)
+    rng = np.random.default_rng(11)
+    shape = module.entry.parameters[0].shape
+    a = lapack_cases._random(rng, shape.dims, str(shape.dtype.np))
+    if name == "syevd_no_vectors":
+        a = a + np.conj(np.swapaxes(a, -1, -2))
+    got = hlofuse.compile(module, backend="cpu")(a)
+    want = interpreter.run(module, a)
+    tol = 1e-4 if shape.dtype.name in ("f32", "c64") else 1e-10
+    if name == "gees_no_vectors":  # the form's eigenvalue order is the algorithm's
+        eig = np.sort_complex(np.linalg.eigvals(a))
+        for out in (got, want):
+            np.testing.assert_allclose(np.sort_complex(out[2] + 1j * out[3]), eig, atol=tol)
+            assert not out[1].any() and out[4] == 0 and out[5] == 0
+        return
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if name.startswith("gesvd") and i in (2, 3):  # singular vectors: up to phase
+            g, w = np.abs(g), np.abs(w)
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)

@@ -51,6 +51,7 @@ from hlofuse.backends.interpreter import lapack_algorithms as alg
 from hlofuse.backends.interpreter.core import Interpreter, register_custom_call, unsupported
 from hlofuse.backends.lapack_targets import Call, TargetError
 from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
 
 Arrays = list[np.ndarray]
 
@@ -279,16 +280,17 @@ def _lapack_call(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any
     except TargetError as exc:
         raise unsupported(instr, str(exc)) from None
     assert call is not None
-    from hlofuse.ir.shape import TupleShape, leaves
-
-    shapes = [tuple(s.dims) for s in leaves(instr.shape)]  # type: ignore[union-attr]
-    with np.errstate(all="ignore"):
-        if call.routine in ("gesdd", "gesvd"):
-            outs = _svd(call, ops, shapes)
-        else:
-            outs = _ROUTINES[call.routine](call, ops)
-    results = [np.ascontiguousarray(o).astype(s.dtype.np, copy=False).reshape(s.dims)  # type: ignore[union-attr]
-               for o, s in zip(outs, leaves(instr.shape), strict=True)]
+    arrays: list[ArrayShape] = leaves(instr.shape)  # type: ignore[assignment]
+    if call.count == 0:
+        outs: Arrays = [np.zeros(s.dims, s.dtype.np) for s in arrays]
+    else:
+        with np.errstate(all="ignore"):
+            if call.routine in ("gesdd", "gesvd"):
+                outs = _svd(call, ops, [tuple(s.dims) for s in arrays])
+            else:
+                outs = _ROUTINES[call.routine](call, ops)
+    results = [np.ascontiguousarray(o).astype(s.dtype.np, copy=False).reshape(s.dims)
+               for o, s in zip(outs, arrays, strict=True)]
     return tuple(results) if isinstance(instr.shape, TupleShape) else results[0]
 
 
