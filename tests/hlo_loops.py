@@ -138,3 +138,56 @@ ENTRY main {{
 
 def stacked(n: int = 64, s: int = 20, extra: str = "", new: str = "st") -> str:
     return STACKED.format(n=n, s=s, extra=extra, new=new)
+
+
+# A policy network inside an environment loop: x' = x + 0.01 * tanh(tanh(tanh(x w1) w2) w3),
+# per element a chain of three dense layers (the weights are loop invariants); 5 steps counted
+# by `i`, and 4 steps of a loop whose body is one training-like dot (`small_dot_loop`).
+MLP_SCAN = """
+HloModule mlp_scan
+
+body {{
+  p = (s32[], f32[{n},{d}], f32[{d},{h}], f32[{h},{h}], f32[{h},{d}]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[{n},{d}] get-tuple-element(p), index=1
+  w1 = f32[{d},{h}] get-tuple-element(p), index=2
+  w2 = f32[{h},{h}] get-tuple-element(p), index=3
+  w3 = f32[{h},{d}] get-tuple-element(p), index=4
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  a1 = f32[{n},{h}] dot(x, w1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  h1 = f32[{n},{h}] tanh(a1)
+  a2 = f32[{n},{h}] dot(h1, w2), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  h2 = f32[{n},{h}] tanh(a2)
+  a3 = f32[{n},{d}] dot(h2, w3), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  h3 = f32[{n},{d}] tanh(a3)
+  c = f32[] constant(0.01)
+  cb = f32[{n},{d}] broadcast(c), dimensions={{}}
+  dx = f32[{n},{d}] multiply(h3, cb)
+  x1 = f32[{n},{d}] add(x, dx)
+  ROOT t = (s32[], f32[{n},{d}], f32[{d},{h}], f32[{h},{h}], f32[{h},{d}]) tuple(i1, x1, w1, w2, w3)
+}}
+
+cond {{
+  p = (s32[], f32[{n},{d}], f32[{d},{h}], f32[{h},{h}], f32[{h},{d}]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  bound = s32[] constant({s})
+  ROOT lt = pred[] compare(i, bound), direction=LT
+}}
+
+ENTRY main {{
+  x0 = f32[{n},{d}] parameter(0)
+  w1 = f32[{d},{h}] parameter(1)
+  w2 = f32[{h},{h}] parameter(2)
+  w3 = f32[{h},{d}] parameter(3)
+  z = s32[] constant(0)
+  init = (s32[], f32[{n},{d}], f32[{d},{h}], f32[{h},{h}], f32[{h},{d}]) tuple(z, x0, w1, w2, w3)
+  w = (s32[], f32[{n},{d}], f32[{d},{h}], f32[{h},{h}], f32[{h},{d}]) while(init),
+    condition=cond, body=body
+  ROOT xs = f32[{n},{d}] get-tuple-element(w), index=1
+}}
+"""
+
+
+def mlp_scan(n: int = 64, d: int = 4, h: int = 16, s: int = 5) -> str:
+    return MLP_SCAN.format(n=n, d=d, h=h, s=s)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlo_loops import scan, scan_reducing_over_batch
+from hlo_loops import mlp_scan, scan, scan_reducing_over_batch
 from hlofuse.analysis.kernels import count_kernels, kernels_per_run
 from hlofuse.backends import interpreter
 from hlofuse.backends.kernel_ir import ir
@@ -165,3 +165,52 @@ def test_block_size_grows_with_the_batch_within_l1() -> None:
     assert block_size(65536, 64) == 512  # 1024 x 64 bytes would not fit L1
     assert block_size(65536, 1000) == 256  # nothing fits: the smallest block
     assert block_size(300, 4) == 256
+
+
+def test_dense_layers_in_the_body_are_refused_for_their_cost() -> None:
+    """A policy network inside the loop: as one kernel each element would run its dense
+    layers as matrix-vector products, slower than the body's batched dots (PureJaxRL's PPO
+    rollout ran 0.01x jax.jit fused whole). The cost check refuses it with its figures."""
+    event = _refusal(mlp_scan())
+    assert event.rule == "whole_loop.cost"
+    figures = event.figures
+    assert figures["whole_ns"] >= figures["separate_ns"]
+    assert figures["dot_ops"] == 2 * 64 * (4 * 16 + 16 * 16 + 16 * 4)  # per iteration
+
+
+def test_per_element_dense_layers_compute_each_layer_once() -> None:
+    """Forced past the cost check, the whole-loop kernel materialises each dot and each value
+    a dot reads once per element (`whole_loop.heavy`): no layer is recomputed for every output
+    of the next (three layers deep that multiplied the work by 16 * 16 per element), and the
+    values match the interpreter."""
+    from hlofuse.backends import cpu
+    from hlofuse.backends.kernel_ir.lower.whole_loop import heavy
+
+    text = mlp_scan()
+    module, loops = _whole(text, "hlofuse{whole_loop_dot_slowdown=0}")
+    assert len(loops) == 1
+    body = body_of(fused_loop(loops[0]))
+    names = {i.opcode for i, _ in heavy(body, [None, 0, None, None, None], 64)}
+    assert Opcode.DOT in names
+    kernel = lower_kernel(loops[0], set())
+    dots = sum(1 for s in ir.walk(kernel.body) if isinstance(s, ir.Loop)
+               and s.var.name.startswith("c"))
+    assert dots == 3  # one contraction loop per layer: nothing recomputed inside another
+    rng = np.random.default_rng(0)
+    args = [rng.uniform(-1, 1, shape).astype(np.float32)
+            for shape in ((64, 4), (4, 16), (16, 16), (16, 4))]
+    want = interpreter.run(parse(text), *args)
+    got = cpu.compile_module(module)(*args)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_small_loops_around_dots_are_left_as_loops() -> None:
+    """A loop of 4 iterations whose body holds dots (PPO's minibatch and epoch loops around a
+    training step) is not unrolled: the copies' dots stay kernels of their own, so unrolling
+    would only multiply the code. The refusal names the dot and the rule."""
+    module = parse(mlp_scan(s=4))
+    run_pipeline(module, "hlofuse")
+    assert any(i.opcode is Opcode.WHILE for c in module.computations for i in c.instructions)
+    (event,) = [e for e in trace_of(module) if e.pass_name == "unroll-small-loops"]
+    assert event.verdict == "refused" and event.rule == "small_loop.cost"
+    assert event.figures["instruction"].startswith("a")  # a1/a2/a3: one of the dots

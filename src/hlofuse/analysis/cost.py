@@ -7,6 +7,8 @@ model (`passes/fusion/auto_unroll.py`) both read.
     kernel_ops(k)                  ops of one run of kernel `k`: each instruction it computes,
                                    elements times cost (data movement ops cost nothing)
     ops_per_run(comp, cond)        the same over one run of `comp`, loops times trip counts
+    dot_ops(k)                     the part of `kernel_ops(k)` that dots compute (2 per
+                                   multiply-add)
 
 The figures are relative weights measured once (benchmarks/vectorize.py, mathlib's routines);
 they decide between alternatives, they do not predict times.
@@ -38,24 +40,37 @@ def _elements(instr: Instruction) -> int:
     return s.size if isinstance(s, ArrayShape) else 0
 
 
-def kernel_ops(k: Instruction) -> int:
-    """Scalar ops one run of kernel `k` computes (a fusion: every instruction inside)."""
+def _dot_ops(x: Instruction) -> int:
+    lhs = x.operand(0).shape
+    contracted = 1
+    if isinstance(lhs, ArrayShape):
+        for d in x.attrs.get("lhs_contracting_dims", ()):
+            contracted *= lhs.dims[int(d)]
+    return 2 * _elements(x) * contracted
+
+
+def _ops(k: Instruction, dots_only: bool) -> int:
     stack = [k]
     total = 0
     while stack:
         x = stack.pop()
         if x.opcode is Opcode.FUSION:
             stack.extend(x.fused_computation.instructions)
-        elif x.opcode.info.category in _COMPUTES:
+        elif x.opcode.info.category in _COMPUTES and not dots_only:
             total += _elements(x) * op_cost(x.opcode)
         elif x.opcode is Opcode.DOT:
-            lhs = x.operand(0).shape
-            contracted = 1
-            if isinstance(lhs, ArrayShape):
-                for d in x.attrs.get("lhs_contracting_dims", ()):
-                    contracted *= lhs.dims[int(d)]
-            total += 2 * _elements(x) * contracted
+            total += _dot_ops(x)
     return total
+
+
+def kernel_ops(k: Instruction) -> int:
+    """Scalar ops one run of kernel `k` computes (a fusion: every instruction inside)."""
+    return _ops(k, dots_only=False)
+
+
+def dot_ops(k: Instruction) -> int:
+    """The ops of `kernel_ops(k)` that dots compute."""
+    return _ops(k, dots_only=True)
 
 
 def ops_per_run(comp: Computation, cond: Computation | None = None) -> int | None:

@@ -105,6 +105,10 @@ class FusionConfig:
     # Loops of at most this many iterations are unrolled completely, so JAX's threefry2x32
     # (on CPU a loop of 5 iterations of 4 rounds) becomes elementwise code; 0 = off.
     unroll_small_loops: int = 0
+    # ... other than random-number loops, only when the unrolled code stays at most this many
+    # instructions and the body has no library op or loop (a dot, a sort, an inner while):
+    # unrolling pays when the copies fuse into fewer kernels, and those ops never fuse.
+    small_loop_max_instructions: int = 1000
     # Loop state stacked from rows (a [K, N] carried array rebuilt by a concatenate each
     # iteration and read back row by row) is carried as K arrays instead (the paper's step 3).
     unstack_loop_state: bool = False
@@ -130,6 +134,11 @@ class FusionConfig:
     # ... and recomputes per block the state that does not depend on the batch (a random key):
     # at most this many elements of it, and fewer than the batch.
     whole_loop_max_uniform_elements: int = 64
+    # ... and only when the cost model (the `host_*` figures above) says one kernel beats the
+    # body's kernels: inside the kernel a dot runs per element as matrix-vector products, this
+    # many times slower per op than the batched GEMM of the body's dot kernel (the dense
+    # layers of a policy network in an environment loop: measured 14x on a 2-layer MLP).
+    whole_loop_dot_slowdown: float = 16.0
 
     # -------------------------------------------------------------------------------------------
     @property

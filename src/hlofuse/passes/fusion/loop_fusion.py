@@ -34,11 +34,23 @@ Legality (`whole_loop_legal`, each refusal names its rule):
 - `whole_loop.side_effect`: no instruction with a side effect.
 
 Profitability (`whole_loop_profitable`): at least `whole_loop_min_trips` iterations (one
-iteration gains nothing over a kernel call). The rewrite wraps the while into a kCustom fusion
-whose fused computation is `params -> tuple -> while -> tuple(changed leaves)` (leaves the loop
-passes through are read from its init by their users): the interpreter runs it unchanged
-(results identical by construction), kernel accounting counts one kernel, and the cpu backend
-lowers it as above. Every decision is recorded in the fusion trace.
+iteration gains nothing over a kernel call), and one kernel must be modelled faster than the
+body's kernels (`whole_loop.cost`): per iteration, the body as kernels costs
+
+    kernels * host_kernel_overhead_ns + bytes / host_bandwidth_gbs + ops * host_ns_per_op
+
+(`analysis.kernels`, `analysis.cost`: its fused kernels, the bytes they move, their ops); as one
+kernel the same ops run with the state in L1 (no bytes but the per-iteration outputs), except
+that a dot runs per element as matrix-vector products, `whole_loop_dot_slowdown` times slower
+per op than the body's batched GEMM. A per-element map (an environment step) wins on bytes and
+kernel calls; a policy network's dense layers inside the loop lose (PureJaxRL's PPO rollout:
+0.01x jax.jit fused whole, 1.9x as the body's kernels).
+
+The rewrite wraps the while into a kCustom fusion whose fused computation is
+`params -> tuple -> while -> tuple(changed leaves)` (leaves the loop passes through are read
+from its init by their users): the interpreter runs it unchanged (results identical by
+construction), kernel accounting counts one kernel, and the cpu backend lowers it as above.
+Every decision is recorded in the fusion trace.
 """
 
 from __future__ import annotations
@@ -46,7 +58,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hlofuse.analysis.kernels import kernels_per_run
+from hlofuse.analysis.cost import dot_ops, ops_per_run
+from hlofuse.analysis.kernels import bytes_per_run, kernels_per_run, per_run
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -220,7 +233,38 @@ def whole_loop_profitable(w: Instruction, plan: LoopPlan, config: FusionConfig
             f"{uniform} elements of the state do not depend on the batch: every block would "
             f"compute them again each iteration (more than {limit})",
             "whole_loop_max_uniform_elements", batch=plan.batch, uniform=uniform, limit=limit)
-    return FusionDecision.ok(trips=trips, batch=plan.batch)
+    return whole_loop_cost(w, plan, config, trips)
+
+
+def whole_loop_cost(w: Instruction, plan: LoopPlan, config: FusionConfig, trips: int
+                    ) -> FusionDecision:
+    """One kernel against the body's kernels, per iteration (module docstring)."""
+    body, cond = body_of(w), condition_of(w)
+    kernels = kernels_per_run(body, cond)
+    moved = bytes_per_run(body, cond)
+    ops = ops_per_run(body, cond)
+    dots = per_run(body, cond, dot_ops)
+    if None in (kernels, moved, ops, dots):
+        return FusionDecision.no("the body's cost is not known (a loop inside it has an "
+                                 "unknown trip count)", "whole_loop.cost")
+    assert kernels is not None and moved is not None and ops is not None and dots is not None
+    shape = w.shape
+    assert isinstance(shape, TupleShape)
+    rows = sum(e.size * e.dtype.itemsize for k, e in enumerate(shape.elements)
+               if plan.kinds[k] == "output" and isinstance(e, ArrayShape)) // max(trips, 1)
+    ns_op = config.host_ns_per_op
+    separate = kernels * config.host_kernel_overhead_ns + moved / config.host_bandwidth_gbs \
+        + ops * ns_op
+    whole = rows / config.host_bandwidth_gbs + (ops - dots) * ns_op \
+        + dots * ns_op * config.whole_loop_dot_slowdown
+    figures = {"separate_ns": round(separate), "whole_ns": round(whole), "dot_ops": dots,
+               "ops": ops, "kernels_per_iteration": kernels}
+    if whole >= separate:
+        return FusionDecision.no(
+            f"one kernel is modelled slower than the body's {kernels} kernel(s) per iteration "
+            f"({whole / 1e3:.1f} us against {separate / 1e3:.1f} us; {dots} of its {ops} ops "
+            "are dots, which run per element)", "whole_loop.cost", **figures)
+    return FusionDecision.ok(trips=trips, batch=plan.batch, **figures)
 
 
 def fuse_whole_loop(w: Instruction, plan: LoopPlan) -> Instruction:

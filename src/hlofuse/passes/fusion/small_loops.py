@@ -16,7 +16,13 @@ Conditions (`small_loop_legal`, each refusal names its rule):
 
 - `unroll_small_loops`: the trip count is known and at most the setting (0 switches the pass
   off);
-- `small_loop.side_effect`: the condition has no side effect (unrolling skips its evaluations).
+- `small_loop.side_effect`: the condition has no side effect (unrolling skips its evaluations);
+- `small_loop.cost` (profitability, `small_loop_profitable`): a random-number loop is always
+  unrolled; another loop only when its body has no op that never fuses (a dot, a convolution,
+  a sort, a custom call, an inner loop or branch: unrolling pays when the copies of the body
+  fuse into fewer kernels, and those stay kernels of their own, as in PPO's minibatch and epoch
+  loops of 4 iterations around a training step) and the unrolled code stays within
+  `small_loop_max_instructions` (compile time).
 
 Every unrolled loop is recorded in the fusion trace with its trip count and whether it is a
 random-number loop (`is_rng_loop`: u32 shift-left, shift-right-logical and xor, twice each).
@@ -32,7 +38,7 @@ from typing import ClassVar
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import Category, Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
@@ -45,6 +51,11 @@ from hlofuse.passes.utils import each_while, has_side_effect, reachable_computat
 
 PASS = "unroll-small-loops"
 _ROTATION = (Opcode.SHIFT_LEFT, Opcode.SHIFT_RIGHT_LOGICAL, Opcode.XOR)
+# ops that stay kernels of their own whatever surrounds them (library routines, opaque calls,
+# nested control flow): copies of a body holding one fuse no better than the loop did
+_NEVER_FUSED = frozenset(
+    op for op in Opcode if op.info.category in (Category.COMPLEX, Category.OPAQUE)
+) | {Opcode.WHILE, Opcode.CONDITIONAL, Opcode.SORT, Opcode.TOPK}
 
 
 def _ops(comp: Computation) -> Iterator[Instruction]:
@@ -86,11 +97,35 @@ def small_loop_legal(w: Instruction, config: FusionConfig) -> FusionDecision:
     return FusionDecision.ok(trips=trips)
 
 
+def small_loop_profitable(w: Instruction, config: FusionConfig) -> FusionDecision:
+    """Random-number loops always; others when the unrolled copies can fuse (module
+    docstring)."""
+    if is_rng_loop(w):
+        return FusionDecision.ok()
+    body = list(_ops(w.attrs["body"]))
+    blocker = next((i for i in body if i.opcode in _NEVER_FUSED), None)
+    if blocker is not None:
+        return FusionDecision.no(
+            f"{blocker.name} ({blocker.opcode.value}) in the body stays a kernel of its own: "
+            "the unrolled copies would fuse no better than the loop's body",
+            "small_loop.cost", instruction=blocker.name)
+    trips = trip_count(w) or 0
+    size = trips * len(body)
+    limit = config.small_loop_max_instructions
+    if size > limit:
+        return FusionDecision.no(
+            f"{trips} copies of a {len(body)}-instruction body: {size} instructions, more "
+            f"than small_loop_max_instructions={limit}", "small_loop_max_instructions",
+            instructions=size, limit=limit)
+    return FusionDecision.ok()
+
+
 @register(PASS)
 @dataclass(frozen=True)
 class UnrollSmallLoops(FusionOptions):  # type: ignore[misc]
     """Unroll loops of at most `unroll_small_loops` iterations completely (module docstring).
-    Only loops it unrolls, and random-number loops it does not, are recorded."""
+    Only loops it unrolls, loops it leaves for their cost, and random-number loops it does not
+    unroll are recorded."""
 
     name: ClassVar[str] = PASS
 
@@ -102,11 +137,15 @@ class UnrollSmallLoops(FusionOptions):  # type: ignore[misc]
         changed = False
         for comp, w in each_while(reachable_computations(module)):
             rng = is_rng_loop(w)
-            decision = small_loop_legal(w, config).with_figures(
-                rng=rng, **source_figure(module, w))
+            decision = small_loop_legal(w, config)
+            if decision:
+                cost = small_loop_profitable(w, config)
+                decision = decision if cost else cost
+            decision = decision.with_figures(rng=rng, **source_figure(module, w))
             if decision:
                 changed |= unroll(module, comp, w, config.unroll_small_loops,
                                   complete_only=True)
-            if decision or rng:
+            if decision or rng or decision.rule in ("small_loop.cost",
+                                                    "small_loop_max_instructions"):
                 trace.record(PASS, w.name, w.name, decision, comp.name)
         return changed

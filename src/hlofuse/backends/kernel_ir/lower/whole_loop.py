@@ -7,6 +7,8 @@
         for t in [0, S):                        the loop's iterations, in order
             u' = uniform part of the body(u, t)
             for j in [0, B):                    vector: n = B*blk + j
+                m_d[..] = d(state[n], ...)      every dot of the body and every batch value a
+                                                dot reads, once per element (`heavy`)
                 state_k[.., n, ..] = body_k(state[n], tables[.., n], u, t)  every coordinate
                 output_k[row(t), .., n, ..] = ...                           of element n
             u = u'
@@ -20,10 +22,18 @@ streaming through memory once per iteration, and one kernel call replaces S time
 kernels. Batch state lives in the kernel's output buffers (each paired in place with its input,
 so the driver may pass the same memory); the counter at iteration t is `init + step*t`, so a
 table row read at the counter is an affine index.
+
+Values are lowered as expressions at an index and shared only at the same index, so a dot's
+operand, read at every position of its contraction loop, would be computed again for each
+output of the dot (a chain of dense layers: each layer's whole input recomputed for every
+output, the cost multiplying with the depth). Every dot with more than one output per element,
+and every batch value a dot reads, is therefore materialised first, per element, into a
+buffer of its per-element size (`heavy`, `materialise`); its readers load from there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Callable
@@ -32,8 +42,10 @@ from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Val
 from hlofuse.backends.kernel_ir.lower import index as ix
 from hlofuse.backends.kernel_ir.lower.builder import Builder, LoweringError, array_shape, where
+from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape
 
 BLOCK = 256  # the smallest block: a block's state stays in L1 across the iterations
 BLOCKS = (1024, 512, BLOCK)  # tried largest first (`block_size`)
@@ -86,6 +98,7 @@ class _WholeLoop:
         self.outs: dict[int, Buffer] = {k: outputs[j] for j, k in enumerate(kept)}
         self.t: list[ir.Var] = []
         self.where = where(fusion)
+        self.heavy = heavy(self.body, list(plan.axes), plan.batch)
 
     # ----- bindings -------------------------------------------------------------------------
 
@@ -193,9 +206,35 @@ class _WholeLoop:
                 out.append((buf, at, b.g.load(tmp, ir.ZERO)))
         return out
 
+    def materialise(self, n: Affine) -> None:
+        """Each heavy value of element `n` into a buffer of its per-element size (in post
+        order, so a later one reads the earlier ones' buffers); readers load from there."""
+        b, g = self.b, self.b.g
+        for instr, axis in self.heavy:
+            dims = tuple(array_shape(instr).dims)
+            other = tuple(d for k, d in enumerate(dims) if k != axis)
+            buf = b.local(array_shape(instr).dtype, math.prod(other), "e")
+            b.fixed.pop(id(instr), None)
+            with contextlib.ExitStack() as stack:
+                coords: list[Affine] = []
+                for k, d in enumerate(dims):
+                    coords.append(n if k == axis else
+                                  ir.affine(stack.enter_context(b.loop(d, "e"))))
+                at = ix.linearize(tuple(c for k, c in enumerate(coords) if k != axis), other)
+                b.emit(ir.Store(buf, at, b.value(instr, ix.of_multi(dims, tuple(coords)))))
+
+            def load(idx: ix.Index, buf: Buffer = buf, axis: int = axis,
+                     other: tuple[int, ...] = other) -> list[Val]:
+                m = idx.coords(g)
+                return [g.load(buf, ix.linearize(
+                    tuple(c for k, c in enumerate(m) if k != axis), other))]
+
+            b.fixed[id(instr)] = load
+
     def element(self, n: Affine) -> None:
         """Every coordinate of batch element `n` of every state and output leaf."""
         b = self.b
+        self.materialise(n)
         new: list[tuple[Buffer, Affine, Val]] = []
         for k, kind in enumerate(self.plan.kinds):
             if kind == "state":
@@ -206,6 +245,8 @@ class _WholeLoop:
             elif kind == "output":
                 new.extend(self.row(k, n))
         b.assign(new)
+        for instr, _ in self.heavy:
+            b.fixed.pop(id(instr), None)
 
     def row(self, k: int, n: Affine) -> list[tuple[Buffer, Affine, Val]]:
         """A dynamic-update-slice's update region for element `n`: where it lands (starts
@@ -248,6 +289,29 @@ class _WholeLoop:
             self.t.pop()
         for k, buf in uniform.items():
             b.emit(ir.Copy(self.outs[k], buf))
+
+
+def heavy(body: Computation, leaf_axes: list[int | None], n: int
+          ) -> list[tuple[Instruction, int]]:
+    """The values of `body` to materialise per element, in post order, with their batch axes:
+    dots with more than one result per element, and the batch values (more than one per
+    element, not a plain read of the loop state) that dots read."""
+    from hlofuse.passes.fusion import batch_axes
+
+    axes = batch_axes.infer(body, leaf_axes, n)
+    read_by_dot = {id(o) for i in body.instructions if i.opcode is Opcode.DOT
+                   for o in i.operands}
+    out = []
+    for instr in body.post_order():
+        shape = instr.shape
+        axis = axes.get(id(instr), [None])[0] if id(instr) in axes else None
+        if axis is None or not isinstance(shape, ArrayShape) or shape.size // n <= 1:
+            continue
+        if instr.opcode in (Opcode.PARAMETER, Opcode.GET_TUPLE_ELEMENT, Opcode.CONSTANT):
+            continue
+        if instr.opcode is Opcode.DOT or id(instr) in read_by_dot:
+            out.append((instr, axis))
+    return out
 
 
 def _coords(dims: tuple[int, ...], axis: int | None, n: Affine) -> list[tuple[Affine, ...]]:
