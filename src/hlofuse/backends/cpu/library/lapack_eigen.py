@@ -262,80 +262,81 @@ __attribute__((unused)) static void hflib_perturbed_{s}(int64_t n, int64_t r, co
                                                         const {t} *d, const {t} *du,
                                                         const {t} *rhs, {t} *x, {t} *u,
                                                         {t} *row) {{
-#define U(i, c) u[(i) * 3 + (c)]
-#define X(i, c) x[(i) * r + (c)]
-#define B(i, c) rhs[(i) * r + (c)]
+#define HFLIB_PU(i, c) u[(i) * 3 + (c)]
+#define HFLIB_PX(i, c) x[(i) * r + (c)]
+#define HFLIB_PB(i, c) rhs[(i) * r + (c)]
     const {r} eps = {flt}_EPSILON;
     if (n == 1) {{
         {t} p = d[0];
-        for (int64_t c = 0; c < r; c++) row[c] = B(0, c);
+        for (int64_t c = 0; c < r; c++) row[c] = HFLIB_PB(0, c);
         hflib_perturb_{s}(eps * {absf}(p), &p, row, r);
-        for (int64_t c = 0; c < r; c++) X(0, c) = row[c] / p;
+        for (int64_t c = 0; c < r; c++) HFLIB_PX(0, c) = row[c] / p;
         return;
     }}
     for (int64_t q = 0; q < 3 * n; q++) u[q] = 0;
-    U(0, 0) = d[0];
-    U(0, 1) = du[0];
-    {r} max_u = HFLIB_MAXR({absf}(U(0, 0)), {absf}(U(0, 1)));
-    {r} scale1 = {absf}(U(0, 0)) + {absf}(U(0, 1));
-    for (int64_t c = 0; c < r; c++) X(0, c) = B(0, c);
+    HFLIB_PU(0, 0) = d[0];
+    HFLIB_PU(0, 1) = du[0];
+    {r} max_u = HFLIB_MAXR({absf}(HFLIB_PU(0, 0)), {absf}(HFLIB_PU(0, 1)));
+    {r} scale1 = {absf}(HFLIB_PU(0, 0)) + {absf}(HFLIB_PU(0, 1));
+    for (int64_t c = 0; c < r; c++) HFLIB_PX(0, c) = HFLIB_PB(0, c);
     for (int64_t k = 0; k < n - 1; k++) {{
-        U(k + 1, 0) = d[k + 1];
-        {r} scale2 = {absf}(dl[k + 1]) + {absf}(U(k + 1, 0));
+        HFLIB_PU(k + 1, 0) = d[k + 1];
+        {r} scale2 = {absf}(dl[k + 1]) + {absf}(HFLIB_PU(k + 1, 0));
         if (k < n - 2) scale2 += {absf}(du[k + 1]);
         if (dl[k + 1] == 0) {{
             scale1 = scale2;
-            U(k + 1, 1) = du[k + 1];
-            U(k, 2) = 0;
-            for (int64_t c = 0; c < r; c++) X(k + 1, c) = B(k + 1, c);
+            HFLIB_PU(k + 1, 1) = du[k + 1];
+            HFLIB_PU(k, 2) = 0;
+            for (int64_t c = 0; c < r; c++) HFLIB_PX(k + 1, c) = HFLIB_PB(k + 1, c);
         }} else {{
-            const {r} piv1 = U(k, 0) == 0 ? 0 : {absf}(U(k, 0)) / scale1;
+            const {r} piv1 = HFLIB_PU(k, 0) == 0 ? 0 : {absf}(HFLIB_PU(k, 0)) / scale1;
             const {r} piv2 = {absf}(dl[k + 1]) / scale2;
             if (piv2 <= piv1) {{
                 scale1 = scale2;
-                const {t} factor = dl[k + 1] / U(k, 0);
-                U(k + 1, 0) -= factor * U(k, 1);
-                U(k + 1, 1) = du[k + 1];
-                U(k, 2) = 0;
-                for (int64_t c = 0; c < r; c++) X(k + 1, c) = B(k + 1, c) - factor * X(k, c);
+                const {t} factor = dl[k + 1] / HFLIB_PU(k, 0);
+                HFLIB_PU(k + 1, 0) -= factor * HFLIB_PU(k, 1);
+                HFLIB_PU(k + 1, 1) = du[k + 1];
+                HFLIB_PU(k, 2) = 0;
+                for (int64_t c = 0; c < r; c++)
+                    HFLIB_PX(k + 1, c) = HFLIB_PB(k + 1, c) - factor * HFLIB_PX(k, c);
             }} else {{
-                const {t} factor = U(k, 0) / dl[k + 1];
-                const {t} utmp = U(k, 1);
-                U(k, 0) = dl[k + 1];
-                U(k + 1, 0) = utmp - factor * d[k + 1];
-                U(k, 1) = d[k + 1];
+                const {t} factor = HFLIB_PU(k, 0) / dl[k + 1];
+                const {t} utmp = HFLIB_PU(k, 1);
+                HFLIB_PU(k, 0) = dl[k + 1];
+                HFLIB_PU(k + 1, 0) = utmp - factor * d[k + 1];
+                HFLIB_PU(k, 1) = d[k + 1];
                 if (k < n - 2) {{
-                    U(k, 2) = du[k + 1];
-                    U(k + 1, 1) = -factor * du[k + 1];
+                    HFLIB_PU(k, 2) = du[k + 1];
+                    HFLIB_PU(k + 1, 1) = -factor * du[k + 1];
                 }}
                 for (int64_t c = 0; c < r; c++) {{
-                    X(k + 1, c) = X(k, c) - factor * B(k + 1, c);
-                    X(k, c) = B(k + 1, c);
+                    HFLIB_PX(k + 1, c) = HFLIB_PX(k, c) - factor * HFLIB_PB(k + 1, c);
+                    HFLIB_PX(k, c) = HFLIB_PB(k + 1, c);
                 }}
-                scale1 = {absf}(U(k + 1, 0)) + {absf}(U(k + 1, 1));
+                scale1 = {absf}(HFLIB_PU(k + 1, 0)) + {absf}(HFLIB_PU(k + 1, 1));
             }}
         }}
         if (k < n - 2)
-            for (int c = 0; c < 3; c++) max_u = HFLIB_MAXR(max_u, {absf}(U(k, c)));
+            for (int c = 0; c < 3; c++) max_u = HFLIB_MAXR(max_u, {absf}(HFLIB_PU(k, c)));
     }}
-    max_u = HFLIB_MAXR(max_u, {absf}(U(n - 1, 0)));
+    max_u = HFLIB_MAXR(max_u, {absf}(HFLIB_PU(n - 1, 0)));
     const {r} perturb = eps * max_u;
     for (int64_t k = n - 1; k >= 0; k--) {{
-        {t} p = U(k, 0);
+        {t} p = HFLIB_PU(k, 0);
         for (int64_t c = 0; c < r; c++) {{
-            {t} v = X(k, c);
-            if (k <= n - 2) v -= U(k, 1) * X(k + 1, c);
-            if (k <= n - 3) v -= U(k, 2) * X(k + 2, c);
+            {t} v = HFLIB_PX(k, c);
+            if (k <= n - 2) v -= HFLIB_PU(k, 1) * HFLIB_PX(k + 1, c);
+            if (k <= n - 3) v -= HFLIB_PU(k, 2) * HFLIB_PX(k + 2, c);
             row[c] = v;
         }}
         hflib_perturb_{s}(k == n - 1 ? perturb : __builtin_copysign{f}(perturb, {re}p), &p, row,
                           r);
         const {t} inv = ({t})1 / p;
-        for (int64_t c = 0; c < r; c++) X(k, c) = row[c] * inv;
+        for (int64_t c = 0; c < r; c++) HFLIB_PX(k, c) = row[c] * inv;
     }}
-#undef U
-#undef X
-#undef B
+#undef HFLIB_PU
+#undef HFLIB_PX
+#undef HFLIB_PB
 }}
 #endif
 """
