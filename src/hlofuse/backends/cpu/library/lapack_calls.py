@@ -19,8 +19,9 @@ Conditions (each routine's results are `interpreter/lapack.py`'s):
   vectors not asked for); geev on a matrix with a non-finite entry gives info -4 and NaN (jax's
   kernel); a failed geev (info != 0) NaN for all its results.
 - Without LAPACK (a null pointer): potrf and trsm run a C version of the reference algorithm
-  (`_FALLBACKS`), the other routines write NaN and -1 (`lapack.py` makes that unreachable
-  outside tests). The perturbed tridiagonal solve is C of its own (jaxlib's algorithm).
+  (`_potrf_fallback`, `_trsm_fallback`), the other routines write NaN and -1 (`lapack.py`
+  makes that unreachable outside tests). The perturbed tridiagonal solve is C of its own
+  (jaxlib's algorithm).
 - The HLO ops: cholesky is potrf with the other triangle zeroed and an all-NaN matrix when it
   is not positive definite; triangular-solve is trsm (transpose_a ADJOINT is 'C').
 """
@@ -44,10 +45,11 @@ from hlofuse.ir.shape import ArrayShape, leaves
 PARALLEL_WORK = 1 << 18  # flops (about) from which the matrices of a batch run on threads
 
 C_TYPES = {"f32": "float", "f64": "double", "c64": "float _Complex", "c128": "double _Complex",
-      "s32": "int32_t"}
+           "s32": "int32_t"}
+# What a result holds when LAPACK is missing
 NAN = {"f32": '__builtin_nanf("")', "f64": '__builtin_nan("")',
-        "c64": '__builtin_complex(__builtin_nanf(""), __builtin_nanf(""))',
-        "c128": '__builtin_complex(__builtin_nan(""), __builtin_nan(""))', "s32": "-1"}
+       "c64": '__builtin_complex(__builtin_nanf(""), __builtin_nanf(""))',
+       "c128": '__builtin_complex(__builtin_nan(""), __builtin_nan(""))', "s32": "-1"}
 
 
 def _common(s: str) -> str:
@@ -429,8 +431,8 @@ def _function(plan: Plan, name: str, threads: int, what: str) -> str:
 def _emit(plan: Plan, instr: Instruction, ins: list[str], outs: list[str], names: set[str],
           threads: int, what: str) -> tuple[str, str]:
     name = fresh(f"{word(instr)}_lapack", names)
-    types = {s for s, _, _ in plan.params} - {"s32"} | {plan.call.dtype.name}
-    defs = "".join(_common(s) for s in sorted(types | {"s32"}))
+    types = {s for s, _, _ in plan.params} | {plan.call.dtype.name, "s32"}
+    defs = "".join(_common(s) for s in sorted(types))
     if plan.call.symbol:
         defs += lapack.declaration(plan.call.symbol)
     defs += plan.helpers
