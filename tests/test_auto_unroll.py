@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlo_loops import scan, stacked
+from hlo_loops import mlp_scan, scan, stacked
 from hlofuse.backends import interpreter
 from hlofuse.passes.fusion.trace import TraceEvent, trace_of
 from hlofuse.passes.pipelines import run_pipeline
@@ -39,7 +39,16 @@ def test_the_model_picks_the_cheapest_factor_and_values_hold() -> None:
 def test_gain_threshold_is_a_setting() -> None:
     _, event = _event(stacked(64, 24), HOST_LOOPS + ",min_unroll_gain=1000}")
     assert event.verdict == "refused" and event.rule == "auto_unroll.gain"
-    assert "does not pay" in event.reason
+    assert "pay" in event.reason  # "cannot pay" (the bound) or "does not pay" (costed)
+
+
+def test_long_iterations_skip_costing_the_factors() -> None:
+    """Dense layers of 256 x 64: each iteration's ops dwarf its kernel calls and its carried
+    state, so no factor could gain 1.2x; the loop is costed once (factor 1), not four times."""
+    _, event = _event(mlp_scan(n=256, d=64, h=64, s=24), HOST_LOOPS + "}")
+    assert event.verdict == "refused" and event.rule == "auto_unroll.gain"
+    assert event.figures["bound"] < 1.2
+    assert list(event.figures["model_ns"]) == ["1"]
 
 
 def test_code_size_bounds_the_candidates() -> None:

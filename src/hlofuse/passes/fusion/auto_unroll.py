@@ -23,7 +23,10 @@ Conditions (each refusal names its rule):
 - `auto_unroll.whole_loop`: the loop is not one that whole-loop fusion will take (its kernel
   already runs every iteration inside);
 - `auto_unroll.side_effect`: the condition has no side effect;
-- `auto_unroll.gain`: the best factor's cost beats no unroll by the setting.
+- `auto_unroll.gain`: the best factor's cost beats no unroll by the setting. The loop as it
+  is is costed first; when even saving every kernel call and the carried state's traffic
+  could not reach the setting (`gain_bound`: iterations long beside their loop overhead, a
+  training step's), the larger factors are not costed at all.
 Candidates are the powers of two up to `max_unroll` that do not exceed the trip count.
 """
 
@@ -39,7 +42,7 @@ from hlofuse.analysis.kernels import bytes_per_run, kernels_per_run
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, TupleShape
+from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.options import FusionOptions
@@ -85,6 +88,22 @@ def auto_unroll_legal(w: Instruction, config: FusionConfig) -> FusionDecision:
             return FusionDecision.no("whole-loop fusion runs every iteration inside one kernel",
                                      "auto_unroll.whole_loop")
     return FusionDecision.ok(trips=trips)
+
+
+def gain_bound(w: Instruction, first: Estimate, config: FusionConfig) -> float | None:
+    """The most any unroll factor can gain over `first` (the loop as it is, modelled): an
+    unrolled loop computes the same ops and moves the same bytes within an iteration; what it
+    can save is at most every kernel call and the carried state's write and read per
+    iteration. Lets a loop whose iterations are long skip costing the larger factors (each a
+    fusion pipeline run on k copies of the body)."""
+    trips = trip_count(w)
+    if first.ns is None or first.kernels is None or trips is None:
+        return None
+    carried = sum(leaf.size * leaf.dtype.itemsize for leaf in leaves(w.shape))
+    saving = first.kernels * config.host_kernel_overhead_ns + \
+        trips * 2 * carried / config.host_bandwidth_gbs
+    rest = first.ns - saving
+    return first.ns / rest if rest > 0 else None
 
 
 def _body_computations(w: Instruction) -> list[Any]:
@@ -309,7 +328,15 @@ class AutoUnroll(FusionOptions):  # type: ignore[misc]
                                cached=cached, factor=best)
                 gain = times[1] / times[best]
                 return self._verdict(best, gain, config, figures, "measured")
-        est = {k: modelled(module, w.name, k, config) for k in factors}
+        first = modelled(module, w.name, 1, config)
+        bound = gain_bound(w, first, config)
+        if bound is not None and bound < config.min_unroll_gain:
+            figures.update(bound=round(bound, 3), model_ns={"1": round(first.ns or 0)})
+            return FusionDecision.no(
+                f"unrolling cannot pay: it saves at most the loop's kernel calls and its "
+                f"carried state's traffic, a gain of at most {bound:.2f}x (needs "
+                f"{config.min_unroll_gain}x)", "auto_unroll.gain", **figures)
+        est = {1: first, **{k: modelled(module, w.name, k, config) for k in factors[1:]}}
         if any(e.ns is None for e in est.values()):
             return FusionDecision.no("the cost of a run is unknown (a nested trip count)",
                                      "auto_unroll", **figures)
