@@ -2,6 +2,7 @@
 for tests/test_cpu_random_graphs.py: seeded (`random.Random(seed)`), one module per seed.
 
     text, tol = random_module(seed)      # HLO text; (rtol, atol) for its float outputs
+    python tests/random_kernels.py FIRST COUNT [PIPELINE [TARGET [MAX_STEPS]]]   # a campaign
 
 Each module has [A, B] values (odd extents: 1, 3, 5, 7, 9, 13, 17 x 1, 2, 3, 5, 8, 9, 15, 16,
 17, 31, 33, 40, so vector loops have tails, unrolled inner loops and single lanes) of a float
@@ -58,9 +59,11 @@ class V:
         return self.dt[0] in "fb"
 
 
-def random_module(seed: int) -> tuple[str, tuple[float, float]]:
+def random_module(seed: int, steps: tuple[int, int] = (4, 12)) -> tuple[str, tuple[float, float]]:
+    """Module `seed`'s HLO text and its float tolerance; `steps`: how many patterns, at least
+    and at most (a longer campaign may ask for larger modules)."""
     g = _Gen(seed)
-    g.build()
+    g.build(steps)
     return g.text(), (LIMITS[g.ft][1], LIMITS[g.ft][2])
 
 
@@ -168,18 +171,18 @@ class _Gen:
 
     # ----- the module -------------------------------------------------------------------------
 
-    def build(self) -> None:
+    def build(self, steps: tuple[int, int]) -> None:
         ab = (self.a, self.b)
         for dt in (self.ft, self.ft, self.it):
             self.add(self.param(dt, ab))
         if self.r.random() < 0.4:
             self.add(self.param("pred", ab))
-        steps = [self.unary_f, self.binary_f, self.binary_f, self.int_op, self.compare_select,
+        patterns = [self.unary_f, self.binary_f, self.binary_f, self.int_op, self.compare_select,
                  self.convert, self.bcast_vector, self.reduce, self.reduce, self.multi_reduce,
                  self.argmax, self.transpose_reduce, self.reduce_window, self.dynamic,
                  self.gather, self.scatter, self.split_reduce, self.reshape_ops]
-        for _ in range(self.r.randint(4, 12)):
-            self.r.choice(steps)()
+        for _ in range(self.r.randint(*steps)):
+            self.r.choice(patterns)()
         cands = self.pool[3:] + self.extra
         if not cands:
             cands = self.pool
@@ -587,3 +590,48 @@ def _prod(xs: object) -> int:
     for x in xs:  # type: ignore[attr-defined]
         out *= int(x)
     return out
+
+
+def campaign(first: int, count: int, pipeline: str = "xla", target: str | None = None,
+             max_steps: int = 12) -> int:
+    """Seeds `first` .. `first + count - 1` in one C file; prints each failure (seed, kernel,
+    what) and returns how many modules failed."""
+    from cpu_lower_harness import Harness
+    from hlofuse.backends.cpu import build
+
+    h = Harness(target)
+    modules = []
+    bad = 0
+    for seed in range(first, first + count):
+        text, tol = random_module(seed, (4, max_steps))
+        try:
+            modules.append((seed, tol, h.add_module(text, pipeline)))
+        except Exception as exc:  # (a campaign reports every kind of failure)
+            bad += 1
+            print(f"seed {seed}: {type(exc).__name__}: {exc}")
+    try:
+        lib = h.build()
+    except build.CCompileError as exc:
+        seeds = [s for s, _t, ids in modules
+                 if any(h.entries[i].kernel.name in exc.functions for i in ids)]
+        print(f"seeds {seeds}: {exc}")
+        return bad + max(1, len(seeds))
+    for seed, tol, ids in modules:
+        for kid in ids:
+            try:
+                h.check(lib, kid, seed, rtol=tol[0], atol=tol[1])
+            except AssertionError as exc:
+                bad += 1
+                print(f"seed {seed}: kernel {h.entries[kid].kernel.name}: {str(exc)[:400]}")
+                break
+    return bad
+
+
+if __name__ == "__main__":
+    import sys
+
+    args = sys.argv[1:]
+    n = campaign(int(args[0]), int(args[1]), *(args[2:4]),
+                 *([int(args[4])] if len(args) > 4 else []))
+    print(f"{n} failed")
+    sys.exit(1 if n else 0)
