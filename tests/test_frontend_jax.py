@@ -127,7 +127,7 @@ def test_jit_without_compiler_uses_interpreter(monkeypatch: pytest.MonkeyPatch) 
 # pytree, and per leaf a jax.Array of the same shape, dtype, weak type and values.
 
 
-def assert_like_jax(got: object, want: object) -> None:
+def assert_like_jax(got: object, want: object, rtol: float = 1e-6) -> None:
     got_leaves, got_tree = jax.tree_util.tree_flatten(got)
     want_leaves, want_tree = jax.tree_util.tree_flatten(want)
     assert got_tree == want_tree, (got_tree, want_tree)
@@ -139,7 +139,7 @@ def assert_like_jax(got: object, want: object) -> None:
         if jax.dtypes.issubdtype(w.dtype, jax.dtypes.prng_key):
             assert jax.random.key_impl(g) == jax.random.key_impl(w)
             g, w = jax.random.key_data(g), jax.random.key_data(w)
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol)
 
 
 def same_as_jax(fn, *args, jit_options=None, backend="interpreter", **kwargs):
@@ -358,8 +358,10 @@ def test_flax_train_state_step() -> None:
     g = hlofuse.jit(train_step)
     want_state, want_loss = jax.jit(train_step)(state, x)
     got_state, got_loss = g(state, x)
+    # (a training step: the layers' small dots are sums in another order than XLA's)
     assert_like_jax((got_state.params, got_state.opt_state, got_state.step, got_loss),
-                    (want_state.params, want_state.opt_state, want_state.step, want_loss))
+                    (want_state.params, want_state.opt_state, want_state.step, want_loss),
+                    rtol=1e-5)
     again, _ = g(got_state, x)  # its own outputs (jax.Arrays, strong int32 step) back in
     assert int(again.step) == 2
 

@@ -187,7 +187,8 @@ def test_per_element_dense_layers_compute_each_layer_once() -> None:
     from hlofuse.backends.kernel_ir.lower.whole_loop import heavy
 
     text = mlp_scan()
-    module, loops = _whole(text, "hlofuse{whole_loop_dot_slowdown=0}")
+    forced = "hlofuse{whole_loop_dot_slowdown=0,whole_loop_scalar_slowdown=0}"
+    module, loops = _whole(text, forced)
     assert len(loops) == 1
     body = body_of(fused_loop(loops[0]))
     names = {i.opcode for i, _ in heavy(body, [None, 0, None, None, None], 64)}

@@ -42,6 +42,18 @@ _WHOLE = frozenset({Opcode.SORT, Opcode.TOPK, Opcode.SCATTER, Opcode.SELECT_AND_
                     Opcode.CONVOLUTION, Opcode.FFT, Opcode.CHOLESKY, Opcode.TRIANGULAR_SOLVE,
                     Opcode.RNG, Opcode.RNG_BIT_GENERATOR, Opcode.CUSTOM_CALL})
 Axes = dict[int, list[Axis]]  # id(instruction) -> axis per result leaf
+# ops that, run per batch element, loop over that element's other coordinates
+_REDUCING = frozenset({Opcode.DOT, Opcode.REDUCE, Opcode.REDUCE_WINDOW})
+
+
+def loops_per_element(instr: Instruction) -> bool:
+    """Does computing `instr` for one batch element run a loop (a dot or a reduce over the
+    element's other coordinates, also inside a fusion)? Such a body keeps a whole-loop
+    kernel's element loop from being a vector loop."""
+    if instr.opcode in _REDUCING:
+        return True
+    return instr.opcode is Opcode.FUSION and any(
+        i.opcode in _REDUCING for i in instr.fused_computation.instructions)
 
 
 class Refused(Exception):

@@ -139,6 +139,11 @@ class FusionConfig:
     # many times slower per op than the batched GEMM of the body's dot kernel (the dense
     # layers of a policy network in an environment loop: measured 14x on a 2-layer MLP).
     whole_loop_dot_slowdown: float = 16.0
+    # ... and a body that loops per element (a reduce or a dot over the element's own
+    # coordinates: brax's 3x3 products) runs its element loop as scalar code, this many times
+    # slower per op than the body's vectorized kernels (brax inverted_pendulum's constraint
+    # loop: modelled 2.7 us per iteration at vector speed, measured 23 us).
+    whole_loop_scalar_slowdown: float = 8.0
 
     # -------------------------------------------------------------------------------------------
     @property

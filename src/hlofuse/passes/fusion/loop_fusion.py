@@ -42,7 +42,9 @@ body's kernels (`whole_loop.cost`): per iteration, the body as kernels costs
 (`analysis.kernels`, `analysis.cost`: its fused kernels, the bytes they move, their ops); as one
 kernel the same ops run with the state in L1 (no bytes but the per-iteration outputs), except
 that a dot runs per element as matrix-vector products, `whole_loop_dot_slowdown` times slower
-per op than the body's batched GEMM. A per-element map (an environment step) wins on bytes and
+per op than the body's batched GEMM, and a body that loops per element (a reduce or a dot over
+the element's own coordinates) runs as scalar code, `whole_loop_scalar_slowdown` times slower
+per op than vectorized kernels. A per-element map (an environment step) wins on bytes and
 kernel calls; a policy network's dense layers inside the loop lose (PureJaxRL's PPO rollout:
 0.01x jax.jit fused whole, 1.9x as the body's kernels).
 
@@ -255,15 +257,19 @@ def whole_loop_cost(w: Instruction, plan: LoopPlan, config: FusionConfig, trips:
     ns_op = config.host_ns_per_op
     separate = kernels * config.host_kernel_overhead_ns + moved / config.host_bandwidth_gbs \
         + ops * ns_op
-    whole = rows / config.host_bandwidth_gbs + (ops - dots) * ns_op \
+    scalar = any(batch_axes.loops_per_element(i) for i in body.instructions)
+    ns_element_op = ns_op * (config.whole_loop_scalar_slowdown if scalar else 1.0)
+    whole = rows / config.host_bandwidth_gbs + (ops - dots) * ns_element_op \
         + dots * ns_op * config.whole_loop_dot_slowdown
     figures = {"separate_ns": round(separate), "whole_ns": round(whole), "dot_ops": dots,
-               "ops": ops, "kernels_per_iteration": kernels}
+               "ops": ops, "kernels_per_iteration": kernels, "scalar": scalar}
     if whole >= separate:
         return FusionDecision.no(
             f"one kernel is modelled slower than the body's {kernels} kernel(s) per iteration "
             f"({whole / 1e3:.1f} us against {separate / 1e3:.1f} us; {dots} of its {ops} ops "
-            "are dots, which run per element)", "whole_loop.cost", **figures)
+            "are dots, which run per element"
+            + ("; the body loops per element, so the element loop is scalar" if scalar else "")
+            + ")", "whole_loop.cost", **figures)
     return FusionDecision.ok(trips=trips, batch=plan.batch, **figures)
 
 

@@ -37,6 +37,7 @@ from hlofuse.passes.fusion.fusion_merger import FusionMerger
 from hlofuse.passes.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
 from hlofuse.passes.simplify.cse import Cse
 from hlofuse.passes.simplify.dce import Dce
+from hlofuse.passes.simplify.dot_strength import DotStrengthReduction
 
 # The study's relaxations (paper.md, CartPole step 2): one switch each.
 RELAXATIONS: dict[str, Any] = {"allow_multi_user_concatenate": True,
@@ -86,8 +87,11 @@ def none() -> Pipeline:
 
 
 def xla(name: str = "xla", **settings: Any) -> Pipeline:
-    """The paper-era XLA GPU fusion pipeline; `settings` are FusionConfig overrides."""
-    return Pipeline(name, [_simplify(), fusion_fixpoint(**settings),
+    """The paper-era XLA GPU fusion pipeline; `settings` are FusionConfig overrides. Dots with
+    a vector operand or tiny per-batch products become multiplies and sums before fusion, as
+    XLA's algebraic simplifier strength-reduces them (`dot-strength-reduction`; the `none`
+    pipeline, the eager baseline, keeps them dots)."""
+    return Pipeline(name, [_simplify(), DotStrengthReduction(), fusion_fixpoint(**settings),
                            horizontal_fixpoint(**settings)])
 
 
@@ -105,7 +109,8 @@ def hlofuse(**settings: Any) -> Pipeline:
     from hlofuse.passes.fusion.unstack import UnstackLoopState
 
     s = {**BEYOND_XLA, **settings}
-    return Pipeline("hlofuse", [_simplify(), UnrollSmallLoops(**s), _simplify(),
+    return Pipeline("hlofuse", [_simplify(), DotStrengthReduction(), UnrollSmallLoops(**s),
+                                _simplify(),
                                 UnstackLoopState(**s), _simplify(), AutoUnroll(**s),
                                 _simplify(), fusion_fixpoint(**s), horizontal_fixpoint(**s),
                                 WholeLoopFusion(**s)])

@@ -7,8 +7,8 @@
         for t in [0, S):                        the loop's iterations, in order
             u' = uniform part of the body(u, t)
             for j in [0, B):                    vector: n = B*blk + j
-                m_d[..] = d(state[n], ...)      every dot of the body and every batch value a
-                                                dot reads, once per element (`heavy`)
+                m_d[..] = d(state[n], ...)      every dot or reduce of the body and every batch
+                                                value one reads, once per element (`heavy`)
                 state_k[.., n, ..] = body_k(state[n], tables[.., n], u, t)  every coordinate
                 output_k[row(t), .., n, ..] = ...                           of element n
             u = u'
@@ -23,12 +23,13 @@ kernels. Batch state lives in the kernel's output buffers (each paired in place 
 so the driver may pass the same memory); the counter at iteration t is `init + step*t`, so a
 table row read at the counter is an affine index.
 
-Values are lowered as expressions at an index and shared only at the same index, so a dot's
-operand, read at every position of its contraction loop, would be computed again for each
-output of the dot (a chain of dense layers: each layer's whole input recomputed for every
-output, the cost multiplying with the depth). Every dot with more than one output per element,
-and every batch value a dot reads, is therefore materialised first, per element, into a
-buffer of its per-element size (`heavy`, `materialise`); its readers load from there.
+Values are lowered as expressions at an index and shared only at the same index (and scope),
+so a dot's or a reduce's operand, read at every position of its loop, would be computed again
+for each of its outputs (a chain of dense layers, or brax's nested 3x3 products: the cost
+multiplying with the depth). Every kernel of the body that loops per element (a dot, a reduce,
+a fusion holding one), and every batch value such a kernel reads, is therefore materialised
+first, per element, into a buffer of its per-element size (`heavy`, `materialise`); its readers
+load from there.
 """
 
 from __future__ import annotations
@@ -291,25 +292,26 @@ class _WholeLoop:
             b.emit(ir.Copy(self.outs[k], buf))
 
 
+_TRIVIAL = frozenset({Opcode.PARAMETER, Opcode.GET_TUPLE_ELEMENT, Opcode.CONSTANT})
+
+
 def heavy(body: Computation, leaf_axes: list[int | None], n: int
           ) -> list[tuple[Instruction, int]]:
     """The values of `body` to materialise per element, in post order, with their batch axes:
-    dots with more than one result per element, and the batch values (more than one per
-    element, not a plain read of the loop state) that dots read."""
+    every kernel of the body that runs a loop per element (a dot, a reduce), and every batch
+    value with more than one element per element that such a kernel reads. The others (a
+    per-element map, CartPole's step) stay expressions, so the element loop vectorizes."""
     from hlofuse.passes.fusion import batch_axes
+    from hlofuse.passes.fusion.batch_axes import loops_per_element as _reduces
 
     axes = batch_axes.infer(body, leaf_axes, n)
-    read_by_dot = {id(o) for i in body.instructions if i.opcode is Opcode.DOT
-                   for o in i.operands}
     out = []
     for instr in body.post_order():
         shape = instr.shape
-        axis = axes.get(id(instr), [None])[0] if id(instr) in axes else None
-        if axis is None or not isinstance(shape, ArrayShape) or shape.size // n <= 1:
+        axis = axes[id(instr)][0] if id(instr) in axes and axes[id(instr)] else None
+        if axis is None or not isinstance(shape, ArrayShape) or instr.opcode in _TRIVIAL:
             continue
-        if instr.opcode in (Opcode.PARAMETER, Opcode.GET_TUPLE_ELEMENT, Opcode.CONSTANT):
-            continue
-        if instr.opcode is Opcode.DOT or id(instr) in read_by_dot:
+        if _reduces(instr) or (shape.size // n > 1 and any(_reduces(u) for u in instr.users)):
             out.append((instr, axis))
     return out
 
