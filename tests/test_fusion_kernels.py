@@ -52,3 +52,38 @@ def test_trace_records_and_filters() -> None:
     assert [e.producer for e in trace.about("c")] == ["a", "b"]
     line = refused.to_json()
     assert TraceEvent.from_json(line) == refused
+
+
+def test_an_array_updated_in_place_moves_its_update() -> None:
+    """A scan's `ys` row written into a [1000, 64] buffer moves the row (read and written), not
+    the buffer twice; also as a chain of updates inside a fusion (an unrolled scan), and for a
+    scatter. What auto-unroll and whole-loop fusion cost loops by."""
+    from hlofuse.analysis.kernels import in_place_updates, kernel_bytes
+
+    module = parse("""
+HloModule m
+fused {
+  buf = f32[1000,64] parameter(0)
+  row = f32[1,64] parameter(1)
+  i = s32[] parameter(2)
+  z = s32[] constant(0)
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  a = f32[1000,64] dynamic-update-slice(buf, row, i, z)
+  ROOT b = f32[1000,64] dynamic-update-slice(a, row, j, z)
+}
+ENTRY e {
+  buf = f32[1000,64] parameter(0)
+  row = f32[1,64] parameter(1)
+  i = s32[] parameter(2)
+  z = s32[] constant(0)
+  d = f32[1000,64] dynamic-update-slice(buf, row, i, z)
+  ROOT f = f32[1000,64] fusion(d, row, i), kind=kLoop, calls=fused
+}
+""")
+    d = next(i for i in module.entry.instructions if i.name == "d")
+    f = module.entry.root
+    assert in_place_updates(d) == {0: 256}
+    assert kernel_bytes(d) == 256 + 256 + 4 + 4 + 256  # the row (and i, z) read, the row written
+    assert in_place_updates(f) == {0: 512}
+    assert kernel_bytes(f) == 512 + 256 + 4 + 512

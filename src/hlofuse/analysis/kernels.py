@@ -117,17 +117,50 @@ def _leaf_bytes(shape: object) -> int:
     return sum(s.nbytes for s in leaves(shape))  # type: ignore[arg-type]
 
 
+_IN_PLACE = frozenset({Opcode.DYNAMIC_UPDATE_SLICE, Opcode.SCATTER})
+
+
+def in_place_updates(k: Instruction) -> dict[int, int]:
+    """Operand index -> bytes written, for the operands kernel `k` updates in place: a
+    dynamic-update-slice or scatter (as such, or a root of the fusion, or a chain of them)
+    whose updated array is a parameter read by nothing else. Such a kernel moves its update,
+    not the whole array (a scan's `ys` row)."""
+    if k.opcode in _IN_PLACE:
+        return {0: _leaf_bytes(k.operand(1 if k.opcode is Opcode.DYNAMIC_UPDATE_SLICE else 2)
+                              .shape)}
+    if k.opcode is not Opcode.FUSION:
+        return {}
+    root = k.fused_computation.root
+    roots = list(root.operands) if root.opcode is Opcode.TUPLE else [root]
+    out: dict[int, int] = {}
+    for r in roots:
+        written = 0
+        base = r
+        while base.opcode in _IN_PLACE and base.operands and (
+                base is r or len(base.users) == 1):  # a chain of updates (an unrolled scan)
+            upd = base.operand(1 if base.opcode is Opcode.DYNAMIC_UPDATE_SLICE else 2)
+            written += _leaf_bytes(upd.shape)
+            base = base.operand(0)
+        if base is not r and base.opcode is Opcode.PARAMETER and len(base.users) == 1:
+            out[base.parameter_number or 0] = written
+    return out
+
+
 def bytes_read(k: Instruction) -> int:
     """Estimated bytes kernel `k` reads: each distinct operand once, but an operand only read
-    through slices, dynamic slices or gathers counts what those read (their results)."""
+    through slices, dynamic slices or gathers counts what those read (their results), and an
+    operand updated in place (`in_place_updates`) counts its update."""
     total = 0
     seen: set[int] = set()
+    in_place = in_place_updates(k)
     for i, operand in enumerate(k.operands):
         if id(operand) in seen:
             continue
         seen.add(id(operand))
         full = _leaf_bytes(operand.shape)
-        if k.opcode in _SLICING and i == 0:
+        if i in in_place:
+            total += min(full, in_place[i])
+        elif k.opcode in _SLICING and i == 0:
             total += min(full, _leaf_bytes(k.shape))
         elif k.opcode is Opcode.FUSION:
             users = k.fused_computation.parameter(i).users
@@ -142,8 +175,13 @@ def bytes_read(k: Instruction) -> int:
 
 
 def kernel_bytes(k: Instruction) -> int:
-    """Bytes kernel `k` moves: `bytes_read` plus its results."""
-    return bytes_read(k) + _leaf_bytes(k.shape)
+    """Bytes kernel `k` moves: `bytes_read` plus its results (an array updated in place: its
+    update)."""
+    in_place = in_place_updates(k)
+    written = _leaf_bytes(k.shape)
+    for i, update in in_place.items():
+        written -= max(0, _leaf_bytes(k.operand(i).shape) - update)
+    return bytes_read(k) + max(written, 0)
 
 
 def bytes_per_run(comp: Computation, cond: Computation | None = None) -> int | None:

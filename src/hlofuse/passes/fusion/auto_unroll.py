@@ -94,16 +94,36 @@ def gain_bound(w: Instruction, first: Estimate, config: FusionConfig) -> float |
     """The most any unroll factor can gain over `first` (the loop as it is, modelled): an
     unrolled loop computes the same ops and moves the same bytes within an iteration; what it
     can save is at most every kernel call and the carried state's write and read per
-    iteration. Lets a loop whose iterations are long skip costing the larger factors (each a
-    fusion pipeline run on k copies of the body)."""
+    iteration (`_rewritten_bytes`). Lets a loop whose iterations are long skip costing the
+    larger factors (each a fusion pipeline run on k copies of the body)."""
     trips = trip_count(w)
     if first.ns is None or first.kernels is None or trips is None:
         return None
-    carried = sum(leaf.size * leaf.dtype.itemsize for leaf in leaves(w.shape))
+    carried = _rewritten_bytes(w)
     saving = first.kernels * config.host_kernel_overhead_ns + \
         trips * 2 * carried / config.host_bandwidth_gbs
     rest = first.ns - saving
     return first.ns / rest if rest > 0 else None
+
+
+def _rewritten_bytes(w: Instruction) -> int:
+    """Bytes of the carried leaves the body rewrites whole each iteration: not those it passes
+    through, nor those it updates one row at a time (a scan's `ys`, written in place)."""
+    from hlofuse.passes.fusion.loop_fusion import row_write
+    from hlofuse.passes.simplify.while_loops import body_of
+
+    body = body_of(w)
+    param, root = body.parameter(0), body.root
+    shape = w.shape
+    if root.opcode is not Opcode.TUPLE or not isinstance(shape, TupleShape):
+        return sum(leaf.nbytes for leaf in leaves(shape))
+    total = 0
+    for k, (new, leaf) in enumerate(zip(root.operands, shape.elements, strict=True)):
+        passed = new.opcode is Opcode.GET_TUPLE_ELEMENT and new.operand(0) is param and \
+            int(new.attrs["index"]) == k
+        if not passed and row_write(new, param, k) is None:
+            total += sum(s.nbytes for s in leaves(leaf))
+    return total
 
 
 def _body_computations(w: Instruction) -> list[Any]:
