@@ -22,6 +22,9 @@ columns (two SIMD vectors, GCC/clang vector extensions) keep their accumulators 
 store whole tiles as vectors. Operands that few panels reuse (small M, narrow N, small B) are
 read where they are instead of packed. Single-threaded it reaches 0.88-1.1x OpenBLAS's
 AVX-512 kernels on the shapes of benchmarks/gemm.py (docs/cpu-backend.md, "Dots").
+`hflib_gemm_one_*` is one single-threaded product (c = or += a x b) packing into scratch its
+caller allocated (`hflib_gemm_scratch_*` elements): for callers that cut their own work into
+tasks (convolutions, conv_gemm.py).
 
 Accumulation, against the interpreter (which contracts floats in f64 and integers in 64 bits):
 * f32/f16/bf16 results accumulate in float (FMA where the CPU has it), f64 in double; f16/bf16
@@ -125,7 +128,8 @@ enum {{ HFLIB_VW_{S} = HFLIB_VBYTES / sizeof({T}),  /* lanes per vector */
 __attribute__((optimize("fp-contract=fast")))
 static void hflib_gemm_block_{S}(int64_t m, int64_t n, int64_t K, const {T} *a, int64_t sam,
                                  int64_t sak, const {T} *b, int64_t sbk, int64_t sbn, {T} *c,
-                                 int64_t ldc, {T} *restrict apack, {T} *restrict bpack) {{
+                                 int64_t ldc, {T} *restrict apack, {T} *restrict bpack,
+                                 int accumulate) {{
     enum {{ MR = HFLIB_MR_{S}, NR = HFLIB_NR_{S}, KC = HFLIB_KC_{S}, MC = HFLIB_MC_{S},
            NC = HFLIB_NC_{S} }};
     const int direct_b = sbn == 1 && (m <= 4 * MR || K * sbk * (int64_t)sizeof({T}) <= 32768);
@@ -175,7 +179,7 @@ static void hflib_gemm_block_{S}(int64_t m, int64_t n, int64_t K, const {T} *a, 
                         if (direct_a) mr = mc - ir == 8 ? 4 : mc - ir < MR ? mc - ir : MR;
                         else mr = mc - ir < PR ? mc - ir : PR;
                         {T} *ct = c + (ic + ir) * ldc + jc + jr;
-                        const int first = pc == 0;
+                        const int first = pc == 0 && !accumulate;
                         /* the tiles are inlined: constant strides for packed panels */
                         if (direct_a && mr % 2 == 0) {{
                             const {T} *ap = a + (ic + ir) * sam + pc * sak;
@@ -235,7 +239,8 @@ static void hflib_gemm_task_{S}(void *const *args, int64_t lo, int64_t hi) {{
         for (int64_t t = ib * j->batch / s.bt; t < (ib + 1) * j->batch / s.bt; t++)
             hflib_gemm_block_{S}(m, n, j->K, j->a + t * j->sab + m0 * j->sam, j->sam, j->sak,
                                  j->b + t * j->sbb + n0 * j->sbn, j->sbk, j->sbn,
-                                 j->c + t * j->M * j->N + m0 * j->N + n0, j->N, apack, bpack);
+                                 j->c + t * j->M * j->N + m0 * j->N + n0, j->N, apack, bpack,
+                                 0);
     }}
     hf_slot_release(j->busy, slot);
 }}
@@ -262,6 +267,31 @@ HFLIB_ENTRY void hflib_gemm_{S}(int64_t batch, int64_t M, int64_t N, int64_t K,
     if (j.slots > 1) hf_parallel_ptr(hflib_gemm_task_{S}, args, 0, total, 1, j.slots);
     else hflib_gemm_task_{S}(args, 0, total);
     free(j.scratch);
+}}
+
+/* Single-threaded, for callers that cut their own work into tasks (convolutions, conv.py):
+   c (m x n, row stride ldc) = a x b, or c += a x b when `accumulate`; a(i, k) at
+   a[i*sam + k*sak], b(k, j) at b[k*sbk + j*sbn]. Packs into the caller's `scratch` of
+   hflib_gemm_scratch_{S}(n, K) elements (64-byte aligned), so it allocates nothing. */
+HFLIB_ENTRY int64_t hflib_gemm_scratch_{S}(int64_t n, int64_t K) {{
+    enum {{ NR = HFLIB_NR_{S}, KC = HFLIB_KC_{S}, MC = HFLIB_MC_{S}, NC = HFLIB_NC_{S} }};
+    const int64_t ncmax = n < NC ? n : NC, kcmax = K < KC ? K : KC;
+    return ((int64_t)MC * kcmax + 15) / 16 * 16 + kcmax * ((ncmax + NR - 1) / NR * NR);
+}}
+
+HFLIB_ENTRY void hflib_gemm_one_{S}(int64_t m, int64_t n, int64_t K, const {T} *a, int64_t sam,
+                                    int64_t sak, const {T} *b, int64_t sbk, int64_t sbn,
+                                    {T} *c, int64_t ldc, int accumulate, {T} *scratch) {{
+    enum {{ KC = HFLIB_KC_{S}, MC = HFLIB_MC_{S} }};
+    if (m == 0 || n == 0) return;
+    if (K == 0) {{
+        if (!accumulate)
+            for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, sizeof({T}) * n);
+        return;
+    }}
+    const int64_t kcmax = K < KC ? K : KC;
+    hflib_gemm_block_{S}(m, n, K, a, sam, sak, b, sbk, sbn, c, ldc, scratch,
+                         scratch + ((int64_t)MC * kcmax + 15) / 16 * 16, accumulate);
 }}
 #endif
 """

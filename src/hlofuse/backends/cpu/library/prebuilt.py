@@ -41,7 +41,11 @@ def declarations(suffix: str) -> str:
     out = [f"\n#ifndef HFLIB_PREBUILT_{suffix}\n#define HFLIB_PREBUILT_{suffix}\n",
            f"HF_HIDDEN void hflib_gemm_{suffix}(int64_t batch, int64_t M, int64_t N, int64_t K, "
            f"const {t} *a, int64_t sab, int64_t sam, int64_t sak, const {t} *b, int64_t sbb, "
-           f"int64_t sbk, int64_t sbn, {t} *c, int threads);\n"]
+           f"int64_t sbk, int64_t sbn, {t} *c, int threads);\n",
+           f"HF_HIDDEN int64_t hflib_gemm_scratch_{suffix}(int64_t n, int64_t K);\n",
+           f"HF_HIDDEN void hflib_gemm_one_{suffix}(int64_t m, int64_t n, int64_t K, "
+           f"const {t} *a, int64_t sam, int64_t sak, const {t} *b, int64_t sbk, int64_t sbn, "
+           f"{t} *c, int64_t ldc, int accumulate, {t} *scratch);\n"]
     if suffix in ("f32", "f64"):
         out.append(f"HF_HIDDEN void hflib_blas_{suffix}(int ta, int tb, int64_t batch, "
                    f"int64_t M, int64_t N, int64_t K, const {t} *a, int64_t sab, int64_t sam, "
