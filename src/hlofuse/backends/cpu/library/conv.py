@@ -1,9 +1,15 @@
-"""convolution as C: a direct loop nest with the interpreter's semantics.
+"""convolution as C: which routine computes it, and the direct loop nest.
+
+    float result, base-dilated with unit stride   conv_phases.py: one convolution per output
+                                                  phase (no multiply-add on a hole), each:
+    float result, >= 4 groups of <= 4 features    conv_grouped.py: all output features at once
+    float result otherwise                        conv_gemm.py: im2col + GEMM (BLAS or ours)
+    integer or pred result, empty extents         the direct loop nest below
 
 General `dim_labels` (any layout of batch/feature/spatial dims for input, kernel and output),
 window strides, padding (negative padding crops), lhs (base) and rhs (window) dilation, window
 reversal, feature_group_count and batch_group_count (not both > 1), as in
-`backends/interpreter/convolution.py`:
+`backends/interpreter/convolution.py` (`conv_spec.py` reads them):
 
     out[b, z, s...] = sum over kernel taps k... and input features c of the group of z
                       lhs[b', c, x...] * rhs[z, c - c0, k'...]
@@ -12,9 +18,10 @@ reversal, feature_group_count and batch_group_count (not both > 1), as in
     k'_d = K_d - 1 - k_d when the window dimension is reversed, else k_d
 
 with, for output feature z in group g = z / (O / G): c0 = g * C / feature_group_count, and
-b' = g * N_out + b when batch_group_count > 1. The innermost loop runs over the group's input
-features. Floats accumulate in double and are rounded once to the result type (f16 directly,
-bf16 through f32, like the interpreter); integers in uint64_t with wrap-around; pred is `!= 0`.
+b' = g * N_out + b when batch_group_count > 1. The direct loop nest's innermost loop runs over
+the group's input features; it accumulates integers in uint64_t with wrap-around (pred is
+`!= 0`), and floats (only empty windows reach it) in double, rounded once to the result type.
+The float routines accumulate in float for f32/f16/bf16 results and double for f64, like XLA.
 """
 
 from __future__ import annotations
@@ -23,20 +30,12 @@ import math
 
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
-from hlofuse.backends.cpu.library.errors import LibraryOpError
-from hlofuse.backends.interpreter.convolution import parse_dim_labels
+from hlofuse.backends.cpu.library import conv_spec
 from hlofuse.backends.kernel_ir.naming import fresh, word
-from hlofuse.ir.attributes import WindowDim
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape
 
 PARALLEL_WORK = 1_000_000  # multiply-adds from which (batch, feature) pairs run on threads
-
-
-def _strides(dims: tuple[int, ...], perm: list[int]) -> list[int]:
-    """Row-major strides of the logical dimensions `perm` (physical axis per logical one)."""
-    phys = [math.prod(dims[a + 1 :]) for a in range(len(dims))]
-    return [phys[a] for a in perm]
 
 
 def _final(out: ArrayShape, acc: str) -> str:
@@ -55,47 +54,53 @@ def _final(out: ArrayShape, acc: str) -> str:
 def emit_convolution(
     instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
-    """(helper definitions, statements) for a convolution of `ins` into `outs[0]`; from
-    PARALLEL_WORK multiply-adds its (batch, output feature) pairs run on up to `threads`
-    threads of the runtime's pool."""
-    lhs, rhs = (o.shape for o in instr.operands)
-    out = instr.shape
-    if not (isinstance(lhs, ArrayShape) and isinstance(rhs, ArrayShape)
-            and isinstance(out, ArrayShape)):
-        raise LibraryOpError(instr, "convolution needs array operands and result")
-    labels = instr.attrs.get("dim_labels")
-    if labels is None:
-        raise LibraryOpError(instr, "convolution needs dim_labels=")
-    try:
-        lp, rp, op = parse_dim_labels(str(labels))
-    except ValueError as exc:
-        raise LibraryOpError(instr, str(exc)) from None
-    nsp = lhs.rank - 2
-    ksizes = [rhs.dims[rp[2 + d]] for d in range(nsp)]
-    window: tuple[WindowDim, ...] = instr.attrs.get("window") or tuple(
-        WindowDim(size=s) for s in ksizes)
-    if len(window) != nsp:
-        raise LibraryOpError(instr, f"window has {len(window)} dims, convolution has {nsp}")
-    fgc = int(instr.attrs.get("feature_group_count", 1))
-    bgc = int(instr.attrs.get("batch_group_count", 1))
-    if fgc > 1 and bgc > 1:
-        raise LibraryOpError(instr, "feature_group_count and batch_group_count both > 1")
-    n, c = lhs.dims[lp[0]], lhs.dims[lp[1]]
-    o, ci = rhs.dims[rp[0]], rhs.dims[rp[1]]
-    nb = out.dims[op[0]]
-    groups = max(fgc, bgc)
-    if (c % fgc or c // fgc != ci or o % groups or n % bgc or n // bgc != nb
-            or out.dims[op[1]] != o):
-        raise LibraryOpError(
-            instr, f"feature_group_count={fgc}, batch_group_count={bgc} do not fit input "
-            f"features {c}, kernel input features {ci}, output features {o}, batch {n}")
-    if lhs.dtype.is_float != out.dtype.is_float and not out.dtype.is_float:
-        raise LibraryOpError(instr, "float operands with an integer result are not supported")
+    """(helper definitions, statements) for a convolution of `ins` into `outs[0]`, on up to
+    `threads` threads of the runtime's pool: float results through `conv_grouped.py` (many
+    groups of few output features) or `conv_gemm.py` (im2col + GEMM), the rest (integer and
+    pred results, empty extents) through the direct loop nest below."""
+    spec = conv_spec.parse(instr)
+    if not spec.out.dtype.is_float:
+        return emit_direct(spec, ins, outs, names, threads)
+    from hlofuse.backends.cpu.library import conv_phases
+
+    phases = conv_phases.split(spec)
+    if phases is None:
+        return _emit_float(spec, ins, outs, names, threads)
+    rt, ot = cexpr.ctype(spec.rhs.dtype), cexpr.ctype(spec.out.dtype)
+    defs: list[str] = []
+    stmts: list[str] = []
+    for ph in phases:
+        d, s = _emit_float(ph.spec, [ins[0], f"((const {rt} *)({ins[1]}) + {ph.rhs_offset})"],
+                           [f"(({ot} *)({outs[0]}) + {ph.out_offset})"], names, threads)
+        defs.append(d)
+        stmts.append(s)
+    return "".join(defs), "".join(stmts)
+
+
+def _emit_float(
+    spec: conv_spec.ConvSpec, ins: list[str], outs: list[str], names: set[str], threads: int
+) -> tuple[str, str]:
+    from hlofuse.backends.cpu.library import conv_gemm, conv_grouped
+
+    if conv_grouped.applies(spec):
+        return conv_grouped.emit(spec, ins, outs, names, threads)
+    if conv_gemm.applies(spec):
+        return conv_gemm.emit(spec, ins, outs, names, threads)
+    return emit_direct(spec, ins, outs, names, threads)
+
+
+def emit_direct(
+    spec: conv_spec.ConvSpec, ins: list[str], outs: list[str], names: set[str], threads: int = 1
+) -> tuple[str, str]:
+    """The direct loop nest (module docstring); from PARALLEL_WORK multiply-adds its (batch,
+    output feature) pairs run on up to `threads` threads of the runtime's pool."""
+    instr, lhs, rhs, out = spec.instr, spec.lhs, spec.rhs, spec.out
+    labels, window, ksizes = spec.labels, spec.window, spec.ksizes
+    nsp, fgc, bgc = spec.nsp, spec.fgc, spec.bgc
+    o, ci, nb, og, cg = spec.o, spec.ci, spec.nb, spec.og, spec.c // spec.fgc
     acc_t = "double" if out.dtype.is_float else "uint64_t"
-    ls, rs, os_ = _strides(lhs.dims, lp), _strides(rhs.dims, rp), _strides(out.dims, op)
-    in_sizes = [lhs.dims[lp[2 + d]] for d in range(nsp)]
-    out_sizes = [out.dims[op[2 + d]] for d in range(nsp)]
-    og, cg = o // groups, c // fgc
+    ls, rs, os_ = spec.ls, spec.rs, spec.os
+    in_sizes, out_sizes = spec.in_sizes, spec.out_sizes
 
     lt, rt, ot = (cexpr.ctype(s.dtype) for s in (lhs, rhs, out))
     name = fresh(f"{word(instr)}_conv", names)
