@@ -13,7 +13,9 @@ pool (`hf_parallel_ptr`; scratch is allocated before the tasks start, one slot p
 `hf_slot_claim`). Each op matches the interpreter's handler:
 
     dot                 gemm.py      blocked GEMM, canonical [batch, M, K] x [batch, K, N]
-    convolution         conv.py      direct loop nest, f64 accumulation for floats
+    convolution         conv.py      floats: im2col + GEMM (conv_gemm), grouped (conv_grouped),
+                                     per output phase (conv_phases), float accumulation;
+                                     integers: direct loop nest
     sort, topk          sort.py      stable merge sort of offsets, then a gather
     rng-bit-generator   rng.py       Threefry-2x32 / Philox-4x32, bit for bit
     select-and-scatter  windows.py   sequential select, then scatter in source order
