@@ -139,9 +139,10 @@ def test_refused_too_few_iterations() -> None:
 
 
 def test_small_loops_are_unrolled_not_whole_fused() -> None:
-    """A scan of at most `unroll_small_loops` steps is unrolled completely (and recorded)."""
+    """With other loops than random-number loops allowed (`small_loop_max_instructions`), a
+    scan of at most `unroll_small_loops` steps is unrolled completely (and recorded)."""
     module = parse(scan(300, 6))
-    run_pipeline(module, "hlofuse")
+    run_pipeline(module, "hlofuse{small_loop_max_instructions=1000}")
     assert not any(i.opcode is Opcode.WHILE for c in module.computations
                    for i in c.instructions)
     (event,) = [e for e in trace_of(module) if e.pass_name == "unroll-small-loops"]
@@ -210,8 +211,17 @@ def test_small_loops_around_dots_are_left_as_loops() -> None:
     training step) is not unrolled: the copies' dots stay kernels of their own, so unrolling
     would only multiply the code. The refusal names the dot and the rule."""
     module = parse(mlp_scan(s=4))
-    run_pipeline(module, "hlofuse")
+    run_pipeline(module, "hlofuse{small_loop_max_instructions=100000}")
     assert any(i.opcode is Opcode.WHILE for c in module.computations for i in c.instructions)
     (event,) = [e for e in trace_of(module) if e.pass_name == "unroll-small-loops"]
     assert event.verdict == "refused" and event.rule == "small_loop.cost"
     assert event.figures["instruction"].startswith("a")  # a1/a2/a3: one of the dots
+
+
+def test_small_loops_other_than_random_numbers_stay_loops_by_default() -> None:
+    """The default unrolls random-number loops only: another small loop is refused with the
+    size rule (its limit 0) and recorded."""
+    module = parse(scan(300, 6))
+    run_pipeline(module, "hlofuse{whole_loop_fusion=false}")
+    (event,) = [e for e in trace_of(module) if e.pass_name == "unroll-small-loops"]
+    assert event.verdict == "refused" and event.rule == "small_loop_max_instructions"

@@ -22,7 +22,8 @@ Conditions (`small_loop_legal`, each refusal names its rule):
   a sort, a custom call, an inner loop or branch: unrolling pays when the copies of the body
   fuse into fewer kernels, and those stay kernels of their own, as in PPO's minibatch and epoch
   loops of 4 iterations around a training step) and the unrolled code stays within
-  `small_loop_max_instructions` (compile time).
+  `small_loop_max_instructions` (0 by default: random-number loops only, as measured on the
+  third-party suite; see `FusionConfig`).
 
 Every unrolled loop is recorded in the fusion trace with its trip count and whether it is a
 random-number loop (`is_rng_loop`: u32 shift-left, shift-right-logical and xor, twice each).
