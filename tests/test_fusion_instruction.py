@@ -262,3 +262,38 @@ def test_unknown_option_is_a_clear_error() -> None:
 
     with pytest.raises(PassError, match="no option"):
         parse_pass_spec("instruction-fusion{bogus=1}")
+
+
+def _bits_into_cumsum(rounds: int) -> str:
+    """`rounds` rounds of u32 mixing (an unrolled threefry's shape: cheap ops, a long chain)
+    whose float result a reduce-window with overlapping windows (a cumsum) reads."""
+    lines = ["HloModule m", ADD, "ENTRY e {", "  x = u32[64,16] parameter(0)",
+             "  k = u32[] constant(2654435761)", "  kb = u32[64,16] broadcast(k), dimensions={}"]
+    prev = "x"
+    for r in range(rounds):
+        lines += [f"  a{r} = u32[64,16] add({prev}, kb)",
+                  f"  m{r} = u32[64,16] multiply(a{r}, kb)",
+                  f"  x{r} = u32[64,16] xor(m{r}, a{r})"]
+        prev = f"x{r}"
+    lines += [f"  f = f32[64,16] convert({prev})",
+              "  z = f32[] constant(0)",
+              "  ROOT cs = f32[64,16] reduce-window(f, z), window={size=1x16 pad=0_0x15_0}, "
+              "to_apply=add",
+              "}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_repeated_code_under_a_cumsum_is_bounded() -> None:
+    """A cumsum's reduce-window evaluates its operand 16 times per result. XLA's per-op rule
+    fuses a long chain of cheap ops into it (each op is cheap); `max_reevaluated_ops` (the
+    hlofuse pipeline) stops once the repeated code would exceed the limit, and names the rule."""
+    text = _bits_into_cumsum(20)  # 61 ops
+    xla, _ = run_and_check(text, two_passes())
+    (whole,) = fusions(xla)
+    assert fused_opcodes(whole).count("xor") == 20  # the whole chain, repeated per window tap
+    capped, _ = run_and_check(text, two_passes(max_reevaluated_ops=40))
+    window = next(f for f in fusions(capped) if "reduce-window" in fused_opcodes(f))
+    repeated = fused_opcodes(window)
+    assert repeated.count("xor") < 20 and len(repeated) - 4 <= 40  # (+ window's param etc.)
+    assert any("max_reevaluated_ops" in r for e in trace_of(capped).refused()
+               for r in [e.rule])

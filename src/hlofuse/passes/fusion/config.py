@@ -133,6 +133,12 @@ class FusionConfig:
     max_unroll_instructions: int = 4000
     # With auto_unroll: compile and time the candidate factors, and cache the fastest.
     autotune: bool = False
+    # Instruction fusion refuses a producer that the consumer would evaluate more than once per
+    # result (below a reduce-window with overlapping windows, a dot, a convolution) once the
+    # code it repeats exceeds this many weighted ops (`analysis.cost`); 0 = no limit, as XLA:
+    # its per-op rule never sees the long cheap chains an unrolled threefry loop makes (jumanji
+    # Game2048: its random bits fused into a cumsum's windows, 376 us a call against 93 us).
+    max_reevaluated_ops: int = 0
     # A loop whose body keeps batch elements apart becomes one kernel, time loop inside.
     whole_loop_fusion: bool = False
     whole_loop_min_trips: int = 2

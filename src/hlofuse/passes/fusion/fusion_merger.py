@@ -56,7 +56,12 @@ from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
 from hlofuse.passes.fusion.instruction_fusion import fusible_computations
 from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.perf_model import fusion_is_faster, producer_consumer_merged_too_large
-from hlofuse.passes.fusion.predicates import is_expensive, reuses_operand_elements
+from hlofuse.passes.fusion.predicates import (
+    is_expensive,
+    reevaluated_ops,
+    rereads_operand,
+    reuses_operand_elements,
+)
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.registry import register
 
@@ -169,6 +174,9 @@ def should_merge(fusion: Instruction, config: FusionConfig,
             else analyses.contains_expensive(fusion)):
         return FusionDecision.no("fusion contains an expensive instruction",
                                  "merger_expensive_escape_ratio", **figures)
+    decision = _reevaluation(fusion, config)
+    if not decision:
+        return decision.with_figures(**figures)
     for user in fusion.users:
         if fused_ir_emitter_inefficient(user, fusion, config, analyses):
             return FusionDecision.no(
@@ -179,6 +187,27 @@ def should_merge(fusion: Instruction, config: FusionConfig,
         if not decision:
             return decision.with_figures(**figures)
     return FusionDecision.ok(**figures)
+
+
+def _reevaluation(fusion: Instruction, config: FusionConfig) -> FusionDecision:
+    """Beyond XLA (`max_reevaluated_ops`, the hlofuse pipeline): no user that would evaluate
+    the merged code more than once per result may repeat more than the limit's ops."""
+    from hlofuse.analysis.cost import op_cost
+
+    limit = config.max_reevaluated_ops
+    if not limit:
+        return FusionDecision.ok()
+    own = sum(op_cost(i.opcode) for i in fused_instructions(fusion)
+              if i.opcode is not Opcode.PARAMETER)
+    for user in fusion.users:
+        if any(o is fusion and rereads_operand(user, i) for i, o in enumerate(user.operands)):
+            again = reevaluated_ops(user) + own
+            if again > limit:
+                return FusionDecision.no(
+                    f"{user.name} evaluates the merged code more than once per result: {again} "
+                    f"ops repeated (more than max_reevaluated_ops={limit})",
+                    "max_reevaluated_ops", ops=again, limit=limit)
+    return FusionDecision.ok()
 
 
 def _should_merge_2023(fusion: Instruction, config: FusionConfig,

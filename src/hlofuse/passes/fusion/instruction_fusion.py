@@ -60,6 +60,8 @@ from hlofuse.passes.fusion.predicates import (
     is_always_duplicable,
     is_expensive,
     is_fusible,
+    reevaluated_ops,
+    rereads_operand,
     reuses_operand_elements,
     should_fuse_in_place_op,
 )
@@ -128,6 +130,16 @@ def gpu_should_fuse(consumer: Instruction, i: int, config: FusionConfig,
         into_reduction = analyses.ask(is_input_fusible_reduction, consumer)
     if reuses:
         return FusionDecision.no("the producer is expensive, and the consumer reuses inputs")
+    limit = config.max_reevaluated_ops
+    if limit and rereads_operand(consumer, i):
+        from hlofuse.analysis.cost import op_cost
+
+        again = reevaluated_ops(consumer) + op_cost(producer.opcode)
+        if again > limit:
+            return FusionDecision.no(
+                f"the consumer evaluates the producer more than once per result, and the code "
+                f"it would repeat grows to {again} ops (more than max_reevaluated_ops={limit})",
+                "max_reevaluated_ops", ops=again, limit=limit)
     if into_reduction and is_physically_transposing(producer):
         return FusionDecision.no("fusing the producer would break read coalescing")
     decision = is_producer_consumer_fusible(producer, consumer, config,

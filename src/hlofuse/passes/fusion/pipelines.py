@@ -47,7 +47,7 @@ RELAXATIONS: dict[str, Any] = {"allow_multi_user_concatenate": True,
 # CPU to a loop of 5 (of 4 rounds each).
 BEYOND_XLA: dict[str, Any] = {"unroll_small_loops": 8, "unstack_loop_state": True,
                               "auto_unroll": True, "whole_loop_fusion": True,
-                              "gpu_cheap_ops": frozenset()}
+                              "gpu_cheap_ops": frozenset(), "max_reevaluated_ops": 40}
 # The passes that make those transformations (their trace events are what `explain` lists).
 BEYOND_PASSES = ("unroll-small-loops", "unstack-loop-state", "auto-unroll", "whole-loop-fusion")
 

@@ -227,6 +227,61 @@ def reuses_operand_elements(consumer: Instruction, i: int) -> bool:
     return operand_element_use(consumer, i) is UseKind.REUSE
 
 
+# ----- re-evaluation (beyond XLA: the hlofuse pipeline) -----------------------------------------
+
+_REREADING = frozenset({Opcode.REDUCE_WINDOW, Opcode.DOT, Opcode.CONVOLUTION})
+
+
+def _rereads(instr: Instruction, j: int) -> bool:
+    """Does `instr` evaluate operand j's value at one element more than once per result (a
+    reduce-window whose windows overlap, a dot's contraction, a convolution)?"""
+    if instr.opcode is Opcode.REDUCE_WINDOW:
+        if j >= instr.operand_count // 2:
+            return False
+        window = instr.attrs.get("window") or ()
+        return any(w.size > max(w.stride, 1) for w in window)
+    return instr.opcode in _REREADING
+
+
+def reevaluated_ops(consumer: Instruction) -> int:
+    """The weighted ops (`analysis.cost.op_cost`) of a fusion that sit below an op that reads
+    its operand's elements more than once (`_rereads`): the work a kernel repeats per result.
+    Not a fusion: 0."""
+    from hlofuse.analysis.cost import op_cost
+
+    if consumer.opcode is not Opcode.FUSION:
+        return 0
+    stack = [o for h in consumer.fused_computation.instructions
+             for j, o in enumerate(h.operands) if _rereads(h, j)]
+    seen: set[Instruction] = set()
+    total = 0
+    while stack:
+        x = stack.pop()
+        if x in seen or x.opcode in (Opcode.PARAMETER, Opcode.CONSTANT):
+            continue
+        seen.add(x)
+        total += op_cost(x.opcode)
+        stack.extend(x.operands)
+    return total
+
+
+def rereads_operand(consumer: Instruction, i: int) -> bool:
+    """Would operand i of `consumer`, fused in, sit below an op that re-reads it?"""
+    if consumer.opcode is not Opcode.FUSION:
+        return _rereads(consumer, i)
+    param = consumer.fused_computation.parameter(i)
+    stack, seen = [param], {param}
+    while stack:
+        x = stack.pop()
+        for u in x.users:
+            if any(o is x and _rereads(u, j) for j, o in enumerate(u.operands)):
+                return True
+            if u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return False
+
+
 # ----- duplication control -------------------------------------------------------------------
 
 
