@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-import time
 
 import numpy as np
 import pytest
@@ -457,16 +456,8 @@ def test_loop_overhead_and_profile_counters(monkeypatch: pytest.MonkeyPatch):
     program = driver.generate(module)
     lib = build.load_library(program.source, name="trivial")
     i0 = np.array(0, np.int32)
-    _run(program, lib, [i0])
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        (out,) = _run(program, lib, [i0])
-        best = min(best, time.perf_counter() - t0)
-    assert int(out) == 1000000
-    ns_per_iteration = best / 1e6 * 1e9
-    print(f"trivial while loop: {ns_per_iteration:.2f} ns/iteration")
-    assert ns_per_iteration < 50
+    (out,) = _run(program, lib, [i0])
+    assert int(out) == 1000000  # (its time per iteration: benchmarks/loop_overhead.py)
     prof = build.load_library(program.source, name="trivial", extra_flags=("-DHF_PROFILE",))
     (out,) = _run(program, prof, [np.array(999990, np.int32)])
     n = len(program.kernels)

@@ -90,6 +90,20 @@ _TERMINAL_UNSAFE = re.compile("[" + "".join(
     f"\\U{ord(c):08x}" for c in sorted(_TERMINAL_EXTRA)) + "]")
 
 
+# the same class without tab, CR and newline (whitespace a reader keeps)
+_NOT_SPACE_RANGES = ((0x00, 0x08), (0x0B, 0x0C), (0x0E, 0x1F), *_TERMINAL_RANGES[1:])
+_TERMINAL_UNSAFE_NOT_SPACE = re.compile("[" + "".join(
+    f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _NOT_SPACE_RANGES) + "".join(
+    f"\\U{ord(c):08x}" for c in sorted(_TERMINAL_EXTRA)) + "]")
+
+
+def first_terminal_unsafe(text: str, start: int, end: int) -> int:
+    """The offset of the first character in `text[start:end]` a terminal would interpret,
+    tab, CR and newline excepted (-1 if none): one regex scan."""
+    m = _TERMINAL_UNSAFE_NOT_SPACE.search(text, start, end)
+    return -1 if m is None else m.start()
+
+
 def terminal_unsafe(ch: str) -> bool:
     """Whether a terminal would interpret the character `ch` (tab and newline included: the
     callers decide whether to keep those)."""

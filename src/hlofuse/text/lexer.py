@@ -27,7 +27,7 @@ import re
 from typing import TypeVar
 
 from hlofuse.errors import HloParseError, ParseLimitError
-from hlofuse.escape import has_terminal_unsafe, terminal_unsafe
+from hlofuse.escape import first_terminal_unsafe, has_terminal_unsafe, terminal_unsafe
 from hlofuse.ir import limits
 
 T = TypeVar("T")
@@ -58,6 +58,10 @@ _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "
                    "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 OPEN_TO_CLOSE = {"{": "}", "(": ")", "[": "]"}
+_BRACKET_OR_QUOTE = re.compile(r'["(){}\[\]]')
+_STRING_BODY = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_END_WITH_SPACE = re.compile(r"[, \t\r\n]")
+_END_AT_COMMA = re.compile(r",")
 
 
 def shorten(text: str, limit: int = SHOWN) -> str:
@@ -283,42 +287,58 @@ class Lexer:
         `stop_at_space`, whitespace) at depth 0, or an unmatched closing bracket. Returns the
         text and its start offset. Verbatim text is printed back as is, so it may not hold a
         character a terminal interprets (`escape.terminal_unsafe`; tab, CR and newline are
-        whitespace): that is an `HloParseError`."""
+        whitespace): that is an `HloParseError`. The scan jumps from bracket to bracket (a
+        large constant's literal is megabytes of numbers between braces); each error is the
+        first one in the text."""
         self._peeked = None
         start = self.skip_space()
         text = self.text
         n = len(text)
         stack: list[str] = []
+        ends = _END_WITH_SPACE if stop_at_space else _END_AT_COMMA
         i = start
-        while i < n:
-            c = text[i]
+        end = n
+        problem: tuple[int, str] | None = None  # (offset, message) of a structural error
+        while True:
+            m = _BRACKET_OR_QUOTE.search(text, i)
+            stop = n if m is None else m.start()
+            if not stack:
+                e = ends.search(text, i, stop)
+                if e is not None:
+                    end = e.start()
+                    break
+            if m is None:
+                if stack:
+                    problem = (n, f"expected '{stack[-1]}' before end of input")
+                end = n
+                break
+            c = m.group()
             if c == '"':
-                j = i + 1
-                while j < n and text[j] != '"':
-                    if terminal_unsafe(text[j]) and text[j] not in "\t\r\n":
-                        raise self._control_error(j)
-                    j += 2 if text[j] == "\\" else 1
-                if j >= n:
-                    raise self.error("unterminated string", i)
-                i = j + 1
+                q = _STRING_BODY.match(text, stop)
+                if q is None:
+                    problem, end = (stop, "unterminated string"), n
+                    break
+                i = q.end()
                 continue
-            if terminal_unsafe(c) and c not in "\t\r\n":
-                raise self._control_error(i)
             if c in OPEN_TO_CLOSE:
                 stack.append(OPEN_TO_CLOSE[c])
-            elif c in ")}]":
+            else:
                 if not stack:
+                    end = stop
                     break
                 if stack[-1] != c:
-                    raise self.error(f"expected '{stack[-1]}', got '{c}'", i)
+                    problem, end = (stop, f"expected '{stack[-1]}', got '{c}'"), stop
+                    break
                 stack.pop()
-            elif not stack and (c == "," or (stop_at_space and c in " \t\r\n")):
-                break
-            i += 1
-        if stack:
-            raise self.error(f"expected '{stack[-1]}' before end of input", n)
-        self.pos = i
-        return text[start:i], start
+            i = m.end()
+        unsafe = first_terminal_unsafe(text, start, end if problem is None else
+                                       min(problem[0] + 1, n))
+        if unsafe >= 0 and (problem is None or unsafe <= problem[0]):
+            raise self._control_error(unsafe)
+        if problem is not None:
+            raise self.error(problem[1], problem[0])
+        self.pos = end
+        return text[start:end], start
 
     def _control_error(self, offset: int) -> HloParseError:
         return self.error(f"unexpected control character U+{ord(self.text[offset]):04X} (text "
