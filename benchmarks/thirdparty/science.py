@@ -6,6 +6,19 @@ Tsit5(), t0, t1, dt0, y0, saveat=SaveAt(ts=...), stepsize_controller=PIDControll
 on the Lotka-Volterra equations, `jax.vmap`ped over initial conditions. `throw=True` (the
 default) keeps equinox's runtime error check, which jax lowers to a host callback.
 
+Its step counts (`num_steps`, accepted + rejected steps) are rounding noise, not a property
+hlofuse can match: in f32 with rtol = atol = 1e-5 the local error estimate (a sum of 7
+nearly-cancelling terms) is accurate to 0.3% (median; 4% at the 90th percentile, measured per
+step against f64), so any last-bit difference flips accept/reject decisions. Measured on the
+benchmark size (1024 solves, about 21 steps each): jax.jit against itself with every initial
+condition moved by one ulp gives other counts in 31% of the solves (steps -5..+4), jax.jit on
+this host without FMA (`--xla_cpu_max_isa=AVX`) 31% (-4..+4), f32 against f64 71% (hlofuse
+72%); hlofuse against jax.jit 28.5% (-5..+4). Emulating XLA's last bits in the interpreter
+(its small dots summed in f32, `x / c` as `x * (1/c)`, glibc's powf) gives jax.jit's counts,
+and `ys`, bit for bit when XLA runs without FMA; with the FMA contraction XLA's LLVM makes,
+28% still differ. So the check: `ys` within 1e-3, all but 1% of the counts within 5 steps
+(`int_atol`, `int_mismatch`).
+
 evosax 0.3, as its README writes an optimisation loop: `es.init`, then `es.ask` / fitness /
 `es.tell` each generation, here inside `lax.scan`: CMA-ES (a symmetric eigendecomposition per
 generation) and OpenAI-ES on the Rastrigin function.
@@ -142,7 +155,8 @@ def _jumanji(name: str, batch: int, steps: int) -> Any:
 _JUMANJI = "jumanji README: vmap(run_n_steps) of a lax.scan of env.step"
 PROGRAMS = [
     Program("diffrax-tsit5-pid", "diffrax+equinox", "diffrax getting started: Tsit5 + "
-            "PIDController, vmapped", _diffrax, rtol=1e-3, atol=1e-3),
+            "PIDController, vmapped", _diffrax, rtol=1e-3, atol=1e-3, int_atol=5,
+            int_mismatch=0.01),
     Program("evosax-cma-es", "evosax", "evosax README: ask/tell loop", _evosax("CMA_ES", 32, 16,
             50), rtol=1e-3, atol=1e-4, chaotic=True),
     Program("evosax-open-es", "evosax+optax", "evosax README: ask/tell loop",
