@@ -6,7 +6,11 @@ modules that import jax.
                              it returns (`jax_values.py`: pytrees, Python scalars as weak types,
                              static and keyword arguments, typed PRNG keys; jax.Array outputs);
                              each new signature is traced and lowered once by jax, optimised
-                             (pipeline "hlofuse" by default) and compiled, then run by hlofuse
+                             (pipeline "hlofuse" by default) and compiled, then run by hlofuse:
+                             on the cpu backend as one XLA custom call inside jax.jit of a thin
+                             wrapper, so jax's C++ dispatch takes the arguments and makes the
+                             outputs (`jax_ffi.py`); else, and for signatures the custom call
+                             cannot run, directly (leaves to numpy, the runner, jax.Arrays)
 
 Backend choice for `jit`: backend=None (the default) means "cpu" when a C compiler exists and
 "interpreter" otherwise; if the cpu backend refuses an op of the module (a CompileError from the
@@ -37,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from hlofuse.backends import host_callbacks
+from hlofuse.backends.cpu.runtime import arm
 from hlofuse.backends.host_callbacks import HostCallbacks
 from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.backends.subnormals import check as check_subnormals
@@ -52,7 +57,22 @@ except ImportError as exc:  # pragma: no cover - exercised only without jax
         "hlofuse.frontends.jax needs JAX: pip install 'hlofuse[jax]'"
     ) from exc
 
-from hlofuse.frontends.jax_values import ArgSpec, Outputs, flatten_inputs, release_dropped
+from hlofuse.frontends import jax_ffi
+from hlofuse.frontends.jax_values import (
+    ArgSpec,
+    Outputs,
+    abstract_inputs,
+    flatten_inputs,
+    release_dropped,
+)
+
+try:  # (0.2 us) False under a jax transformation or trace: hlofuse.jit is then traced inline
+    from jax._src.core import trace_ctx as _trace_ctx
+
+    _top_level: Callable[[], bool] = _trace_ctx.is_top_level
+except (ImportError, AttributeError):  # pragma: no cover - other jax versions: never through XLA
+    def _top_level() -> bool:
+        return False
 
 
 def _normalize_static(static_argnums: int | Sequence[int] | None) -> tuple[int, ...]:
@@ -90,6 +110,11 @@ class _Compiled:
     backend: str
     outputs: Outputs  # the module's output arrays -> the function's outputs
     params: list[int | None] | None  # entry parameter -> input array (None: a token)
+    native: jax_ffi.NativeEntry | None = None  # its custom call (None: the direct path)
+
+
+class _UseDirect(Exception):
+    """Raised in the trace of the path through XLA: this signature runs on the direct path."""
 
 
 def default_backend() -> str:
@@ -200,6 +225,9 @@ class JittedFunction:
         self.subnormals = subnormals
         self._cache: dict[Any, _Compiled] = {}
         self._warned: set[str] = set()  # the interpreter fallbacks already reported
+        # The path through XLA (jax.jit of `_traced`), made on the first call; False: not here
+        self._xla: Callable[..., Any] | bool | None = None if backend != "interpreter" else False
+        self._direct: set[Any] | None = None  # signatures on the direct path, once there are any
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     @property
@@ -240,26 +268,92 @@ class JittedFunction:
         key = (key, static)
         compiled = self._cache.get(key)
         if compiled is None:
-            compiled = self._compile(args, kwargs, arrays)
+            compiled = self._compile(args, kwargs, [(a.dtype, a.shape) for a in arrays])
             self._cache[key] = compiled
         return compiled, arrays
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 arrays: list[np.ndarray]) -> _Compiled:
+                 specs: list[tuple[np.dtype, tuple[int, ...]]]) -> _Compiled:
+        """Trace, lower and build `fn` at these arguments (concrete or traced), whose array
+        leaves have `specs` (dtype, shape)."""
         name = getattr(self.fn, "__name__", "fn")
         traced = jax.jit(self.fn, keep_unused=True, **self.spec.jax_options()).trace(
             *args, **kwargs)
         lowered = traced.lower()
         text = str(lowered.as_text(dialect="hlo", debug_info=True))
         module = parse(text, source_name=f"<jax:{name}>")
-        params = _param_plan(module, arrays, name)
+        params = _param_plan(module, specs, name)
         table = _host_table(lowered, module, name)
         module, run, backend = _build(module, self.pipeline, self.backend, name, self.threads,
                                       self.subnormals, table, self._warned)
         outs = [(s.dtype.np, tuple(s.dims)) for s in leaves(module.entry.root.shape)]
-        return _Compiled(module, run, backend, Outputs(traced.out_info, outs, name), params)
+        native = (jax_ffi.NativeEntry(run)  # type: ignore[arg-type]
+                  if self._xla is not False and jax_ffi.eligible(run)
+                  and jax_ffi.available() else None)
+        return _Compiled(module, run, backend, Outputs(traced.out_info, outs, name), params,
+                         native)
+
+    def _traced(self, *args: Any, **kwargs: Any) -> Any:
+        """What jax.jit traces for the path through XLA: the module of this signature (compiled
+        now if it is new) as one custom call of its array leaves (`jax_ffi.py`)."""
+        dyn, dkw, static = self.spec.split(args, kwargs)
+        arrays, key = abstract_inputs((dyn, dkw))
+        key = (key, static)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            specs = [(np.dtype(a.dtype), tuple(a.shape)) for a in arrays]
+            compiled = self._compile(args, kwargs, specs)
+            self._cache[key] = compiled
+        if compiled.native is None:
+            raise _UseDirect
+        return compiled.outputs.traced(compiled.native.call(arrays, compiled.outputs.weak))
+
+    def _through_xla(self) -> Callable[..., Any] | bool:
+        """jax.jit of `_traced` (the wrapper has `fn`'s signature, for jax's static argument
+        checks), or False where the custom-call handler cannot be built."""
+        if self._xla is None:
+            if self.backend is None and default_backend() != "cpu":
+                self._xla = False
+            else:
+                jax_ffi.prepare()
+                body = self._traced
+
+                @functools.wraps(self.fn)
+                def traced(*args: Any, **kwargs: Any) -> Any:
+                    return body(*args, **kwargs)
+
+                self._xla = jax.jit(traced, **self.spec.jax_options())
+        return self._xla
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        xla = self._xla if self._xla is not None else self._through_xla()
+        if xla is not False and _top_level() and (
+                self._direct is None or self._signature(args, kwargs) not in self._direct):
+            arm()
+            try:
+                return xla(*args, **kwargs)  # type: ignore[operator]
+            except _UseDirect:
+                if not jax_ffi.available():
+                    self._xla = False  # (every signature: no need to tell them apart)
+                else:
+                    self._direct = {*(self._direct or ()), self._signature(args, kwargs)}
+            except Exception as exc:
+                err = jax_ffi.failure(exc)  # (jax raises a failed status as a ValueError)
+                if err is not None:
+                    err.__suppress_context__ = True  # (its own __cause__ stays)
+                    raise err  # noqa: B904
+                if isinstance(exc, (TypeError, ValueError)):  # hlofuse's InputError, if any
+                    self._signature(args, kwargs)
+                raise
+        return self._call_direct(args, kwargs)
+
+    def _signature(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        dyn, dkw, static = self.spec.split(args, kwargs)
+        return (flatten_inputs((dyn, dkw))[1], static)
+
+    def _call_direct(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The call without XLA: leaves to numpy, the runner, outputs to jax.Arrays (the
+        interpreter, and signatures the custom call cannot run)."""
         compiled, arrays = self._compiled(args, kwargs)
         if compiled is None:  # under a jax transformation: traced inline, as jax.jit's is
             return jax.jit(self.fn, **self.spec.jax_options())(*args, **kwargs)
@@ -269,10 +363,12 @@ class JittedFunction:
         return compiled.outputs(compiled.run(*arrays))
 
 
-def _param_plan(module: Module, arrays: list[np.ndarray], name: str) -> list[int | None] | None:
+def _param_plan(module: Module, arrays: list[tuple[np.dtype, tuple[int, ...]]],
+                name: str) -> list[int | None] | None:
     """What each entry parameter gets: an input array's index, or None for a token (jax's
     ordered effects thread one through the entry); None when the parameters are the arrays in
-    order. Checks that jax lowered every leaf as the array hlofuse passes for it."""
+    order. Checks that jax lowered every leaf (`arrays`: dtype, shape) as the array hlofuse
+    passes for it."""
     params = module.entry.parameters
     plan: list[int | None] = []
     for p in params:
@@ -281,8 +377,8 @@ def _param_plan(module: Module, arrays: list[np.ndarray], name: str) -> list[int
             continue
         i = len(plan) - plan.count(None)
         if not isinstance(p.shape, ArrayShape) or i >= len(arrays) or (
-                arrays[i].dtype != p.shape.dtype.np or arrays[i].shape != tuple(p.shape.dims)):
-            got = (f"{arrays[i].dtype}{list(arrays[i].shape)}" if i < len(arrays)
+                arrays[i][0] != p.shape.dtype.np or arrays[i][1] != tuple(p.shape.dims)):
+            got = (f"{arrays[i][0]}{list(arrays[i][1])}" if i < len(arrays)
                    else "no argument")
             raise HloError(f"{name}: jax lowered parameter {p.name} as {p.shape}, but the "
                            f"argument leaf {i} converts to {got} (a bug in hlofuse's "

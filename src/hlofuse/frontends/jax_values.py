@@ -3,7 +3,9 @@
     ArgSpec(fn, static_argnums, static_argnames, donate_argnums, donate_argnames)
         .split(args, kwargs) -> (dynamic args, dynamic kwargs, static key)
     flatten_inputs(dynamic)  -> (arrays for the module's parameters, their signature key)
+    abstract_inputs(dynamic) -> the same inside a jax trace (the path through XLA, jax_ffi.py)
     Outputs(out_info, ...)   module output arrays -> the function's output pytree of jax.Arrays
+                             (.traced: the same for traced outputs)
 
 **Arguments.** Static arguments are resolved as jax.jit resolves them: `static_argnums` give
 their names and `static_argnames` their positions (parameters that are positional-or-keyword),
@@ -21,6 +23,10 @@ key -> its `key_data` (uint32), the module's parameter type. A value jax.jit wou
 (a string, an object array, a list of a non-pytree type) raises `InputError` naming the
 argument's path. The signature key of a call is the pytree structure (static fields of
 dataclass pytrees included), and per leaf its shape, dtype, weak type and key implementation.
+
+On the path through XLA (`jax_ffi.py`) jax.jit itself takes the arguments; `abstract_inputs`
+gives the traced leaves the same signature key, so both paths share one cache of compiled
+signatures.
 
 **Outputs.** Each output leaf comes back as jax.jit returns it: a `jax.Array` on the default
 device with the traced dtype and weak type (a 0-d array for a scalar), built from the module's
@@ -228,7 +234,7 @@ class _LeafError(Exception):
     """Raised by a leaf conversion; the caller adds the leaf's path."""
 
 
-_CANONICAL: dict[tuple[Any, np.dtype], np.dtype] = {}  # (trace context, dtype) -> jax's dtype
+_CANONICAL: dict[tuple[Any, np.dtype], np.dtype] = {}  # (x64, dtype) -> jax's dtype
 
 
 def _canonical(dt: np.dtype, ctx: Any) -> np.dtype:
@@ -340,6 +346,25 @@ def flatten_inputs(dynamic: Any) -> tuple[list[np.ndarray], tuple[Any, ...], boo
     return arrays, key, False
 
 
+def abstract_inputs(dynamic: Any) -> tuple[list[Any], tuple[Any, ...]]:
+    """Inside a jax trace of the call (`hlofuse.jit` through XLA, `jax_ffi.py`): the traced
+    values the module's parameters get (a typed PRNG key's data for a key) and the signature
+    key `flatten_inputs` gives the same call's concrete arguments."""
+    leaves, treedef = jax.tree_util.tree_flatten(dynamic)
+    arrays: list[Any] = []
+    keys: list[tuple[Any, ...]] = []
+    for leaf in leaves:
+        aval = jax.typeof(leaf)
+        dt = aval.dtype
+        if isinstance(dt, np.dtype):
+            arrays.append(leaf)
+            keys.append((tuple(aval.shape), dt, bool(aval.weak_type)))
+        else:
+            arrays.append(jax.random.key_data(leaf))
+            keys.append((tuple(aval.shape), dt, "key"))
+    return arrays, (treedef, _x64(), tuple(keys))
+
+
 def _path(dynamic: Any, index: int) -> str:
     """`args[0]['w']`, `kwargs['state'].step`: where leaf `index` of (dynamic positional args,
     dynamic kwargs) is (positions count the dynamic arguments only)."""
@@ -374,15 +399,21 @@ class Outputs:
         self.device = _default_device()
         self.sharding = jax.sharding.SingleDeviceSharding(self.device)
         self._put: list[Callable[[np.ndarray], Any]] = []
+        self.weak: list[bool] = []  # per module output: weakly typed (the path through XLA)
+        self._impls: list[Any] = []  # per module output: a typed PRNG key's implementation
         for j, (leaf, (dt, dims)) in enumerate(zip(leaves, module_outputs, strict=True)):
             want = leaf.dtype
             if not isinstance(want, np.dtype):  # a typed PRNG key: the module returns its data
                 data = jax.eval_shape(jax.random.key_data, leaf)
                 got = (np.dtype(data.dtype), tuple(data.shape))
                 self._put.append(self._key_put(got, want))
+                self.weak.append(False)
+                self._impls.append(_key_impl(want))
             else:
                 got = (np.dtype(want), tuple(leaf.shape))
                 self._put.append(self._array_put(got[0], got[1], bool(leaf.weak_type)))
+                self.weak.append(bool(leaf.weak_type))
+                self._impls.append(None)
             if got != (dt, tuple(dims)):
                 raise HloError(f"{name}: output {j} is {want}{list(leaf.shape)} under jax.jit "
                                f"({got[0]}{list(got[1])} in XLA), but the module returns "
@@ -417,6 +448,13 @@ class Outputs:
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> Any:
         return self.tree.unflatten([p(a) for p, a in zip(self._put, arrays, strict=True)])
+
+    def traced(self, values: Sequence[Any]) -> Any:
+        """Inside a jax trace: the output pytree of the module's traced outputs (already typed
+        and weakly typed as `weak` says), typed PRNG keys wrapped from their data."""
+        return self.tree.unflatten([
+            v if impl is None else jax.random.wrap_key_data(v, impl=impl)
+            for v, impl in zip(values, self._impls, strict=True)])
 
 
 def _key_impl(dtype: Any) -> Any:

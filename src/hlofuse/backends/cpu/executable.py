@@ -23,6 +23,8 @@ it, or a jax.Array sharing it, or one passed back in as an input, is never reuse
 The per-call path is kept short: the parameters' leaf dtypes and shapes, the ctypes pointer
 array types and the output allocation list are computed once here; a call checks each array
 with a few attribute compares and falls back on `check_args` only to build the error message.
+A caller that owns the buffers (`hlofuse.jit` through XLA, `frontends/jax_ffi.py`) calls
+`hf_entry` itself: `native_entry()`, `input_specs`/`output_specs`, `raise_status(status)`.
 
 Failures are hlofuse errors, never a crash or a MemoryError: outputs that cannot be allocated,
 the work arena (status 1) and a kernel's scratch (status 3, `hf_failure` names the kernel and
@@ -42,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -425,7 +427,7 @@ class CpuExecutable:
                 self._spare = outs
         return outs
 
-    def _failed(self, status: int, lib: ctypes.CDLL) -> None:
+    def _failed(self, status: int, lib: ctypes.CDLL) -> NoReturn:
         if status == _INTERRUPTED:
             runtime.check_signals()  # raises KeyboardInterrupt
         if status == _HOST_FAILED and self._host is not None:
@@ -455,6 +457,32 @@ class CpuExecutable:
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         return self._run(self._entry, arrays)
+
+    @property
+    def input_specs(self) -> list[tuple[np.dtype, tuple[int, ...]]]:
+        """(dtype, dims) of each input buffer `hf_entry` takes: the parameters' array leaves."""
+        return list(self._in_specs)
+
+    @property
+    def output_specs(self) -> list[tuple[np.dtype, tuple[int, ...]]]:
+        """(dtype, dims) of each output buffer: the root's array leaves."""
+        return list(self._out_specs)
+
+    def native_entry(self) -> tuple[int, int]:
+        """(the address of the loaded `hf_entry`, the host-callback slot that follows the
+        inputs or 0) for a caller that hands the buffers over itself (`hlofuse.jit` through
+        XLA, `frontends/jax_ffi.py`). Such a caller passes C-contiguous inputs of
+        `input_specs`, then the slot, and fresh outputs of `output_specs` that overlap no
+        input; calls `runtime.arm()` before a call; and gives a non-zero status to
+        `raise_status`."""
+        address = ctypes.cast(self._entry, ctypes.c_void_p).value
+        assert address is not None
+        return address, self._host_args[0] if self._host_args else 0
+
+    def raise_status(self, status: int) -> NoReturn:
+        """Raise what a non-zero status of `hf_entry` means (as a call of this executable
+        would)."""
+        self._failed(status, self._lib)
 
     def _profiling_library(self) -> ctypes.CDLL:
         if self._prof_lib is None:
