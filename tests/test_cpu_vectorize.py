@@ -196,6 +196,54 @@ def test_layouts_vectorize(tmp_path: Path, case: str, target: str) -> None:
 
 
 
+# brax MJX's contact sums: a masked sum over the 11 contacts (the middle dimension, stride 3)
+# of each body's 3 coordinates, read by an add (a kLoop fusion)
+SHORT_MASKED_SUM = """HloModule short_masked_sum
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+fused {
+  p0 = f32[64,3] parameter(0)
+  p1 = f32[64,11,3] parameter(1)
+  p2 = f32[64,11] parameter(2)
+  zero = f32[] constant(0)
+  zb = f32[64,11] broadcast(zero), dimensions={}
+  l = pred[64,11] compare(p2, zb), direction=LT
+  c = f32[64,11] convert(l)
+  w = f32[64,11,3] broadcast(c), dimensions={0,1}
+  x = f32[64,11,3] multiply(p1, w)
+  r = f32[64,3] reduce(x, zero), dimensions={1}, to_apply=add
+  ROOT o = f32[64,3] add(p0, r)
+}
+
+ENTRY main {
+  p0 = f32[64,3] parameter(0)
+  p1 = f32[64,11,3] parameter(1)
+  p2 = f32[64,11] parameter(2)
+  ROOT f = f32[64,3] fusion(p0, p1, p2), kind=kLoop, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_a_short_strided_sum_compiles_to_packed_code(tmp_path: Path, target: str) -> None:
+    """The outputs-in-lanes schedule (`vectorize.short_reduction`): no horizontal sum, no
+    scalar tail, gathers built in registers (no lane loop); the mask converted to 1.0/0.0 by a
+    blend on the comparison, not through pred bytes."""
+    module = parse(SHORT_MASKED_SUM)
+    (k,) = [lower_kernel(i, set(), Target.named(target)) for i in module.entry.instructions
+            if is_kernel(i)]
+    fn = k.source[k.source.index("HF_KERNEL void"):]
+    assert "hf_hred" not in fn and "hf_l" not in fn and "hf_blend" in fn
+    asm = _asm(tmp_path, "#define HF_KERNEL\n" + cexpr.prelude() + k.source, target)
+    body = _function(asm, k.name)
+    assert not SCALAR.findall(body), SCALAR.findall(body)[:10]
+    assert REGISTER[target] in body
+
 @pytest.mark.parametrize("target", ["avx2", "avx512"])
 def test_f32_math_calls_the_explicit_vector_forms(target: str) -> None:
     """sin and cos (and exp, log, tanh, logistic) in a vector loop are vmath's vector functions,

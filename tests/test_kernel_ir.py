@@ -175,6 +175,41 @@ def test_jam_merges_siblings_and_refuses_dependences() -> None:
     assert len(kern.body) == 2
 
 
+def test_regroup_jams_reductions_across_their_inits_and_results() -> None:
+    """`jam.regroup` (the outputs-in-lanes schedule's): each accumulator's init moves above
+    the first loop, each result below the second; a statement depending on both loops stops
+    it."""
+    from hlofuse.backends.kernel_ir.passes.jam import regroup
+
+    g = ir.Graph()
+    x = ir.Buffer("in0", F32, 8, "in", 0)
+    out = ir.Buffer("out0", F32, 2, "out", 0)
+    accs = [ir.Buffer(f"acc{n}", F32, 1, "local") for n in range(2)]
+    add = ir.ScalarOp(Opcode.ADD, F32)
+
+    def reduction(n: int, between: list[ir.Stmt]) -> list[ir.Stmt]:
+        r = ir.Var("r", 0, 8)
+        acc = accs[n]
+        body = [ir.Store(acc, ir.ZERO, g.alu(add, g.load(acc, ir.ZERO),
+                                             g.load(x, ir.affine(r))))]
+        return [ir.Store(acc, ir.ZERO, g.const(float(n), F32)), ir.Loop(r, 0, 8, body),
+                *between, ir.Store(out, ir.affine(n), g.load(acc, ir.ZERO))]
+
+    k = ir.Kernel("k", [x], [out], reduction(0, []) + reduction(1, []), g, locals=accs)
+    body = regroup(k, k.body)
+    kinds = [type(s).__name__ for s in body]
+    assert kinds == ["Store", "Store", "Loop", "Store", "Store"]
+    assert [s.buf for s in body if isinstance(s, ir.Store)] == [*accs, out, out]
+    (loop,) = [s for s in body if isinstance(s, ir.Loop)]
+    assert [s.buf for s in loop.body] == accs  # both reductions in one loop
+    assert len(k.body) == 6  # the original statements are not changed
+    # acc1's init reads out0[0], written after the first loop: it can move neither way
+    blocked = ir.Store(accs[1], ir.ZERO, g.load(out, ir.ZERO))
+    first = reduction(0, [])
+    second = reduction(1, [])
+    k2 = ir.Kernel("k", [x], [out], first + [blocked] + second[1:], g, locals=accs)
+    assert len([s for s in regroup(k2, k2.body) if isinstance(s, ir.Loop)]) == 2
+
 def test_collapse_flattens_elementwise_nests_only() -> None:
     k = one("""
 ENTRY e {

@@ -376,18 +376,19 @@ class KernelPrinter:
             parts.append(c_int(a.const))
         return " + ".join(parts)
 
-    def lane_aff(self, a: Affine) -> str:
-        """An index expression for lane `hf_l` of the current vector loop."""
+    def lane_aff(self, a: Affine, lane: str = "hf_l") -> str:
+        """An index expression for lane `lane` (a C expression: `hf_l` in a lane loop, or a
+        number) of the current vector loop."""
         assert self.vec is not None
         var = self.vec[0]
         parts = []
         for t, c in a.terms:
             if t is var:
-                x = f"({self.var_name(var)} + hf_l)"
+                x = f"({self.var_name(var)} + {lane})" if lane != "0" else self.var_name(var)
             elif isinstance(t, Var):
                 x = self.var_name(t)
             elif self.varies(t):
-                x = f"{self.vexpr(t)}[hf_l]"
+                x = f"{self.vexpr(t)}[{lane}]"
             else:
                 x = self.sx(t)
             parts.append(x if c == 1 else f"{x} * {c_int(c)}")
@@ -658,10 +659,11 @@ class KernelPrinter:
             if v.index.coef(var) == 1 and not self.varying_terms(v.index):
                 raw = f"{self.lib.load(st, w)}({self.cname[buf]} + {self.aff(v.index)})"
                 return self._local(vt, self.to_compute(v.dtype, raw))
-            name = self.fresh()
-            self.line(f"{self.lib.t(st, w)} {name};")
-            self.line(f"for (int hf_l = 0; hf_l < {w}; ++hf_l) "
-                      f"{name}[hf_l] = {self.cname[buf]}[{self.lane_aff(v.index)}];")
+            # a gather: one initializer of the lanes' loads (GCC inserts them into a register;
+            # a lane loop it may assemble through memory, a store-forwarding stall per vector)
+            lanes = ", ".join(f"{self.cname[buf]}[{self.lane_aff(v.index, str(lane))}]"
+                              for lane in range(w))
+            name = self._local(self.lib.t(st, w), f"{{{lanes}}}")
             return self._local(vt, self.to_compute(v.dtype, name))
         if op == "tile":
             return self._tile(v, vt)
@@ -687,7 +689,7 @@ class KernelPrinter:
             if v.uid in self.lazy_now():
                 return self._lazy_cond(v, vt, self.lib.select(compute_short(v.dtype), w),
                                        self.lazy[v.uid])
-            blend = self._blend_on_compare(v, w)
+            blend = self._blend_on_compare(v, w) or self._convert_of_compare(v, w)
             if blend is not None:
                 return self._local(vt, blend)
             args = [self.vexpr(a) for a in v.args]
@@ -715,6 +717,25 @@ class KernelPrinter:
         if found is None:
             return None
         return f"{self.lib.blend(short, w)}({found[0]}, {self.vexpr(a)}, {self.vexpr(b)})"
+
+    def _convert_of_compare(self, v: Val, w: int) -> str | None:
+        """A lane-varying comparison converted to a number type as wide as the compared one
+        (`(x < 0).astype(f32)`): a blend of 1 and 0 on the comparison's mask, not pred lanes
+        (bytes) narrowed from the mask and widened back. Exact: convert(pred) is 1 or 0."""
+        if v.arg.opcode is not Opcode.CONVERT or v.dtype.is_pred:
+            return None
+        (p,) = v.args
+        if not (self.varies(p) and p.op == "alu" and p.arg.opcode is Opcode.COMPARE):
+            return None
+        src = p.args[0].dtype
+        short = compute_short(v.dtype)
+        if src.is_pred or cvec.CTYPES[compute_short(src)][1] != cvec.CTYPES[short][1]:
+            return None
+        found = cvec.compare_mask(self.lib, p.arg, src, [self.vexpr(x) for x in p.args], w)
+        if found is None:
+            return None
+        splat = self.lib.splat(short, w)
+        return f"{self.lib.blend(short, w)}({found[0]}, {splat}(1), {splat}(0))"
 
     def _lane_loop(self, v: Val, vt: str, w: int) -> str:
         dtypes = [a.dtype for a in v.args]

@@ -20,7 +20,9 @@ The combiner is the reducer computation inlined (`scalar.inline`), so a float na
 interpreter and XLA's CPU backend do (their order comes from `simplify`'s tree-reduction and
 scan rewrites). Reordering (vectorized partial accumulators) is the `vectorize` pass's
 business: it only reassociates reducers `scalar.simple_reducer` recognises, never a sum or
-product of a narrow float, or lane-wise combinations XLA's semantics allow.
+product of a narrow float, or lane-wise combinations XLA's semantics allow. Where a reduction
+is short and strided along its reduced dimension (the middle one of [64, 11, 3]: a row nest
+whose accumulator row is short), `vectorize` puts its outputs in lanes and keeps the order.
 reduce-window pads (and fills base-dilation holes) with the init value, as the interpreter does.
 """
 

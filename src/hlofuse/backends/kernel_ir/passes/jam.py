@@ -12,6 +12,17 @@ parallel yet; no buffer one of them writes
 is read by the other; and where both write a buffer, the index ranges they write (over the loop
 range) do not overlap. Then running the bodies interleaved, iteration by iteration, gives the
 same results as running one loop after the other.
+
+`regroup(kernel, body)` (used by `vectorize` for its outputs-in-lanes schedule) also jams
+sibling loops that statements stand between, moving each such statement above the first loop
+or below the second, whichever it does not depend on:
+
+    acc0 = 0; for r: acc0 += f(r); out0 = acc0; acc1 = 0; for r: acc1 += g(r); out1 = acc1
+ -> acc0 = 0; acc1 = 0; for r: {acc0 += f(r); acc1 += g(r)}; out0 = acc0; out1 = acc1
+
+A statement moves up only if it is independent (`_independent`) of the first loop and of the
+statements already moved down past it; down only if independent of the second loop (the
+statements moved up after it are checked against it). Only stores, lets and comments move.
 """
 
 from __future__ import annotations
@@ -39,6 +50,48 @@ def _block(k: ir.Kernel, body: list[Stmt]) -> list[Stmt]:
             s = ir.If(s.cond, _block(k, s.then), _block(k, s.orelse))
         out.append(s)
     return out
+
+
+def regroup(k: ir.Kernel, body: list[Stmt]) -> list[Stmt]:
+    """`body` with sibling loops jammed across the statements between them (see the module
+    docstring); nested blocks are left as they are. New loop objects: `body`'s are not
+    changed."""
+    out: list[Stmt] = []
+    last = -1  # position in `out` of the last loop
+    for s in body:
+        if isinstance(s, ir.Loop):
+            prev = out[last] if last >= 0 else None
+            moved = None
+            if isinstance(prev, ir.Loop) and _can_jam(prev, s):
+                moved = _move_apart(out[last + 1:], prev, s)
+            if isinstance(prev, ir.Loop) and moved is not None:
+                ups, downs = moved
+                extra = Rewriter(k.graph, {s.var: ir.affine(prev.var)}).stmts(s.body)
+                merged = ir.Loop(prev.var, prev.lo, prev.hi, prev.body + extra)
+                out = out[:last] + ups + [merged] + downs
+                last += len(ups)
+                continue
+            last = len(out)
+        out.append(s)
+    return out
+
+
+def _move_apart(between: list[Stmt], first: ir.Loop, second: ir.Loop
+                ) -> tuple[list[Stmt], list[Stmt]] | None:
+    """The statements between two loops split into those that can move above `first` and
+    those that can move below `second` (each keeping its order), or None."""
+    ups: list[Stmt] = []
+    downs: list[Stmt] = []
+    for s in between:
+        if not isinstance(s, ir.Store | ir.Let | ir.Comment):
+            return None
+        if _independent([s], first.body) and _independent([s], downs):
+            ups.append(s)
+        elif _independent([s], second.body):
+            downs.append(s)
+        else:
+            return None
+    return ups, downs
 
 
 def _last_loop(out: list[Stmt], loop: ir.Loop) -> ir.Loop | None:

@@ -43,16 +43,18 @@ def parallelize(kernel: ir.Kernel, threads: int = 1, threshold: float = PARALLEL
             s.parallel = True
 
 
-def estimate_ns(loop: ir.Loop, per_byte: float = NS_PER_BYTE) -> float:
+def estimate_ns(loop: ir.Loop, per_byte: float = NS_PER_BYTE, lanes: int = 1) -> float:
     """A rough single-thread time of `loop`: per value of its variable, the bytes its
     statements load and store (`per_byte` each) and their ops (a vector loop's ops shared by
-    its lanes), plus its inner loops."""
+    its lanes, also those of the sequential loops inside it: `lanes`), plus its inner
+    loops."""
+    lanes = max(lanes, loop.vector)
     own = 0.0
     nested = 0.0
     roots = []
     for s in loop.body:
         if isinstance(s, ir.Loop):
-            nested += estimate_ns(s, per_byte)
+            nested += estimate_ns(s, per_byte, lanes)
         elif isinstance(s, ir.Store | ir.StoreTile):
             count = len(s.values) if isinstance(s, ir.StoreTile) else 1
             own += per_byte * s.buf.dtype.itemsize * count
@@ -63,7 +65,7 @@ def estimate_ns(loop: ir.Loop, per_byte: float = NS_PER_BYTE) -> float:
             ops += op_cost(v.arg.opcode)
         elif v.op in ("load", "tile"):
             own += per_byte * v.buffer.dtype.itemsize
-    own += NS_PER_OP * ops / max(1, loop.vector)
+    own += NS_PER_OP * ops / max(1, lanes)
     # an unrolled vector loop's body holds step / vector copies, each covering `vector` values
     own /= max(1, ir.step_of(loop) // max(1, loop.vector))
     return (loop.hi - loop.lo) * (own + nested)

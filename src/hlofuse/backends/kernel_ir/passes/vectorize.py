@@ -7,7 +7,10 @@
 The width W comes from the target's vector register size (`target.Target`) and the narrowest
 compute type in the loop (4-byte lanes -> vbytes/4 lanes). Before a loop is vectorized, inner
 loops shorter than W (up to `UNROLL_MAX` iterations) are unrolled into it, so an [n, 4] layout
-vectorizes over n with the 4 columns as separate vectors instead of not at all. Then:
+vectorizes over n with the 4 columns as separate vectors instead of not at all; a row of
+accumulators then read and written only at constant positions becomes one accumulator per
+position (`scalarize`). Short strided reductions put their outputs in lanes instead of being
+vectorized along themselves (below). Then:
 
 * strided loads whose rows are read whole become `tile` values (a contiguous block of
   `stride * W` elements loaded and transposed in registers), other non-contiguous loads stay
@@ -27,8 +30,19 @@ vectorizes over n with the 4 columns as separate vectors instead of not at all. 
   The order is XLA CPU's kind (YNNPACK's row reduction: vector partials, lanes combined
   pairwise), not the interpreter's (numpy's pairwise sum in f64).
 
-Legality, checked before any change: the body holds only stores, lets and comments (no `If`, no
-inner loop after unrolling, no library call or copy); every store to a buffer that is not
+Outputs in lanes (`short_reduction`, `outputs_in_lanes`): a reduction loop shorter than
+SHORT_REDUCTION_VECTORS * W that reads an operand with a stride other than 0 or 1 along itself
+(the middle dimension of [64, 11, 3], a transposed minor one) would be a vector step of lane
+gathers, a horizontal combine and a scalar tail per output. Instead the loop over its outputs
+is vectorized: short inner loops unrolled, the reduction loops kept (sequential, inside the
+vector loop, one accumulator register per lane) and jammed together (`jam.regroup`), so
+every lane sums its own output in the scalar loop's order (exact for every type, f16/bf16
+included; the same on any vector width and thread count) and operands shared by several
+reductions load once. A contiguous row (stride 1) keeps the partial-accumulator schedule.
+
+Legality, checked before any change: the body holds only stores, lets, comments and such kept
+reduction loops (no `If`, no other inner loop after unrolling, no library call or copy; a kept
+loop stores only privatised accumulators); every store to a buffer that is not
 privatised either writes a lane-distinct address (the index has a nonzero coefficient on the
 loop variable and no value term that depends on it) with loads of that buffer only at the same
 address (read-modify-write per lane), or is a recognised reduction; a `cond` whose condition
@@ -44,6 +58,7 @@ import numpy as np
 
 from hlofuse.backends.kernel_ir import ir, naming
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Graph, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.passes.jam import regroup
 from hlofuse.backends.kernel_ir.rewrite import Rewriter
 from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.dtypes import DType
@@ -53,6 +68,10 @@ from hlofuse.ir.opcodes import Opcode
 LANE_TYPES = frozenset({"pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f16",
                         "bf16", "f32", "f64"})
 UNROLL_MAX = 16  # inner loops up to this many iterations may be unrolled into a vector loop
+# Outputs in lanes: a reduction loop shorter than this many vectors runs sequentially inside a
+# vector loop over its outputs (`short_reduction`), not vectorized along itself.
+SHORT_REDUCTION_VECTORS = 2
+LANES_UNROLL_MAX = 64  # statements the outputs-in-lanes schedule may unroll a body into
 ACCUMULATORS = 4  # vector partial accumulators of a reduction loop (shared by its reductions)
 REDUCERS = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND,
                       Opcode.OR, Opcode.XOR})
@@ -117,9 +136,15 @@ class _Vectorizer:
             n = loop.hi - loop.lo
             if n >= width and all(_unrollable(s, width) for s in inner):
                 before = len(self.k.locals)
-                loop = ir.Loop(loop.var, loop.lo, loop.hi, self.unroll(loop.body), loop.parallel)
+                body = self.unroll(loop.body)
                 private |= dict.fromkeys(self.k.locals[before:])
+                body = self.scalarize(body, private)
+                private |= dict.fromkeys(self.k.locals[before:])
+                loop = ir.Loop(loop.var, loop.lo, loop.hi, body, loop.parallel)
             else:
+                lanes = self.outputs_in_lanes(loop, width, private)
+                if lanes is not None:
+                    return lanes
                 loop.body = self.block(loop.body)
                 return [loop]
         plan = self.plan(loop, self.width(loop), private)
@@ -140,29 +165,95 @@ class _Vectorizer:
             roots.extend(ir.stmt_vals(s))
         return ir.postorder(roots)
 
-    def unroll(self, body: list[Stmt]) -> list[Stmt]:
-        """Inner loops fully unrolled; locals used only inside an unrolled loop get one copy per
-        iteration (so copies never share an accumulator)."""
+    def unroll(self, body: list[Stmt], keep: int = 0) -> list[Stmt]:
+        """Inner loops fully unrolled, except short reductions when `keep` (the vector width)
+        is given (`short_reduction`: they stay loops, their own inner loops unrolled); locals
+        used only inside an unrolled loop get one copy per iteration (so copies never share
+        an accumulator)."""
         out: list[Stmt] = []
         for s in body:
-            if isinstance(s, ir.Loop):
+            if isinstance(s, ir.Loop) and keep and short_reduction(s, keep):
+                out.append(ir.Loop(s.var, s.lo, s.hi, self.unroll(s.body), s.parallel))
+            elif isinstance(s, ir.Loop):
                 mine = self.accessed_only_in(s.body)
                 for x in range(s.lo, s.hi):
                     clones = {b: self.clone(b) for b in mine}
                     copy = Rewriter(self.g, {s.var: ir.affine(x)}, clones).stmts(s.body)
-                    out.extend(self.unroll(copy))
+                    out.extend(self.unroll(copy, keep))
             else:
                 out.append(s)
         return out
+
+    def outputs_in_lanes(self, loop: ir.Loop, width: int, private: dict[Buffer, None]
+                         ) -> list[Stmt] | None:
+        """The outputs-in-lanes schedule of a loop over the outputs of short reductions:
+
+            for i in [0, 64):                        for i in [0, 64) vector 8:
+              for j in [0, 3):                         acc0..acc8 = 0   (lanes: i .. i+7)
+                acc0 = 0                               for r in [0, 11):
+                for r in [0, 11): acc0 += f(i, j, r)     acc0 += f(i, 0, r) ... acc8 += ...
+                out[3i + j] = acc0                     out[3i + 0] = acc0 ... (a StoreTile)
+                ...
+
+        Every inner loop is a short reduction (`short_reduction`: kept as a loop, run on all
+        lanes at once with one accumulator register per lane) or short enough to unroll
+        (`_lanes_unrolled_size`); the copies' reduction loops are jammed (`jam.regroup`) so
+        they share their loads, and a row of accumulators read and written only at constant
+        positions after unrolling becomes one accumulator per position (`_scalarize`). Each
+        lane sums its own reduction in order: the order of the scalar loop, whatever the
+        type. None (nothing changed) if the loop has no such form or `plan` refuses it."""
+        n = loop.hi - loop.lo
+        size = _lanes_unrolled_size(loop.body, width)
+        if n < width or size is None or not any(
+                isinstance(s, ir.Loop) and short_reduction(s, width) for s in ir.walk(loop.body)):
+            return None
+        before = len(self.k.locals)
+        body = regroup(self.k, self.unroll(loop.body, keep=width))
+        mine = dict(private) | dict.fromkeys(self.k.locals[before:])
+        body = self.scalarize(body, mine)
+        mine |= dict.fromkeys(self.k.locals[before:])
+        new = ir.Loop(loop.var, loop.lo, loop.hi, body, loop.parallel)
+        planned = self.plan(new, self.width(new), mine)
+        if planned is None:
+            del self.k.locals[before:]
+            return None
+        return planned
+
+    def scalarize(self, body: list[Stmt], private: dict[Buffer, None]) -> list[Stmt]:
+        """Locals of `private` with more than one element that `body` reads and writes only at
+        constant positions (a reduction nest's row of accumulators, its loops over the row
+        unrolled) -> one single-element local per position."""
+        consts: dict[Buffer, set[int]] = {}
+        other: set[Buffer] = set()
+
+        def see(buf: Buffer, index: Affine) -> None:
+            if buf.size > 1 and buf in private and buf.kind == "local" and not index.terms:
+                consts.setdefault(buf, set()).add(index.const)
+            else:
+                other.add(buf)
+
+        for st in ir.walk(body):
+            if isinstance(st, ir.Store):
+                see(st.buf, st.index)
+            elif isinstance(st, ir.StoreTile):
+                other.add(st.buf)
+        for x in self.body_vals(body):
+            if x.op == "load":
+                see(x.buffer, x.index)
+            elif x.op in ("tile", "lanes_reduce"):
+                other.update(x.buffers)
+        parts = {(b, c): self.clone(b, 1) for b in consts if b not in other
+                 for c in sorted(consts[b])}
+        return _Scalarize(self.g, parts).stmts(body) if parts else body
 
     def new_buffer(self, name: str, dtype: DType, w: int) -> Buffer:
         buf = Buffer(self.fresh(name), dtype, w, "lanes")
         self.k.locals.append(buf)
         return buf
 
-    def clone(self, buf: Buffer) -> Buffer:
-        new = Buffer(self.fresh(f"{buf.name}_{len(self.k.locals)}"), buf.dtype, buf.size,
-                     buf.kind)
+    def clone(self, buf: Buffer, size: int = 0) -> Buffer:
+        new = Buffer(self.fresh(f"{buf.name}_{len(self.k.locals)}"), buf.dtype,
+                     size or buf.size, buf.kind)
         self.k.locals.append(new)
         return new
 
@@ -182,16 +273,19 @@ class _Vectorizer:
         if n < w or w < 2:
             return None
         body = loop.body
-        if any(not isinstance(s, ir.Store | ir.Let | ir.Comment) for s in body):
+        if any(not isinstance(s, ir.Store | ir.Let | ir.Comment) and not (
+                isinstance(s, ir.Loop) and _sequential(s)) for s in body):
             return None
         vals = self.body_vals(body)
         if not self.conds_ok(vals, v):
             return None
+        stores = [s for s in ir.walk(body) if isinstance(s, ir.Store)]
         if any(x.dtype.name not in LANE_TYPES for x in vals) or any(
-                s.buf.dtype.name not in LANE_TYPES for s in body if isinstance(s, ir.Store)):
+                s.buf.dtype.name not in LANE_TYPES for s in stores):
             return None  # complex, sub-byte and 8-bit float values have no vector lanes
-        stores = [s for s in body if isinstance(s, ir.Store)]
         stored = dict.fromkeys(s.buf for s in stores)  # (in order: the C must not vary by run)
+        nested = {s.buf for s in ir.walk([x for x in body if isinstance(x, ir.Loop)])
+                  if isinstance(s, ir.Store)}
         private: dict[Buffer, Buffer] = {}
         reductions: dict[Buffer, tuple[Affine, Opcode]] = {}
         for buf in stored:
@@ -202,6 +296,8 @@ class _Vectorizer:
                     not _depends(mine[0].index, v):
                 private[buf] = self.new_buffer(buf.name + "v", buf.dtype, w)
                 continue
+            if buf in nested:
+                return None  # inner (sequential) loops write only registers of their lanes
             if all(s.index.coef(v) and not _varies(s.index, v) for s in mine):
                 if all(any(x.index == s.index for s in mine) for x in loads):
                     continue
@@ -347,7 +443,7 @@ class _Vectorizer:
             return self.g.make("tile", x.dtype, (), (x.buffer, base, stride, k))
 
         roots: list[Val] = []
-        for s in body:
+        for s in ir.walk(body):
             roots.extend(ir.stmt_vals(s))
         mapping: dict[int, Val] = {}
         for x in ir.postorder(roots):
@@ -378,6 +474,24 @@ def _depends(a: Affine, v: Var) -> bool:
     return bool(a.coef(v)) or _varies(a, v)
 
 
+class _Scalarize(Rewriter):
+    """Loads and stores of (buffer, constant position) in `parts` -> that part's element 0."""
+
+    def __init__(self, g: Graph, parts: dict[tuple[Buffer, int], Buffer]) -> None:
+        super().__init__(g)
+        self.parts = parts
+
+    def _rebuild(self, v: Val) -> Val:
+        if v.op == "load" and not v.index.terms and (v.buffer, v.index.const) in self.parts:
+            return self.g.load(self.parts[(v.buffer, v.index.const)], ir.ZERO)
+        return super()._rebuild(v)
+
+    def stmt(self, s: Stmt) -> list[Stmt]:
+        if isinstance(s, ir.Store) and not s.index.terms and (s.buf, s.index.const) in self.parts:
+            return [ir.Store(self.parts[(s.buf, s.index.const)], ir.ZERO, self.val(s.value))]
+        return super().stmt(s)
+
+
 def _tile_base(index: Affine, v: Var, stride: int) -> tuple[Affine | None, int]:
     """`index = base + k` with `base` a multiple of `stride` in every term and 0 <= k < stride;
     (None, 0) if the other terms are not multiples of the stride."""
@@ -385,6 +499,64 @@ def _tile_base(index: Affine, v: Var, stride: int) -> tuple[Affine | None, int]:
         return None, 0
     k = index.const % stride
     return index - k, k
+
+
+def _sequential(loop: ir.Loop) -> bool:
+    """A loop a vector loop may hold: scalar, sequential, straight-line body."""
+    return not loop.vector and not loop.parallel and all(
+        isinstance(s, ir.Store | ir.Let | ir.Comment) for s in loop.body)
+
+
+def short_reduction(loop: ir.Loop, width: int) -> bool:
+    """The outputs-in-lanes rule. A reduction loop (its body stores only to locals at
+    positions its variable does not change: accumulators; inner loops short enough to unroll)
+    shorter than `SHORT_REDUCTION_VECTORS` vectors of `width` lanes, reading some operand with
+    a stride other than 0 or 1 along it. Vectorized along itself it would be a vector step
+    or two of lane-by-lane gathers, a horizontal combine and a scalar tail per output; run
+    sequentially inside a vector loop over its outputs it is one vector op per element for
+    `width` outputs, with no combine and no tail, and the gathers are shared by the
+    reductions jammed together. A contiguous row (stride 1) stays vectorized along itself:
+    there it loads whole vectors, where the outputs' lanes would gather."""
+    if loop.vector or loop.parallel or loop.hi - loop.lo >= SHORT_REDUCTION_VECTORS * width:
+        return False
+    if any(not isinstance(s, ir.Store | ir.Let | ir.Comment) and not (
+            isinstance(s, ir.Loop) and _unrollable(s, width)) for s in loop.body):
+        return False
+    v = loop.var
+    stores = [s for s in ir.walk(loop.body) if isinstance(s, ir.Store)]
+    if not stores or any(s.buf.kind != "local" or _depends(s.index, v) for s in stores):
+        return False
+    vals = ir.postorder(x for s in ir.walk(loop.body) for x in ir.stmt_vals(s))
+    return any(x.op == "load" and (x.index.coef(v) not in (0, 1) or _varies(x.index, v))
+               for x in vals)
+
+
+def _lanes_unrolled_size(body: list[Stmt], width: int) -> int | None:
+    """Statements `body` becomes when its inner loops are unrolled for the outputs-in-lanes
+    schedule (short reductions kept as loops, other loops shorter than `width` unrolled); None
+    if some inner loop is neither or the total exceeds LANES_UNROLL_MAX."""
+    total = 0
+    for s in body:
+        if isinstance(s, ir.Loop) and short_reduction(s, width):
+            inner = _lanes_unrolled_size(s.body, width)
+            if inner is None:
+                return None
+            total += 1 + inner
+        elif isinstance(s, ir.Loop):
+            n = s.hi - s.lo
+            if n >= width or n > UNROLL_MAX or s.vector or s.parallel:
+                return None
+            inner = _lanes_unrolled_size(s.body, width)
+            if inner is None:
+                return None
+            total += n * inner
+        elif isinstance(s, ir.Store | ir.Let | ir.Comment):
+            total += 1
+        else:
+            return None
+        if total > LANES_UNROLL_MAX:
+            return None
+    return total
 
 
 def _unrollable(loop: ir.Loop, width: int) -> bool:
