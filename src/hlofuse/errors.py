@@ -124,6 +124,11 @@ class HostCallbackError(HloError):
     exception when it raised one."""
 
 
+class ConfigError(HloError):
+    """An environment variable hlofuse reads holds a value it cannot use (`hlofuse/env.py`):
+    the message names the variable, quotes the value and says what is allowed."""
+
+
 class CacheDirError(HloError):
     """The compile cache directory is not safe to trust (owned by another user, or group- or
     world-writable): the message names the directory and `HLOFUSE_CACHE_DIR`."""

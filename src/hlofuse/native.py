@@ -30,7 +30,6 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
-import os
 import sys
 import warnings
 from dataclasses import dataclass
@@ -119,7 +118,9 @@ def install() -> State:
     global STATE
     if any(isinstance(f, _Finder) for f in sys.meta_path):
         return STATE
-    if os.environ.get("HLOFUSE_PURE", "") not in ("", "0"):
+    from hlofuse import env
+
+    if env.flag("HLOFUSE_PURE"):
         STATE = State(False, "HLOFUSE_PURE is set (the sources run)")
         return STATE
     files, reason = check()

@@ -41,14 +41,13 @@ What a run guarantees:
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from hlofuse import gcpause
+from hlofuse import env, gcpause
 from hlofuse.errors import HloVerifyError, KeptFactError, PassError
 from hlofuse.ir.module import Module
 
@@ -61,7 +60,7 @@ CHECK_KEPT_ENV = "HLOFUSE_CHECK_KEPT"
 
 
 def checking_kept() -> bool:
-    return os.environ.get(CHECK_KEPT_ENV, "") not in ("", "0")
+    return env.flag(CHECK_KEPT_ENV)
 
 
 def check_kept(same: bool, what: str) -> None:
@@ -117,7 +116,7 @@ class Context:
 
     @property
     def verify_enabled(self) -> bool:
-        return self.verify or os.environ.get(VERIFY_ENV, "") not in ("", "0")
+        return self.verify or env.flag(VERIFY_ENV)
 
 
 # ----- reports ----------------------------------------------------------------------------

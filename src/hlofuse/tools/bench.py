@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -37,9 +36,11 @@ class BenchmarkNotFoundError(RuntimeError):
 
 def benchmarks_dir() -> Path:
     candidates = []
-    env = os.environ.get("HLOFUSE_BENCHMARKS")
-    if env:
-        candidates.append(Path(env))
+    from hlofuse import env
+
+    given = env.path("HLOFUSE_BENCHMARKS")
+    if given is not None:
+        candidates.append(given)
     candidates.append(Path(__file__).resolve().parents[3] / "benchmarks")
     candidates.append(Path.cwd() / "benchmarks")
     for c in candidates:

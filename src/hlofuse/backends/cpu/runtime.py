@@ -252,13 +252,11 @@ def parallel_address() -> int | None:
 
 def default_threads() -> int:
     """HLOFUSE_THREADS when set (a positive integer), else the CPUs this process may run on."""
-    env = os.environ.get("HLOFUSE_THREADS", "").strip()
-    if env:
-        if not env.isdigit() or int(env) < 1:
-            from hlofuse.errors import HloError
+    from hlofuse import env
 
-            raise HloError(f"HLOFUSE_THREADS={env!r}: expected a positive integer")
-        return int(env)
+    n = env.threads()  # (ConfigError unless ASCII digits within bounds)
+    if n is not None:
+        return n
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):

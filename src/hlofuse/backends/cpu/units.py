@@ -30,7 +30,6 @@ Conditions enforced:
 
 from __future__ import annotations
 
-import os
 import re
 import zlib
 from collections.abc import Callable
@@ -61,7 +60,9 @@ KERNEL_FLAGS: tuple[str, ...] = ("-O2", "-fvect-cost-model=dynamic")
 
 def kernel_flags() -> tuple[str, ...]:
     """KERNEL_FLAGS, or none where HLOFUSE_CC_OPT sets the level of all generated code."""
-    return () if os.environ.get("HLOFUSE_CC_OPT") else KERNEL_FLAGS
+    from hlofuse import env
+
+    return () if env.cc_opt() else KERNEL_FLAGS
 
 _LIBRARY_GUARD = re.compile(r"^#ifndef (HFLIB_\w+)$", re.MULTILINE)
 _UNIT_DEFINES = "#define HF_KERNEL HF_HIDDEN\n"

@@ -42,7 +42,7 @@ class Target:
 
     @staticmethod
     def detect() -> Target:
-        env = os.environ.get("HLOFUSE_TARGET")
+        env = _env_target()
         if env:
             return Target.named(env)
         from hlofuse.backends.cpu import build
@@ -63,7 +63,7 @@ def march() -> str:
     for x86-64-v3, as an AVX2 machine would). A wider or foreign target keeps `-march=native`:
     its vector types still compile (64-byte vectors become two 32-byte ones on AVX2), and the
     code runs here."""
-    env = os.environ.get("HLOFUSE_TARGET")
+    env = _env_target()
     if not env:
         return NATIVE_MARCH
     named = Target.named(env)
@@ -86,6 +86,13 @@ _NAMED = {
     "neon": Target("neon", 16, "-march=armv8-a"),
     "scalar": Target("scalar", 0, ""),
 }
+
+
+def _env_target() -> str | None:
+    """HLOFUSE_TARGET, checked (`hlofuse.env`: ConfigError naming it unless a known target)."""
+    from hlofuse import env
+
+    return env.choice("HLOFUSE_TARGET", _NAMED)
 
 
 @functools.lru_cache(maxsize=4)

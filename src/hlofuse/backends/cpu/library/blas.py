@@ -194,7 +194,9 @@ class Blas:
 
 
 def _setting() -> str:
-    return os.environ.get("HLOFUSE_BLAS", "").strip().lower()
+    from hlofuse import env
+
+    return env.choice("HLOFUSE_BLAS", ("auto", *_OFF, *_FORCE), lower=True) or ""
 
 
 def enabled() -> bool:
