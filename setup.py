@@ -9,7 +9,9 @@ runs on the compiled core; `tests/test_native.py` compares it with the sources);
 core runs the `xla` pipeline about 1.9x faster (README.md, "The compiled pass core").
 
 Where mypyc or the C compiler is missing, or `HLOFUSE_BUILD_PURE=1` is set, the build says so
-and installs the Python sources alone.
+and installs the Python sources alone. The manifest lists only what this build made: a build
+in which any module failed, or whose sources changed while it ran, leaves no manifest
+(`write_manifest`).
 """
 
 from __future__ import annotations
@@ -58,10 +60,25 @@ def _note(message: str) -> None:
     print(f"hlofuse build: {message}", file=sys.stderr)
 
 
+def source_digests() -> dict[str, str]:
+    """Each `CORE` module's name -> the sha256 of its source as it is now."""
+    return {_module(p): hashlib.sha256((HERE / "src/hlofuse" / p).read_bytes()).hexdigest()
+            for p in CORE}
+
+
+# The sources' digests as mypyc was about to read them (`extensions`): the manifest is written
+# only if they are still the same when the build ends.
+_SOURCES_BEFORE: dict[str, str] = {}
+
+
 def extensions() -> list:
     """mypyc's extensions for `CORE`, renamed into `hlofuse/_compiled/`; none (the Python
     sources alone) where mypyc is missing or HLOFUSE_BUILD_PURE is set."""
-    if os.environ.get("HLOFUSE_BUILD_PURE", "") not in ("", "0"):
+    pure = os.environ.get("HLOFUSE_BUILD_PURE", "").strip().lower()
+    if pure not in ("", "0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise SystemExit(f"hlofuse build: environment variable HLOFUSE_BUILD_PURE={pure!r}: "
+                         "expected 1/true/yes/on or 0/false/no/off")
+    if pure not in ("", "0", "false", "no", "off"):
         _note("HLOFUSE_BUILD_PURE is set: the pass core stays Python")
         return []
     try:
@@ -69,6 +86,7 @@ def extensions() -> list:
     except ImportError:
         _note("mypyc is not installed: the pass core stays Python")
         return []
+    _SOURCES_BEFORE.update(source_digests())
     exts = mypycify(
         ["--ignore-missing-imports", "--follow-imports=silent", "--no-site-packages",
          *(f"src/hlofuse/{p}" for p in CORE)],
@@ -80,36 +98,85 @@ def extensions() -> list:
     return exts
 
 
+def _file_digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def write_manifest(manifest: Path, files: dict[str, tuple[str, Path]],
+                   produced: dict[str, str], before: dict[str, str],
+                   now: dict[str, str]) -> str | None:
+    """Write `manifest` (beside the extensions) if this build made every one of `files`
+    (module name -> (extension name, the file it is loaded from)): each extension is in
+    `produced` (extension name -> the sha256 of what `build_extension` left, recorded as it
+    returned), the file on disk still has those bytes (an in-place copy of this build's
+    output, not an older file left from an earlier build), and the sources (`now`) are those
+    mypyc read (`before`). Otherwise remove it and return why: the core is used all or nothing
+    (a module of the group loaded from its source beside the others compiled would be two
+    copies of one module), so a partly failed build runs the sources."""
+    reason = None
+    if before != now:
+        changed = sorted(name for name in now if before.get(name) != now[name])
+        reason = f"sources changed while building ({', '.join(changed) or 'the list'})"
+    for ext_name, path in files.values():
+        if reason is not None:
+            break
+        if ext_name not in produced:
+            reason = f"{ext_name} was not built by this build"
+        elif _file_digest(path) != produced[ext_name]:
+            reason = f"{path.name} is not the file this build made for {ext_name}"
+    if reason is not None:
+        manifest.unlink(missing_ok=True)
+        return reason
+    where = manifest.parent
+    tmp = manifest.with_name(manifest.name + ".tmp")
+    tmp.write_text(json.dumps({
+        "format": 1,
+        "modules": [{"name": name, "file": path.relative_to(where).as_posix(),
+                     "source_sha256": now.get(name), "file_sha256": produced[ext_name]}
+                    for name, (ext_name, path) in files.items()],
+    }, indent=1) + "\n")
+    os.replace(tmp, manifest)
+    return None
+
+
 class BuildExt(build_ext):
     """build_ext, then `manifest.json` beside the extensions: each compiled module's name, file
-    and source digest (hlofuse/native.py checks them before loading any). A partial build
-    (an optional extension failed) leaves no manifest, so nothing compiled is loaded."""
+    and source digest (hlofuse/native.py checks them before loading any). The manifest is
+    removed before anything is built and written again only from what this build made
+    (`write_manifest`): a partial build (an optional extension failed, leaving an older file
+    in place or in build/ to be copied in place), or sources edited while it ran, leave none,
+    so nothing compiled is loaded."""
 
     def run(self) -> None:
         if not self.extensions:
             return super().run()
+        self._produced: dict[str, str] = {}
+        manifest = Path(self.get_ext_fullpath(GROUP + "__mypyc")).parent / "manifest.json"
+        manifest.unlink(missing_ok=True)
         for ext in self.extensions:  # (an in-place build does not make them)
             Path(self.get_ext_fullpath(ext.name)).parent.mkdir(parents=True, exist_ok=True)
         super().run()
-        lib = self.get_ext_fullpath(GROUP + "__mypyc")
-        where = Path(lib).parent
-        manifest = where / "manifest.json"
-        files = {GROUP + "__mypyc": Path(lib)}
+        files = {GROUP + "__mypyc": (GROUP + "__mypyc",
+                                     Path(self.get_ext_fullpath(GROUP + "__mypyc")))}
         for path in CORE:
             name = _module(path)
-            files[name] = Path(self.get_ext_fullpath(PLACE + name.removeprefix("hlofuse.")))
-        if not all(f.is_file() for f in files.values()):
-            manifest.unlink(missing_ok=True)
-            _note("the pass core did not compile: it stays Python")
-            return
-        sources = {_module(p): hashlib.sha256((HERE / "src/hlofuse" / p).read_bytes()).hexdigest()
-                   for p in CORE}
-        manifest.write_text(json.dumps({
-            "format": 1,
-            "modules": [{"name": name, "file": f.relative_to(where).as_posix(),
-                         "source_sha256": sources.get(name)}
-                        for name, f in files.items()],
-        }, indent=1) + "\n")
+            ext_name = PLACE + name.removeprefix("hlofuse.")
+            files[name] = (ext_name, Path(self.get_ext_fullpath(ext_name)))
+        reason = write_manifest(manifest, files, self._produced, _SOURCES_BEFORE,
+                                source_digests())
+        if reason is not None:
+            _note(f"the pass core did not compile ({reason}): it stays Python")
+
+    def build_extension(self, ext) -> None:
+        super().build_extension(ext)  # raises when it fails (filtered for optional ones)
+        # what this build left for `ext` (compiled now, or up to date with the C mypyc wrote)
+        digest = _file_digest(Path(self.get_ext_fullpath(ext.name)))
+        if digest is not None:
+            self._produced[ext.name] = digest
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
+if __name__ == "__main__":  # (setuptools runs this file as __main__; tests import it)
+    setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
