@@ -65,7 +65,6 @@ import json
 import os
 import platform
 import re
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -74,8 +73,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hlofuse import env
 from hlofuse.backends.cpu import cachefs, compile_errors
-from hlofuse.errors import CompileError, HloError
+from hlofuse.errors import CompileError, ConfigError, HloError
 
 if TYPE_CHECKING:  # (imported where used: a warm load starts no thread)
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -109,11 +109,18 @@ WARNING_ERRORS: tuple[str, ...] = (
 )
 CANDIDATES = ("cc", "gcc", "clang")
 # What a compiler says when the cache's file system is read-only or full.
-_DISK_ERRORS = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EROFS, errno.EDQUOT))
+_DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+_DISK_ERRORS = tuple(os.strerror(e) for e in _DISK_ERRNOS)
 
 
 class CompilerNotFoundError(CompileError):
     """No C compiler: the cpu backend cannot build anything."""
+
+
+class CompilerConfigError(CompilerNotFoundError, ConfigError):
+    """`$CC` names a program that does not exist: no compiler (as `CompilerNotFoundError`:
+    the backend is not available), and a configuration error naming CC (never a quiet fall
+    back to `cc`)."""
 
 
 class CCompileError(CompileError):
@@ -151,20 +158,26 @@ def cache_dir() -> Path:
 
 
 def find_compiler() -> list[str]:
-    """The compiler command: `$CC` (split like a shell would), then cc, gcc, clang. Looked up
-    once per value of `$CC` and `$PATH` (kernel lowering asks for it once per kernel)."""
+    """The compiler command: `$CC` (split like a shell would; `ConfigError` naming CC when it
+    does not split, carries a flag that changes floating-point results, or names no program),
+    else the first of cc, gcc, clang. Looked up once per value of `$CC` and `$PATH` (kernel
+    lowering asks for it once per kernel)."""
     return list(_find_compiler(os.environ.get("CC"), os.environ.get("PATH")))
 
 
 @functools.lru_cache(maxsize=8)
-def _find_compiler(env: str | None, path: str | None) -> tuple[str, ...]:
+def _find_compiler(cc: str | None, path: str | None) -> tuple[str, ...]:
     tried: list[str] = []
-    if env:
-        argv = shlex.split(env)
-        found = shutil.which(argv[0], path=path) if argv else None
-        if found:
-            return (found, *argv[1:])
-        tried.append(f"$CC={env!r}")
+    argv = env.compiler("CC")  # (cc is its value: the key of this cache)
+    if argv:
+        found = shutil.which(argv[0], path=path)
+        if not found:
+            raise CompilerConfigError(
+                f"no C compiler: environment variable CC={cc!r}: {argv[0]!r} is not an "
+                "executable program (on PATH, or at that path), and hlofuse does not guess "
+                "another; set CC to an installed C compiler, or unset it to use cc, gcc or "
+                "clang. The interpreter backend (backend='interpreter') runs without one.")
+        return (found, *argv[1:])
     for name in CANDIDATES:
         found = shutil.which(name, path=path)
         if found:
@@ -295,7 +308,7 @@ def _probe_warnings(argv: tuple[str, ...]) -> tuple[str, ...]:
 def flags(extra_flags: tuple[str, ...] = ()) -> list[str]:
     """The full flag list for this machine's compiler."""
     argv = tuple(find_compiler())
-    opt = os.environ.get("HLOFUSE_CC_OPT", "-O3")
+    opt = env.cc_opt() or "-O3"
     from hlofuse.backends.kernel_ir.target import march
 
     return [opt, march(), *BASE_FLAGS, *_compiler_facts(argv), *extra_flags]
@@ -374,6 +387,11 @@ def _load_or_build(key: str, name: str,
         except _Unwritable as exc:
             cachefs.unwritable(str(exc))
             continue
+        except OSError as exc:  # a write anywhere in the build: disk full, read-only, quota
+            if exc.errno not in _DISK_ERRNOS:
+                raise
+            cachefs.unwritable(f"{lib_path.parent}: {exc.strerror or exc}")
+            continue
         lib = _load_cached(lib_path, sum_path)
         if lib is None:
             raise CompileError(f"the library built for {name} at {lib_path} does not load")
@@ -394,40 +412,61 @@ def _adopt(key: str, lib: ctypes.CDLL) -> ctypes.CDLL:
 
 def _load_cached(lib_path: Path, sum_path: Path) -> ctypes.CDLL | None:
     """The library at `lib_path` if its bytes match its digest entry; None if anything is off.
-    (It is loaded by path: the loader identifies libraries by name, so a `/proc/self/fd/N`
-    name, reused with the descriptor number, could return another library. Between the check
-    and the load only this user or root can replace the file: the directory is checked.)"""
+    What is loaded is the bytes that were checked: the file is read once, verified, and those
+    bytes are written to a file of a fresh name (`mkstemp`, 0600, in the checked directory)
+    that is loaded and unlinked. (Not `/proc/self/fd/N`: the loader identifies libraries by
+    name, so that name, reused with the descriptor number, could return another library.)"""
     expected = cachefs.read_entry(sum_path, "library-digest")
     if expected is None:
         return None
-    fd = cachefs.open_verified(lib_path, expected.decode("ascii", "replace"))
-    if fd is None:
+    data = cachefs.read_verified(lib_path, expected.decode("ascii", "replace"))
+    if data is None:
         return None
-    os.close(fd)
     try:
-        return ctypes.CDLL(str(lib_path))
+        fd, private = tempfile.mkstemp(prefix=f".{lib_path.stem}.load-", suffix=".so",
+                                       dir=lib_path.parent)
     except OSError:
         return None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return ctypes.CDLL(private)
+    except OSError:
+        return None
+    finally:
+        _unlink(private)
 
 
 def _build(
     source: str, key: str, name: str, lib_path: Path, sum_path: Path,
     extra_flags: tuple[str, ...],
 ) -> None:
+    text = _cut(source).encode()
     try:
         src_dir = cachefs.directory("src")
-        c_path = src_dir / f"{_safe(name)}-{key[:16]}.c"
-        cachefs.atomic_write(c_path, _cut(source).encode())
-        fd, tmp_lib = tempfile.mkstemp(prefix=f".{key}.", suffix=".so", dir=lib_path.parent)
-        os.close(fd)
+        c_name = f"{_safe(name)}-{key[:16]}.c"
+        kept = src_dir / c_name  # for reading (error messages name it); never compiled
+        cachefs.atomic_write(kept, text)
+        work = Path(tempfile.mkdtemp(prefix=".cc-", dir=lib_path.parent))  # 0700, ours
     except OSError as exc:
         raise _Unwritable(f"{lib_path.parent}: {exc.strerror or exc}") from exc
-    cmd = [*find_compiler(), *flags(extra_flags), str(c_path), "-o", tmp_lib, "-lm"]
-    try:  # Ctrl-C or a failure while compiling leaves no temporary library behind
-        _run_compiler(cmd, name, c_path, lib_path.parent)
-        _store_library(tmp_lib, lib_path, sum_path)
+    try:  # Ctrl-C or a failure while compiling leaves no temporary file behind
+        c_path, tmp_lib = work / c_name, work / "out.so"
+        _write_private(c_path, text)
+        cmd = [*find_compiler(), *flags(extra_flags), str(c_path), "-o", str(tmp_lib), "-lm"]
+        _run_compiler(cmd, name, kept, lib_path.parent)
+        _store_library(str(tmp_lib), lib_path, sum_path)
     finally:
-        _unlink(tmp_lib)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Create `path` (in a directory of this compile's own: `mkdtemp`, 0700) and write `data`.
+    The compiler reads its source only from there: no one else can swap it while it reads."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                 | getattr(os, "O_CLOEXEC", 0), 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def _store_library(tmp_lib: str, lib_path: Path, sum_path: Path) -> None:
@@ -562,16 +601,21 @@ def _cached_object(okey: str) -> bytes | None:
 
 def _compile_object(unit: str, okey: str, name: str, what: str, obj: Path,
                     extra_flags: tuple[str, ...]) -> None:
-    """Compile the translation unit `unit` to `obj` (its C kept under the cache's src/) and
+    """Compile the translation unit `unit` to `obj` (in a private directory made for this
+    compile: the C is compiled from there, and kept for reading under the cache's src/) and
     store the object in the cache under `okey`."""
     src_dir = cachefs.directory("src")
-    c_path = src_dir / f"{_safe(name)}-{okey[:16]}.c"
+    c_name = f"{_safe(name)}-{okey[:16]}.c"
+    kept = src_dir / c_name
+    text = _cut(unit).encode()
     try:
-        cachefs.atomic_write(c_path, _cut(unit).encode())
+        cachefs.atomic_write(kept, text)
+        private = obj.parent / f"{obj.stem}-{c_name}"  # (ends like `kept`: compile_errors)
+        _write_private(private, text)
     except OSError as exc:
         raise _Unwritable(f"{src_dir}: {exc.strerror or exc}") from exc
-    cmd = [*find_compiler(), *flags((*extra_flags, "-c")), str(c_path), "-o", str(obj)]
-    _run_compiler(cmd, what, c_path, src_dir.parent)
+    cmd = [*find_compiler(), *flags((*extra_flags, "-c")), str(private), "-o", str(obj)]
+    _run_compiler(cmd, what, kept, src_dir.parent)
     data = obj.read_bytes()
     obj_dir = cachefs.directory(okey[:2])
     try:
