@@ -171,3 +171,30 @@ def test_warm_load_does_not_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == [o.tobytes().hex() for o in first]
     assert _cache_files(tmp_path) == before
+
+
+@pytest.mark.parametrize(("first", "second"), [("avx2", "sse2"), ("sse2", "avx2"),
+                                               ("avx512", "sse2"), ("avx2", "scalar")])
+def test_program_cache_key_covers_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             first: str, second: str) -> None:
+    """A program generated for one target (HLOFUSE_TARGET, or the detected host) is never
+    reused for another: the second compile generates its own C, with its own vector width."""
+    from hlofuse.backends.cpu import artifacts
+
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path))
+    text = _module_text(_salt(tmp_path))
+    x, n = _inputs()
+    expected = interpreter.run(parse(text), x, n)
+    sources = {}
+    for name in (first, second):
+        monkeypatch.setenv("HLOFUSE_TARGET", name)
+        exe = hlofuse.compile(text)
+        for got, want in zip(exe(x, n), expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=2e-6)
+        sources[name] = exe.source
+    assert len(list((tmp_path / "programs").glob("*.json"))) == 2
+    assert sources[first] != sources[second]
+    monkeypatch.setenv("HLOFUSE_TARGET", first)
+    k1 = artifacts.key(text, "xla")
+    monkeypatch.setenv("HLOFUSE_TARGET", second)
+    assert artifacts.key(text, "xla") != k1

@@ -14,7 +14,10 @@ the library from `build`'s cache; the optimised module is read and parsed only i
 entry of its own because most warm compiles never ask for it, and it is half of a large
 program's bytes (scan-1024: 3.1 of 5.7 MB, which a new process read, verified and decoded as
 JSON on every warm compile). Conditions enforced:
-- The key covers hlofuse's own source files, so editing the compiler invalidates every entry.
+- The key covers hlofuse's own source files, so editing the compiler invalidates every entry,
+  and everything else the generated C depends on (`generation_context`: the target, whether
+  named by HLOFUSE_TARGET or detected, the compiler's identity, every flag, this CPU), so a
+  program generated for one target or compiler is never reused for another.
 - Nothing executable is stored or read: no pickle, no marshal. An entry is a `cachefs` entry
   (owner and mode checked, sha256 of the content verified) holding JSON; the module is parsed
   with the ordinary HLO parser and every field is type-checked. An entry that is missing,
@@ -66,17 +69,34 @@ def code_version() -> str:
 def key(text: str, pipeline: str | None, threads: int | None = None,
         subnormals: str = DEFAULT_SUBNORMALS) -> str:
     """The entry's name: hlofuse's code, the pipeline, the threads (default: the runtime's
-    default), the subnormals setting and the text."""
+    default), the subnormals setting, everything else code generation depends on
+    (`generation_context`) and the text."""
     if threads is None:
         from hlofuse.backends.cpu import runtime
 
         threads = runtime.default_threads()
     h = hashlib.sha256()
     for part in (code_version(), repr(pipeline), f"threads={threads}",
-                 f"subnormals={subnormals}", text):
+                 f"subnormals={subnormals}", generation_context(), text):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
+
+
+def generation_context() -> str:
+    """What the generated C depends on besides the module and the settings above: the target
+    it is generated for (`Target.detect()`: HLOFUSE_TARGET, else the host as the compiler sees
+    it; the vector width of every kernel), the kernels' flags (HLOFUSE_CC_OPT) and the build
+    context (the compiler's command and identity, every flag, this CPU: `build.build_context`).
+    A program generated for AVX-512 is never reused for an SSE2 build, nor one generated under
+    one compiler for another."""
+    from hlofuse.backends.cpu import build
+    from hlofuse.backends.cpu.units import kernel_flags
+    from hlofuse.backends.kernel_ir.target import Target
+
+    target = Target.detect()
+    return (f"target={target.name}/{target.vector_bytes}/{target.march}\0"
+            f"kernel_flags={' '.join(kernel_flags())}\0{build.build_context()}")
 
 
 def _path(k: str) -> Path:
