@@ -10,14 +10,17 @@
 
 Conditions this module enforces:
 - The compiler is `$CC`, else the first of cc, gcc, clang on PATH; none gives
-  `CompilerNotFoundError`, whose message names the interpreter backend as the fallback.
+  `CompilerNotFoundError`, whose message names the interpreter backend as the fallback. A `$CC`
+  that does not split, carries a flag that changes floating-point results, or names no program
+  is a `ConfigError` naming CC (`hlofuse.env`; the last also a `CompilerNotFoundError`), never
+  a quiet fall back to cc.
 - Flags never change IEEE semantics: `-O3 -march=native` (under `HLOFUSE_TARGET`, that x86
   level where the host runs it: `target.march`) plus `-fno-math-errno` (lets sqrt
   vectorize; errno is never read), `-fno-trapping-math` (FP exception traps are off, as in numpy),
   `-ffp-contract=off` (no a*b+c -> fma contraction the interpreter would not do). Never
   `-ffast-math`. No `-fopenmp`: threads are the runtime's own pool (`runtime.py`), reached
   through `hf_parallel_ptr`. `HLOFUSE_CC_OPT` replaces `-O3` (tests use `-O1` to compile
-  faster).
+  faster); it can only name a plain level (`env.OPT_LEVELS`: never `-Ofast`).
 - Never `-w`: warnings that mean a truncated or overflowed constant, a shift past the width, a
   division by a constant zero or a type confusion are errors (`WARNING_ERRORS`, those of them
   this compiler knows: GCC and clang name some differently). The generated code triggers none
@@ -28,15 +31,22 @@ Conditions this module enforces:
   `WARNING_ERRORS` are ever read back from it.
 - The cache key covers the source, the compiler's identity, the flags and this CPU's features
   (`-march=native` code must not be loaded on another CPU sharing the cache directory).
-- The cache directory is trusted only after `cachefs`'s checks (owner, mode; 0700 when created;
-  a private temporary directory, with one warning, when it is read-only or full). A library is
-  loaded only if its bytes match the digest kept in its `.digest` entry. Writes are atomic
-  (temporary name, then `os.replace`), library first: concurrent processes never load a
+- The cache directory is trusted only after `cachefs`'s checks (its ancestors, its owner and
+  mode, no symbolic links; 0700 when created; a private temporary directory, with one
+  warning, when it is read-only, full or its parents are unsafe). Any write of a build that
+  fails with ENOSPC, EDQUOT or EROFS (or a compiler saying so) falls back the same way.
+- The compiler reads C only from a directory created for that compile (`mkdtemp`, 0700) and
+  writes its output there: the copy kept under src/ is for reading and is never compiled, so
+  whoever can touch the cache while the compiler runs cannot change what it reads.
+- A library is loaded only as the bytes that match the digest kept in its `.digest` entry:
+  read once, verified, written to a fresh private file that is loaded and unlinked
+  (`_load_cached`), so swapping the cached file after the check changes nothing. Writes are
+  atomic (temporary name, then `os.replace`), library first: concurrent processes never load a
   half-written library, and a damaged entry of any kind is rebuilt.
 - A loaded library's BLAS entry points (`library/blas.py`: function pointers, never linked) are
   set once, when it is loaded; the generated C and so the cache key do not depend on the BLAS.
-- What is compiled, and kept under src/, is the source with the prelude helpers it does not use
-  dropped (`shake.unit`); the key is the key of the source as given.
+- What is compiled (and kept under src/ for reading) is the source with the prelude helpers it
+  does not use dropped (`shake.unit`); the key is the key of the source as given.
 - A compile failure raises `CCompileError` with the compiler's message and the path of the C file,
   which is kept for inspection.
 - Split builds (`load_units`): each unit's object is an entry of its own, so a unit seen before
@@ -44,7 +54,8 @@ Conditions this module enforces:
   ones compile in parallel, at most `jobs()` at once (the CPUs this process may run on, at
   least 1). Cached objects are linked only from verified copies: their bytes are read once,
   checked against their `.o.digest` entry and written into a private (0700) directory under
-  the cache, where new objects are compiled too; a damaged object entry is compiled again.
+  the cache, where new objects are compiled too (each from its own C copied there); a damaged
+  object entry is compiled again. Prebuilt library units are units like any other.
   Objects and the library are written atomically like any entry; the same flags, warning
   errors and CPU-specific key apply to every unit.
 - Early compiles (`compile_early`): a large program's kernel units start compiling, in
