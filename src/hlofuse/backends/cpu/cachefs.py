@@ -83,7 +83,8 @@ class _Untrusted(Exception):
     """An ancestor of the cache directory that another user could change (`_trusted_parent`)."""
 
 
-_O_DIR = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+# O_PATH (Linux): a directory we may pass through but not list (mode 0711) still opens
+_O_DIR = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 _MAX_LINKS = 40  # symbolic links followed while walking to the cache directory (as Linux)
 
 
