@@ -3,6 +3,7 @@
     split       cut loop ranges where pad/concatenate conditions change (branch-free pieces)
     jam         merge adjacent sibling loops over one range (pieces share their values)
     collapse    flatten perfect nests whose accesses are row-major compatible
+    fission     split a loop streaming many buffers into loops of independent statements
     narrow      integer index arithmetic in the fewest bits its results need
     vectorize   explicit SIMD for innermost loops (tiles, privatised locals, partial sums)
     parallelize mark big, safe top-level loops parallel
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.passes.collapse import collapse
+from hlofuse.backends.kernel_ir.passes.fission import fission
 from hlofuse.backends.kernel_ir.passes.hoist import hoist
 from hlofuse.backends.kernel_ir.passes.jam import jam
 from hlofuse.backends.kernel_ir.passes.narrow import narrow
@@ -24,7 +26,7 @@ from hlofuse.backends.kernel_ir.passes.split import split
 from hlofuse.backends.kernel_ir.passes.vectorize import vectorize
 from hlofuse.backends.kernel_ir.target import Target
 
-__all__ = ["collapse", "hoist", "jam", "narrow", "optimize", "parallelize", "split",
+__all__ = ["collapse", "fission", "hoist", "jam", "narrow", "optimize", "parallelize", "split",
            "vectorize"]
 
 
@@ -32,6 +34,7 @@ def optimize(kernel: ir.Kernel, target: Target, threads: int = 1) -> ir.Kernel:
     split(kernel)
     jam(kernel)
     collapse(kernel)
+    fission(kernel)
     narrow(kernel)
     vectorize(kernel, target)
     parallelize(kernel, threads)
