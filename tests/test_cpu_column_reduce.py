@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 import numpy as np
+import pytest
 
 import hlofuse
 from hlofuse.backends import interpreter
@@ -194,7 +193,8 @@ ENTRY main {
   p4 = f32[37] parameter(4)
   p5 = f32[37] parameter(5)
   p6 = f32[37] parameter(6)
-  ROOT f = (f32[37,3], f32[37,3], f32[37,3]) fusion(p0, p1, p2, p3, p4, p5, p6), kind=kLoop, calls=fused
+  ROOT f = (f32[37,3], f32[37,3], f32[37,3]) fusion(p0, p1, p2, p3, p4, p5, p6),
+    kind=kLoop, calls=fused
 }
 """
 
@@ -373,7 +373,7 @@ def test_the_mjx_sums_share_one_loop_and_its_loads() -> None:
     one loop over the 11 contacts, which loads each operand element once."""
     from hlofuse.backends.kernel_ir import ir
 
-    k, loops, _ = _schedule("mjx_middle_multi_output")
+    _k, loops, _ = _schedule("mjx_middle_multi_output")
     (outer,) = [lp for lp in loops if lp.vector]
     (inner,) = [s for s in outer.body if isinstance(s, ir.Loop)]
     assert inner.hi - inner.lo == 11
@@ -389,10 +389,10 @@ def test_a_contiguous_short_row_stays_vectorized_along_itself() -> None:
     """A short row with unit stride along the reduced dimension loads whole vectors along it;
     the outputs' lanes would gather (the rule's second condition)."""
     text = _value("f32", "37,11", "1", "37")
+    from hlofuse.backends.kernel_ir import ir
     from hlofuse.backends.kernel_ir.lower import lower_kernel
     from hlofuse.backends.kernel_ir.passes import optimize
     from hlofuse.backends.kernel_ir.target import Target
-    from hlofuse.backends.kernel_ir import ir
 
     k = optimize(lower_kernel(parse(text).entry.root, set()), Target.named("avx2"))
     roots = [v for s in ir.walk(k.body) for v in ir.stmt_vals(s)]

@@ -207,7 +207,7 @@ def test_regroup_jams_reductions_across_their_inits_and_results() -> None:
     blocked = ir.Store(accs[1], ir.ZERO, g.load(out, ir.ZERO))
     first = reduction(0, [])
     second = reduction(1, [])
-    k2 = ir.Kernel("k", [x], [out], first + [blocked] + second[1:], g, locals=accs)
+    k2 = ir.Kernel("k", [x], [out], [*first, blocked, *second[1:]], g, locals=accs)
     assert len([s for s in regroup(k2, k2.body) if isinstance(s, ir.Loop)]) == 2
 
 def test_collapse_flattens_elementwise_nests_only() -> None:
