@@ -1,5 +1,6 @@
-"""Memory the cpu executable reuses across calls (executable.py, driver.py's hf_entry): a
-dropped output becomes the next call's, an output anyone still references never does, and the
+"""Memory the cpu executable reuses across calls (executable.py, driver.py's hf_entry): the
+memory of a large output nothing can reach any more becomes the next call's (never the array
+itself), an output anyone still references never does, and the
 kept work arena gives the same values call after call, from several threads at once."""
 
 from __future__ import annotations
@@ -53,14 +54,21 @@ ENTRY e {
 """
 
 
-def test_a_dropped_output_is_the_next_calls_output() -> None:
-    exe = hlofuse.compile(_DOUBLE)
-    x = np.arange(64, dtype=np.float32)
-    first = weakref.ref(exe(x)[0])  # dropped at once: only the executable keeps it
-    assert first() is not None
+def test_a_dropped_outputs_memory_is_the_next_calls_and_the_dropped_array_is_dead() -> None:
+    exe = hlofuse.compile(_DOUBLE.replace("f32[64]", f"f32[{_LARGE}]"))
+    x = np.arange(_LARGE, dtype=np.float32)
+    first = exe(x)[0]
+    address = first.ctypes.data
+    gone = weakref.ref(first)
+    del first  # nothing holds it: its memory goes back to the executable
+    assert gone() is None
     again = exe(x + 1)[0]
-    assert again is first()
+    assert again.ctypes.data == address  # the same memory, a new array
+    assert again.ctypes.data % 64 == 0
     np.testing.assert_array_equal(again, 2 * (x + 1))
+
+
+_LARGE = 1 << 14  # f32: 64 KiB, the size from which output memory is recycled
 
 
 def test_outputs_still_referenced_are_never_written() -> None:

@@ -7,18 +7,22 @@
 Conditions enforced on every call, exactly like the interpreter (`interpreter.check_args`):
 the arguments match the entry parameters in count, shape and element type (no implicit casts;
 numpy scalars are accepted as 0-d arrays; a tuple-shaped parameter is given as a tuple and
-flattened depth-first). Inputs are passed C-contiguous (copied if they are not); outputs are
+flattened depth-first). Inputs are passed C-contiguous (copied if they are not), pred inputs
+with bytes other than 0 and 1 as a canonical copy (`_canonical_preds`); outputs are
 arrays the caller owns. An unknown non-zero status from `hf_entry` raises
 `NativeRuntimeError`.
 
-Outputs of 64 KiB or more start on 64-byte boundaries (`output_empty`), so `jax.Array`s made
-from them share their memory (`hlofuse.jit`'s outputs, no copy). Memory is reused across calls,
-so a call in a loop touches no fresh pages (a page fault per 4 KiB written was up to 2/3 of a
-call: an AdamW update, 0.9 ms -> 0.3 ms): the last call's outputs are kept and become the next
-call's when nothing else references them any more (the caller dropped them: `_unshared`, by
-reference count of the array and of its memory; an array the caller still holds, or a view of
-it, or a jax.Array sharing it, or one passed back in as an input, is never reused), and
-`hf_entry` keeps its arena for the next call (`hf_release` frees it when the executable goes away).
+Every call returns a new list of new output arrays: an array handed to the caller is never
+written again. Outputs of 64 KiB or more start on 64-byte boundaries, so `jax.Array`s made from
+them share their memory (`hlofuse.jit`'s outputs, no copy), and their memory is recycled, so a
+call in a loop touches no fresh pages (a page fault per 4 KiB written was up to 2/3 of a call:
+an AdamW update, 0.9 ms -> 0.3 ms): each such array's `base` is a `_Lease` that owns the memory
+and gives it back to the output's pool only when CPython deallocates it, that is when no array,
+view, memoryview, jax.Array or weak reference can reach the memory any more (a weak reference
+to a dropped output is dead, not shown the next call's values). Nothing is decided by counting
+references, and two threads never get the same memory. Small outputs are `np.empty` per call.
+`hf_entry` keeps its internal work arena for the next call (`hf_release` frees it when the
+executable goes away); the caller never sees it.
 
 The per-call path is kept short: the parameters' leaf dtypes and shapes, the ctypes pointer
 array types and the output allocation list are computed once here; a call checks each array
@@ -39,8 +43,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -75,40 +77,73 @@ def _address(a: np.ndarray) -> int:
         return int(a.ctypes.data)
 
 
-_getrefcount = sys.getrefcount
-
-
-def _unshared(arrays: list[np.ndarray]) -> bool:
-    """Is each of `arrays` referenced by that list alone, and its memory (`base`: the buffer
-    `output_empty` cut it from, if any) by it alone? (A view of an output, or a jax.Array made
-    from it without a copy, may hold the base.)"""
-    for a in arrays:
-        if _getrefcount(a) > _ALONE:
-            return False
-        base = a.base
-        if base is not None and _getrefcount(base) > _ALONE:  # (the view, `base`, the call)
-            return False
-    return True
-
-
-_ALONE = max(_getrefcount(a) for a in [np.empty(1)])  # the same count, for a list's own array
-
 ALIGN = 64  # what a jax.Array needs to share a numpy array's memory instead of copying it
-# Outputs this large or larger are ALIGN-aligned: sharing is cheaper than a copy from here
-# (a jax.Array that shares a buffer costs ~10 us more to make and free than one that copies
-# 4 bytes; a copy of 64 KiB costs about that).
+# Outputs this large or larger are ALIGN-aligned and their memory is recycled (`_Lease`):
+# sharing is cheaper than a copy from here (a jax.Array that shares a buffer costs ~10 us more
+# to make and free than one that copies 4 bytes; a copy of 64 KiB costs about that), and a
+# fresh buffer this large costs page faults on every call.
 ALIGN_FROM = 1 << 16
+KEEP = 2  # buffers each large output keeps for reuse once every array on them is gone
 
 
-def output_empty(dims: tuple[int, ...], dt: np.dtype) -> np.ndarray:
-    """An uninitialised C-contiguous output array; from `ALIGN_FROM` bytes, its data starts on
-    an `ALIGN`-byte boundary (a view of a byte buffer, its `base`, that only the view holds)."""
-    nbytes = math.prod(dims) * dt.itemsize
-    if nbytes < ALIGN_FROM:
-        return np.empty(dims, dt)
-    raw = np.empty(nbytes + ALIGN, np.uint8)
-    skip = -_address(raw) % ALIGN
-    return raw[skip:skip + nbytes].view(dt).reshape(dims)
+class _Lease:
+    """The `base` of a large output array: it owns the memory (`_entry[0]`, a byte buffer) and,
+    when it is deallocated, gives the buffer back to its pool (`_pool`, at most `KEEP`).
+
+    Why this is safe: every array that can read the memory holds the lease (the output holds
+    it as its `base`; a view holds the output or the lease; a memoryview, ctypes object or
+    jax.Array made from it holds the output), so CPython deallocates the lease only once no
+    object can reach the memory any more -- no reference count is guessed, containers, weak
+    references (dead with the array) and other threads included. The lease makes exactly one
+    array (`__array_interface__` is deleted once used), and holds no user object, so it is in
+    no reference cycle (numpy arrays are not tracked by the cyclic collector)."""
+
+    __slots__ = ("__array_interface__", "_entry", "_pool")
+
+    def __del__(self) -> None:
+        pool = self._pool
+        if len(pool) < KEEP:
+            pool.append(self._entry)
+
+
+class _Pool:
+    """Memory for one large output: buffers whose arrays are all gone (`_Lease`)."""
+
+    __slots__ = ("dims", "dtype", "free", "nbytes")
+
+    def __init__(self, dims: tuple[int, ...], dt: np.dtype) -> None:
+        self.dims, self.dtype = dims, dt
+        self.nbytes = math.prod(dims) * dt.itemsize
+        self.free: list[tuple[np.ndarray, dict[str, Any]]] = []
+
+    def take(self) -> np.ndarray:
+        """A new array (another call's output never), on recycled memory if there is some.
+        (`list.pop` is atomic: two threads never take the same buffer.)"""
+        try:
+            entry = self.free.pop()
+        except IndexError:
+            raw = np.empty(self.nbytes + ALIGN, np.uint8)
+            address = int(raw.ctypes.data)
+            entry = (raw, {"shape": self.dims, "typestr": self.dtype.str, "version": 3,
+                           "data": (address + (-address % ALIGN), False)})
+        lease = _Lease()
+        lease._entry, lease._pool = entry, self.free
+        lease.__array_interface__ = entry[1]
+        out = np.asarray(lease)
+        del lease.__array_interface__  # (one array per lease)
+        return out
+
+
+def _canonical_preds(ins: list[np.ndarray], preds: list[int]) -> list[np.ndarray]:
+    """`ins` with each pred input (at `preds`) whose bytes are not all 0 or 1 (an untrusted
+    `.npz`, `np.frombuffer(b"\\x02", bool)`) replaced by a canonical copy, true where the byte
+    is not 0, as numpy and the interpreter read it: the kernels assume 0 or 1 (`not` is
+    `x ^ 1`, a select indexes by it). The caller's array is never written."""
+    for i in preds:
+        raw = ins[i].view(np.uint8)
+        if raw.size and raw.max() > 1:
+            ins[i] = raw != 0
+    return ins
 
 
 # hf_entry's statuses (driver.py).
@@ -275,6 +310,7 @@ class CpuExecutable:
         self._simple = all(isinstance(s, ArrayShape) for s in self._param_shapes)
         self._in_specs = [spec for s in self._param_shapes for spec in _leaf_specs(s)]
         self._out_specs = [(s.dtype.np, tuple(s.dims)) for s in program.outputs]
+        self._preds = [i for i, (dt, _) in enumerate(self._in_specs) if dt == np.bool_]
         if len(self._in_specs) != len(program.inputs):
             raise CompileError(
                 f"{self.name}: the generated program takes {len(program.inputs)} input buffers "
@@ -292,8 +328,9 @@ class CpuExecutable:
         self._out_names = [f"output {j} of {signature.root} ({dt.name}{list(dims)})"
                            for j, (dt, dims) in enumerate(self._out_specs)]
         self._prof_lib: ctypes.CDLL | None = None
-        self._spare: list[np.ndarray] | None = None  # the last call's outputs (see above)
-        self._spare_lock = threading.Lock()
+        # Per output: a pool of recycled memory (large outputs), or None (np.empty per call).
+        self._pools = [_Pool(dims, dt) if math.prod(dims) * dt.itemsize >= ALIGN_FROM else None
+                       for dt, dims in self._out_specs]
 
     def __del__(self, _suppress: Any = contextlib.suppress) -> None:
         # (bound at definition: at interpreter exit the module's globals may be gone)
@@ -382,7 +419,7 @@ class CpuExecutable:
                     break
                 out.append(a if a.flags.c_contiguous else np.ascontiguousarray(a))
             else:
-                return out
+                return _canonical_preds(out, self._preds) if self._preds else out
         # Slow path: tuples/tokens, or a mismatch (check_args raises the precise InputError).
         from hlofuse.backends.interpreter import check_args
 
@@ -392,16 +429,13 @@ class CpuExecutable:
             if isinstance(shape, TokenShape):
                 continue
             _flatten_value(value, shape, flat)
-        return [np.ascontiguousarray(a) for a in flat]
+        return _canonical_preds([np.ascontiguousarray(a) for a in flat], self._preds)
 
     def _outputs(self) -> list[np.ndarray]:
-        with self._spare_lock:
-            spare, self._spare = self._spare, None
-        if spare is not None and _unshared(spare):
-            return spare
-        del spare
+        """New output arrays (a new list): never an array handed out before (`_Lease`)."""
         try:
-            return [output_empty(dims, dt) for dt, dims in self._out_specs]
+            return [np.empty(dims, dt) if pool is None else pool.take()
+                    for pool, (dt, dims) in zip(self._pools, self._out_specs, strict=True)]
         except (MemoryError, ValueError):
             for (dt, dims), what in zip(self._out_specs, self._out_names, strict=True):
                 try:
@@ -422,9 +456,6 @@ class CpuExecutable:
                        self._out_type(*[_address(o) for o in outs]))
         if status != 0:
             self._failed(status, lib or self._lib)
-        with self._spare_lock:
-            if self._spare is None:
-                self._spare = outs
         return outs
 
     def _failed(self, status: int, lib: ctypes.CDLL) -> NoReturn:
