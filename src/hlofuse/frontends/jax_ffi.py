@@ -21,7 +21,8 @@ by its handle (an `s64` attribute), never by an address, so a program that names
 unknown handle gets an error instead of a jump. Conditions enforced on every call: the handle is
 live, the call has exactly the executable's inputs and results, and each buffer's byte size
 (element size by XLA type times its dimensions) is the one the executable was compiled for.
-A non-zero status of `hf_entry` becomes an FFI error whose message carries the status and the
+Pred arguments reach the handler as u8 `min(byte, 1)`, computed by XLA (canonical 0 and 1
+whatever bytes the caller's bool array holds: XLA copies them as they are). A non-zero status of `hf_entry` becomes an FFI error whose message carries the status and the
 handle; `failure` turns it back into the executable's own error (AllocationError,
 KeyboardInterrupt, the host callback's exception) when it surfaces at the call.
 
@@ -363,6 +364,12 @@ class NativeEntry:
         results typed as the module's outputs, weakly typed where `weak` says."""
         results = [jax.ShapeDtypeStruct(r.shape, r.dtype, weak_type=w)
                    for r, w in zip(self._results, weak, strict=True)]
+        # A pred argument as u8 min(byte, 1): the module's kernels assume bytes 0 and 1, XLA
+        # copies a bool array's bytes as they are (and its convert to u8 too); the handler
+        # checks byte sizes only.
+        arrays = [jax.lax.min(jax.lax.convert_element_type(a, np.uint8), np.uint8(1))
+                  if dt == np.bool_ else a
+                  for a, (dt, _) in zip(arrays, self.exe.input_specs, strict=True)]
         out = jax.ffi.ffi_call(TARGET, results)(*arrays, handle=np.int64(self.handle),
                                                 key=np.int64(self.key))
         return list(out)
