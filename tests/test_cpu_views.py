@@ -32,8 +32,11 @@ def _shape(dims: tuple[int, ...], layout: tuple[int, ...] | None = None) -> Arra
     ((8, 4, 16), [(0, 8, 2), (0, 4, 1), (0, 16, 1)], None, None),  # a stride
     ((8, 4, 16), [(4, 5, 3), (0, 4, 1), (0, 16, 1)], None, 4 * 64),  # stride on extent 1
     ((8, 4, 16), [(4, 4, 1), (0, 4, 1), (0, 16, 1)], None, None),  # empty
-    ((6, 10), [(0, 6, 1), (7, 8, 1)], (0, 1), 7 * 6),  # column-major: a column is contiguous
-    ((6, 10), [(2, 3, 1), (0, 10, 1)], (0, 1), None),  # ... a row is not
+    # A declared column-major layout is not how the buffer is stored (row-major, always): a
+    # column is strided, a row contiguous.
+    ((6, 10), [(0, 6, 1), (7, 8, 1)], (0, 1), None),
+    ((6, 10), [(2, 3, 1), (0, 10, 1)], (0, 1), 2 * 10),
+    ((4, 3), [(0, 4, 1), (1, 2, 1)], (0, 1), None),
 ])
 def test_contiguous_offset(dims, ranges, layout, offset) -> None:
     operand = _shape(dims, layout)
@@ -41,10 +44,12 @@ def test_contiguous_offset(dims, ranges, layout, offset) -> None:
     assert contiguous_offset(operand, sliced, ranges) == offset
 
 
-def test_layout_mismatch_is_not_a_view() -> None:
-    operand = _shape((6, 10), (0, 1))
-    sliced = _shape((1, 10), (1, 0))
-    assert contiguous_offset(operand, sliced, [(2, 3, 1), (0, 10, 1)]) is None
+def test_the_declared_layouts_do_not_change_the_offset() -> None:
+    ranges = [(2, 3, 1), (0, 10, 1)]
+    for a, b in [((0, 1), (1, 0)), ((1, 0), (0, 1)), ((0, 1), (0, 1))]:
+        assert contiguous_offset(_shape((6, 10), a), _shape((1, 10), b), ranges) == 20
+        assert contiguous_offset(_shape((6, 10), a), _shape((6, 1), b),
+                                 [(0, 6, 1), (7, 8, 1)]) is None
 
 
 def _scan(steps: int) -> str:

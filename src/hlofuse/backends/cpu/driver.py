@@ -263,6 +263,24 @@ def _check_supported(module: Module) -> None:
                     f"instruction {instr.name} in computation {comp.name}: the cpu backend "
                     f"cannot run {instr.opcode.value}: {why}"
                 )
+            if instr.opcode is Opcode.FUSION:
+                _check_fused_bitcasts(instr.fused_computation)
+
+
+def _check_fused_bitcasts(comp: Computation) -> None:
+    """A bitcast inside a fusion is lowered as a reshape (row-major); one whose layouts make
+    it a reinterpretation of the bytes (`f32[4,3]{0,1}` -> `f32[3,4]{1,0}` is a transpose) is
+    refused as at the top level, never run as a reshape."""
+    for instr in comp.instructions:
+        if instr.opcode is Opcode.FUSION:
+            _check_fused_bitcasts(instr.fused_computation)
+        elif instr.opcode is Opcode.BITCAST:
+            why = _bitcast_problem(instr)
+            if why is not None:
+                raise UnsupportedOpError(
+                    f"instruction {instr.name} in computation {comp.name}: the cpu backend "
+                    f"cannot run bitcast: {why}"
+                )
 
 
 def _custom_call_problem(instr: Instruction) -> str | None:

@@ -10,17 +10,19 @@ fusion. Those fusions differ only in `t`, so each one was lowered, printed and c
 function of its own (scan-1024: 3,073 kernels, 20 MB of C). Read through a view, the slice is
 the caller's pointer arithmetic (`(char *)xs + t * 16384`) and the fusions are one function
 (`kernel_key.structural_key` sees them equal). No value changes: the kernel reads the same
-elements from the same buffer, in the layout the slice had.
+elements from the same buffer, row-major as every buffer is stored.
 
 Conditions for a view, each checked here:
 - the kernel is a fusion; the parameter is an array (one buffer, not a tuple);
 - every user of the parameter inside the fusion is one slice (after CSE: the same slice
   instruction), which is not the fusion's root nor an operand of a root tuple (a kernel that
   only copies stays a copy);
-- the slice is contiguous in the operand's physical layout: walking dimensions from minor to
-  major, every dimension is whole up to one, which may be a range, and every more major one
-  has extent 1 (strides only on dimensions of extent 1); the slice's layout is the operand's,
-  neither has tiling or a memory space, and the slice is not empty.
+- the slice is contiguous in the operand's buffer as it is stored: row-major in the logical
+  dimensions, whatever layout the HLO declares (the cpu backend keeps no other; a declared
+  `{0,1}` would put a view at the wrong offset). Walking dimensions from the last to the
+  first, every dimension is whole up to one, which may be a range, and every earlier one has
+  extent 1 (strides only on dimensions of extent 1); neither shape has tiling or a memory
+  space, and the slice is not empty.
 
 The driver never writes through a view: `schedule.py` drops in-place pairs whose input is
 viewed.
@@ -45,13 +47,18 @@ class ViewPlan:
 def contiguous_offset(operand: ArrayShape, sliced: ArrayShape,
                       ranges: list[tuple[int, int, int]]) -> int | None:
     """The element offset of the slice `ranges` of `operand` when the elements it selects are
-    one contiguous run of the operand's buffer in `sliced`'s layout, else None."""
+    one contiguous run of the operand's buffer as the cpu backend stores it, else None.
+
+    Every buffer of the cpu backend is row-major in its logical dimensions, whatever layout
+    the HLO declares (`{0,1}` is not kept: docs/cpu-backend.md), and a kernel reads its
+    parameters row-major; so contiguity and the offset are computed row-major, never from
+    `minor_to_major` (a column of `f32[4,3]{0,1}` is contiguous in the declared layout but
+    strided in the buffer). Tiled or memory-space layouts are refused outright."""
     if (operand.layout_attrs is not None or sliced.layout_attrs is not None
-            or operand.minor_to_major != sliced.minor_to_major or sliced.size == 0
-            or len(ranges) != operand.rank):
+            or sliced.size == 0 or len(ranges) != operand.rank):
         return None
     offset, stride, partial = 0, 1, False
-    for d in operand.minor_to_major:
+    for d in reversed(range(operand.rank)):  # minor to major in the stored (row-major) order
         start, _, step = ranges[d]
         extent = sliced.dims[d]
         if partial and extent != 1:
