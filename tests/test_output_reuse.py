@@ -202,3 +202,21 @@ def test_large_outputs_are_aligned_and_their_memory_comes_back_only_when_unreach
     later = exe(x + 2)  # every buffer is free now: recycled memory, not fresh pages
     assert {o.ctypes.data for o in later} <= seen
     np.testing.assert_array_equal(later[1], x + 3)
+
+
+@pytest.mark.parametrize(("ty", "dtype"), [("bf16", "bfloat16"), ("s4", "int4"), ("c64", None)])
+def test_large_outputs_of_every_element_type_keep_their_type_and_values(ty: str,
+                                                                        dtype: str | None) -> None:
+    import ml_dtypes
+
+    dt = np.dtype(getattr(ml_dtypes, dtype) if dtype else np.complex64)
+    n = 1 << 16
+    text = (f"HloModule t\nENTRY e {{\n  x = {ty}[{n}] parameter(0)\n"
+            f"  ROOT y = {ty}[{n}] add(x, x)\n}}\n")
+    exe = hlofuse.compile(text)
+    x = (np.arange(n) % 3).astype(dt)
+    first = exe(x)[0]
+    second = exe(np.zeros(n, dt))[0]
+    assert first.dtype == dt and first.shape == (n,) and second.dtype == dt
+    np.testing.assert_array_equal(first.astype(np.complex128), 2 * x.astype(np.complex128))
+    assert not np.shares_memory(first, second)

@@ -22,7 +22,8 @@ unknown handle gets an error instead of a jump. Conditions enforced on every cal
 live, the call has exactly the executable's inputs and results, and each buffer's byte size
 (element size by XLA type times its dimensions) is the one the executable was compiled for.
 Pred arguments reach the handler as u8 `min(byte, 1)`, computed by XLA (canonical 0 and 1
-whatever bytes the caller's bool array holds: XLA copies them as they are). A non-zero status of `hf_entry` becomes an FFI error whose message carries the status and the
+whatever bytes the caller's bool array holds: XLA copies them as they are). A non-zero status
+of `hf_entry` becomes an FFI error whose message carries the status and the
 handle; `failure` turns it back into the executable's own error (AllocationError,
 KeyboardInterrupt, the host callback's exception) when it surfaces at the call.
 

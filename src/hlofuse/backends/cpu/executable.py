@@ -109,12 +109,15 @@ class _Lease:
 class _Pool:
     """Memory for one large output: buffers whose arrays are all gone (`_Lease`)."""
 
-    __slots__ = ("dims", "dtype", "free", "nbytes")
+    __slots__ = ("dims", "dtype", "free", "nbytes", "plain")
 
     def __init__(self, dims: tuple[int, ...], dt: np.dtype) -> None:
         self.dims, self.dtype = dims, dt
         self.nbytes = math.prod(dims) * dt.itemsize
         self.free: list[tuple[np.ndarray, dict[str, Any]]] = []
+        # numpy's own types are made directly; others (bfloat16, int4: `str` is '<V2') as
+        # bytes viewed as the type
+        self.plain = np.dtype(dt.str) == dt
 
     def take(self) -> np.ndarray:
         """A new array (another call's output never), on recycled memory if there is some.
@@ -124,14 +127,15 @@ class _Pool:
         except IndexError:
             raw = np.empty(self.nbytes + ALIGN, np.uint8)
             address = int(raw.ctypes.data)
-            entry = (raw, {"shape": self.dims, "typestr": self.dtype.str, "version": 3,
+            entry = (raw, {"shape": self.dims if self.plain else (self.nbytes,),
+                           "typestr": self.dtype.str if self.plain else "|u1", "version": 3,
                            "data": (address + (-address % ALIGN), False)})
         lease = _Lease()
         lease._entry, lease._pool = entry, self.free
         lease.__array_interface__ = entry[1]
         out = np.asarray(lease)
         del lease.__array_interface__  # (one array per lease)
-        return out
+        return out if self.plain else out.view(self.dtype).reshape(self.dims)
 
 
 def _canonical_preds(ins: list[np.ndarray], preds: list[int]) -> list[np.ndarray]:
