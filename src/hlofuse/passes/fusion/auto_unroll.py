@@ -23,6 +23,8 @@ Conditions (each refusal names its rule):
 - `auto_unroll.whole_loop`: the loop is not one that whole-loop fusion will take (its kernel
   already runs every iteration inside);
 - `auto_unroll.side_effect`: the condition has no side effect;
+- `unroll_budget`: the factor's copies, with everything unrolling has already created in the
+  module, stay within the setting (factors past it are not candidates);
 - `auto_unroll.gain`: the best factor's cost beats no unroll by the setting. The loop as it
   is is costed first; when even saving every kernel call and the carried state's traffic
   could not reach the setting (`gain_bound`: iterations long beside their loop overhead, a
@@ -48,7 +50,12 @@ from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
-from hlofuse.passes.simplify.unroll import unroll
+from hlofuse.passes.simplify.unroll import (
+    budget_limit,
+    growth_of,
+    over_budget,
+    unroll,
+)
 from hlofuse.passes.simplify.while_loops import condition_of, trip_count
 from hlofuse.passes.utils import each_while, has_side_effect, reachable_computations
 
@@ -63,6 +70,10 @@ class Estimate:
     bytes: int | None
     ops: int | None
     ns: float | None  # modelled time of one run
+
+
+def _budget(config: FusionConfig) -> tuple[int, int]:
+    return config.unroll_budget, config.unroll_budget_per_instruction
 
 
 def candidates(trips: int, config: FusionConfig) -> list[int]:
@@ -319,8 +330,9 @@ class AutoUnroll(FusionOptions):  # type: ignore[misc]
             if decision:
                 decision = self.choose(module, w, config, decision)
             if decision:
-                unroll(module, comp, w, int(decision.figures["factor"]))
-                changed = True
+                changed |= unroll(module, comp, w, int(decision.figures["factor"]),
+                                  floor=config.unroll_budget,
+                                  per_instruction=config.unroll_budget_per_instruction)
             trace.record(PASS, w.name, w.name, decision, comp.name)
         return changed
 
@@ -332,6 +344,14 @@ class AutoUnroll(FusionOptions):  # type: ignore[misc]
         factors = [k for k in candidates(trips, config)
                    if k == 1 or k * size <= config.max_unroll_instructions]
         figures: dict[str, Any] = dict(legal.figures, body_instructions=size)
+        within = [k for k in factors
+                  if k == 1 or not over_budget(module, w, k, *_budget(config))]
+        if len(factors) > 1 and len(within) == 1:
+            return FusionDecision.no(
+                over_budget(module, w, factors[1], *_budget(config)), "unroll_budget",
+                created=growth_of(module), limit=budget_limit(module, *_budget(config)),
+                **figures)
+        factors = within
         if len(factors) == 1:
             return FusionDecision.no(
                 f"no factor above 1 within max_unroll={config.max_unroll} and "

@@ -131,6 +131,12 @@ class FusionConfig:
     min_unroll_gain: float = 1.2
     # ... and never beyond this many instructions in the unrolled body (compile time).
     max_unroll_instructions: int = 4000
+    # Every unroll of a module together (unroll-small-loops, auto-unroll, nested loops included:
+    # each level multiplies the copies) creates at most this many instructions, or this many per
+    # instruction of the module before unrolling if that is more; an unroll past it is refused
+    # and the loop stays a loop (`passes/simplify/unroll.py`).
+    unroll_budget: int = 20_000
+    unroll_budget_per_instruction: int = 32
     # With auto_unroll: compile and time the candidate factors, and cache the fastest.
     autotune: bool = False
     # Instruction fusion refuses a producer that the consumer would evaluate more than once per

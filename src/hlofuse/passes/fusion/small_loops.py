@@ -24,6 +24,9 @@ Conditions (`small_loop_legal`, each refusal names its rule):
   loops of 4 iterations around a training step) and the unrolled code stays within
   `small_loop_max_instructions` (0 by default: random-number loops only, as measured on the
   third-party suite; see `FusionConfig`).
+- `unroll_budget`: the copies, with everything unrolling has already created in the module,
+  stay within the setting (nested loops multiply: five nested random-number loops of 8 trips
+  are 8^5 copies of the innermost body).
 
 Every unrolled loop is recorded in the fusion trace with its trip count and whether it is a
 random-number loop (`is_rng_loop`: u32 shift-left, shift-right-logical and xor, twice each).
@@ -46,7 +49,13 @@ from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
-from hlofuse.passes.simplify.unroll import unroll
+from hlofuse.passes.simplify.unroll import (
+    budget_limit,
+    growth_of,
+    over_budget,
+    unroll,
+    unroll_growth,
+)
 from hlofuse.passes.simplify.while_loops import condition_of, trip_count
 from hlofuse.passes.utils import each_while, has_side_effect, reachable_computations
 
@@ -66,6 +75,10 @@ def _ops(comp: Computation) -> Iterator[Instruction]:
         yield instr
         if instr.opcode is Opcode.FUSION:
             stack.extend(instr.fused_computation.instructions)
+
+
+def _budget(config: FusionConfig) -> tuple[int, int]:
+    return config.unroll_budget, config.unroll_budget_per_instruction
 
 
 def is_rng_loop(w: Instruction) -> bool:
@@ -96,6 +109,19 @@ def small_loop_legal(w: Instruction, config: FusionConfig) -> FusionDecision:
     if any(has_side_effect(i) for i in condition_of(w).instructions):
         return FusionDecision.no("the condition has a side effect", "small_loop.side_effect")
     return FusionDecision.ok(trips=trips)
+
+
+def budget_decision(module: Module, w: Instruction, k: int, config: FusionConfig
+                    ) -> FusionDecision:
+    """Refused (`unroll_budget`) when unrolling `w` k times would take the instructions all
+    unrolling has created in `module` past its budget (`unroll_budget`,
+    `unroll_budget_per_instruction`)."""
+    why = over_budget(module, w, k, *_budget(config))
+    if why:
+        return FusionDecision.no(why, "unroll_budget", instructions=unroll_growth(w, k),
+                                 created=growth_of(module),
+                                 limit=budget_limit(module, *_budget(config)))
+    return FusionDecision.ok()
 
 
 def small_loop_profitable(w: Instruction, config: FusionConfig) -> FusionDecision:
@@ -142,11 +168,15 @@ class UnrollSmallLoops(FusionOptions):  # type: ignore[misc]
             if decision:
                 cost = small_loop_profitable(w, config)
                 decision = decision if cost else cost
+            if decision:
+                decision = budget_decision(module, w, config.unroll_small_loops, config)
             decision = decision.with_figures(rng=rng, **source_figure(module, w))
             if decision:
                 changed |= unroll(module, comp, w, config.unroll_small_loops,
-                                  complete_only=True)
+                                  complete_only=True, floor=config.unroll_budget,
+                                  per_instruction=config.unroll_budget_per_instruction)
             if decision or rng or decision.rule in ("small_loop.cost",
-                                                    "small_loop_max_instructions"):
+                                                    "small_loop_max_instructions",
+                                                    "unroll_budget"):
                 trace.record(PASS, w.name, w.name, decision, comp.name)
         return changed

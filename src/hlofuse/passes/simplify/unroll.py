@@ -13,7 +13,14 @@
 * the condition must be free of side effects (unrolling skips evaluations of it);
 * it unrolls every loop it sees once per run: do not put it inside a fixpoint;
 * `complete_only=true` leaves loops of more than k iterations alone (hlofuse's pipeline uses it
-  to unroll the few rounds of JAX's threefry loops, not the time loops around them).
+  to unroll the few rounds of JAX's threefry loops, not the time loops around them);
+* a module-wide budget (`budget_limit`: `max_growth`, or `growth_per_instruction` times the
+  module's size before its first unroll, whichever is larger): the instructions every unroll
+  of a module has created are counted in the module's annotations (`growth_of`), across passes
+  and runs, and an unroll that would take the total past the budget is refused (the loop stays
+  a loop). Each level of a nest multiplies the copies (five nested loops of 8 trips
+  unrolled completely are 8^5 copies of the innermost body), so no per-loop limit bounds the
+  work; the total does, whatever the nesting.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from hlofuse.ir.clone import clone_computation
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.registry import register
 from hlofuse.passes.simplify.while_loops import body_of, condition_of, trip_count
 from hlofuse.passes.utils import (
@@ -35,6 +43,68 @@ from hlofuse.passes.utils import (
     reachable_computations,
     sweep,
 )
+
+# Instructions all unrolling may add to one module (every pass, every loop, nested ones too):
+# at least UNROLL_BUDGET, or UNROLL_PER_INSTRUCTION times the module's size when unrolling first
+# looks at it. A threefry loop (one random draw or split) is ~25 instructions of a module and
+# ~300 once unrolled; a program of 20 draws creates ~12,000.
+UNROLL_BUDGET = 20_000
+UNROLL_PER_INSTRUCTION = 32
+GROWTH_KEY = "unroll.created"
+BASE_KEY = "unroll.base"
+
+
+def growth_of(module: Module) -> int:
+    """Instructions unrolling has created in `module` so far."""
+    used = module.annotations.get(GROWTH_KEY, 0)
+    return used if isinstance(used, int) else 0
+
+
+def body_size(body: Computation) -> int:
+    """Instructions one copy of `body` creates (fused computations, cloned with their fusion
+    instruction, included; computations a while or call refers to are shared, not cloned)."""
+    total = 0
+    stack = [body]
+    while stack:
+        comp = stack.pop()
+        for instr in comp.instructions:
+            if instr.opcode is not Opcode.PARAMETER or comp is not body:
+                total += 1
+            if instr.opcode is Opcode.FUSION:
+                stack.append(instr.fused_computation)
+    return total
+
+
+def budget_limit(module: Module, floor: int = UNROLL_BUDGET,
+                 per_instruction: int = UNROLL_PER_INSTRUCTION) -> int:
+    """The most instructions unrolling may create in `module`: `floor`, or `per_instruction`
+    times the module's size before its first unroll (recorded then, so the copies never raise
+    their own budget)."""
+    base = module.annotations.get(BASE_KEY)
+    if not isinstance(base, int):
+        base = sum(body_size(c) for c in module.computations)
+        module.annotations[BASE_KEY] = base
+    return max(floor, per_instruction * base)
+
+
+def unroll_growth(w: Instruction, k: int) -> int:
+    """Instructions `unroll(.., w, k)` creates: the peeled copies, and the k copies of the new
+    body when the loop stays a loop."""
+    n = trip_count(w) or 0
+    copies = n if n <= k else n % k + k
+    return copies * body_size(body_of(w))
+
+
+def over_budget(module: Module, w: Instruction, k: int, floor: int = UNROLL_BUDGET,
+                per_instruction: int = UNROLL_PER_INSTRUCTION) -> str:
+    """Why unrolling `w` k times would take `module` past its budget (`budget_limit`) of
+    created instructions ('' when it would not)."""
+    need, used = unroll_growth(w, k), growth_of(module)
+    limit = budget_limit(module, floor, per_instruction)
+    if used + need <= limit:
+        return ""
+    return (f"unrolling would create {need} instructions, {used} already created by unrolling "
+            f"in this module: more than its budget of {limit}")
 
 
 def peel(comp: Computation, w: Instruction, times: int) -> Instruction:
@@ -56,12 +126,16 @@ def unrolled_body(module: Module, body: Computation, k: int) -> Computation:
 
 
 def unroll(module: Module, comp: Computation, w: Instruction, k: int,
-           complete_only: bool = False) -> bool:
+           complete_only: bool = False, floor: int = UNROLL_BUDGET,
+           per_instruction: int = UNROLL_PER_INSTRUCTION) -> bool:
     n = trip_count(w)
     if n is None or k <= 1 or n <= 1 or (complete_only and n > k):
         return False
     if any(has_side_effect(i) for i in condition_of(w).instructions):
         return False
+    if over_budget(module, w, k, floor, per_instruction):
+        return False
+    module.annotations[GROWTH_KEY] = growth_of(module) + unroll_growth(w, k)
     if n <= k:
         state = peel(comp, w, n)
         w.replace_all_uses_with(state)
@@ -79,19 +153,26 @@ def unroll(module: Module, comp: Computation, w: Instruction, k: int,
 class WhileLoopUnroller:
     """Unroll each loop with a known trip count `factor` times; with `complete_only`, only
     loops of at most `factor` iterations, completely (JAX's threefry rounds: the random bits
-    become elementwise code that fuses into their consumers)."""
+    become elementwise code that fuses into their consumers); never past `max_growth`
+    instructions created in the module."""
 
     factor: int = 4
     complete_only: bool = False
+    max_growth: int = UNROLL_BUDGET
+    growth_per_instruction: int = UNROLL_PER_INSTRUCTION
 
     name: ClassVar[str] = "while-loop-unroller"
 
     def __post_init__(self) -> None:
         if self.factor < 1:
             raise PassError(f"while-loop-unroller factor must be at least 1, got {self.factor}")
+        if self.max_growth < 0 or self.growth_per_instruction < 0:
+            raise PassError("while-loop-unroller max_growth and growth_per_instruction must be "
+                            f"at least 0, got {self.max_growth}, {self.growth_per_instruction}")
 
     def run(self, module: Module) -> bool:
         changed = False
         for comp, w in each_while(reachable_computations(module)):
-            changed |= unroll(module, comp, w, self.factor, self.complete_only)
+            changed |= unroll(module, comp, w, self.factor, self.complete_only,
+                              self.max_growth, self.growth_per_instruction)
         return changed

@@ -1,0 +1,140 @@
+"""Work that could grow from a small input is bounded, by counting (never timing): the
+instructions unrolling creates in a module (nested loops multiply), and the elements constant
+folding evaluates (a tiny op with a huge padding, window or broadcast)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hlo_loops import stacked
+from hlofuse.backends import interpreter
+from hlofuse.passes.fusion.small_loops import UnrollSmallLoops
+from hlofuse.passes.fusion.trace import trace_of
+from hlofuse.passes.pipelines import run_pipeline
+from hlofuse.passes.simplify.unroll import (
+    WhileLoopUnroller,
+    body_size,
+    budget_limit,
+    growth_of,
+)
+from hlofuse.text import parse
+
+ROUNDS = """  c13 = u32[] constant(13)
+  b13 = u32[2] broadcast(c13), dimensions={{}}
+  c19 = u32[] constant(19)
+  b19 = u32[2] broadcast(c19), dimensions={{}}
+  l1 = u32[2] shift-left(x0, b13)
+  r1 = u32[2] shift-right-logical(x0, b19)
+  o1 = u32[2] xor(l1, r1)
+  l2 = u32[2] shift-left(o1, b19)
+  r2 = u32[2] shift-right-logical(o1, b13)
+  {first} = u32[2] xor(l2, r2)
+"""
+
+
+def nested_rng_loops(depth: int, trips: int = 8) -> str:
+    """`depth` nested while loops of `trips` iterations, each body a few threefry-like u32
+    rounds (random-number loops, which unroll-small-loops always unrolls) around the next."""
+    parts = ["HloModule nested\n"]
+    for d in range(depth):
+        inner = ""
+        if d > 0:
+            inner = (f"  z{d} = s32[] constant(0)\n"
+                     f"  it{d} = (s32[], u32[2]) tuple(z{d}, xs)\n"
+                     f"  w{d} = (s32[], u32[2]) while(it{d}), condition=cond{d - 1}, "
+                     f"body=body{d - 1}\n"
+                     f"  x = u32[2] get-tuple-element(w{d}), index=1\n")
+        rounds = ROUNDS.format(first="xs" if d > 0 else "x")
+        parts.append(f"""body{d} {{
+  p = (s32[], u32[2]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x0 = u32[2] get-tuple-element(p), index=1
+{rounds}{inner}  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  y = u32[2] add(x, x0)
+  ROOT t = (s32[], u32[2]) tuple(i1, y)
+}}
+
+cond{d} {{
+  p = (s32[], u32[2]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant({trips})
+  ROOT lt = pred[] compare(i, n), direction=LT
+}}
+""")
+    parts.append(f"""ENTRY main {{
+  x = u32[2] parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], u32[2]) tuple(z, x)
+  w = (s32[], u32[2]) while(init), condition=cond{depth - 1}, body=body{depth - 1}
+  ROOT r = u32[2] get-tuple-element(w), index=1
+}}
+""")
+    return "\n".join(parts)
+
+
+def _size(module: object) -> int:
+    return sum(len(c.instructions) for c in module.computations)  # type: ignore[attr-defined]
+
+
+def test_five_nested_loops_stay_within_the_unroll_budget() -> None:
+    """8^5 copies of the innermost body unrolled completely would be ~550,000 instructions;
+    the module's total stays within its budget and the refusal names the rule."""
+    text = nested_rng_loops(5)
+    assert len(text) < 5000
+    module = parse(text)
+    UnrollSmallLoops(unroll_small_loops=8).run(module)
+    limit = budget_limit(module)
+    assert limit == 20_000  # the floor: the module is small
+    assert 0 < growth_of(module) <= limit
+    assert _size(module) <= limit + 200
+    refused = [e for e in trace_of(module) if e.rule == "unroll_budget"]
+    assert refused and refused[0].verdict == "refused"
+    assert refused[0].figures["limit"] == limit
+    assert "budget" in refused[0].reason
+
+
+def test_the_budget_is_a_setting_and_values_hold() -> None:
+    text = nested_rng_loops(3)
+    module = parse(text)
+    run_pipeline(module, "hlofuse{unroll_budget=300,unroll_budget_per_instruction=0}")
+    assert growth_of(module) <= 300
+    assert any(e.rule == "unroll_budget" for e in trace_of(module))
+    x = np.array([0x12345678, 0x9ABCDEF0], np.uint32)
+    np.testing.assert_array_equal(interpreter.run(module, x)[0],
+                                  interpreter.run(parse(text), x)[0])
+
+
+def test_the_budget_is_shared_by_every_unroll_of_a_module() -> None:
+    """The count lives in the module: a second pass (or a second run) sees what the first one
+    created, and the budget is set by the module's size before its first unroll."""
+    module = parse(nested_rng_loops(2))
+    WhileLoopUnroller(factor=8, max_growth=150, growth_per_instruction=0).run(module)
+    first = growth_of(module)
+    assert 0 < first <= 150
+    assert not WhileLoopUnroller(factor=8, max_growth=150, growth_per_instruction=0).run(module)
+    assert growth_of(module) == first
+
+
+def test_the_budget_grows_with_the_module() -> None:
+    module = parse(nested_rng_loops(2))
+    base = sum(body_size(c) for c in module.computations)
+    assert 40 < base <= _size(module)
+    assert budget_limit(module, 10, 1000) == 1000 * base
+
+
+def test_auto_unroll_refuses_past_the_budget() -> None:
+    module = parse(stacked(64, 24))
+    run_pipeline(module, "hlofuse{whole_loop_fusion=false,min_unroll_gain=1.0,"
+                         "unroll_budget=10,unroll_budget_per_instruction=0}")
+    (event,) = [e for e in trace_of(module) if e.pass_name == "auto-unroll"]
+    assert event.verdict == "refused" and event.rule == "unroll_budget"
+    assert growth_of(module) <= 10
+
+
+def test_unroller_settings_are_checked() -> None:
+    from hlofuse.errors import PassError
+
+    with pytest.raises(PassError):
+        WhileLoopUnroller(max_growth=-1)
