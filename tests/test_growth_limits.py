@@ -12,6 +12,7 @@ from hlofuse.backends import interpreter
 from hlofuse.passes.fusion.small_loops import UnrollSmallLoops
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.pipelines import run_pipeline
+from hlofuse.passes.simplify.constant_fold import ConstantFolding, fold_work
 from hlofuse.passes.simplify.unroll import (
     WhileLoopUnroller,
     body_size,
@@ -138,3 +139,82 @@ def test_unroller_settings_are_checked() -> None:
 
     with pytest.raises(PassError):
         WhileLoopUnroller(max_growth=-1)
+
+
+# ----- constant folding ----------------------------------------------------------------------
+
+def reduce_window(pad: int, stride: int, source: str = "c = f32[4] constant({1, 2, 3, 4})"
+                  ) -> str:
+    return f"""HloModule rw
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY main {{
+  {source}
+  init = f32[] constant(0)
+  ROOT rw = f32[3] reduce-window(c, init), window={{size=4 stride={stride} pad={pad}_{pad}}}, \
+to_apply=add
+}}
+"""
+
+
+def _opcodes(module: object) -> list[str]:
+    return [i.opcode.value for i in module.entry.instructions]  # type: ignore[attr-defined]
+
+
+def test_a_tiny_reduce_window_with_huge_padding_is_not_folded() -> None:
+    """3 results from 4 elements, but the interpreter would pad to 2^29 elements (2 GiB)."""
+    pad = 1 << 28
+    module = parse(reduce_window(pad, pad))
+    rw = module.entry.root
+    assert fold_work(rw) > 1 << 29
+    assert not ConstantFolding().run(module)
+    assert _opcodes(module)[-1] == "reduce-window"
+    run_pipeline(module, "hlofuse")
+    assert "reduce-window" in str([i.opcode.value for c in module.computations
+                                   for i in c.instructions])
+
+
+def test_the_cpu_backend_reads_huge_padding_without_building_it() -> None:
+    from hlofuse.backends.cpu import compile_module
+
+    pad = 1 << 40  # 8 TiB of padding: only the windows that touch data are read
+    module = parse(reduce_window(pad, pad, "c = f32[4] parameter(0)"))
+    out = compile_module(module)(np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(out[0], np.array([0, 6, 0], np.float32))
+
+
+def test_small_windows_still_fold() -> None:
+    module = parse(reduce_window(2, 2))
+    assert ConstantFolding().run(module)
+    assert _opcodes(module) == ["constant"]
+    np.testing.assert_array_equal(interpreter.run(module)[0], np.array([3, 10, 7], np.float32))
+
+
+def test_every_folder_shares_the_work_bound() -> None:
+    """One bound for every opcode: a fold past `max_work` is refused whatever the op."""
+    rows = ", ".join("{" + ", ".join(["1"] * 32) + "}" for _ in range(8))
+    cols = ", ".join("{" + ", ".join(["2"] * 8) + "}" for _ in range(32))
+    text = f"""HloModule m
+ENTRY main {{
+  a = f32[8,32] constant({{{rows}}})
+  b = f32[32,8] constant({{{cols}}})
+  ROOT d = f32[8,8] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+    module = parse(text)
+    work = fold_work(module.entry.root)
+    assert work >= 8 * 8 * 32
+    assert not ConstantFolding(max_work=work - 1).run(parse(text))
+    assert ConstantFolding(max_work=work).run(module)
+
+
+def test_a_fold_that_runs_out_of_memory_is_left_alone() -> None:
+    """Past the bound's own check (here switched off), a MemoryError while evaluating leaves
+    the op for the backend instead of escaping as an internal error."""
+    pad = 1 << 40
+    module = parse(reduce_window(pad, pad))
+    assert not ConstantFolding(max_work=1 << 62).run(module)
+    assert _opcodes(module)[-1] == "reduce-window"

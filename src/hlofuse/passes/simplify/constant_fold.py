@@ -16,17 +16,27 @@ Conditions (XLA's, plus a size limit):
 * `broadcast` and `iota` grow data rather than compute it: they are folded only when the result
   has at most `max_expand_elements` elements (default 1, so a broadcast of a scalar stays a
   cheap, fusible broadcast instead of becoming an array constant);
-* an instruction the interpreter cannot evaluate is left alone.
+* the work evaluating it implies (`fold_work`: its operands and result, plus what the
+  interpreter builds or visits on the way: a windowed op's padded, dilated input and a read per
+  window tap and result element, a dot's or a convolution's multiply-adds) is at most
+  `max_work` element steps (default 2^20). Small operands and a small result do not bound it: a
+  4-element `reduce-window` with padding 2^28 and stride 2^28 has 3 results but builds a padded
+  array of 2^29 elements. Such an op is left for the backend (the cpu backend reads windows
+  without padding them);
+* an instruction the interpreter cannot evaluate (or runs out of memory evaluating) is left
+  alone.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from hlofuse.errors import HloError
+from hlofuse.ir.attributes import WindowDim
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -54,14 +64,61 @@ NEVER_FOLD = frozenset(
     }
 )
 EXPANDING = frozenset({Opcode.BROADCAST, Opcode.IOTA})
+# ops whose `window=` pads (and base-dilates) their first operand before reading it per tap
+WINDOWED = frozenset({Opcode.REDUCE_WINDOW, Opcode.SELECT_AND_SCATTER, Opcode.CONVOLUTION})
+MAX_WORK = 1 << 20
 
 
 def _size(instr: Instruction) -> int | None:
     return instr.shape.size if isinstance(instr.shape, ArrayShape) else None
 
 
+def _padded(window: tuple[WindowDim, ...], dims: tuple[int, ...] | None) -> int:
+    """Elements of an operand of `dims` padded and base-dilated as `window` says (`dims`
+    None: the window's dimensions are not the operand's, e.g. a convolution's spatial ones;
+    then each dimension is bounded by the operand's whole size)."""
+    total = 1
+    for k, w in enumerate(window):
+        d = dims[k] if dims is not None else 1
+        core = d + max(d - 1, 0) * max(w.base_dilation - 1, 0)
+        total *= max(w.pad_lo + core + w.pad_hi, 1) if dims is not None else \
+            max(abs(w.pad_lo) + abs(w.pad_hi) + 1, 1) * max(w.base_dilation, 1)
+    return total
+
+
+def fold_work(instr: Instruction) -> int:
+    """Element steps evaluating `instr` implies (module docstring): its operands and result,
+    plus the padded input and window reads of a windowed op and the multiply-adds of a dot or
+    a convolution. Every folder goes through this one bound."""
+    out = _size(instr) or 0
+    ins = [_size(o) or 0 for o in instr.operands]
+    work = out + sum(ins)
+    op = instr.opcode
+    window = instr.attrs.get("window")
+    if op in WINDOWED and isinstance(window, tuple) and instr.operand_count:
+        taps = math.prod(max(w.size, 1) for w in window)
+        first = instr.operand(0).shape
+        dims = first.dims if isinstance(first, ArrayShape) and len(first.dims) == len(window) \
+            else None
+        padded = _padded(window, dims)
+        if dims is None:  # a convolution: the padding grows every spatial dimension
+            padded *= max(ins[0], 1)
+        reads = (_size(instr.operand(instr.operand_count - 2)) or 0
+                 if op is Opcode.SELECT_AND_SCATTER else out)  # the windows visited
+        work += max(1, instr.operand_count // 2) * (padded + reads * taps)
+        if op is Opcode.CONVOLUTION and len(ins) > 1:
+            work += out * ins[1]
+    elif op is Opcode.DOT and len(ins) > 1:
+        contracted = instr.attrs.get("lhs_contracting_dims") or ()
+        lhs = instr.operand(0).shape
+        k = math.prod(lhs.dims[int(d)] for d in contracted
+                      if isinstance(lhs, ArrayShape) and 0 <= int(d) < len(lhs.dims))
+        work += out * max(k, 1)
+    return work
+
+
 def foldable(instr: Instruction, max_elements: int, max_expand_elements: int,
-             cache: dict[int, bool]) -> bool:
+             cache: dict[int, bool], max_work: int = MAX_WORK) -> bool:
     for o in instr.operands:  # the cheap test first: most instructions fail it
         if o.opcode is not Opcode.CONSTANT:
             return False
@@ -79,6 +136,8 @@ def foldable(instr: Instruction, max_elements: int, max_expand_elements: int,
         osize = _size(o)
         if osize is None or osize > max_elements:
             return False
+    if fold_work(instr) > max_work:
+        return False
     return not has_side_effect(instr, cache)
 
 
@@ -92,7 +151,8 @@ def evaluate(instr: Instruction) -> np.ndarray | None:
         return None
     try:
         value = handler(Interpreter(), instr, [o.literal for o in instr.operands])
-    except (HloError, ArithmeticError, ValueError, TypeError, NotImplementedError):
+    except (HloError, ArithmeticError, ValueError, TypeError, NotImplementedError,
+            MemoryError):  # a value too large to build here is left for the backend
         return None
     shape = instr.array_shape
     arr = np.asarray(value)
@@ -102,10 +162,10 @@ def evaluate(instr: Instruction) -> np.ndarray | None:
 
 
 def fold_computation(comp: Computation, max_elements: int, max_expand_elements: int,
-                     cache: dict[int, bool]) -> bool:
+                     cache: dict[int, bool], max_work: int = MAX_WORK) -> bool:
     edit = Rewriter(comp)
     for instr in ordered(comp):
-        if not foldable(instr, max_elements, max_expand_elements, cache):
+        if not foldable(instr, max_elements, max_expand_elements, cache, max_work):
             continue
         value = evaluate(instr)
         if value is None:
@@ -123,6 +183,7 @@ class ConstantFolding:
 
     max_elements: int = 1024
     max_expand_elements: int = 1
+    max_work: int = MAX_WORK
 
     name: ClassVar[str] = "constant-folding"
 
@@ -131,5 +192,5 @@ class ConstantFolding:
         changed = False
         for comp in list(module.computations):  # unreachable ones too: DCE drops them
             changed |= fold_computation(comp, self.max_elements, self.max_expand_elements,
-                                        cache)
+                                        cache, self.max_work)
         return changed
