@@ -169,7 +169,8 @@ class UnrollSmallLoops(FusionOptions):  # type: ignore[misc]
                 cost = small_loop_profitable(w, config)
                 decision = decision if cost else cost
             if decision:
-                decision = budget_decision(module, w, config.unroll_small_loops, config)
+                budget = budget_decision(module, w, config.unroll_small_loops, config)
+                decision = decision if budget else budget
             decision = decision.with_figures(rng=rng, **source_figure(module, w))
             if decision:
                 changed |= unroll(module, comp, w, config.unroll_small_loops,
