@@ -445,7 +445,15 @@ def test_dot() -> None:
           ["f32[2,3]", "f32[3,4]"], {"lhs_contracting_dims": (1,)})
     fails("dot batch dimension sizes differ", Op.DOT, ["f32[8,2,3]", "f32[7,3,4]"], batched)
     fails("must not be narrower", Op.DOT, ["s32[2,3]", "s32[3,4]"], mm, declared="s8[2,4]")
-    fails("dot operands must have the same element type", Op.DOT, ["s32[2,3]", "f32[3,4]"], mm)
+    # mixed operand types, as XLA takes them: the wider type (a float at equal width), or the
+    # declared one
+    assert infer(Op.DOT, ["s32[2,3]", "f32[3,4]"], mm) == "f32[2,4]"
+    assert infer(Op.DOT, ["s8[2,3]", "s16[3,4]"], mm) == "s16[2,4]"
+    assert infer(Op.DOT, ["s8[2,3]", "s16[3,4]"], mm, declared="s32[2,4]") == "s32[2,4]"
+    assert infer(Op.DOT, ["bf16[2,3]", "s4[3,4]"], mm, declared="f32[2,4]") == "f32[2,4]"
+    assert infer(Op.DOT, ["f32[2,3]", "c64[3,4]"], mm) == "c64[2,4]"
+    fails("must not be narrower", Op.DOT, ["s8[2,3]", "s16[3,4]"], mm, declared="s8[2,4]")
+    fails("dot operands must both be pred or neither", Op.DOT, ["pred[2,3]", "s8[3,4]"], mm)
 
 
 def test_convolution() -> None:

@@ -181,15 +181,29 @@ def select_and_scatter(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _C
 # ----- dot and convolution ----------------------------------------------------------------
 
 
+def _higher_precision(a: DType, b: DType) -> DType:
+    """XLA's ShapeUtil::HigherPrecisionElementType: the wider type; at equal width a float
+    (or complex) type over an integral one, else the lhs's."""
+    if a.bits != b.bits:
+        return a if a.bits > b.bits else b
+    if (b.is_float or b.is_complex) and not (a.is_float or a.is_complex):
+        return b
+    return a
+
+
 def _result_dtype(op: str, lhs: ArrayShape, rhs: ArrayShape, declared: Shape | None) -> DType:
-    if lhs.dtype != rhs.dtype and not (lhs.dtype.is_float and rhs.dtype.is_float):
-        fail(f"{op} operands must have the same element type: {fmt(lhs)} vs {fmt(rhs)}")
-    if not isinstance(declared, ArrayShape) or declared.dtype == lhs.dtype:
-        return lhs.dtype
+    """The result element type as XLA infers it: operands may differ in type (s8 x s16,
+    bf16 x s4, f32 x c64: mixed-precision dots); the result is the declared type, which
+    must not be narrower than the wider integral operand type (XLA's MaybeUpcast)."""
+    if lhs.dtype.is_pred != rhs.dtype.is_pred:
+        fail(f"{op} operands must both be pred or neither: {fmt(lhs)} vs {fmt(rhs)}")
+    wider = _higher_precision(lhs.dtype, rhs.dtype)
+    if not isinstance(declared, ArrayShape) or declared.dtype == wider:
+        return wider
     preferred = declared.dtype
-    if not lhs.dtype.is_float and preferred.bits < lhs.dtype.bits:
+    if not (wider.is_float or wider.is_complex) and preferred.bits < wider.bits:
         fail(f"{op} result type {preferred} must not be narrower than the operand type "
-             f"{lhs.dtype}")
+             f"{wider}")
     return preferred
 
 
