@@ -2,7 +2,8 @@
 
 Grammar (XLA's): a scalar `5`, `-1.5e-3`, `nan`, `-nan`, `nan(0x7f)`, `inf`, `-inf`, `true`,
 `false`; a complex scalar `(1.5, -2)`; an array as braces nested to the rank,
-`{ {1, 2}, {3, 4} }`; a tuple `(1, {2, 3})`.
+`{ {1, 2}, {3, 4} }`; one scalar for every element of an array, `f32[3,3] constant(1)` (newer
+XLA parsers); a tuple `(1, {2, 3})`.
 
 Conditions enforced, each an `HloParseError` at the offending character (messages use XLA's
 words, "value ... is out of range for literal's primitive type F16"):
@@ -198,9 +199,20 @@ class _LiteralReader:
             self.i += 1
             flat.append(tok)
             offsets.append(off)
+        elif self._peek()[0] != "{":
+            return self._splat(shape)
         else:
             self._nested(shape, 0, flat, offsets)
         return _to_array(self.lexer, flat, offsets, shape)
+
+    def _splat(self, shape: ArrayShape) -> np.ndarray:
+        """`f32[3,3] constant(1)`: one scalar for every element (newer XLA parsers)."""
+        at = self._peek()[1]
+        scalar = self.literal(ArrayShape(shape.dtype, ()))
+        line, col = self.lexer.line_col(at)
+        with limits.allocation_guard(f"constant ({self.lexer.source_name}:{line}:{col})",
+                                     shape.nbytes):
+            return np.full(shape.dims, scalar, dtype=shape.dtype.np)
 
     def _nested(self, shape: ArrayShape, dim: int, flat: list[str], offsets: list[int]) -> None:
         self._expect("{", f"to open dimension {dim} of a {format_shape(shape)} literal")
