@@ -64,6 +64,9 @@ def _build(module: Module, pipeline: str | None, backend: str, threads: int | No
     b.require()
     _check_threads(threads)
     subnormal_modes.check(subnormals)
+    from hlofuse.backends.static_shapes import require_static
+
+    require_static(module)  # (dynamic shapes verify but do not run)
     if pipeline is not None:  # (the pipeline and C generation hold off the collector)
         from hlofuse.passes.pipelines import run_pipeline
 

@@ -135,10 +135,12 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
         exe = CpuExecutable(make_module, program, signature, library, host_callbacks)
         return (lambda: exe.module), exe  # parsed only if asked for
     from hlofuse.backends import cpu
+    from hlofuse.backends.static_shapes import require_static
     from hlofuse.passes.pipelines import run_pipeline
     from hlofuse.text import parse
 
     module = parse(text)
+    require_static(module)
     if pipeline is not None:
         run_pipeline(module, pipeline)
     made: list[artifacts.Entry] = []  # the cache entry, made while the library builds

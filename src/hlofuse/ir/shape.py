@@ -105,6 +105,11 @@ class ArrayShape:
     layout: tuple[int, ...] | None = None
     # What follows `:` inside the layout braces (tiles, memory space, ...), or None.
     layout_attrs: LayoutAttrs | None = None
+    # Dynamic dimensions, one code per dimension (DIM_STATIC, DIM_BOUNDED `<=N`: dims holds the
+    # bound, DIM_UNBOUNDED `?`: dims holds 0), or None when every dimension is static. Such
+    # shapes parse, print and verify (the verifier compares the bounds); no backend runs them
+    # (`require_static`).
+    dynamic: tuple[int, ...] | None = None
 
     def __hash__(self) -> int:
         # Computed once per shape object: shapes are dictionary keys in passes' inner loops
@@ -112,7 +117,7 @@ class ArrayShape:
         try:
             return self.__dict__["_hash"]  # type: ignore[no-any-return]
         except KeyError:
-            h = hash((self.dtype, self.dims, self.layout, self.layout_attrs))
+            h = hash((self.dtype, self.dims, self.layout, self.layout_attrs, self.dynamic))
             self.__dict__["_hash"] = h  # (not a field: equality ignores it)
             return h
 
@@ -161,14 +166,19 @@ class ArrayShape:
         return self.layout_attrs is None and (
             self.layout is None or self.layout == tuple(range(self.rank - 1, -1, -1)))
 
+    @property
+    def is_dynamic(self) -> bool:
+        """Some dimension is dynamic (`<=N` or `?`)."""
+        return self.dynamic is not None
+
     def with_dtype(self, dtype: DType) -> ArrayShape:
-        return ArrayShape(dtype, self.dims, self.layout, self.layout_attrs)
+        return ArrayShape(dtype, self.dims, self.layout, self.layout_attrs, self.dynamic)
 
     def with_dims(self, dims: tuple[int, ...]) -> ArrayShape:
         return ArrayShape(self.dtype, tuple(dims), None)
 
     def without_layout(self) -> ArrayShape:
-        return ArrayShape(self.dtype, self.dims)
+        return ArrayShape(self.dtype, self.dims, None, None, self.dynamic)
 
     def compatible(self, other: Shape) -> bool:
         return (
@@ -229,6 +239,23 @@ class TokenShape:
 
 Shape = ArrayShape | TupleShape | TokenShape
 
+DIM_STATIC, DIM_BOUNDED, DIM_UNBOUNDED = 0, 1, 2
+
+
+def _dim_text(shape: ArrayShape, i: int) -> str:
+    code = DIM_STATIC if shape.dynamic is None else shape.dynamic[i]
+    if code == DIM_UNBOUNDED:
+        return "?"
+    return f"<={shape.dims[i]}" if code == DIM_BOUNDED else str(shape.dims[i])
+
+
+def dynamic_leaf(shape: Shape) -> ArrayShape | None:
+    """The first array leaf of `shape` with a dynamic dimension, or None."""
+    for leaf in leaves(shape):
+        if leaf.dynamic is not None:
+            return leaf
+    return None
+
 
 def format_shape(shape: Shape, with_layout: bool = True) -> str:
     """XLA's text for a shape: `f32[2,3]{1,0}`, `(s32[], f32[4]{0})`, `token[]`."""
@@ -236,7 +263,10 @@ def format_shape(shape: Shape, with_layout: bool = True) -> str:
         return "token[]"
     if isinstance(shape, TupleShape):
         return "(" + ", ".join(format_shape(e, with_layout) for e in shape.elements) + ")"
-    text = f"{shape.dtype.name}[{','.join(str(d) for d in shape.dims)}]"
+    if shape.dynamic is None:
+        text = f"{shape.dtype.name}[{','.join(str(d) for d in shape.dims)}]"
+    else:
+        text = f"{shape.dtype.name}[{','.join(_dim_text(shape, i) for i in range(shape.rank))}]"
     if with_layout and shape.layout is not None:
         text += "{" + ",".join(str(d) for d in shape.layout) + shape.layout_extra + "}"
     return text

@@ -515,6 +515,16 @@ def _reverse(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any,
     return ArrayShape(a.dtype, a.dims)
 
 
+def _recv(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any, declared: Any) -> Shape:
+    """recv's shape is XLA's (data, u32[] context, token[]) tuple; the operand a token."""
+    if len(ss) != 1 or not isinstance(ss[0], TokenShape):
+        fail(f"recv takes one token operand, found ({fmt_list(ss)})")
+    if not (isinstance(declared, TupleShape) and len(declared.elements) == 3
+            and isinstance(declared.elements[2], TokenShape)):
+        fail(f"recv must produce a (data, u32[], token[]) tuple, declared {fmt(declared)}")
+    return declared
+
+
 _RULES: dict[Opcode, _Rule] = {
     Op.SELECT: _select,
     Op.CLAMP: _clamp,
@@ -525,7 +535,7 @@ _RULES: dict[Opcode, _Rule] = {
     # Send/recv shapes changed across XLA versions (old tests declare send as the data shape).
     Op.SEND: _declared_only(Op.SEND),
     Op.SEND_DONE: _declared_only(Op.SEND_DONE),
-    Op.RECV: _declared_only(Op.RECV),
+    Op.RECV: _recv,
     Op.RECV_DONE: _declared_only(Op.RECV_DONE),
     Op.SCAN: _declared_only(Op.SCAN),
     Op.TUPLE: _tuple,

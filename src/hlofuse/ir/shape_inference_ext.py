@@ -377,6 +377,28 @@ def custom_call(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
     return out
 
 
+def dynamic_reshape(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
+                    declared: Shape | None) -> Shape:
+    """XLA's dynamic-reshape: the operand, then one integral scalar per result dimension
+    (its size at run time); the result keeps the operand's element type and size bound."""
+    out = _need(Op.DYNAMIC_RESHAPE, declared)
+    if not isinstance(out, ArrayShape):
+        fail(f"dynamic-reshape must produce an array, declared {fmt(out)}")
+    if not ss:
+        fail("dynamic-reshape needs an operand and one size per result dimension")
+    operand = expect_array(ss[0], "dynamic-reshape operand")
+    if len(ss) != 1 + out.rank:
+        fail(f"dynamic-reshape to {fmt(out)} needs {out.rank} dimension size operand(s) after "
+             f"the operand, found {len(ss) - 1}")
+    for i, s in enumerate(ss[1:]):
+        size = expect_scalar(s, f"dynamic-reshape size operand {i + 1}")
+        if not size.dtype.is_integral:
+            fail(f"dynamic-reshape size operand {i + 1} must be an integer, found {fmt(s)}")
+    if out.dtype != operand.dtype:
+        fail(f"dynamic-reshape must keep the element type: {fmt(operand)} -> {fmt(out)}")
+    return out
+
+
 def declared_only(op: Opcode) -> Rule:
     def rule(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,
              declared: Shape | None) -> Shape:
@@ -413,7 +435,7 @@ RULES: dict[Opcode, Rule] = {
     Op.GET_DIMENSION_SIZE: get_dimension_size,
     Op.SET_DIMENSION_SIZE: set_dimension_size,
     Op.DOMAIN: same_as_operand,
-    Op.DYNAMIC_RESHAPE: declared_only(Op.DYNAMIC_RESHAPE),
+    Op.DYNAMIC_RESHAPE: dynamic_reshape,
     Op.RAGGED_DOT: declared_only(Op.RAGGED_DOT),
     Op.SCALED_DOT: declared_only(Op.SCALED_DOT),
     Op.SHUFFLE: declared_only(Op.SHUFFLE),

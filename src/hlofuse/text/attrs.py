@@ -11,7 +11,8 @@ lhs_dilate=1x2 rhs_dilate=1x1 rhs_reversal=0x1}`; COMPUTATION `%add`; COMPUTATIO
 (or one bare name); RAW: verbatim balanced text.
 
 Conditions enforced (each an `HloParseError` at the offending token): known element types;
-non-negative dimensions; no dynamic dimensions (`?`, `<=N`); every array shape passes
+non-negative dimensions; dynamic dimensions (`<=N` bounded, `?` unbounded) are read into
+`ArrayShape.dynamic` (they parse, print and verify; no backend runs them); every array shape passes
 `ir.shape.array_problem` (rank, int64 dimensions and byte size: a `ParseLimitError` beyond
 `ir.limits`); tuples nested at most `ir.limits.MAX_TUPLE_DEPTH` deep; a layout that is a
 permutation of the dimensions; integers that fit int64; well-formed slices,
@@ -31,6 +32,9 @@ from hlofuse.ir.attributes import AttrKind, WindowDim
 from hlofuse.ir.dtypes import DTYPES
 from hlofuse.ir.metadata import Metadata, Verbatim
 from hlofuse.ir.shape import (
+    DIM_BOUNDED,
+    DIM_STATIC,
+    DIM_UNBOUNDED,
     ArrayShape,
     LayoutAttrs,
     Shape,
@@ -173,13 +177,23 @@ class AttrParser(BaseParser):
             raise self.error(f"unknown element type '{shorten(tok.text)}' in shape", tok.start)
         self.parse_punct("[", f"after element type {tok.text}")
         dims: list[int] = []
+        dynamic: list[int] = []
         while True:
             at = lexer.skip_space()  # no token is peeked here: `?` and `<` are not tokens
-            if lexer.text.startswith(("?", "<="), at):
-                raise self.error("dynamic dimensions ('?', '<=N') are not supported: "
-                                 "hlofuse needs static shapes", at)
-            if not dims and self.parse_optional_punct("]") is not None:
+            if lexer.text.startswith("?", at):
+                lexer.pos = at + 1
+                dims.append(0)
+                dynamic.append(DIM_UNBOUNDED)
+                if self.parse_optional_punct(",") is None:
+                    self.parse_punct("]", "to close the dimensions of a shape")
+                    break
+                continue
+            bounded = lexer.text.startswith("<=", at)
+            if bounded:
+                lexer.pos = at + 2
+            elif not dims and self.parse_optional_punct("]") is not None:
                 break
+            dynamic.append(DIM_BOUNDED if bounded else DIM_STATIC)
             d = lexer.peek()
             if d.kind != "num" or not d.text.isdigit():
                 raise self.error(
@@ -194,7 +208,8 @@ class AttrParser(BaseParser):
         attrs: LayoutAttrs | None = None
         if lexer.text.startswith("{", lexer.pos):
             layout, attrs = self._parse_layout(len(dims))
-        return self._checked(ArrayShape(dtype, tuple(dims), layout, attrs), tok.start)
+        dyn = tuple(dynamic) if any(dynamic) else None
+        return self._checked(ArrayShape(dtype, tuple(dims), layout, attrs, dyn), tok.start)
 
     def _parse_layout(self, rank: int) -> tuple[tuple[int, ...], LayoutAttrs | None]:
         lexer = self.lexer

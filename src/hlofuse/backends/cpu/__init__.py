@@ -113,7 +113,9 @@ def compile_module(module: Module, threads: int | None = None,
     from hlofuse.backends.cpu.executable import CpuExecutable
     from hlofuse.backends.cpu.units import kernel_flags
     from hlofuse.backends.host_callbacks import check_table
+    from hlofuse.backends.static_shapes import require_static
 
+    require_static(module)
     check_table(module, host_callbacks, UnsupportedOpError)  # (before any C is generated)
     flags = kernel_flags()
     program = generate(module, threads, subnormals,

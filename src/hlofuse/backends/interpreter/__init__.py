@@ -162,6 +162,9 @@ def evaluate(module: Module, args: Sequence[Literal], *,
              subnormals: str = DEFAULT_SUBNORMALS,
              host_callbacks: HostCallbacks | None = None) -> Literal:
     """The value of the entry computation's root: an array, or a tuple of values."""
+    from hlofuse.backends.static_shapes import require_static
+
+    require_static(module)
     checked = check_args(module, args)
     return evaluate_computation(module.entry, checked, subnormals=subnormals,
                                 host_callbacks=host_callbacks)
