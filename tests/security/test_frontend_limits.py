@@ -67,11 +67,11 @@ def test_largest_valid_shapes_parse() -> None:
 
 @pytest.mark.parametrize(("shape", "column", "message"), [
     ("f32[-1]", 16, "expected a dimension size (a non-negative integer), got '-1'"),
-    ("f32[<=4]", 16, "dynamic dimensions ('?', '<=N') are not supported"),
-    ("f32[4,?]", 18, "dynamic dimensions ('?', '<=N') are not supported"),
+    ("f32[<=-4]", 18, "expected a dimension size (a non-negative integer), got '-4'"),
+    ("f32[4,?3]", 19, "expected ']' to close the dimensions of a shape, got '3'"),
 ])
-def test_negative_and_dynamic_dimensions_are_parse_errors(shape: str, column: int,
-                                                          message: str) -> None:
+def test_negative_and_malformed_dynamic_dimensions_are_parse_errors(shape: str, column: int,
+                                                                    message: str) -> None:
     err = _parse_error(_param(shape))
     assert (err.line, err.column) == (3, column), str(err)
     assert message in err.message
