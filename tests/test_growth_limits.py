@@ -13,12 +13,8 @@ from hlofuse.passes.fusion.small_loops import UnrollSmallLoops
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.passes.simplify.constant_fold import ConstantFolding, fold_work
-from hlofuse.passes.simplify.unroll import (
-    WhileLoopUnroller,
-    body_size,
-    budget_limit,
-    growth_of,
-)
+from hlofuse.passes.simplify.growth import body_size, budget_limit, growth_of
+from hlofuse.passes.simplify.unroll import WhileLoopUnroller
 from hlofuse.text import parse
 
 ROUNDS = """  c13 = u32[] constant(13)
@@ -218,3 +214,66 @@ def test_a_fold_that_runs_out_of_memory_is_left_alone() -> None:
     module = parse(reduce_window(pad, pad))
     assert not ConstantFolding(max_work=1 << 62).run(module)
     assert _opcodes(module)[-1] == "reduce-window"
+
+
+def one_trip_loop_dag(depth: int) -> str:
+    """Loops of one trip whose bodies each hold two loops over the body below: inlining every
+    one-trip loop makes 2^depth copies of the innermost body."""
+    parts = ["HloModule dag\n"]
+    for d in range(depth):
+        inner = "  x2 = f32[2] sine(x1)\n" if d == 0 else f"""  za = s32[] constant(0)
+  ia = (s32[], f32[2]) tuple(za, x1)
+  wa = (s32[], f32[2]) while(ia), condition=cond, body=body{d - 1}
+  xa = f32[2] get-tuple-element(wa), index=1
+  ib = (s32[], f32[2]) tuple(za, xa)
+  wb = (s32[], f32[2]) while(ib), condition=cond, body=body{d - 1}
+  x2 = f32[2] get-tuple-element(wb), index=1
+"""
+        parts.append(f"""body{d} {{
+  p = (s32[], f32[2]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x0 = f32[2] get-tuple-element(p), index=1
+  x1 = f32[2] cosine(x0)
+{inner}  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  ROOT t = (s32[], f32[2]) tuple(i1, x2)
+}}
+""")
+    parts.append(f"""cond {{
+  p = (s32[], f32[2]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(1)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}}
+
+ENTRY main {{
+  x = f32[2] parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[2]) tuple(z, x)
+  w = (s32[], f32[2]) while(init), condition=cond, body=body{depth - 1}
+  ROOT r = f32[2] get-tuple-element(w), index=1
+}}
+""")
+    return "\n".join(parts)
+
+
+def test_one_trip_loops_are_inlined_within_the_budget() -> None:
+    """2^30 copies unbounded; the simplifier's inlining charges the module's budget."""
+    from hlofuse.passes.simplify.while_loops import WhileLoopSimplifier
+
+    module = parse(one_trip_loop_dag(30))
+    while WhileLoopSimplifier(max_growth=400, growth_per_instruction=0).run(module):
+        pass
+    assert 0 < growth_of(module) <= 400
+    assert any(i.opcode.value == "while" for c in module.computations for i in c.instructions)
+
+
+def test_one_trip_loops_still_inline_and_values_hold() -> None:
+    text = one_trip_loop_dag(4)
+    module = parse(text)
+    run_pipeline(module, "simplify")
+    assert not any(i.opcode.value == "while" for c in module.computations
+                   for i in c.instructions)
+    x = np.array([0.5, -1.25], np.float32)
+    np.testing.assert_allclose(interpreter.run(module, x)[0], interpreter.run(parse(text), x)[0],
+                               rtol=1e-6)

@@ -49,9 +49,8 @@ from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
+from hlofuse.passes.simplify.growth import budget_limit, growth_of
 from hlofuse.passes.simplify.unroll import (
-    budget_limit,
-    growth_of,
     over_budget,
     unroll,
     unroll_growth,

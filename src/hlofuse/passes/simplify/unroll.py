@@ -33,8 +33,14 @@ from hlofuse.ir.clone import clone_computation
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.registry import register
+from hlofuse.passes.simplify.growth import (
+    UNROLL_BUDGET,
+    UNROLL_PER_INSTRUCTION,
+    body_size,
+    charge,
+    over_growth,
+)
 from hlofuse.passes.simplify.while_loops import body_of, condition_of, trip_count
 from hlofuse.passes.utils import (
     clone_body_into,
@@ -43,48 +49,6 @@ from hlofuse.passes.utils import (
     reachable_computations,
     sweep,
 )
-
-# Instructions all unrolling may add to one module (every pass, every loop, nested ones too):
-# at least UNROLL_BUDGET, or UNROLL_PER_INSTRUCTION times the module's size when unrolling first
-# looks at it. A threefry loop (one random draw or split) is ~25 instructions of a module and
-# ~300 once unrolled; a program of 20 draws creates ~12,000.
-UNROLL_BUDGET = 20_000
-UNROLL_PER_INSTRUCTION = 32
-GROWTH_KEY = "unroll.created"
-BASE_KEY = "unroll.base"
-
-
-def growth_of(module: Module) -> int:
-    """Instructions unrolling has created in `module` so far."""
-    used = module.annotations.get(GROWTH_KEY, 0)
-    return used if isinstance(used, int) else 0
-
-
-def body_size(body: Computation) -> int:
-    """Instructions one copy of `body` creates (fused computations, cloned with their fusion
-    instruction, included; computations a while or call refers to are shared, not cloned)."""
-    total = 0
-    stack = [body]
-    while stack:
-        comp = stack.pop()
-        for instr in comp.instructions:
-            if instr.opcode is not Opcode.PARAMETER or comp is not body:
-                total += 1
-            if instr.opcode is Opcode.FUSION:
-                stack.append(instr.fused_computation)
-    return total
-
-
-def budget_limit(module: Module, floor: int = UNROLL_BUDGET,
-                 per_instruction: int = UNROLL_PER_INSTRUCTION) -> int:
-    """The most instructions unrolling may create in `module`: `floor`, or `per_instruction`
-    times the module's size before its first unroll (recorded then, so the copies never raise
-    their own budget)."""
-    base = module.annotations.get(BASE_KEY)
-    if not isinstance(base, int):
-        base = sum(body_size(c) for c in module.computations)
-        module.annotations[BASE_KEY] = base
-    return max(floor, per_instruction * base)
 
 
 def unroll_growth(w: Instruction, k: int) -> int:
@@ -99,12 +63,7 @@ def over_budget(module: Module, w: Instruction, k: int, floor: int = UNROLL_BUDG
                 per_instruction: int = UNROLL_PER_INSTRUCTION) -> str:
     """Why unrolling `w` k times would take `module` past its budget (`budget_limit`) of
     created instructions ('' when it would not)."""
-    need, used = unroll_growth(w, k), growth_of(module)
-    limit = budget_limit(module, floor, per_instruction)
-    if used + need <= limit:
-        return ""
-    return (f"unrolling would create {need} instructions, {used} already created by unrolling "
-            f"in this module: more than its budget of {limit}")
+    return over_growth(module, unroll_growth(w, k), floor, per_instruction)
 
 
 def peel(comp: Computation, w: Instruction, times: int) -> Instruction:
@@ -135,7 +94,7 @@ def unroll(module: Module, comp: Computation, w: Instruction, k: int,
         return False
     if over_budget(module, w, k, floor, per_instruction):
         return False
-    module.annotations[GROWTH_KEY] = growth_of(module) + unroll_growth(w, k)
+    charge(module, unroll_growth(w, k))
     if n <= k:
         state = peel(comp, w, n)
         w.replace_all_uses_with(state)

@@ -11,7 +11,9 @@ What it does to each while `w` (in this order; the first that applies to a loop 
 the first two):
 
 1. trip count 0 (the condition is false on the initial value): `w` becomes its init;
-2. trip count 1: the body is inlined once in place of `w`;
+2. trip count 1: the body is inlined once in place of `w`, within the module's budget of
+   copied instructions (`growth.py`, shared with unrolling: loops of one trip whose bodies each
+   hold two such loops double per level when inlined); past it the loop stays;
 3. invariant elements: an element the body passes through unchanged (`root[i] =
    gte(param, i)`) keeps its initial value, so outside reads `gte(w, i)` become the init's
    operand i, and, when that operand is a constant, reads inside the body and condition become
@@ -44,6 +46,13 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
 from hlofuse.passes.registry import register
 from hlofuse.passes.simplify.dce import dce_computation
+from hlofuse.passes.simplify.growth import (
+    UNROLL_BUDGET,
+    UNROLL_PER_INSTRUCTION,
+    body_size,
+    charge,
+    over_growth,
+)
 from hlofuse.passes.utils import (
     callers,
     clone_body_into,
@@ -455,6 +464,8 @@ class WhileLoopSimplifier:
 
     sink_constants: bool = True
     remove_dead: bool = True
+    max_growth: int = UNROLL_BUDGET
+    growth_per_instruction: int = UNROLL_PER_INSTRUCTION
 
     name: ClassVar[str] = "while-loop-simplifier"
 
@@ -471,7 +482,10 @@ class WhileLoopSimplifier:
                 _replace_while(comp, w, w.operand(0))
                 changed = True
                 continue
-            if n == 1 and pure_cond:
+            if n == 1 and pure_cond and not over_growth(
+                    module, body_size(body_of(w)), self.max_growth,
+                    self.growth_per_instruction):
+                charge(module, body_size(body_of(w)))
                 inline_body_once(comp, w)
                 counts = callers(module, reachable_computations(module))
                 changed = True
