@@ -277,3 +277,42 @@ def test_one_trip_loops_still_inline_and_values_hold() -> None:
     x = np.array([0.5, -1.25], np.float32)
     np.testing.assert_allclose(interpreter.run(module, x)[0], interpreter.run(parse(text), x)[0],
                                rtol=1e-6)
+
+
+def test_a_reducer_with_a_loop_is_never_folded() -> None:
+    """The reducer's trip count (2^31 here) is the input's to choose: the fold's work is
+    unknown, so the reduce is left for the backend."""
+    text = """HloModule m
+body {
+  p = (s32[], f32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  ROOT t = (s32[], f32[]) tuple(i1, x)
+}
+cond {
+  p = (s32[], f32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(2147483647)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+slow_add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  z = s32[] constant(0)
+  init = (s32[], f32[]) tuple(z, a)
+  w = (s32[], f32[]) while(init), condition=cond, body=body
+  a1 = f32[] get-tuple-element(w), index=1
+  ROOT s = f32[] add(a1, b)
+}
+ENTRY main {
+  c = f32[4] constant({1, 2, 3, 4})
+  zero = f32[] constant(0)
+  ROOT r = f32[] reduce(c, zero), dimensions={0}, to_apply=slow_add
+}
+"""
+    module = parse(text)
+    assert fold_work(module.entry.root) > 1 << 60
+    assert not ConstantFolding().run(module)
+    assert _opcodes(module)[-1] == "reduce"

@@ -22,7 +22,9 @@ Conditions (XLA's, plus a size limit):
   `max_work` element steps (default 2^20). Small operands and a small result do not bound it: a
   4-element `reduce-window` with padding 2^28 and stride 2^28 has 3 results but builds a padded
   array of 2^29 elements. Such an op is left for the backend (the cpu backend reads windows
-  without padding them);
+  without padding them). A reducer, comparator or map function counts its instructions per
+  element it combines, and one holding a `while` is never folded (its trip count is the
+  input's to choose);
 * an instruction the interpreter cannot evaluate (or runs out of memory evaluating) is left
   alone.
 """
@@ -67,6 +69,7 @@ EXPANDING = frozenset({Opcode.BROADCAST, Opcode.IOTA})
 # ops whose `window=` pads (and base-dilates) their first operand before reading it per tap
 WINDOWED = frozenset({Opcode.REDUCE_WINDOW, Opcode.SELECT_AND_SCATTER, Opcode.CONVOLUTION})
 MAX_WORK = 1 << 20
+UNKNOWN_WORK = 1 << 62
 
 
 def _size(instr: Instruction) -> int | None:
@@ -114,7 +117,29 @@ def fold_work(instr: Instruction) -> int:
         k = math.prod(lhs.dims[int(d)] for d in contracted
                       if isinstance(lhs, ArrayShape) and 0 <= int(d) < len(lhs.dims))
         work += out * max(k, 1)
+    called = _called_cost(instr)
+    if called:  # a reducer, comparator or map function, evaluated per element it combines
+        work += (out + sum(ins)) * called
     return work
+
+
+def _called_cost(instr: Instruction) -> int:
+    """Instructions evaluated per application of the computations `instr` calls (0: none); a
+    loop among them makes the work unknown: more than any bound."""
+    total = 0
+    stack = list(instr.called_computations())
+    seen: set[int] = set()
+    while stack:
+        comp = stack.pop()
+        if id(comp) in seen:
+            continue
+        seen.add(id(comp))
+        for i in comp.instructions:
+            if i.opcode is Opcode.WHILE:
+                return UNKNOWN_WORK
+            total += 1
+            stack.extend(i.called_computations())
+    return total
 
 
 def foldable(instr: Instruction, max_elements: int, max_expand_elements: int,
