@@ -135,7 +135,7 @@ class FusionConfig:
     # each level multiplies the copies) creates at most this many instructions, or this many per
     # instruction of the module before unrolling if that is more; an unroll past it is refused
     # and the loop stays a loop (`passes/simplify/unroll.py`).
-    unroll_budget: int = 20_000
+    unroll_budget: int = 8192
     unroll_budget_per_instruction: int = 32
     # With auto_unroll: compile and time the candidate factors, and cache the fastest.
     autotune: bool = False
