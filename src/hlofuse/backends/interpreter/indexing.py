@@ -43,7 +43,10 @@ def _index_vectors(
 ) -> tuple[np.ndarray, tuple[int, ...], list[int]]:
     """Split start indices into (B, K) index vectors, the batch shape, and the original
     dimension numbers of the batch dimensions."""
-    idx = np.asarray(indices).astype(np.int64)
+    idx = np.asarray(indices)
+    if idx.dtype == np.uint64:  # starts at or above 2^63 stay large (clamped or dropped later)
+        idx = np.minimum(idx, np.uint64(np.iinfo(np.int64).max))
+    idx = idx.astype(np.int64)
     if index_vector_dim == idx.ndim:
         idx = idx[..., None]
     batch_dims = [d for d in range(idx.ndim) if d != index_vector_dim]
@@ -125,13 +128,14 @@ def combine_at(
     ufunc = simple_reducer(comp) if len(targets) == 1 else None
     if ufunc is not None:
         work = flats[0]
-        if work.dtype.kind not in "iub":  # floats: combine in f64, round once
+        if work.dtype.kind not in "iub":  # floats: combine in f64 (complex in c128), round once
             value = values[0]
             if interp.flush:  # the combined elements read and write flushed values
                 work[flat_index] = flush(work[flat_index])
                 value = flush(value)
-            wide = work.astype(np.float64)
-            ufunc.at(wide, flat_index, value.astype(np.float64))
+            wide_type = np.complex128 if work.dtype.kind == "c" else np.float64
+            wide = work.astype(wide_type)
+            ufunc.at(wide, flat_index, value.astype(wide_type))
             work[...] = wide.astype(work.dtype)
             if interp.flush:
                 work[flat_index] = flush(work[flat_index])
@@ -178,7 +182,7 @@ def _scatter(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
     for j, d in enumerate(window_operand_dims):
         win[d] = u0.shape[uwd[j]]
     shape = np.array(operands[0].shape, dtype=np.int64)
-    valid = np.all((starts >= 0) & (starts + np.array(win) <= shape), axis=1)
+    valid = np.all((starts >= 0) & (starts <= shape - np.array(win)), axis=1)  # no overflow
     b = starts.shape[0]
     w = math.prod(u0.shape[d] for d in uwd)
     vals = [np.transpose(u, scatter_dims + uwd).reshape(b, w) for u in updates]

@@ -22,7 +22,7 @@ from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Graph, Stmt, Val, Var
 from hlofuse.backends.kernel_ir.lower.index import Index, zero
 from hlofuse.errors import CompileError
-from hlofuse.ir.dtypes import PRED, S64, DType
+from hlofuse.ir.dtypes import PRED, S64, U64, DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
@@ -58,6 +58,7 @@ AND = ir.ScalarOp(Opcode.AND, PRED)
 MAX64 = ir.ScalarOp(Opcode.MAXIMUM, S64)
 MIN64 = ir.ScalarOp(Opcode.MINIMUM, S64)
 CVT64 = ir.ScalarOp(Opcode.CONVERT, S64)
+UMIN64 = ir.ScalarOp(Opcode.MINIMUM, U64)
 
 
 class Builder:
@@ -340,6 +341,8 @@ class Builder:
             return ir.ZERO
         if v.op == "const":
             return ir.affine(min(max(int(ir.const_value(v)), 0), hi))
+        if v.dtype == U64:  # clamp as unsigned first: starts >= 2^63 would wrap negative in s64
+            v = self.g.alu(UMIN64, v, self.g.const(hi, U64))
         x = v if v.dtype == S64 else self.g.alu(CVT64, v)
         x = self.g.alu(MAX64, x, self.g.const(0, S64))
         x = self.g.alu(MIN64, x, self.g.const(hi, S64))
