@@ -9,6 +9,7 @@ one so each disagreement names its program. Per program and backend the outcome 
     mismatch     it ran, an output differs from jax.jit's
     unsupported  hlofuse refused it with an HloError (an honest refusal, counted, not a bug)
     crash        any other exception (always a bug)
+    jax-error    jax.jit itself failed to run the program (no oracle; backend "jax")
 
 Which of the three is wrong: when the interpreter and the cpu backend agree with each other but
 not with jax, hlofuse's spec is suspect (or jax's documented behaviour differs); when only one
@@ -45,18 +46,21 @@ class Outcome:
 @dataclass
 class Coverage:
     """(opcode, element type) pairs seen in the lowered modules: every instruction's result
-    type and its operands' types."""
+    type and its operands' types (each leaf of a tuple: while, conditional, sort, tuple)."""
 
     pairs: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def add_text(self, text: str) -> None:
-        from hlofuse.ir.shape import ArrayShape
+        from hlofuse.ir.shape import leaves
         from hlofuse.text import parse
 
-        for instr in parse(text).all_instructions():
-            shapes = [instr.shape, *(o.shape for o in instr.operands)]
-            for s in shapes:
-                if isinstance(s, ArrayShape):
+        try:
+            module = parse(text)
+        except HloError:  # refused by the parser or verifier: an outcome of its own
+            return
+        for instr in module.all_instructions():
+            for shape in (instr.shape, *(o.shape for o in instr.operands)):
+                for s in leaves(shape):
                     key = (instr.opcode.value, s.dtype.name)
                     self.pairs[key] = self.pairs.get(key, 0) + 1
 
@@ -129,12 +133,19 @@ def run_programs(programs: Sequence[Program], cov: Coverage | None = None,
     out: list[Outcome] = []
     for i in range(0, len(programs), batch):
         group = programs[i:i + batch]
-        res = run_batch(group, cov) if len(group) > 1 else None
+        try:
+            res = run_batch(group, cov) if len(group) > 1 else None
+        except Exception:
+            res = None
         if res is not None and all(o.status == "match" for o in res):
             out.extend(res)
             continue
         for p in group:
-            single = run_batch([p], cov if res is None else None)
+            try:
+                single = run_batch([p], cov if res is None else None)
+            except Exception as exc:  # jax.jit itself failed on it: no oracle
+                out.append(Outcome(p, "jax", "jax-error", f"{type(exc).__name__}: {exc}"[:300]))
+                continue
             assert single is not None
             out.extend(single)
     return out
