@@ -33,6 +33,11 @@ Accumulation, against the interpreter (which contracts floats in f64 and integer
   truncated to the result type: exactly the interpreter's 64-bit sum wrapped to the result type.
 * pred results are `sum != 0`.
 Mixed float/integer operand kinds raise `LibraryOpError`.
+
+Complex results (operands of any element type, as XLA defines mixed dots: each operand is
+converted to the result type) are contracted by a plain loop in `double _Complex` over
+canonical c128 copies of the operands, then rounded once to the result type, like the
+interpreter's c128 contraction; a complex operand with a real result is refused.
 """
 
 from __future__ import annotations
@@ -40,11 +45,12 @@ from __future__ import annotations
 import math
 
 from hlofuse.backends.cpu import cexpr
+from hlofuse.backends.cpu.cexpr_types import complex_convert
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import blas
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.backends.kernel_ir.naming import fresh
-from hlofuse.ir.dtypes import DType
+from hlofuse.ir.dtypes import C128, DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape
 
@@ -347,8 +353,8 @@ def gemm_helper(suffix: str) -> str:
 def _accumulator(instr: Instruction, out: DType, operands: list[DType]) -> tuple[str, str]:
     if out.is_complex or any(d.is_complex for d in operands):
         raise cexpr.UnsupportedOpError(
-            f"instruction {instr.name} in {instr.parent.name if instr.parent else '?'}: the cpu "
-            "backend's dot does not support complex numbers; the interpreter backend runs it")
+            f"instruction {instr.name} in {instr.parent.name if instr.parent else '?'}: a "
+            f"complex operand with a {out} result is not defined here")
     if out.is_float:
         if any(not (d.is_float or d.is_integral or d.is_pred) for d in operands):
             raise LibraryOpError(instr, f"cannot contract {operands} into {out}")
@@ -416,6 +422,9 @@ def emit_dot(
     n = math.prod(rd[a] for a in rf)
     if out_shape.size != batch * m * n or math.prod(rd[a] for a in rc) != k:
         raise LibraryOpError(instr, "operand and result shapes do not agree")
+    if out_shape.dtype.is_complex:
+        return "", _complex_dot(ins, outs, names, lhs_shape, rhs_shape, out_shape,
+                                ([lb, lf, lc], [rb, rc, rf]), (batch, m, n, k))
     acc_t, suffix = _accumulator(instr, out_shape.dtype, [lhs_shape.dtype, rhs_shape.dtype])
     from hlofuse.backends.cpu.library import prebuilt
 
@@ -471,6 +480,52 @@ def emit_dot(
     body.extend(f"free({s});" for s in scratch)
     stmts = "{\n" + "\n".join("    " + line for line in body) + "\n}\n"
     return defs, stmts
+
+
+def _complex_dot(
+    ins: list[str], outs: list[str], names: set[str], lhs: ArrayShape, rhs: ArrayShape,
+    out: ArrayShape, groups: tuple[list[list[int]], list[list[int]]],
+    sizes: tuple[int, int, int, int],
+) -> str:
+    """Statements of a dot with a complex result: each operand converted to c128 in canonical
+    order (A[batch, M, K], B[batch, K, N]), contracted in double _Complex, rounded once."""
+    batch, m, n, k = sizes
+    body = [comment(f"dot: [{batch} x] ({m} x {k}) * ({k} x {n}) in complex double")]
+    packed = []
+    for src, shape, group, role in ((ins[0], lhs, groups[0], "lhs"),
+                                    (ins[1], rhs, groups[1], "rhs")):
+        name = fresh(f"{role}_c128", names)
+        dims = shape.dims
+        strides = [math.prod(dims[a + 1 :]) for a in range(len(dims))]
+        order = [a for g in group for a in g]
+        body += [f"hf_c128 *{name} = hf_alloc(0, sizeof(hf_c128) * {max(1, shape.size)});",
+                 "{", f"    hf_c128 *dst = {name};"]
+        indent = "    "
+        for level, axis in enumerate(order):
+            body.append(f"{indent}for (int64_t i{level} = 0; i{level} < {dims[axis]}; "
+                        f"i{level}++)")
+            indent += "    "
+        offset = " + ".join(f"i{lv} * {strides[a]}" for lv, a in enumerate(order)) or "0"
+        ct = cexpr.ctype(shape.dtype)
+        value = cexpr.load(shape.dtype, f"((const {ct} *)({src}))[{offset}]")
+        if not shape.dtype.is_complex:
+            value = f"(double)({value})"
+        body += [f"{indent}*dst++ = {complex_convert(shape.dtype, C128, value)};", "}"]
+        packed.append(name)
+    a, b = packed
+    out_ct = cexpr.ctype(out.dtype)
+    result = complex_convert(C128, out.dtype, "acc")
+    body += [
+        f"for (int64_t bi = 0; bi < {batch}; bi++)",
+        f"    for (int64_t i = 0; i < {m}; i++)",
+        f"        for (int64_t j = 0; j < {n}; j++) {{",
+        "            hf_c128 acc = 0;",
+        f"            for (int64_t p = 0; p < {k}; p++)",
+        f"                acc += {a}[(bi * {m} + i) * {k} + p] * {b}[(bi * {k} + p) * {n} + j];",
+        f"            (({out_ct} *)({outs[0]}))[(bi * {m} + i) * {n} + j] = {result};",
+        "        }",
+        f"free({a});", f"free({b});"]
+    return "{\n" + "\n".join("    " + line for line in body) + "\n}\n"
 
 
 def _same_integer(dtype: DType, acc_t: str) -> bool:
