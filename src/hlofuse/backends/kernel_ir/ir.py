@@ -43,7 +43,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from hlofuse.ir.dtypes import S64, DType
 from hlofuse.ir.opcodes import Opcode
@@ -251,6 +251,21 @@ class Val:
 Bounds = tuple[int, int] | None
 
 
+class IntRange(NamedTuple):
+    """An integer type's range (numpy's iinfo does not take sub-byte types such as s4)."""
+
+    min: int
+    max: int
+
+
+def int_range(dtype: DType) -> IntRange:
+    if dtype.is_pred:
+        return IntRange(0, 1)
+    if dtype.is_signed:
+        return IntRange(-(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1)
+    return IntRange(0, (1 << dtype.bits) - 1)
+
+
 def value_bounds(v: Val, depth: int = 0, memo: dict[int, Bounds] | None = None) -> Bounds:
     """Inclusive bounds of an integer value, where they are known: constants, index
     expressions, integer divisions and remainders of non-negative ones, clamps (maximum/minimum:
@@ -266,7 +281,6 @@ def value_bounds(v: Val, depth: int = 0, memo: dict[int, Bounds] | None = None) 
 
 
 def _value_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None) -> Bounds:
-    import numpy as np
 
     if depth > 16 or not v.dtype.is_integral:
         return None
@@ -285,14 +299,14 @@ def _value_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None) -> Bounds:
             return r[0] // n, r[1] // n
         return r if r[1] < n else (0, n - 1)
     if v.op == "load":
-        info = np.iinfo(v.dtype.np)
+        info = int_range(v.dtype)
         return int(info.min), int(info.max)
     if v.op == "alu" and v.arg.opcode in (Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.CONVERT):
         rs = [value_bounds(a, depth + 1, memo) for a in v.args]
         if any(r is None for r in rs):
             return None
         if v.arg.opcode is Opcode.CONVERT:
-            info = np.iinfo(v.dtype.np)
+            info = int_range(v.dtype)
             (r,) = rs
             assert r is not None
             return r if info.min <= r[0] and r[1] <= info.max else (int(info.min), int(info.max))
@@ -306,7 +320,6 @@ _ARITH_BOUNDS = frozenset({Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY,
 
 
 def _arith_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None) -> Bounds:
-    import numpy as np
 
     if v.dtype.is_narrow_int:
         return None
@@ -325,7 +338,7 @@ def _arith_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None) -> Bounds:
         if a[0] < 0 or b[0] != b[1] or not 0 <= b[0] < v.dtype.bits:
             return None
         lo, hi = a[0] >> b[0], a[1] >> b[0]
-    info = np.iinfo(v.dtype.np)
+    info = int_range(v.dtype)
     return (lo, hi) if info.min <= lo and hi <= info.max else None
 
 

@@ -54,8 +54,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from hlofuse.backends.kernel_ir import ir, naming
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Graph, Stmt, Val, Var
 from hlofuse.backends.kernel_ir.passes.jam import regroup
@@ -99,7 +97,7 @@ def identity(op: Opcode, dtype: DType) -> object:
     if dtype.is_float:
         return {Opcode.ADD: -0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
                 Opcode.MINIMUM: math.inf}[op]
-    info = np.iinfo(dtype.np)
+    info = ir.int_range(dtype)
     return {Opcode.ADD: 0, Opcode.MULTIPLY: 1, Opcode.MAXIMUM: int(info.min),
             Opcode.MINIMUM: int(info.max), Opcode.AND: -1 if dtype.is_signed else int(info.max),
             Opcode.OR: 0, Opcode.XOR: 0}[op]
