@@ -175,8 +175,13 @@ static inline int64_t hf_tokey_f64(double f) {
 """
 
 _FLOAT_T = r"""
-static inline FT hf_max_SFX(FT a, FT b) { return hf_ftz_SFX((a > b || a != a) ? a : b); }
-static inline FT hf_min_SFX(FT a, FT b) { return hf_ftz_SFX((a < b || a != a) ? a : b); }
+/* -0 < +0 as in XLA: max(0, -0) = +0, min(0, -0) = -0 (either order); NaN wins */
+static inline FT hf_max_SFX(FT a, FT b) {
+  return hf_ftz_SFX((a > b || a != a || (a == b && !__builtin_signbit(a))) ? a : b);
+}
+static inline FT hf_min_SFX(FT a, FT b) {
+  return hf_ftz_SFX((a < b || a != a || (a == b && __builtin_signbit(a))) ? a : b);
+}
 static inline FT hf_sign_SFX(FT x) {
   return hf_ftz_SFX((x != x || x == 0) ? x : COPYSIGN((FT)1, x));
 }

@@ -282,6 +282,18 @@ def _shift(op: Opcode, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
     return np.asarray(r, order="C").view(dt.np)
 
 
+def _float_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """maximum with -0 < +0 (jax.jit's max(0, -0) and max(-0, 0) are both +0), NaN wins."""
+    zeros = (a == 0) & (b == 0)
+    return np.where(zeros, np.where(np.signbit(a), b, a), np.maximum(a, b))
+
+
+def _float_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """minimum with -0 < +0 (min(0, -0) and min(-0, 0) are both -0), NaN wins."""
+    zeros = (a == 0) & (b == 0)
+    return np.where(zeros, np.where(np.signbit(a), a, b), np.minimum(a, b))
+
+
 _FLOAT_BINARY: dict[Opcode, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     Opcode.ADD: np.add,
     Opcode.SUBTRACT: np.subtract,
@@ -289,8 +301,8 @@ _FLOAT_BINARY: dict[Opcode, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     Opcode.DIVIDE: np.divide,
     Opcode.REMAINDER: np.fmod,
     Opcode.POWER: np.power,
-    Opcode.MAXIMUM: np.maximum,
-    Opcode.MINIMUM: np.minimum,
+    Opcode.MAXIMUM: _float_max,
+    Opcode.MINIMUM: _float_min,
     Opcode.ATAN2: np.arctan2,
 }
 
