@@ -182,7 +182,10 @@ static inline hf_c128 hf_cdiv_c128(hf_c128 a, hf_c128 b) {
   double ar = __real__ a, ai = __imag__ a, br = __real__ b, bi = __imag__ b;
   double abr = fabs(br), abi = fabs(bi), r, i;
   if (abr >= abi) {
-    if (abr == 0 && abi == 0) { r = ar / abr; i = ai / abr; }
+    if (abr == 0 && abi == 0) {  /* C99 Annex G, as jax.jit: (1+1j) / (-0-0j) = -inf-infj */
+      double inf = copysign(__builtin_inf(), br);
+      r = inf * ar; i = inf * ai;
+    }
     else {
       double rat = bi / br, scl = 1.0 / (br + bi * rat);
       r = (ar + ai * rat) * scl; i = (ai - ar * rat) * scl;

@@ -161,7 +161,8 @@ def complex_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def complex_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Smith's method; a zero divisor divides each part by |re b| (inf or nan)."""
+    """Smith's method; a zero divisor multiplies each part by copysign(inf, re b) (inf or nan;
+    C99 Annex G's recovery, which jax.jit follows: (1+1j) / (-0-0j) = -inf-infj)."""
     (ar, ai), (br, bi) = _parts(a), _parts(b)
     ar, ai, br, bi = np.broadcast_arrays(ar, ai, br, bi)
     big = np.abs(br) >= np.abs(bi)
@@ -171,9 +172,10 @@ def complex_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         scl1 = 1.0 / (br + bi * rat1)
         rat2 = br / bi
         scl2 = 1.0 / (bi + br * rat2)
-        re = np.where(zero, ar / np.abs(br), np.where(big, (ar + ai * rat1) * scl1,
+        inf = np.copysign(np.inf, br)
+        re = np.where(zero, inf * ar, np.where(big, (ar + ai * rat1) * scl1,
                                                       (ar * rat2 + ai) * scl2))
-        im = np.where(zero, ai / np.abs(br), np.where(big, (ai - ar * rat1) * scl1,
+        im = np.where(zero, inf * ai, np.where(big, (ai - ar * rat1) * scl1,
                                                       (ai * rat2 - ar) * scl2))
     return _pack(re, im)
 
