@@ -1,0 +1,172 @@
+"""Complex and mixed-type arithmetic as XLA defines it, checked against jax.jit on the
+interpreter and the cpu backend: dots and convolutions whose operands have different element
+types (complex with anything, mixed integer widths), complex scatter combiners, signed zeros in
+max/min, complex edge values, and sub-byte / fp8 conversions (run, or refused with an hlofuse
+error naming the instruction, never a bare Python exception)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+from hlofuse.api import compile as hf_compile
+from hlofuse.backends import interpreter
+from hlofuse.errors import HloError
+from hlofuse.text import parse
+
+jax.config.update("jax_enable_x64", True)
+
+BACKENDS = ("interpreter", "cpu")
+
+
+def _run(backend: str, f: Callable[..., Any], args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    text = jax.jit(f).lower(*args).as_text(dialect="hlo")
+    if backend == "interpreter":
+        return [np.asarray(o) for o in interpreter.run(parse(text), *args)]
+    return [np.asarray(o) for o in hf_compile(text, pipeline="xla", backend="cpu")(*args)]
+
+
+def check(f: Callable[..., Any], *args: np.ndarray, exact: bool = False,
+          signs: bool = False) -> None:
+    want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(f)(*args))]
+    for backend in BACKENDS:
+        got = _run(backend, f, args)
+        assert len(got) == len(want), backend
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype, backend
+            if exact or w.dtype.kind in "iub":
+                np.testing.assert_array_equal(g, w, err_msg=backend)
+            else:
+                wide = np.complex128 if w.dtype.kind == "c" else np.float64
+                np.testing.assert_allclose(g.astype(wide), w.astype(wide), rtol=1e-5,
+                                           atol=1e-5, err_msg=backend)
+            if signs:
+                parts = (lambda a: (a.real, a.imag)) if w.dtype.kind == "c" else (lambda a: (a,))
+                for gp, wp in zip(parts(g), parts(w), strict=True):
+                    np.testing.assert_array_equal(np.signbit(gp), np.signbit(wp), err_msg=backend)
+
+
+RNG = np.random.default_rng(0)
+
+
+def _arr(dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt.kind == "c":
+        return (RNG.integers(-4, 5, shape) + 1j * RNG.integers(-4, 5, shape)).astype(dt)
+    if dt.kind == "u":
+        return RNG.integers(0, 5, shape).astype(dt)
+    return RNG.integers(-4, 5, shape).astype(dt)
+
+
+PAIRS = [("complex64", "int8"), ("uint32", "complex64"), ("int16", "complex64"),
+         ("bfloat16", "complex64"), ("complex64", "float32"), ("uint8", "complex64"),
+         ("complex64", "complex64"), ("complex128", "complex128"), ("int8", "int16")]
+SHAPES = [((5,), (5,)), ((3, 5), (5,)), ((3, 5), (5, 4))]
+
+
+def _dt(name: str) -> Any:
+    return ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
+
+
+@pytest.mark.parametrize("shapes", SHAPES, ids=["vv", "mv", "mm"])
+@pytest.mark.parametrize("pair", PAIRS, ids=["x".join(p) for p in PAIRS])
+def test_mixed_dot(pair: tuple[str, str], shapes: tuple[tuple[int, ...], ...]) -> None:
+    a, b = _arr(_dt(pair[0]), shapes[0]), _arr(_dt(pair[1]), shapes[1])
+    out = jnp.result_type(a.dtype, b.dtype)
+    check(lambda x, y: lax.dot(x, y, preferred_element_type=out), a, b)
+
+
+@pytest.mark.parametrize("pair", PAIRS[:3], ids=["x".join(p) for p in PAIRS[:3]])
+def test_mixed_dot_general_batched(pair: tuple[str, str]) -> None:
+    a, b = _arr(_dt(pair[0]), (2, 3, 4)), _arr(_dt(pair[1]), (2, 4, 5))
+    out = jnp.result_type(a.dtype, b.dtype)
+    dn = (((2,), (1,)), ((0,), (0,)))
+    check(lambda x, y: lax.dot_general(x, y, dn, preferred_element_type=out), a, b)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_conv(dtype: str) -> None:
+    x, k = _arr(dtype, (1, 2, 6, 6)), _arr(dtype, (3, 2, 3, 3))
+    check(lambda a, w: lax.conv(a, w, (1, 1), "SAME"), x, k)
+
+
+@pytest.mark.parametrize("op", ["add", "mul"])
+@pytest.mark.parametrize("mode", ["drop", "clip", "promise_in_bounds"])
+def test_complex_scatter(op: str, mode: str) -> None:
+    x = _arr(np.complex64, (5, 2))
+    idx = np.array([1, 3, 1, 7], np.int32)
+    upd = _arr(np.complex64, (4, 2))
+    if op == "add":
+        check(lambda a, j, u: a.at[j].add(u, mode=mode), x, idx, upd)
+    else:
+        check(lambda a, j, u: a.at[j].multiply(u, mode=mode), x, idx, upd)
+
+
+def test_complex_scatter_folded() -> None:
+    """Constant folding runs the interpreter: a constant complex scatter-add keeps its
+    imaginary part in compiled code."""
+    def f(a: jax.Array) -> jax.Array:
+        base = jnp.array([1 + 2j, 3 - 1j, 0j], jnp.complex64)
+        return base.at[jnp.array([0, 2, 0])].add(jnp.array([1j, 2 + 2j, -3j], jnp.complex64)) + a
+    check(f, np.zeros(3, np.complex64))
+
+
+def test_signed_zero_max_min() -> None:
+    z = np.array([0.0, -0.0, 0.0, -0.0], np.float32)
+    w = np.array([-0.0, 0.0, 0.0, -0.0], np.float32)
+    check(lambda a, b: (lax.max(a, b), lax.min(a, b)), z, w, exact=True, signs=True)
+
+
+def test_complex_div_by_signed_zero() -> None:
+    a = np.array([1 + 1j, -2 + 0j, 1j, 0j], np.complex64)
+    b = np.array([-0j, 0j, complex(0.0, -0.0), complex(-0.0, -0.0)], np.complex64)
+    check(lambda x, y: x / y, a, b, exact=True)
+
+
+@pytest.mark.xfail(strict=True, reason="jax.jit's complex log keeps a subnormal imaginary "
+                   "part (log(1+1e-40j) = 9.99e-41j) yet gives -inf+nanj for 1e-40+1e-40j; "
+                   "both backends flush the subnormal: not matched yet")
+def test_complex_log_subnormal_imag() -> None:
+    a = np.array([complex(1.0, 1e-40), complex(-1.0, 1e-42), complex(1e-40, 1e-40),
+                  complex(0.5, -1e-39)], np.complex64)
+    check(lambda x: jnp.log(x), a)
+
+
+SUB = ["int4", "uint4", "float8_e4m3fn", "float8_e5m2"]
+
+
+@pytest.mark.parametrize("src", SUB)
+@pytest.mark.parametrize("dst", ["float32", "bfloat16", "int32", "int8"])
+def test_subbyte_convert(src: str, dst: str) -> None:
+    x = np.arange(-3, 5).astype(getattr(ml_dtypes, src))
+    _run_or_refuse(lambda a: lax.convert_element_type(a, _dt(dst) if dst == "bfloat16" else dst), x)
+
+
+@pytest.mark.parametrize("src,dst,shape", [("uint4", "bfloat16", (2, 4)),
+                                           ("int4", "bfloat16", (2, 4)),
+                                           ("uint8", "float8_e4m3fn", (4,)),
+                                           ("float8_e5m2", "int8", (4,))])
+def test_subbyte_bitcast(src: str, dst: str, shape: tuple[int, ...]) -> None:
+    x = np.arange(int(np.prod(shape))).reshape(shape).astype(getattr(ml_dtypes, src, src))
+    tgt = ml_dtypes.bfloat16 if dst == "bfloat16" else getattr(ml_dtypes, dst, dst)
+    _run_or_refuse(lambda a: lax.bitcast_convert_type(a, tgt), x)
+
+
+def _run_or_refuse(f: Callable[..., Any], *args: np.ndarray) -> None:
+    """Match jax.jit, or refuse with an hlofuse error (never a bare Python exception)."""
+    want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(f)(*args))]
+    for backend in BACKENDS:
+        try:
+            got = _run(backend, f, args)
+        except HloError:
+            continue
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype, backend
+            np.testing.assert_array_equal(g.view(np.uint8), w.view(np.uint8), err_msg=backend)
