@@ -4,7 +4,8 @@ backend, compared (docs/testing.md, "The differential fuzzer").
     python scripts/fuzz.py --budget 2000 --seed 7 --out fuzz.json --shrink-dir fuzz_min/
 
 `--budget` counts programs (never time); `--exclude` drops generator tags (complex-dot,
-complex-scatter-add, subbyte-convert, u64-index, float-dot-int-result). The JSON report has
+complex-scatter-add, subbyte-convert, u64-index, float-dot-int-result, pow-subnormal,
+complex-minmax). The JSON report has
 the totals, every disagreement (program, backend, status, detail, which of the three is wrong),
 one entry per disagreement class with its minimized HLO module (written under --shrink-dir),
 and the (opcode, element type) coverage against the op table.
