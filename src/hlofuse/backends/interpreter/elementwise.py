@@ -471,5 +471,5 @@ def _clamp(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarra
     if dt.is_complex:
         raise unsupported(instr, "clamp is not defined for complex numbers (no order)")
     if dt.is_float:  # max/min propagate nan, like XLA's EmitFloatMax/Min
-        return float_op(lambda lo_, x_, hi_: np.minimum(np.maximum(x_, lo_), hi_), dt, lo, x, hi)
+        return float_op(lambda lo_, x_, hi_: _float_min(_float_max(x_, lo_), hi_), dt, lo, x, hi)
     return np.asarray(np.minimum(np.maximum(x, lo), hi), dtype=dt.np)
