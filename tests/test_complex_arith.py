@@ -170,3 +170,9 @@ def _run_or_refuse(f: Callable[..., Any], *args: np.ndarray) -> None:
         for g, w in zip(got, want, strict=True):
             assert g.shape == w.shape and g.dtype == w.dtype, backend
             np.testing.assert_array_equal(g.view(np.uint8), w.view(np.uint8), err_msg=backend)
+
+
+@pytest.mark.parametrize("x", [[-0.0, 0.0], [0.0, -0.0], [-0.0, -0.0], [0.0, 0.0]])
+def test_signed_zero_reduce(x: list[float]) -> None:
+    a = np.array(x, np.float32)
+    check(lambda v: (jnp.max(v), jnp.min(v)), a, exact=True, signs=True)

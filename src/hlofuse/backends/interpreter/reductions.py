@@ -107,6 +107,22 @@ def _accumulator(dtype: np.dtype) -> np.dtype:
 
 
 def _ufunc_reduce(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray, axes: tuple[int, ...]):
+    r = _ufunc_reduce_raw(ufunc, x, init, axes)
+    if ufunc not in (np.maximum, np.minimum) or not from_numpy(x.dtype).is_float:
+        return r
+    # -0 < +0 (as the elementwise max/min and jax.jit): a zero maximum is +0 when any +0 is
+    # reduced, a zero minimum -0 when any -0 is
+    want_neg = ufunc is np.minimum
+    xf, i = x.astype(np.float64), np.asarray(init).astype(np.float64)
+    hit = np.any((xf == 0) & (np.signbit(xf) == want_neg), axis=axes)
+    hit = hit | ((i == 0) & (np.signbit(i) == want_neg))
+    rf = np.asarray(r).astype(np.float64)
+    zero = np.where(hit == want_neg, -0.0, 0.0)
+    return np.where(rf == 0, zero, rf).astype(x.dtype)
+
+
+def _ufunc_reduce_raw(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray,
+                      axes: tuple[int, ...]) -> np.ndarray:
     acc = _accumulator(x.dtype)
     if any(x.shape[a] == 0 for a in axes):
         shape = [n for i, n in enumerate(x.shape) if i not in axes]
