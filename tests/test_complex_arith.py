@@ -176,3 +176,14 @@ def _run_or_refuse(f: Callable[..., Any], *args: np.ndarray) -> None:
 def test_signed_zero_reduce(x: list[float]) -> None:
     a = np.array(x, np.float32)
     check(lambda v: (jnp.max(v), jnp.min(v)), a, exact=True, signs=True)
+
+
+@pytest.mark.parametrize("n", [8, 37, 256])
+def test_signed_zero_max_min_in_vector_loops(n: int) -> None:
+    """Long enough to vectorize: the vector max/min and the vectorized reductions combine
+    equal zeros as the scalar ones do (3 x -0 then +0s: min -0, max +0, in either order)."""
+    a = np.zeros(n, np.float32)
+    a[: max(3, n // 3)] = -0.0
+    b = a[::-1].copy()
+    check(lambda v, w: (jnp.max(v), jnp.min(v), jnp.max(w), jnp.min(w),
+                        jnp.maximum(v, w), jnp.minimum(v, w)), a, b, exact=True, signs=True)

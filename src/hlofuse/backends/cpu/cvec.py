@@ -189,7 +189,8 @@ static inline {vt} {name}({self.t('u8', w)} p, {vt} a, {vt} b)
         return name
 
     def minmax(self, short: str, w: int, is_max: bool) -> str:
-        """Float max/min propagate NaN and return the second operand on ties (numpy's rule);
+        """Float max/min propagate NaN; equal operands give max(+0, -0) = +0 and
+        min(+0, -0) = -0 whatever their order (jax.jit's rule, as the scalar hf_max/hf_min);
         integers compare."""
         vt = self.t(short, w)
         blend = self.blend(short, w)
@@ -201,8 +202,13 @@ static inline {vt} {name}({self.t('u8', w)} p, {vt} a, {vt} b)
                             f"{{ return {blend}((a {cmp} b), a, b); }}")
             return name
         ftz = self.ftz(short, w)  # the chosen operand: zeroed if subnormal and flushing
-        self._add(name, f"static inline {vt} {name}({vt} a, {vt} b) "
-                        f"{{ return {ftz}({blend}((a {cmp} b) | (a != a), a, b)); }}")
+        ut = self.t(_utype(short), w)
+        # equal operands combine their bits: max(+0, -0) = +0 (and), min = -0 (or), as jax.jit
+        tie = "&" if is_max else "|"
+        self._add(name, f"static inline {vt} {name}({vt} a, {vt} b) {{\n"
+                        f"  const {ut} e = ({ut})(a == b);\n"
+                        f"  const {ut} r = ({ut}){blend}((a {cmp} b) | (a != a), a, b);\n"
+                        f"  return {ftz}(({vt})((r & ~e) | ((({ut})a {tie} ({ut})b) & e)));\n}}")
         return name
 
     def ftz(self, short: str, w: int) -> str:
