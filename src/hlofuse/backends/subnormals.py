@@ -23,7 +23,9 @@ f32, f64 and bf16 (XLA computes bf16 in f32, whose subnormals are bf16's) and th
 and c128; not f16 or the 8-bit floats, whose subnormals are normal f32 values, the type XLA
 computes them in. Operations that only move or reinterpret bits (copies, reshapes, slices,
 select, negate, abs, bitcast-convert, f32<->bf16 conversion, reduce-precision, sort's data
-movement) never flush: a subnormal parameter returned unchanged stays subnormal.
+movement) never flush: a subnormal parameter returned unchanged stays subnormal. Real `power`
+reads its operands' bits as the C library's `pow` under DAZ does (a subnormal exponent is a
+nonzero non-integer, a subnormal base weighs 2^-150 or 2^-1075: `interpreter/flush.py`).
 """
 
 from __future__ import annotations

@@ -431,6 +431,10 @@ def _float_op(instr: _Op, dt: DType, ops: list[str]) -> str:
     # under DAZ, mathlib's and libm's bit tricks would still see a subnormal's exponent. The
     # f32 exp, tanh and logistic (vmath.py) use an operand's bits only for its sign, so DAZ
     # alone gives them the flushed operand's result (`DAZ_SAFE_F32`).
+    # Except power: the C library's pow, which XLA calls, tells its operands apart by their
+    # bits before it computes (mathlib's hf_pow_xla_*, interpreter/flush.py `daz_power`).
+    if op is Opcode.POWER:
+        return _round(dt, f"hf_pow_xla_{'f64' if f64 else 'f32'}({ops[0]}, {ops[1]})")
     flushed = [o if op in DAZ_SAFE_F32 and not f64 else f"hf_ftz_{sfx}({o})" for o in ops]
     if op in _MATH_OPS or op is Opcode.LOGISTIC:
         return _math_call(op, dt, flushed)

@@ -356,27 +356,49 @@ HF_INLINE float hf_cbrt_f32(float x)
     return hf__self(ok, copysignf((float)y, x), x + x);
 }
 
-HF_INLINE float hf_pow_f32(float x, float y)
+/* x^y of two f32 values held exactly in double (or x = +-2^-150: hf_pow_xla_f32), rounded to
+   float once. */
+HF_INLINE float hf__pow_dd_f32(double x, double y)
 {
-    double ax = fabs((double)x);
+    double ax = fabs(x);
     int ok = (ax > 0.0) & (ax < INFINITY);
     double l = hf__log_core(hf__seld(ok, ax, 1.0));
     l = hf__seld(ax == 0.0, -INFINITY, l);
     l = hf__seld(ok | (ax == 0.0), l, ax); /* inf -> inf, nan -> nan */
     double s;
-    double p = hf__expm1_core(hf__clamp((double)y * l, -200.0, 200.0), &s);
+    double p = hf__expm1_core(hf__clamp(y * l, -200.0, 200.0), &s);
     double r = HF_FMA(s, p, s);
-    float ay = fabsf(y);
-    int small = ay < 0x1p24f;
-    int32_t iy = (int32_t)hf__self(small, y, 0.0f);
-    int yint = (!small) | ((float)iy == y);
+    double ay = fabs(y);
+    int small = ay < 0x1p24;
+    int32_t iy = (int32_t)hf__seld(small, y, 0.0);
+    int yint = (!small) | ((double)iy == y);
     int odd = small & yint & (iy & 1);
-    int xneg = (int)(hf__as_u32(x) >> 31);
+    int xneg = (int)(hf__as_u64(x) >> 63);
     r = hf__seld(xneg & odd, -r, r);
-    r = hf__seld((x < 0.0f) & (x > -INFINITY) & !yint, NAN, r);
+    r = hf__seld((x < 0.0) & (x > -INFINITY) & !yint, NAN, r);
     r = hf__seld((ax == 1.0) & (ay == INFINITY), 1.0, r);
-    r = hf__seld((x == 1.0f) | (y == 0.0f), 1.0, r);
+    r = hf__seld((x == 1.0) | (y == 0.0), 1.0, r);
     return (float)r;
+}
+
+HF_INLINE float hf_pow_f32(float x, float y) { return hf__pow_dd_f32((double)x, (double)y); }
+
+/* power as XLA's CPU computes it (interpreter/flush.py `daz_power`): when this file flushes
+   subnormals, the C library's pow under DAZ tells operands apart by their bits, so a subnormal
+   exponent acts as +-2^-126 (a nonzero non-integer: (-2)^y is NaN) and a subnormal base as
+   +-2^-150; IEEE pow otherwise. Takes the operands unflushed; bit tests and selects only. */
+HF_INLINE float hf_pow_xla_f32(float x, float y)
+{
+#if HF_FLUSH_SUBNORMALS
+    uint32_t ux = hf__as_u32(x), uy = hf__as_u32(y);
+    int sx = ((ux & 0x7fffffffu) - 1u) < 0x007fffffu;
+    int sy = ((uy & 0x7fffffffu) - 1u) < 0x007fffffu;
+    double xd = hf__seld(sx, hf__seld((int)(ux >> 31), -0x1p-150, 0x1p-150), (double)x);
+    double yd = hf__seld(sy, hf__seld((int)(uy >> 31), -0x1p-126, 0x1p-126), (double)y);
+    return hf__pow_dd_f32(xd, yd);
+#else
+    return hf_pow_f32(x, y);
+#endif
 }
 
 HF_INLINE float hf_atan2_f32(float y, float x)
@@ -428,6 +450,20 @@ static inline double hf_sqrt_f64(double x) { return __builtin_sqrt(x); }
 static inline double hf_rsqrt_f64(double x) { return 1.0 / __builtin_sqrt(x); }
 static inline double hf_cbrt_f64(double x) { return cbrt(x); }
 static inline double hf_pow_f64(double x, double y) { return pow(x, y); }
+/* hf_pow_xla_f32 for f64: a subnormal exponent acts as +-2^-1022, a subnormal base as
+   +-2^-1075 = +-2^-1022 * 2^-53 (when the first factor's power underflows, so does the result,
+   which the file flushes). */
+static inline double hf_pow_xla_f64(double x, double y)
+{
+#if HF_FLUSH_SUBNORMALS
+    uint64_t ux = hf__as_u64(x), uy = hf__as_u64(y);
+    const uint64_t mag = 0x7fffffffffffffffull, small = 0x000fffffffffffffull;
+    if (((uy & mag) - 1u) < small) y = (uy >> 63) ? -0x1p-1022 : 0x1p-1022;
+    if (((ux & mag) - 1u) < small)
+        return pow((ux >> 63) ? -0x1p-1022 : 0x1p-1022, y) * pow(0x1p-53, y);
+#endif
+    return pow(x, y);
+}
 static inline double hf_atan2_f64(double y, double x) { return atan2(y, x); }
 static inline double hf_erf_f64(double x) { return erf(x); }
 #endif /* HF_MATHLIB_INCLUDED */

@@ -158,7 +158,8 @@ class _Plan:
             rule = step.flush
             if rule is not None:  # no second look at what the producer flushed
                 ops = tuple(k for k in rule.operands if step.operands[k] not in flushed)
-                step.flush = rule = FlushRule(ops, rule.result) if ops or rule.result else None
+                step.flush = rule = FlushRule(ops, rule.result, rule.compute) \
+                    if ops or rule.result else None
                 if rule is not None and rule.result:
                     flushed.add(i)
             self.steps.append(step)
@@ -235,7 +236,8 @@ class Interpreter:
                 else:
                     for i in rule.operands:
                         args[i] = flush_value(args[i])
-                    value = fn(self, instr, args)
+                    value = fn(self, instr, args) if rule.compute is None \
+                        else rule.compute(args)
                     if rule.result:
                         value = flush_value(value)
             except HloError:

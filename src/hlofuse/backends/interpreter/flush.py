@@ -16,6 +16,10 @@ jax.jit on CPU, `backends/subnormals.py` says which types flush):
   conversion, a TOTALORDER compare) do not, and neither do calls, loops, fusions and maps
   themselves: the ops inside them do;
 - remainder flushes only its divisor (XLA's fmod keeps a subnormal dividend exactly);
+- real `power` (f32, f64, bf16) does not flush its operands: XLA calls the C library's `pow`,
+  which tells zeros, signs and integers apart by the operands' bits and only then computes
+  under DAZ (`daz_power`): pow(-2, 1e-310) is NaN, not pow(-2, 0) = 1, and a subnormal base
+  weighs 2^-150 (f32, bf16) or 2^-1075 (f64) whatever its mantissa; the result is flushed;
 - scatter's untouched elements move unchanged; its combiner flushes (`indexing.combine_at`).
 Not emulated: intermediate values inside one op (a reduction's partial sums, a dot's products)
 are not flushed, only its operands and its result.
@@ -23,6 +27,7 @@ are not flushed, only its operands and its result.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +75,8 @@ class Rule:
 
     operands: tuple[int, ...]
     result: bool
+    # computes the step instead of its handler, from the unflushed operands (real power)
+    compute: Callable[[list[Any]], Any] | None = None
 
 
 def _flushes(shape: Shape) -> bool:
@@ -96,6 +103,8 @@ def rule(instr: Instruction) -> Rule | None:
                 or (src.name, dst.name) in BIT_CONVERSIONS:
             return None
     operands = tuple(i for i, o in enumerate(instr.operands) if _flushes(o.shape))
+    if op is Opcode.POWER and src is not None and src.name in _MASKS:
+        return Rule((), True, _power_step)
     if op is Opcode.REMAINDER:
         operands = tuple(i for i in operands if i == 1)
         result = False
@@ -126,13 +135,51 @@ def flush(value: Any) -> Any:
         parts = np.ascontiguousarray(value).reshape(-1).view(dt.component.np)
         flushed = flush(parts)
         return value if flushed is parts else flushed.view(value.dtype).reshape(value.shape)
-    exp, sign, view = _MASKS[dt.name]
+    tiny, bits = _subnormal(value, dt.name)
+    if not tiny.any():
+        return value
+    u = bits.dtype.type
+    out = np.where(tiny, bits & u(_MASKS[dt.name][1]), bits).astype(bits.dtype, copy=False)
+    return out.view(value.dtype).reshape(value.shape)
+
+
+def _subnormal(value: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(which elements of a real `name` array are subnormal, the array's bits)."""
+    exp, sign, view = _MASKS[name]
     bits = np.ascontiguousarray(value).view(view)
     u = bits.dtype.type
     # subnormal: magnitude bits in [1, smallest normal); as unsigned, magnitude - 1 below
     # smallest normal - 1 (a zero wraps around to the largest value)
     tiny = (bits & u(~sign & (2 ** (8 * bits.itemsize) - 1))) - u(1) < u((exp & -exp) - 1)
-    if not tiny.any():
-        return value
-    out = np.where(tiny, bits & u(sign), bits).astype(view, copy=False)
-    return out.view(value.dtype).reshape(value.shape)
+    return tiny.reshape(np.shape(value)), bits
+
+
+def daz_power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Real `power` as XLA's CPU computes it with DAZ set (the C library's `pow`, glibc 2.28
+    and later, measured against jax.jit): special cases by the operands' bits, so a subnormal
+    exponent is a nonzero non-integer (it acts as the smallest normal number of its sign, which
+    gives the same results) and a negative base with it is NaN; a subnormal base keeps its sign
+    and weighs half the smallest subnormal, 2^-150 (f32, bf16: computed as f32) or 2^-1075
+    (f64), whatever its mantissa (pow scales it by 2^23 / 2^52, which DAZ reads as zero, and
+    its exponent arithmetic then lands there). The result is not flushed here."""
+    name = from_numpy(a.dtype).name
+    wide = "f64" if name == "f64" else "f32"
+    sub_x = _subnormal(a, name)[0]
+    sub_y = _subnormal(b, name)[0]
+    x = np.asarray(a, np.float64)
+    y = np.asarray(b, np.float64)
+    normal = 2.0 ** -1022 if wide == "f64" else 2.0 ** -126
+    y = np.where(sub_y, np.copysign(normal, y), y)
+    with np.errstate(all="ignore"):
+        if wide == "f32":  # 2^-150 is a normal f64
+            x = np.where(sub_x, np.copysign(2.0 ** -150, x), x)
+            return np.asarray(np.power(x, y)).astype(a.dtype)
+        # 2^-1075 = 2^-1022 * 2^-53; when the first factor's power is subnormal, so is the
+        # result (1022 / 1074 > 1022 / 1075), which is flushed
+        x = np.where(sub_x, np.copysign(normal, x), x)
+        scale = np.where(sub_x, np.power(2.0 ** -53, y), 1.0)
+        return np.asarray(np.power(x, y) * scale).astype(a.dtype)
+
+
+def _power_step(args: list[Any]) -> Any:
+    return daz_power(args[0], args[1])

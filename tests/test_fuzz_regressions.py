@@ -1,0 +1,102 @@
+"""Regression tests for the differential fuzzer's disagreement classes (issue 29,
+benchmarks/results/fuzz_findings.md): each minimized case and a few variants, run by jax.jit
+(the oracle), the interpreter (the spec) and the cpu backend, all three compared."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+from hlofuse.api import compile as hf_compile
+from hlofuse.backends import interpreter
+from hlofuse.text import parse
+
+jax.config.update("jax_enable_x64", True)
+
+BACKENDS = ("interpreter", "cpu")
+
+
+def _run(backend: str, f: Callable[..., Any], args: Sequence[np.ndarray],
+         subnormals: str = "flush") -> list[np.ndarray]:
+    text = jax.jit(f).lower(*args).as_text(dialect="hlo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if backend == "interpreter":
+            out = interpreter.run(parse(text), *args, subnormals=subnormals)
+        else:
+            out = hf_compile(text, backend="cpu", subnormals=subnormals)(*args)
+    return [np.asarray(o) for o in out]
+
+
+def check(f: Callable[..., Any], *args: np.ndarray, rtol: float = 1e-6,
+          exact: bool = False) -> None:
+    """Every backend gives jax.jit's values (NaN where it has NaN, same signs of zeros)."""
+    want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(f)(*args))]
+    for backend in BACKENDS:
+        got = _run(backend, f, args)
+        assert len(got) == len(want), backend
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype, backend
+            if exact:
+                np.testing.assert_array_equal(g.view(np.uint8), w.view(np.uint8),
+                                              err_msg=backend)
+                continue
+            wide = np.complex128 if w.dtype.kind == "c" else np.float64
+            np.testing.assert_allclose(g.astype(wide), w.astype(wide), rtol=rtol, atol=0,
+                                       err_msg=backend)
+            parts = (lambda a: (a.real, a.imag)) if w.dtype.kind == "c" else (lambda a: (a,))
+            for gp, wp in zip(parts(g), parts(w), strict=True):
+                zero = wp == 0
+                np.testing.assert_array_equal(np.signbit(gp[zero]), np.signbit(wp[zero]),
+                                              err_msg=f"{backend}: sign of zero")
+
+
+# ----- class 6: power with a subnormal operand -----------------------------------------------
+# XLA's CPU calls the C library's pow with DAZ set: special cases by the operands' bits, so a
+# subnormal exponent is a nonzero non-integer and a subnormal base weighs 2^-150 / 2^-1075.
+
+
+def _pow_cases(dt: Any) -> tuple[np.ndarray, np.ndarray]:
+    tiny = float(np.finfo(np.float32 if dt is not np.float64 else np.float64).smallest_subnormal)
+    if dt is ml_dtypes.bfloat16:
+        tiny = 2.0 ** -133  # a bf16 subnormal (an f32 subnormal too)
+    inf, nan = np.inf, np.nan
+    pairs = [(-2.0, tiny), (-tiny, 0.3), (3 * tiny, 0.0186), (tiny, 0.5), (tiny, 1.0),
+             (2.0, -tiny), (0.0, tiny), (-0.0, -tiny), (tiny, -1.0), (-tiny, 1.0),
+             (-tiny, 2.0), (-tiny, -3.0), (1.0, tiny), (tiny, tiny), (-tiny, inf),
+             (tiny, -inf), (inf, tiny), (-inf, -tiny), (nan, tiny), (tiny, 0.0), (-tiny, nan),
+             (-1.0, tiny), (0.5, 3.0), (-2.0, 3.0)]
+    return (np.array([p[0] for p in pairs], dt), np.array([p[1] for p in pairs], dt))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, ml_dtypes.bfloat16],
+                         ids=["f32", "f64", "bf16"])
+def test_power_subnormal_operands(dt: Any) -> None:
+    a, b = _pow_cases(dt)
+    check(lax.pow, a, b, rtol=1e-6 if dt is np.float64 else 1e-5 if dt is np.float32 else 1e-2)
+
+
+def test_power_subnormal_minimized() -> None:
+    """fuzz_min/000.hlo and seed2030/000.hlo: power(-2, 1e-310) is NaN, not 1."""
+    a = np.array([[1.0, -2.0], [-5e-324, 1.5e-323]])
+    b = np.array([[0.5, 1e-310], [0.3, 0.0186]])
+    check(lax.pow, a, b)
+    check(lax.pow, a.astype(np.float32), np.array([[0.5, 1e-40], [0.3, 0.0186]], np.float32),
+          rtol=1e-5)
+
+
+def test_power_keep_subnormals_is_ieee() -> None:
+    """subnormals="keep": IEEE pow (numpy), on both backends."""
+    a, b = _pow_cases(np.float64)
+    with np.errstate(all="ignore"):
+        want = np.power(a, b)
+    for backend in BACKENDS:
+        got = _run(backend, lax.pow, (a, b), subnormals="keep")[0]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=backend)
