@@ -187,3 +187,19 @@ def test_signed_zero_max_min_in_vector_loops(n: int) -> None:
     b = a[::-1].copy()
     check(lambda v, w: (jnp.max(v), jnp.min(v), jnp.max(w), jnp.min(w),
                         jnp.maximum(v, w), jnp.minimum(v, w)), a, b, exact=True, signs=True)
+
+
+@pytest.mark.parametrize("out", [jnp.int8, jnp.uint8, jnp.int32, jnp.uint32])
+@pytest.mark.parametrize("shape", [(2,), (3, 5), (40, 70)])
+def test_float_dot_with_an_integral_result_sums_floats_then_converts(out: Any,
+                                                                     shape: tuple) -> None:
+    """XLA multiplies and sums float operands as floats and converts the sum (truncating,
+    saturating, NaN -> 0): [1.5, -2.7] . [1.5, 1] -> s8 is 0, not 1*1 + (-2)*1 = -1."""
+    rng = np.random.default_rng(len(shape))
+    # quarters and halves: every sum is exact in f32, in any order, so results compare exactly
+    a = (rng.integers(-40, 40, shape) * 0.5).astype(np.float32)
+    b = (rng.integers(-40, 40, shape[::-1]) * 0.25).astype(np.float32)
+    if len(shape) == 1:
+        a[:2], b[:2] = [1.5, -2.7], [1.5, 1.0]
+        b = b[::-1].copy() if shape[0] > 2 else b
+    check(lambda x, y: lax.dot(x, y, preferred_element_type=out), a, b, exact=True)

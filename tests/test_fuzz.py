@@ -13,8 +13,9 @@ import pytest
 from hlofuse.frontends.fuzz import Coverage, compare, generate, jax_x64, run_programs
 from hlofuse.frontends.fuzz.coverage import report, universe
 
-# Known classes excluded from the sample (benchmarks/results/fuzz_findings.md), each being fixed
-# under issue 29 item 2 or documented as legitimately order-dependent:
+# Classes excluded from the sample (benchmarks/results/fuzz_findings.md): only those documented
+# as legitimately order-dependent (complex dots, complex scatter-add, sub-byte converts, u64
+# indices and float dots with integral results are fixed and in the sample again):
 EXCLUDE = frozenset({
     "complex-minmax",       # NaN makes a lexicographic complex min/max order-dependent
 })

@@ -331,6 +331,16 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, dims: Sequence[Sequence[int]],
             out_sub.append(rhs_sub[i])
     ct = contract_dtype(out)
     spec = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out_sub)}"
+    floats = [from_numpy(x.dtype) for x in (lhs, rhs) if from_numpy(x.dtype).is_float]
+    dt = from_numpy(out)
+    if floats and not (dt.is_float or dt.is_complex):
+        # XLA multiplies and sums float operands as floats (in the widest operand type) and
+        # converts the sum to an integral result (truncating, saturating, NaN -> 0)
+        from hlofuse.backends.interpreter.conversions import convert
+
+        value = np.einsum(spec, lhs.astype(np.float64), rhs.astype(np.float64), optimize=True)
+        wide = np.float64 if any(f.bits == 64 for f in floats) else np.float32
+        return convert(np.asarray(value).astype(wide), dt)
     value = np.einsum(spec, lhs.astype(ct), rhs.astype(ct), optimize=True)
     return finish_contraction(value, out)
 

@@ -91,6 +91,8 @@ def reducible(dot: Instruction, small_dot_limit: int = 0) -> bool:
         s = o.shape
         if not isinstance(s, ArrayShape) or s.dtype.is_complex or s.dtype.is_pred:
             return False
+        if s.dtype.is_float and not out.dtype.is_float:
+            return False  # float products summed as floats, then converted: left to the dot
     if dot.attrs.get("sparsity") or dot.attrs.get("algorithm"):
         return False
     return vector_side(dot) is not None or _per_batch_macs(dot) <= small_dot_limit

@@ -49,9 +49,11 @@ from hlofuse.backends.cpu.cexpr_types import complex_convert
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import blas
 from hlofuse.backends.cpu.library.errors import LibraryOpError
+from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.backends.kernel_ir.naming import fresh
-from hlofuse.ir.dtypes import C128, DType
+from hlofuse.ir.dtypes import C128, F32, F64, DType
 from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
 
 PARALLEL_WORK = 1_000_000  # batch*M*N*K from which a dot is cut into tasks for several threads
@@ -359,9 +361,9 @@ def _accumulator(instr: Instruction, out: DType, operands: list[DType]) -> tuple
         if any(not (d.is_float or d.is_integral or d.is_pred) for d in operands):
             raise LibraryOpError(instr, f"cannot contract {operands} into {out}")
         return _ACC["f64"] if out.bits == 64 else _ACC["f32"]
-    if any(d.is_float for d in operands):
-        raise LibraryOpError(instr, f"float operands with an integer result ({out}) are not "
-                             "supported")
+    floats = [d for d in operands if d.is_float]
+    if floats:  # summed as floats (the widest operand type), then converted (`emit_dot`)
+        return _ACC["f64"] if any(d.bits == 64 for d in floats) else _ACC["f32"]
     return _ACC["u64"] if out.bits == 64 else _ACC["u32"]
 
 
@@ -473,6 +475,10 @@ def emit_dot(
             value = f"{c}[i] != 0"
         elif dt.is_float:
             value = cexpr.store(dt, f"{c}[i]")
+        elif acc_t in ("float", "double"):  # XLA's convert: truncate, saturate, NaN -> 0
+            src = F64 if acc_t == "double" else F32
+            value = cexpr.elementwise_op(ScalarOp(Opcode.CONVERT, dt), [src], [f"{c}[i]"],
+                                         instr.name)
         else:
             value = f"({out_ct}){c}[i]"  # wraps modulo 2^bits
         body.append(f"for (int64_t i = 0; i < {out_shape.size}; i++) "

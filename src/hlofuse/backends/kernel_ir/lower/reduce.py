@@ -44,7 +44,7 @@ from hlofuse.backends.kernel_ir.lower.builder import (
 )
 from hlofuse.backends.kernel_ir.lower.index import Index
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.dtypes import F32
+from hlofuse.ir.dtypes import F32, DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import leaves
@@ -314,6 +314,9 @@ def dot_value(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
     the result type for integers (wrapping), like the GEMM."""
     from hlofuse.ir.dtypes import F64, S32, S64
 
+    def dims_dtype(x: Instruction) -> DType:
+        return array_shape(x).dtype
+
     lhs, rhs = instr.operand(0), instr.operand(1)
     ld, rd = dims_of(lhs), dims_of(rhs)
     a = instr.attrs
@@ -326,8 +329,11 @@ def dot_value(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
     out = array_shape(instr).dtype
     acc_t = (F64 if out.bits == 64 else F32) if out.is_float else (S64 if out.bits == 64
                                                                   else S32)
+    floats = [d for d in (dims_dtype(lhs), dims_dtype(rhs)) if d.is_float]
     if not out.is_float:
         acc_t = out
+        if floats:  # float operands, integral result: summed as floats, then converted
+            acc_t = F64 if any(d.bits == 64 for d in floats) else F32
     m = idx.coords(b.g)
     lm: list[Affine] = [ir.ZERO] * len(ld)
     rm: list[Affine] = [ir.ZERO] * len(rd)
