@@ -312,9 +312,10 @@ def test_base_dilation_splits_into_phases() -> None:
     assert s2.count("im2col + GEMM") == 4
     strided = _defs(next(c for c in CASES if c.name == "lhs_dilate_strided"))
     assert strided.count("im2col + GEMM") == 2
-    # the 1x1 kernel's odd phases have no tap: zeros from the direct loop nest
+    # the 1x1 kernel's odd phases have no tap: zeros from the direct loop nest (plus the whole
+    # direct loop nest that skips the holes for a kernel holding an inf or a NaN, as XLA)
     one = _defs(next(c for c in CASES if c.name == "resnet_input_grad_1x1"))
-    assert one.count("im2col + GEMM") == 1 and one.count("convolution: dim_labels") == 3
+    assert one.count("im2col + GEMM") == 1 and one.count("convolution: dim_labels") == 4
 
 
 def test_accumulates_in_float() -> None:

@@ -100,3 +100,46 @@ def test_power_keep_subnormals_is_ieee() -> None:
     for backend in BACKENDS:
         got = _run(backend, lax.pow, (a, b), subnormals="keep")[0]
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=backend)
+
+
+# ----- class 8: convolution padding with an inf or NaN in the kernel --------------------------
+# XLA's elemental convolution (f64, c128, ...) skips padding and base-dilation holes; its
+# runtime one (f16, bf16, f32, c64) multiplies their zeros by the kernel, except with base
+# dilation in 1 or 2 spatial dims (interpreter/convolution.py `skips_padding`).
+
+
+def test_conv_padding_inf_kernel_minimized() -> None:
+    """fuzz_min/003.hlo: f64, 2 feature groups, padding 6, lhs and rhs dilation 2."""
+    x = np.arange(1.0, 5.0).reshape(1, 4, 1)  # batch 1, 4 features, width 1
+    k = np.ones((2, 2, 3))
+    k[0, 0, 0] = np.inf
+    k[1, 1, 2] = np.nan
+
+    def f(a: Any, b: Any) -> Any:
+        return lax.conv_general_dilated(a, b, (1,), [(6, 6)], (2,), (2,),
+                                        dimension_numbers=("NCW", "OIW", "NCW"),
+                                        feature_group_count=2)
+
+    check(f, x, k, rtol=1e-12)
+
+
+CONV_CASES = [  # (spatial dims, padding, lhs dilation, rhs dilation, feature groups, stride)
+    (1, 2, 1, 1, 1, 1), (2, 2, 1, 2, 1, 1), (1, 2, 2, 1, 1, 1), (2, 1, 2, 1, 1, 1),
+    (3, 1, 2, 1, 1, 1), (3, 0, 2, 1, 1, 1), (2, 2, 1, 1, 2, 1), (1, 1, 1, 1, 1, 2),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=[str(c) for c in CONV_CASES])
+@pytest.mark.parametrize("dt", [np.float64, np.float32, np.float16, np.complex128, np.complex64],
+                         ids=["f64", "f32", "f16", "c128", "c64"])
+def test_conv_padding_inf_kernel(dt: Any, case: tuple[int, ...]) -> None:
+    nd, pad, ld, rd, fg, stride = case
+    x = np.ones((1, 2 * fg) + (4,) * nd, dt)
+    k = np.ones((2 * fg, 2) + (3,) * nd, dt)
+    k[(slice(None), slice(None)) + (0,) * nd] = np.inf
+
+    def f(a: Any, b: Any) -> Any:
+        return lax.conv_general_dilated(a, b, (stride,) * nd, [(pad, pad)] * nd, (ld,) * nd,
+                                        (rd,) * nd, feature_group_count=fg)
+
+    check(f, x, k, rtol=1e-3 if dt in (np.float16,) else 1e-5)

@@ -7,6 +7,14 @@ the input is padded (zeros, with base dilation as interior padding); then for ea
 position the strided input window is contracted with that kernel tap (np.einsum) and summed.
 Floats are accumulated in f64 and rounded to the result type; integers wrap like dot.
 
+Padding and base-dilation holes, with an inf or NaN in the kernel (`skips_padding`, measured
+against jax.jit on CPU): XLA's elemental convolution skips them (a window lying in the padding
+is 0), its runtime convolution for f16, bf16, f32 and c64 (Eigen) multiplies their zeros by the
+kernel (0 x inf = NaN). Which one runs: the runtime one for those types, except with base
+dilation in 1 or 2 spatial dims, or batch groups in other than 2 spatial dims; the elemental
+one for every other type (f64, c128). When skipping, each tap's contribution is masked where
+the tap reads padding (for one tap, an output position reads one input position).
+
 Groups follow XLA's HloEvaluator: with feature_group_count G, output feature z reads input
 features [g*C/G, (g+1)*C/G) for g = z // (O/G); with batch_group_count B, output feature z reads
 input batch group z // (O/B), and the output batch is N/B.
@@ -53,6 +61,21 @@ def parse_dim_labels(text: str) -> tuple[list[int], list[int], list[int]]:
     return perm(lhs, "b", "f"), perm(rhs, "o", "i"), perm(out, "b", "f")
 
 
+# element types XLA's CPU convolves in its runtime (Eigen) library, which reads padding as zeros
+_RUNTIME_TYPES = frozenset({"f16", "bf16", "f32", "c64"})
+
+
+def skips_padding(element_type: str, window: tuple[WindowDim, ...], bgc: int) -> bool:
+    """Whether XLA's CPU skips padding and base-dilation holes of a convolution (rather than
+    multiplying their zeros by the kernel): module docstring."""
+    nsp = len(window)
+    if element_type not in _RUNTIME_TYPES:
+        return True
+    if nsp <= 2 and any(w.base_dilation > 1 for w in window):
+        return True
+    return bgc > 1 and nsp != 2
+
+
 @handles(Opcode.CONVOLUTION)
 def _convolution(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
     labels = instr.attrs.get("dim_labels")
@@ -78,6 +101,10 @@ def _convolution(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.
         if w.reversal:
             rhs = np.flip(rhs, axis=2 + d)
     config = [(0, 0, 0), (0, 0, 0)] + [(w.pad_lo, w.pad_hi, w.base_dilation - 1) for w in window]
+    real = None  # where the padded input is the input (not padding, not a hole)
+    if skips_padding(str(instr.operand(0).shape.dtype.name), tuple(window), bgc) and any(
+            w.pad_lo > 0 or w.pad_hi > 0 or w.base_dilation > 1 for w in window):
+        real = pad_array(np.ones(lhs.shape[2:], bool), np.zeros((), bool), config[2:])
     lhs = pad_array(lhs, np.zeros((), ct), config)
     n, c = lhs.shape[:2]
     o = rhs.shape[0]
@@ -113,7 +140,10 @@ def _convolution(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.
                     part = view[g * nb : (g + 1) * nb]
                 else:
                     part = view[:, g * cg : (g + 1) * cg]
-                result[:, zs] += np.einsum("nc...,oc->no...", part, tap[zs], optimize=True)
+                term = np.einsum("nc...,oc->no...", part, tap[zs], optimize=True)
+                if real is not None:
+                    term = np.where(real[tuple(taps)], term, 0)
+                result[:, zs] += term
     final = finish_contraction(result, out)
     inverse = np.argsort(op)
     return np.asarray(np.transpose(final, inverse), order="C").reshape(array_shape(instr).dims)

@@ -14,7 +14,7 @@ reversal, feature_group_count and batch_group_count (not both > 1), as in
     out[b, z, s...] = sum over kernel taps k... and input features c of the group of z
                       lhs[b', c, x...] * rhs[z, c - c0, k'...]
     x_d = (s_d * stride_d + k_d * rhs_dilation_d - pad_lo_d) / lhs_dilation_d   (skipped when not
-          an integer or outside the input: padding and base-dilation holes read zero)
+          an integer or outside the input: padding and base-dilation holes are skipped)
     k'_d = K_d - 1 - k_d when the window dimension is reversed, else k_d
 
 with, for output feature z in group g = z / (O / G): c0 = g * C / feature_group_count, and
@@ -22,6 +22,10 @@ b' = g * N_out + b when batch_group_count > 1. The direct loop nest's innermost 
 the group's input features; it accumulates integers in uint64_t with wrap-around (pred is
 `!= 0`), and floats (only empty windows reach it) in double, rounded once to the result type.
 The float routines accumulate in float for f32/f16/bf16 results and double for f64, like XLA.
+They multiply padding's zeros by the kernel, as XLA's runtime convolution does for f16, bf16
+and f32; where XLA skips padding (`skips_padding`: f64, and some layouts of the others), a
+kernel holding an inf or a NaN (0 x inf = NaN) sends the call to the direct loop nest instead,
+checked when it runs.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import math
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import conv_spec
+from hlofuse.backends.interpreter.convolution import skips_padding
 from hlofuse.backends.kernel_ir.naming import fresh, word
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape
@@ -61,6 +66,40 @@ def emit_convolution(
     spec = conv_spec.parse(instr)
     if not spec.out.dtype.is_float:
         return emit_direct(spec, ins, outs, names, threads)
+    from hlofuse.backends.cpu.library import conv_phases
+
+    defs, stmt = _emit_fast(spec, ins, outs, names, threads)
+    # Padding and holes differ only when the kernel holds an inf or a NaN (0 x inf = NaN); then
+    # where XLA skips them and the routines above multiply their zeros, the direct loop nest
+    # runs, and where XLA multiplies them and the phases skip holes, the unphased routines
+    if _skips(spec):
+        ddefs, dstmt = emit_direct(spec, ins, outs, names, threads)
+    elif conv_phases.split(spec) is not None:
+        ddefs, dstmt = _emit_float(spec, ins, outs, names, threads)
+    else:
+        return defs, stmt
+    rt = cexpr.ctype(spec.rhs.dtype)
+    check = fresh(f"{word(instr)}_kernel_finite", names)
+    kv = cexpr.load(spec.rhs.dtype, "k[i]")
+    cdef = (f"static int {check}(const {rt} *k) {{\n"
+            f"    for (int64_t i = 0; i < {spec.rhs.size}; i++)\n"
+            f"        if (!__builtin_isfinite((double)({kv}))) return 0;\n"
+            "    return 1;\n}\n")
+    return (defs + ddefs + cdef,
+            f"if ({check}((const {rt} *)({ins[1]}))) {{\n{stmt}}} else {{\n{dstmt}}}\n")
+
+
+def _skips(spec: conv_spec.ConvSpec) -> bool:
+    """Whether padding or base-dilation holes exist that XLA skips (interpreter/convolution.py
+    `skips_padding`)."""
+    window = spec.window
+    return any(w.pad_lo > 0 or w.pad_hi > 0 or w.base_dilation > 1 for w in window) and \
+        skips_padding(spec.lhs.dtype.name, window, spec.bgc)
+
+
+def _emit_fast(
+    spec: conv_spec.ConvSpec, ins: list[str], outs: list[str], names: set[str], threads: int
+) -> tuple[str, str]:
     from hlofuse.backends.cpu.library import conv_phases
 
     phases = conv_phases.split(spec)
