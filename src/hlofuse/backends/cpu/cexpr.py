@@ -543,6 +543,8 @@ def _convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
     s, d = _name(src), _name(dst)
     if s == d:
         return x
+    if s == "f8e8m0fnu" and d == "c128":  # 2^-127 kept, as to f64
+        return f"__builtin_complex(hf_f8e8m0fnu_f32_to_f64({x}), 0.0)"
     if dst.is_complex or src.is_complex:
         expr = cexpr_types.complex_convert(src, dst, x)
         if expr is None:
@@ -559,6 +561,10 @@ def _convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
             clamped = f"hf_min_s64(hf_max_s64((int64_t){v}, {lo}), {hi})"
             return f"(({compute_type(dst)}){clamped})"
         return cexpr_types.wrap(dst, f"(int64_t){x}")
+    if d == "f8e8m0fnu" and src.is_float and s != "f64":  # 2^-127 is an f32 subnormal
+        return f"hf_round_f8e8m0fnu_f32({x})"
+    if s == "f8e8m0fnu" and d == "f64":
+        return f"hf_f8e8m0fnu_f32_to_f64({x})"
     if cexpr_types.is_small_float(dst):
         return cexpr_types.round_to(dst, x)
     if src.is_pred or (src.is_integral and dst.is_integral):

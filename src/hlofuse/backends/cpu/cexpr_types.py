@@ -67,6 +67,8 @@ def wrap(dt: DType, expr: str) -> str:
 def load(dt: DType, expr: str) -> str | None:
     if dt.is_narrow_int:
         return wrap(dt, expr)
+    if dt.name == "f8e8m0fnu":  # by the f32 bits: 2^-127 is an f32 subnormal (cprelude_types)
+        return f"hf_f8e8m0fnu_to_f32({expr})"
     if is_small_float(dt):
         return f"((float)hf_{dt.name}_to_f64({expr}))"
     return None
@@ -75,6 +77,8 @@ def load(dt: DType, expr: str) -> str | None:
 def store(dt: DType, expr: str) -> str | None:
     if dt.is_narrow_int:
         return f"((uint8_t)(({expr}) & {(1 << dt.bits) - 1}))"
+    if dt.name == "f8e8m0fnu":
+        return f"hf_f32_to_f8e8m0fnu({expr})"
     if is_small_float(dt):
         return f"hf_f64_to_{dt.name}({expr})"
     return None

@@ -98,6 +98,29 @@ static inline uint8_t hf_f64_to_f8e8m0fnu_k(double x, int keep) {
   return (uint8_t)enc;
 }
 static inline uint8_t hf_f64_to_f8e8m0fnu(double x) { return hf_f64_to_f8e8m0fnu_k(x, 1); }
+/* Load and store through f32 bits: the smallest value 2^-127 (encoding 0) is an f32 subnormal,
+   which a float conversion would flush under FTZ/DAZ (fpenv.py); copies, slices and
+   bitcast-converts must keep its byte. A subnormal stored is therefore read by its bits. */
+static inline float hf_f8e8m0fnu_to_f32(uint8_t b) {
+  return b == 0xffu ? (float)hf_tab_f8e8m0fnu[0xff]
+                    : hf_f32_from_bits(b ? (uint32_t)b << 23 : 0x00400000u);
+}
+static inline uint8_t hf_f32_to_f8e8m0fnu(float x) {
+  uint32_t b = hf_f32_bits(x);
+  if (b != 0u && b < 0x00800000u) return (uint8_t)(b > 0x00400000u);
+  return hf_f64_to_f8e8m0fnu((double)x);
+}
+/* an e8m0 compute value (f32) to double, 2^-127 included (a conversion reads it as 0 under DAZ) */
+static inline double hf_f8e8m0fnu_f32_to_f64(float x) {
+  return hf_f32_bits(x) == 0x00400000u ? 0x1p-127 : (double)x;
+}
+/* convert from an f32 compute value (f32, bf16, f16, 8-bit floats), by its bits as XLA */
+static inline float hf_round_f8e8m0fnu_f32(float x) {
+  uint32_t b = hf_f32_bits(x);
+  uint8_t c = (b != 0u && b < 0x00800000u) ? (uint8_t)(b > 0x00400000u)
+                                           : hf_f64_to_f8e8m0fnu_k((double)x, 0);
+  return hf_f8e8m0fnu_to_f32(c);
+}
 static inline float hf_round_f8e8m0fnu(double x) {
   return (float)hf_f8e8m0fnu_to_f64(hf_f64_to_f8e8m0fnu_k(x, 0));
 }

@@ -12,7 +12,8 @@ jax.jit on CPU, `backends/subnormals.py` says which types flush):
   flushed: `x * 1`, `x + 0`, `x == 0`, max/min/clamp, sign, rounding, conversions that compute
   (f32 -> f64, f64 -> f32, float -> pred) and reductions, dots and convolutions as a whole;
 - ops that only move or reinterpret bits (`MOVES`: data movement, select, negate, abs of a
-  real number, bitcast-convert, reduce-precision, sort, f32 <-> bf16 and real -> complex
+  real number, bitcast-convert, reduce-precision, sort, f32 <-> bf16, e8m0 <-> f32/bf16,
+  e8m0 -> f64/complex and real -> complex
   conversion, a TOTALORDER compare) do not, and neither do calls, loops, fusions and maps
   themselves: the ops inside them do;
 - remainder flushes only its divisor (XLA's fmod keeps a subnormal dividend exactly);
@@ -52,7 +53,12 @@ MOVES = frozenset(
 ) - {Opcode.SCAN, Opcode.COLLECTIVE_REDUCE}
 # Conversions that are bit operations in XLA (a bf16 is the top half of an f32); identities and
 # a real number becoming a complex one of its precision are moves too.
-BIT_CONVERSIONS = frozenset({("f32", "bf16"), ("bf16", "f32")})
+BIT_CONVERSIONS = frozenset({("f32", "bf16"), ("bf16", "f32")}
+                            # e8m0 <-> f32/bf16 on the bits too (XLA keeps 2^-127 and reads an
+                            # f32 subnormal's bits; measured against jax.jit)
+                            | {(a, b) for a in ("f32", "bf16") for b in ("f8e8m0fnu",)}
+                            | {(b, a) for a in ("f32", "bf16", "f64", "c64", "c128")
+                               for b in ("f8e8m0fnu",)})
 
 # Ops whose real result is never subnormal when their operands are not: one of the operands,
 # an integral value, or a root of a normal number. Their results need no second look.
