@@ -191,3 +191,16 @@ def test_f32_subnormals_convert_to_e8m0_by_bits(dt: Any) -> None:
     x = np.array([2.0 ** -127, 1e-40, 1.5 * 2.0 ** -127, 2.0 ** -126, 1e-39, 3.0, -1.0, 0.0],
                  dt)
     check(lambda a: a.astype(E8), x, exact=True)
+
+
+# ----- class 11: complex sign of a huge or tiny value ----------------------------------------
+# XLA divides each part by |z|; a complex division by |z| + 0j underflowed 1 / |z| to 0.
+
+
+@pytest.mark.parametrize("dt", [np.complex128, np.complex64], ids=["c128", "c64"])
+def test_complex_sign_parts_divided_by_abs(dt: Any) -> None:
+    part = np.finfo(np.float64 if dt is np.complex128 else np.float32)
+    big, tiny = float(part.max), float(part.smallest_subnormal)
+    vals = [complex(0, big), complex(tiny, big), complex(tiny, -big), complex(-0.0, 1e-30),
+            complex(-tiny, 3.0), complex(big, big), complex(3, 4), 0j, complex(big / 2, -big / 3)]
+    check(lax.sign, np.array(vals, dt), rtol=1e-6)

@@ -192,6 +192,8 @@ def complex_op(op: Opcode, dt: DType, arg_dtypes: tuple[DType, ...], ops: list[s
         return f"({ops[0]} {'+' if op is Op.ADD else '-'} {ops[1]})"
     if op is Op.NEGATE:
         return f"(-{ops[0]})"
+    if op is Op.SIGN and dt.name == "c64":  # |z| in f32, as XLA (overflows at 2^128)
+        return f"hf_csign_c64({ops[0]})"
     fn = COMPLEX_FUNCTIONS.get(op.value)
     if fn is None:
         return None

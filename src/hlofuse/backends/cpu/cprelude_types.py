@@ -16,7 +16,7 @@ said.
 - complex (C99 `_Complex`; the parts are `__real__` / `__imag__`): multiplication by the naive
   formula and division by Smith's method with numpy's zero-divisor rule, both in double and
   rounded once for c64 (as numpy on complex128, which the interpreter uses, bit for bit); abs is
-  `hypot`; sign is `z / |z|` through the same division (0 for 0); expm1 and log1p are numpy's
+  `hypot`; sign is each part divided by `|z|` (0 for 0), as XLA's; expm1 and log1p are numpy's
   formulas; power fixes the zero cases (x^0 = 1; 0^b = 0 for real b > 0, else NaN) and is
   otherwise `cpow`; the other functions are the C library's (`cexp`, `ctan`, ...): within a few
   ulp of numpy's.
@@ -225,7 +225,9 @@ static inline hf_c128 hf_cmul_c128(hf_c128 a, hf_c128 b) {
 }
 static inline hf_c128 hf_csign_c128(hf_c128 z) {
   double m = hypot(__real__ z, __imag__ z);
-  return m == 0 ? z : hf_cdiv_c128(z, __builtin_complex(m, 0.0));
+  /* each part divided by |z|, as XLA's elemental sign: a complex division by m + 0j would
+     underflow 1 / m (0 + 1e308j gave 0 under FTZ) and loses the sign of a zero part */
+  return m == 0 ? z : __builtin_complex(__real__ z / m, __imag__ z / m);
 }
 static inline hf_c128 hf_cexpm1_c128(hf_c128 z) {
   double x = __real__ z, y = __imag__ z, a = sin(y / 2);
@@ -262,6 +264,12 @@ static inline int32_t hf_small_key(uint32_t e, int bits, int has_sign) {
 }
 static inline hf_c64 hf_c64_of(hf_c128 z) {
   return __builtin_complex((float)__real__ z, (float)__imag__ z);
+}
+static inline hf_c64 hf_csign_c64(hf_c64 z) {
+  double re = __real__ z, im = __imag__ z;
+  double m = (double)(float)hypot(re, im);  /* |z| rounded to f32 first, as XLA's */
+  return m == 0 ? __builtin_complex(hf_ftz_f32(__real__ z), hf_ftz_f32(__imag__ z))
+                : hf_c64_of(__builtin_complex(re / m, im / m));
 }
 """
 

@@ -147,8 +147,9 @@ def _negate(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarr
 def _sign(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
     out = result_dtype(instr)
     x = ops[0]
-    if out.is_complex:
-        return float_op(numerics.complex_sign, out, x)
+    if out.is_complex:  # |z| in the component type, as XLA (c64: f32 |z| overflows at 2^128)
+        part = np.float32 if out.name == "c64" else np.float64
+        return float_op(lambda z: numerics.complex_sign(z, part), out, x)
     if out.is_float:
         return float_op(_float_sign, out, x)
     if out.is_narrow_int:

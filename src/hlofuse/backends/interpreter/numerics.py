@@ -12,7 +12,8 @@ computed in int64 and wrapped (`wrap`).
 Complex numbers are computed in complex128 and rounded once to c64 where the result is c64 (the
 float rule of `float_op`); multiplication is the naive formula and division Smith's method, each
 step rounded (what the cpu backend computes, bit for bit); power has fixed zero cases. `sign(z)`
-is `z / |z|` (0 for 0); `abs` (`hypot` of the parts), `real` and `imag` give the component type.
+is each part divided by `|z|` (0 for 0);
+`abs` (`hypot` of the parts), `real` and `imag` give the component type.
 Comparing complex numbers is defined for EQ and NE only.
 
 Total order (`total_order_key`) for every float type: -NaN < -inf < ... < -0 < +0 < ... < +inf <
@@ -203,10 +204,15 @@ def complex_abs(z: np.ndarray) -> np.ndarray:
     return np.hypot(np.real(z), np.imag(z))
 
 
-def complex_sign(z: np.ndarray) -> np.ndarray:
-    """z / |z| (through `complex_divide`), 0 for 0."""
-    mag = complex_abs(z)
-    return np.where(mag == 0, z, complex_divide(z, np.where(mag == 0, 1, mag)))
+def complex_sign(z: np.ndarray, part: type = np.float64) -> np.ndarray:
+    """Each part divided by |z| (XLA's elemental sign; not a complex division, whose 1 / |z|
+    underflows for huge z and which loses a zero part's sign), 0 for 0."""
+    with np.errstate(over="ignore"):
+        mag = np.asarray(complex_abs(z)).astype(part).astype(np.float64)
+    re, im = _parts(z)
+    safe = np.where(mag == 0, 1, mag)
+    with np.errstate(all="ignore"):
+        return np.where(mag == 0, z, _pack(re / safe, im / safe))
 
 
 def make_complex(re: np.ndarray, im: np.ndarray, out: DType) -> np.ndarray:
