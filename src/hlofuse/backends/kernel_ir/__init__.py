@@ -3,7 +3,7 @@ with explicit vector widths, affine loads and stores, scalar ops from the op tab
 library calls.
 
     lower/     fused HLO -> ir.Kernel
-    passes/    split, collapse, vectorize, parallelize, hoist
+    passes/    split, jam, collapse, fission, narrow, vectorize, parallelize, hoist
     target.py  the vector width and -march of the machine the code is for
     rewrite.py substitution with folding (what the passes are built on)
     naming.py  kernel names from what they compute

@@ -1,7 +1,8 @@
 """The kernel IR: one kernel as a loop nest over named index variables, with loads and stores
 whose indices are affine expressions kept as structure, scalar ops from the op table, and calls
 of library routines. Every native backend lowers fused HLO to this IR, transforms it (split,
-collapse, vectorize, parallelize, hoist: `passes/`), then prints it (`backends/cpu/cprint.py`).
+jam, collapse, fission, narrow, vectorize, parallelize, hoist: `passes/`), then prints it
+(`backends/cpu/cprint.py`).
 
     Kernel ─ inputs/outputs/locals: Buffer          (name, element type, size, kind)
            └ body: [Stmt]
