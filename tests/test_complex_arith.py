@@ -6,7 +6,7 @@ error naming the instruction, never a bare Python exception)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -21,7 +21,13 @@ from hlofuse.backends import interpreter
 from hlofuse.errors import HloError
 from hlofuse.text import parse
 
-jax.config.update("jax_enable_x64", True)
+
+@pytest.fixture(autouse=True)
+def _x64() -> Iterator[None]:
+    """64-bit types for these tests only (a global switch would leak into every test that
+    runs after them in the same process)."""
+    with jax.enable_x64(True):
+        yield
 
 BACKENDS = ("interpreter", "cpu")
 

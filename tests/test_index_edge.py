@@ -4,7 +4,7 @@ dynamic-update-slice, gather), and a scatter index near 2^63 drops the update (n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -16,7 +16,13 @@ from hlofuse.api import compile as hf_compile
 from hlofuse.backends import interpreter
 from hlofuse.text import parse
 
-jax.config.update("jax_enable_x64", True)
+
+@pytest.fixture(autouse=True)
+def _x64() -> Iterator[None]:
+    """64-bit types for these tests only (a global switch would leak into every test that
+    runs after them in the same process)."""
+    with jax.enable_x64(True):
+        yield
 
 BACKENDS = ("interpreter", "cpu")
 
