@@ -4,8 +4,7 @@ benchmarks/results/fuzz_findings.md): each minimized case and a few variants, ru
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -14,31 +13,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from hlofuse.api import compile as hf_compile
-from hlofuse.backends import interpreter
-from hlofuse.text import parse
-
-
-@pytest.fixture(autouse=True)
-def _x64() -> Iterator[None]:
-    """64-bit types for these tests only (a global switch would leak into every test that
-    runs after them in the same process)."""
-    with jax.enable_x64(True):
-        yield
-
-BACKENDS = ("interpreter", "cpu")
-
-
-def _run(backend: str, f: Callable[..., Any], args: Sequence[np.ndarray],
-         subnormals: str = "flush") -> list[np.ndarray]:
-    text = jax.jit(f).lower(*args).as_text(dialect="hlo")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if backend == "interpreter":
-            out = interpreter.run(parse(text), *args, subnormals=subnormals)
-        else:
-            out = hf_compile(text, backend="cpu", subnormals=subnormals)(*args)
-    return [np.asarray(o) for o in out]
+from jax_oracle import BACKENDS, run_on, x64  # noqa: F401  (x64: an autouse fixture)
 
 
 def check(f: Callable[..., Any], *args: np.ndarray, rtol: float = 1e-6,
@@ -46,7 +21,7 @@ def check(f: Callable[..., Any], *args: np.ndarray, rtol: float = 1e-6,
     """Every backend gives jax.jit's values (NaN where it has NaN, same signs of zeros)."""
     want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(f)(*args))]
     for backend in BACKENDS:
-        got = _run(backend, f, args)
+        got = run_on(backend, f, args, pipeline="hlofuse")
         assert len(got) == len(want), backend
         for g, w in zip(got, want, strict=True):
             assert g.shape == w.shape and g.dtype == w.dtype, backend
@@ -110,7 +85,7 @@ def test_power_keep_subnormals_is_ieee() -> None:
     with np.errstate(all="ignore"):
         want = np.power(a, b)
     for backend in BACKENDS:
-        got = _run(backend, lax.pow, (a, b), subnormals="keep")[0]
+        got = run_on(backend, lax.pow, (a, b), pipeline="hlofuse", subnormals="keep")[0]
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=backend)
 
 

@@ -4,7 +4,7 @@ dynamic-update-slice, gather), and a scatter index near 2^63 drops the update (n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -12,32 +12,13 @@ import numpy as np
 import pytest
 from jax import lax
 
-from hlofuse.api import compile as hf_compile
-from hlofuse.backends import interpreter
-from hlofuse.text import parse
-
-
-@pytest.fixture(autouse=True)
-def _x64() -> Iterator[None]:
-    """64-bit types for these tests only (a global switch would leak into every test that
-    runs after them in the same process)."""
-    with jax.enable_x64(True):
-        yield
-
-BACKENDS = ("interpreter", "cpu")
-
-
-def _run(backend: str, f: Callable[..., Any], args: Sequence[np.ndarray]) -> list[np.ndarray]:
-    text = jax.jit(f).lower(*args).as_text(dialect="hlo")
-    if backend == "interpreter":
-        return [np.asarray(o) for o in interpreter.run(parse(text), *args)]
-    return [np.asarray(o) for o in hf_compile(text, pipeline="xla", backend="cpu")(*args)]
+from jax_oracle import BACKENDS, run_on, x64  # noqa: F401  (x64: an autouse fixture)
 
 
 def check(f: Callable[..., Any], *args: np.ndarray, backends: Sequence[str] = BACKENDS) -> None:
     want = jax.tree_util.tree_leaves(jax.jit(f)(*args))
     for backend in backends:
-        got = _run(backend, f, args)
+        got = run_on(backend, f, args)
         assert len(got) == len(want), backend
         for g, w in zip(got, want, strict=True):
             w = np.asarray(w)
