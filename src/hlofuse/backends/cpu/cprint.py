@@ -707,16 +707,11 @@ class KernelPrinter:
         if v.arg.opcode is not Opcode.SELECT:
             return None
         p, a, b = v.args
-        if not (self.varies(p) and p.op == "alu" and p.arg.opcode is Opcode.COMPARE):
+        mask = self._compare_mask(p, v.dtype, w)
+        if mask is None:
             return None
-        src = p.args[0].dtype
         short = compute_short(v.dtype)
-        if src.is_pred or cvec.CTYPES[compute_short(src)][1] != cvec.CTYPES[short][1]:
-            return None
-        found = cvec.compare_mask(self.lib, p.arg, src, [self.vexpr(x) for x in p.args], w)
-        if found is None:
-            return None
-        return f"{self.lib.blend(short, w)}({found[0]}, {self.vexpr(a)}, {self.vexpr(b)})"
+        return f"{self.lib.blend(short, w)}({mask}, {self.vexpr(a)}, {self.vexpr(b)})"
 
     def _convert_of_compare(self, v: Val, w: int) -> str | None:
         """A lane-varying comparison converted to a number type as wide as the compared one
@@ -724,18 +719,24 @@ class KernelPrinter:
         (bytes) narrowed from the mask and widened back. Exact: convert(pred) is 1 or 0."""
         if v.arg.opcode is not Opcode.CONVERT or v.dtype.is_pred:
             return None
-        (p,) = v.args
+        mask = self._compare_mask(v.args[0], v.dtype, w)
+        if mask is None:
+            return None
+        short = compute_short(v.dtype)
+        splat = self.lib.splat(short, w)
+        return f"{self.lib.blend(short, w)}({mask}, {splat}(1), {splat}(0))"
+
+    def _compare_mask(self, p: Val, dtype: Any, w: int) -> str | None:
+        """The vector mask of `p` when it is a lane-varying comparison of a type with `dtype`'s
+        lane width (so the mask can select `dtype` lanes directly), else None."""
         if not (self.varies(p) and p.op == "alu" and p.arg.opcode is Opcode.COMPARE):
             return None
         src = p.args[0].dtype
-        short = compute_short(v.dtype)
-        if src.is_pred or cvec.CTYPES[compute_short(src)][1] != cvec.CTYPES[short][1]:
+        if src.is_pred or cvec.CTYPES[compute_short(src)][1] != \
+                cvec.CTYPES[compute_short(dtype)][1]:
             return None
         found = cvec.compare_mask(self.lib, p.arg, src, [self.vexpr(x) for x in p.args], w)
-        if found is None:
-            return None
-        splat = self.lib.splat(short, w)
-        return f"{self.lib.blend(short, w)}({found[0]}, {splat}(1), {splat}(0))"
+        return None if found is None else found[0]
 
     def _lane_loop(self, v: Val, vt: str, w: int) -> str:
         dtypes = [a.dtype for a in v.args]
