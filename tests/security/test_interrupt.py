@@ -1,5 +1,5 @@
 """Ctrl-C stops native runs (backends/cpu/runtime.py): `hlofuse run` on a module whose while
-loop never ends exits 130 within a second of SIGINT, a Python caller gets KeyboardInterrupt and
+loop never ends exits 130 after SIGINT (and only then), a Python caller gets KeyboardInterrupt and
 can call the executable again, and a program with its own SIGINT handler keeps its behaviour.
 
 Each case runs in a subprocess (its own signal dispositions, nothing shared with pytest's), on a
