@@ -229,6 +229,71 @@ SORT_CASES = [
 ]
 
 
+# jnp.sort's float comparator: NaNs made one NaN and -0 made +0 on both sides, then TOTALORDER
+_JAX_FLOAT_CMP = """\
+  n0 = pred[] compare(p0, p0), direction=NE
+  nan = {t}[] constant(nan)
+  zero = {t}[] constant(0)
+  z0 = pred[] compare(p0, zero), direction=EQ
+  s0 = {t}[] select(z0, zero, p0)
+  c0 = {t}[] select(n0, nan, s0)
+  n1 = pred[] compare(p1, p1), direction=NE
+  z1 = pred[] compare(p1, zero), direction=EQ
+  s1 = {t}[] select(z1, zero, p1)
+  c1 = {t}[] select(n1, nan, s1)
+  ROOT r = pred[] compare(c0, c1), direction=LT, type=TOTALORDER"""
+
+# rows of RADIX_MIN or more whose comparator orders by one key sort by radix (sort_key.py)
+RADIX_CASES = [
+    _sort("radix_u32_ties_payload", _cmp(["u32", "u32", "s32", "s32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=LT"),
+          ["u32[4096]", "s32[4096]"], 0,
+          [_rand((4096,), "u4", 100, 0, 40), np.arange(4096, dtype=np.int32)]),
+    _sort("radix_u32_full_range", _cmp(["u32", "u32", "s32", "s32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=LT"),
+          ["u32[3000]", "s32[3000]"], 0,
+          [_rand((3000,), "u4", 101, 0, 2**32 - 1), np.arange(3000, dtype=np.int32)]),
+    _sort("radix_s8_rows", _cmp(["s8", "s8", "u16", "u16"],
+          "  ROOT r = pred[] compare(p0, p1), direction=LT, type=SIGNED"),
+          ["s8[2,600]", "u16[2,600]"], 1,
+          [_rand((2, 600), "i1", 102, -128, 127),
+           np.arange(1200, dtype=np.uint16).reshape(2, 600)]),
+    _sort("radix_s64_descending_dim0", _cmp(["s64", "s64", "s32", "s32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=GT"),
+          ["s64[700,3]", "s32[700,3]"], 0,
+          [_rand((700, 3), "i8", 103, -(2**62), 2**62) // (2**55),
+           np.arange(2100, dtype=np.int32).reshape(700, 3)]),
+    _sort("radix_u64_u16", _cmp(["u64", "u64", "u16", "u16"],
+          "  ROOT r = pred[] compare(p2, p3), direction=LT"),  # the key is the second operand
+          ["u64[900]", "u16[900]"], 0,
+          [_rand((900,), "u8", 104, 0, 2**64 - 1), _rand((900,), "u2", 105, 0, 70)]),
+    _sort("radix_f32_totalorder", _cmp(["f32", "f32", "s32", "s32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=LT, type=TOTALORDER"),
+          ["f32[1000]", "s32[1000]"], 0,
+          [_with_specials(_rand((1000,), "f4", 106, -5, 5).round(1), 107),
+           np.arange(1000, dtype=np.int32)]),
+    _sort("radix_f32_jax_canonical", _cmp(["f32", "f32", "s32", "s32"],
+                                          _JAX_FLOAT_CMP.format(t="f32")),
+          ["f32[3,400]", "s32[3,400]"], 1,
+          [_with_specials(_rand((3, 400), "f4", 108, -5, 5).round(), 109),
+           np.arange(1200, dtype=np.int32).reshape(3, 400)]),
+    _sort("radix_f64_swapped_operands", _cmp(["f64", "f64"],  # compare(rhs, lhs): descending
+          "  ROOT r = pred[] compare(p1, p0), direction=LT, type=TOTALORDER"),
+          ["f64[2,300]"], 1,
+          [_with_specials(_rand((2, 300), "f8", 110, -9, 9).round(2), 111)]),
+    _sort("radix_bf16_keys", _cmp(["bf16", "bf16", "s32", "s32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=GT, type=TOTALORDER"),
+          ["bf16[500]", "s32[500]"], 0,
+          [_with_specials(_rand((500,), "f4", 112, -4, 4).round().astype(BF16), 113),
+           np.arange(500, dtype=np.int32)]),
+    # a float compare without TOTALORDER is no strict weak order with NaNs: merge sort
+    _sort("sort_f32_partial_order_long", _cmp(["f32", "f32", "s32", "s32"],
+          "  ROOT r = pred[] compare(p0, p1), direction=LT"),
+          ["f32[400]", "s32[400]"], 0,
+          [_rand((400,), "f4", 114, -9, 9).round(), np.arange(400, dtype=np.int32)]),
+]
+
+
 def _topk(name: str, shape: str, out: str, k: int, largest: bool, x: np.ndarray) -> Case:
     hlo = f"""
 ENTRY e {{
@@ -365,11 +430,17 @@ THREADED_CASES = [
                     ["f32[64,2000]", "s32[64,2000]"], 1,
                     [_rand((64, 2000), "f4", 82, -50, 50).round(),
                      np.arange(128000, dtype=np.int32).reshape(64, 2000)]), 3),
+    _threaded(_sort("radix_tasks", _cmp(["s32", "s32", "s32", "s32"],
+                    "  ROOT r = pred[] compare(p0, p1), direction=LT"),
+                    ["s32[40,3000]", "s32[40,3000]"], 1,
+                    [_rand((40, 3000), "i4", 115, -300, 300),
+                     np.arange(120000, dtype=np.int32).reshape(40, 3000)]), 2),
     _threaded(_topk("topk_tasks", "f32[100,1200]", "f32[100,7]", 7, True,
                     _rand((100, 1200), "f4", 84, -9, 9).round()), 2),
 ]
 
-CASES = (DOT_CASES + CONV_CASES + SELECT_SCATTER_CASES + SORT_CASES + TOPK_CASES + RNG_CASES
+CASES = (DOT_CASES + CONV_CASES + SELECT_SCATTER_CASES + SORT_CASES + RADIX_CASES + TOPK_CASES
+         + RNG_CASES
          + THREADED_CASES)
 
 

@@ -19,13 +19,22 @@ from hlofuse.backends.kernel_ir.lower.scalar import (
     function,
     parameter_shapes,
     result_shapes,
+    value_function,
 )
 from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
 
-__all__ = ["ScalarComputationError", "parameter_shapes", "result_shapes", "scalar_function"]
+__all__ = ["ScalarComputationError", "parameter_shapes", "result_shapes", "scalar_function",
+           "value_c_function"]
 
 
 def scalar_function(comp: Computation, name: str) -> str:
     """C text of `static inline void NAME(CT p0, ..., CT *r0, ...)` computing `comp`."""
     func = function(ir.Graph(), comp, name)
+    return print_func(func, VecLib(), set())
+
+
+def value_c_function(comp: Computation, name: str, root: Instruction) -> str:
+    """C text of `static inline void NAME(CT p0, ..., CT *r0)` computing `root` of `comp`."""
+    func = value_function(ir.Graph(), comp, name, root)
     return print_func(func, VecLib(), set())

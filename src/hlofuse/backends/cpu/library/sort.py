@@ -27,6 +27,8 @@ from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import scalar
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.backends.kernel_ir.naming import fresh, word
+from hlofuse.backends.sort_key import SortKey, sort_key
+from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape, leaves
 
@@ -68,6 +70,67 @@ def _merge_sort(less: str) -> str:
     )
 
 
+# LSD radix sort of `n` unsigned keys KT (`PASSES` bytes) carrying the offsets `idx`: one pass
+# counts every byte, then each byte whose digit differs between keys moves keys and offsets
+# stably into the other buffer. The order of equal keys is kept, so the result is the stable
+# sort; `ka` (the keys) and `idx` (the offsets) end in whichever buffer the last pass wrote.
+_RADIX_SORT = r"""
+    /* stable: LSD radix sort of the keys, 8 bits a pass */
+    {kt} *ka = ({kt} *)(scratch + {w2}), *kb = ({kt} *)(scratch + {w3});
+    for (int64_t j = 0; j < n; j++) {{
+        {rt} v;
+        {key_value}
+        {key_bits}
+    }}
+    int64_t cnt[{passes}][256];
+    memset(cnt, 0, sizeof cnt);
+    for (int64_t j = 0; j < n; j++) {{
+        const {kt} v = ka[j];
+        for (int p = 0; p < {passes}; p++) cnt[p][(v >> (8 * p)) & 255]++;
+    }}
+    for (int p = 0; p < {passes}; p++) {{
+        int64_t *c = cnt[p];
+        if (c[(ka[0] >> (8 * p)) & 255] == n) continue;  /* one digit: nothing moves */
+        int64_t sum = 0;
+        for (int d = 0; d < 256; d++) {{ const int64_t t = c[d]; c[d] = sum; sum += t; }}
+        for (int64_t j = 0; j < n; j++) {{
+            const {kt} v = ka[j];
+            const int64_t o = c[(v >> (8 * p)) & 255]++;
+            kb[o] = v;
+            tmp[o] = idx[j];
+        }}
+        {kt} *ks = ka; ka = kb; kb = ks;
+        int64_t *is = idx; idx = tmp; tmp = is;
+    }}
+"""
+RADIX_MIN = 256  # rows from this length sort by radix when the comparator orders by one key
+
+
+def _radix_sort(key: SortKey, key_value: str, n: int) -> str:
+    """The radix sort body for `key`, with `key_value` C statements setting `v` (the key's
+    compute type) from the element at offset `idx[j]`."""
+    dt = key.dtype
+    wide = dt.bits == 64
+    kt = "uint64_t" if wide else "uint32_t"
+    sign = "0x8000000000000000u" if wide else "0x80000000u"
+    if dt.is_float:
+        # total order: negative floats reverse (all bits flipped), the rest follow after them
+        ft = "double" if wide else "float"
+        bits = f"{kt} u; {{ {ft} f = v; memcpy(&u, &f, sizeof u); }} " \
+               f"u = (u & {sign}) ? ~u : (u | {sign});"
+    elif dt.is_signed:
+        st = "int64_t" if wide else "int32_t"
+        bits = f"{kt} u = ({kt})({st})v ^ {sign};"
+    else:
+        bits = f"{kt} u = ({kt})v;"
+    if key.descending:
+        bits += " u = ~u;"
+    return _RADIX_SORT.format(
+        kt=kt, rt=cexpr.compute_type(dt), key_value=key_value, key_bits=bits + " ka[j] = u;",
+        passes=8 if wide else 4, w2=2 * n, w3=3 * n,
+    )
+
+
 def _row_layout(dims: tuple[int, ...], dim: int) -> tuple[int, int, int]:
     """(outer, n, inner) of a row-major array of `dims` around dimension `dim`."""
     return math.prod(dims[:dim]), dims[dim], math.prod(dims[dim + 1 :])
@@ -80,11 +143,12 @@ def _params(types: list[str], prefix: str, const: bool) -> list[str]:
 
 def _rows_function(
     name: str, in_types: list[str], out_types: list[str], outer: int, n: int, inner: int,
-    sort_body: str, gather: list[str], what: str, threads: int,
+    sort_body: str, gather: list[str], what: str, threads: int, arrays: int = 2,
 ) -> str:
     """A C function sorting every row: offsets into `idx`, `sort_body`, then `gather` lines.
     From PARALLEL_WORK elements the rows run as tasks on up to `threads` threads of the
-    runtime's pool, each running task with its own slot of offset scratch (allocated first)."""
+    runtime's pool, each running task with its own slot of scratch (allocated first): `arrays`
+    arrays of `n` int64 each, `idx` and `tmp` the first two, `scratch` all of them."""
     rows = outer * inner
     params = _params(in_types, "in", True) + _params(out_types, "out", False)
     slots = max(1, min(threads, rows)) if rows * n >= PARALLEL_WORK else 1
@@ -98,7 +162,8 @@ def _rows_function(
         f"static void {name}_range({', '.join(params)}, int64_t *bufs, int *busy, int slots, "
         "int64_t lo, int64_t hi) {",
         "    const int slot = hf_slot_claim(busy, slots);",
-        f"    int64_t *idx_buf = bufs + {2 * width} * (int64_t)slot;",
+        f"    int64_t *idx_buf = bufs + {arrays * width} * (int64_t)slot;",
+        "    int64_t *const scratch = idx_buf; (void)scratch;",
         f"    int64_t *tmp_buf = idx_buf + {width};",
         "    for (int64_t row = lo; row < hi; row++) {",
         f"        const int64_t n = {n};",
@@ -119,9 +184,9 @@ def _rows_function(
         "}",
         f"static void {name}({', '.join(params)}) {{",
         "    /* scratch for every slot, allocated before any task runs (hf_alloc's rule) */",
-        f"    int64_t *bufs = hf_alloc(0, sizeof(int64_t) * {2 * width * slots} + "
+        f"    int64_t *bufs = hf_alloc(0, sizeof(int64_t) * {arrays * width * slots} + "
         f"sizeof(int) * {slots});",
-        f"    int *busy = (int *)(bufs + {2 * width * slots});",
+        f"    int *busy = (int *)(bufs + {arrays * width * slots});",
         f"    memset(busy, 0, sizeof(int) * {slots});",
         f"    void *const a[] = {{{', '.join(f'(void *){x}' for x in arg_names)}, "
         "(void *)bufs, (void *)busy};",
@@ -176,14 +241,38 @@ def emit_sort(
         f"for (int64_t j = 0; j < n; j++) out{i}[base + j * {inner}] = in{i}[idx[j]];"
         for i in range(len(types))
     ]
-    what = f"sort: {len(types)} operand(s) along dimension {dim}, {outer * inner} rows " \
-           f"of {n}, stable"
-    rows_fn = _rows_function(rows_name, types, types, outer, n, inner, _merge_sort(less),
-                             gather, what, threads)
-    defs = scalar.scalar_function(comp, cmp_name) + less_fn + rows_fn
+    key = sort_key(comp) if n >= RADIX_MIN else None
+    if key is not None:
+        body, key_fn = _key_sort(key, comp, arrays, fresh(f"{word(instr)}_key", names), n)
+        what = f"sort: {len(types)} operand(s) along dimension {dim}, {outer * inner} rows " \
+               f"of {n}, stable, by radix on operand {key.operand}'s key"
+        defs = key_fn + _rows_function(rows_name, types, types, outer, n, inner, body, gather,
+                                       what, threads, arrays=4)
+    else:
+        what = f"sort: {len(types)} operand(s) along dimension {dim}, {outer * inner} rows " \
+               f"of {n}, stable"
+        rows_fn = _rows_function(rows_name, types, types, outer, n, inner, _merge_sort(less),
+                                 gather, what, threads)
+        defs = scalar.scalar_function(comp, cmp_name) + less_fn + rows_fn
     call_args = [f"(const {t} *)({p})" for t, p in zip(types, ins, strict=True)]
     call_args += [f"({t} *)({p})" for t, p in zip(types, outs, strict=True)]
     return defs, f"{rows_name}({', '.join(call_args)});\n"
+
+
+def _key_sort(
+    key: SortKey, comp: Computation, arrays: list[ArrayShape], key_name: str, n: int
+) -> tuple[str, str]:
+    """(radix sort body, key function definition) for a comparator ordering by `key`."""
+    k = key.operand
+    element = cexpr.load(arrays[k].dtype, f"in{k}[idx[j]]")
+    if key.is_parameter:
+        return _radix_sort(key, f"v = {element};", n), ""
+    # f(x) of the comparator, evaluated with x for both of its key parameters (the expression
+    # reads only parameter 2k) and zeros for the others
+    params = scalar.parameter_shapes(comp)
+    args = [element if i in (2 * k, 2 * k + 1) else "0" for i in range(len(params))]
+    fn = scalar.value_c_function(comp, key_name, key.expr)
+    return _radix_sort(key, f"{key_name}({', '.join(args)}, &v);", n), fn
 
 
 _TOTAL_KEY = r"""

@@ -3,6 +3,7 @@ functions) as kernel-IR values.
 
     inline(g, comp, args) -> [Val]   the root's leaves with `args` bound to the parameters
     function(g, comp, name) -> Func  the same over `param` values, for library routines
+    value_function(g, comp, name, root) -> Func   one inner instruction's value, the same way
 
 Kernels inline reducers (so a vector loop combines vectors); library routines (sort,
 select-and-scatter) call a `Func`, which the printer emits as a static inline function.
@@ -72,7 +73,8 @@ def _flat(value: Value) -> list[Val]:
     return out
 
 
-def _evaluate(g: Graph, comp: Computation, args: list[Value], depth: int = 0) -> Value:
+def _evaluate(g: Graph, comp: Computation, args: list[Value], depth: int = 0,
+              root: Instruction | None = None) -> Value:
     from hlofuse.backends.kernel_ir.lower.elementwise import scalar_op
 
     if depth > MAX_CALL_DEPTH:
@@ -116,7 +118,7 @@ def _evaluate(g: Graph, comp: Computation, args: list[Value], depth: int = 0) ->
                 f"cannot compile {_where(comp, instr)} ({op.value}) as scalar code: only "
                 "elementwise ops, scalar constants, tuples and calls are supported")
         env[id(instr)] = value
-    return env[id(comp.root)]
+    return env[id(root if root is not None else comp.root)]
 
 
 def parameter_shapes(comp: Computation) -> list[ArrayShape]:
@@ -142,6 +144,17 @@ def function(g: Graph, comp: Computation, name: str) -> ir.Func:
     params = [g.param(k, s.dtype) for k, s in enumerate(parameter_shapes(comp))]
     results = inline(g, comp, params)
     return ir.Func(name, params, results)
+
+
+def value_function(g: Graph, comp: Computation, name: str, root: Instruction) -> ir.Func:
+    """The value of `root`, an instruction of `comp` with a rank-0 shape, as a scalar function
+    over all of `comp`'s parameters (a sort comparator's key expression, for example)."""
+    params = [g.param(k, s.dtype) for k, s in enumerate(parameter_shapes(comp))]
+    _scalar_shape(comp, root, root.shape)
+    value = _evaluate(g, comp, list(params), root=root)
+    if isinstance(value, tuple):
+        raise ScalarComputationError(f"{_where(comp, root)}: tuple-shaped value")
+    return ir.Func(name, params, [value])
 
 
 COMMUTATIVE = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND,
