@@ -571,3 +571,45 @@ ENTRY e {
     f.root.attrs["to_apply"] = module.computation("g")
     f.root.opcode = Opcode.CALL
     _expect(module, {"n", "c"}, "recursion is not allowed")
+
+
+# ----- rng: XLA's ShapeVerifier::HandleRng ----------------------------------------------------
+
+
+def _rng(operands: str, dtype: str = "f32", dist: str = "rng_uniform") -> str:
+    return f"""
+ENTRY e {{
+  a = {dtype}[] parameter(0)
+  b = {dtype}[] parameter(1)
+  ROOT r = {dtype}[8] rng({operands}), distribution={dist}
+}}"""
+
+
+@pytest.mark.parametrize("dtype,dist", [("f32", "rng_uniform"), ("f32", "rng_normal"),
+                                        ("bf16", "rng_normal"), ("s32", "rng_uniform"),
+                                        ("u8", "rng_uniform"), ("pred", "rng_uniform")])
+def test_rng_with_two_scalar_operands_verifies(dtype: str, dist: str) -> None:
+    """The form XLA's rng tests write (rng(lo, hi) for uniform, rng(mu, sigma) for normal)."""
+    verify(_module(_rng("a, b", dtype, dist)))
+
+
+@pytest.mark.parametrize("operands,found", [("", 0), ("a", 1), ("a, b, a", 3)])
+def test_rng_operand_count_other_than_two_is_rejected(operands: str, found: int) -> None:
+    with pytest.raises(HloVerifyError) as info:
+        verify(_module(_rng(operands)))
+    assert info.value.instruction == "r" and info.value.computation == "e"
+    assert f"rng expects 2 operands, found {found}" in info.value.message
+
+
+@pytest.mark.parametrize("dtype,dist,message", [
+    ("s32", "rng_normal", "rng_normal needs a floating-point element type, found s32[]"),
+    ("pred", "rng_normal", "rng_normal needs a floating-point element type, found pred[]"),
+    ("c64", "rng_normal", "rng_normal needs a floating-point element type, found c64[]"),
+    ("c64", "rng_uniform", "rng_uniform needs a floating-point, integral or pred element type"),
+    ("f32", "rng_invalid", "rng distribution must be rng_uniform or rng_normal"),
+])
+def test_rng_element_type_and_distribution_rules(dtype: str, dist: str, message: str) -> None:
+    with pytest.raises(HloVerifyError) as info:
+        verify(_module(_rng("a, b", dtype, dist)))
+    assert info.value.instruction == "r"
+    assert message in info.value.message, info.value.message

@@ -22,7 +22,8 @@ table (variadic ops have their own minimums); no implicit broadcasting for unary
 elementwise ops (scalars included), except select's pred and clamp's min/max may be scalars;
 element-type rules per op (float-only math, integral bit ops, pred/integral logic, matching
 operand types, no mixed precision); required attributes present and in range (dimension lists
-in range and unique, compare direction/type, fusion kind, rng distribution/algorithm, slice
+in range and unique, compare direction/type, fusion kind, rng distribution/algorithm (rng:
+exactly 2 scalar operands, uniform over float/integral/pred, normal over float only), slice
 bounds, gte index, permutations). Reductions, windows, dot/convolution, gather/scatter,
 sort/map and control flow (with their called-computation signatures) live in
 `shape_inference_nd`; this module holds the dispatch table, elementwise, structural and
@@ -82,7 +83,7 @@ REQUIRES_DECLARED = frozenset({
 _MIN_OPERANDS = {
     Op.CONCATENATE: 1, Op.DYNAMIC_SLICE: 1, Op.REDUCE: 2, Op.REDUCE_WINDOW: 2,
     Op.DYNAMIC_UPDATE_SLICE: 2, Op.SCATTER: 3, Op.SORT: 1, Op.MAP: 1, Op.CONDITIONAL: 1,
-    Op.ALL_REDUCE: 1, Op.ALL_GATHER: 1, Op.RNG: 2, Op.ALL_REDUCE_START: 1, Op.ALL_TO_ALL: 1,
+    Op.ALL_REDUCE: 1, Op.ALL_GATHER: 1, Op.ALL_REDUCE_START: 1, Op.ALL_TO_ALL: 1,
     Op.ALL_GATHER_START: 1, Op.REDUCE_SCATTER: 1, Op.COLLECTIVE_BROADCAST: 1,
     Op.COLLECTIVE_PERMUTE: 1, Op.COLLECTIVE_PERMUTE_START: 1, Op.ASYNC_UPDATE: 1,
 }
@@ -328,6 +329,12 @@ def _rng(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Any, declared: A
     dist = attrs.get("distribution")
     if dist not in ("rng_uniform", "rng_normal"):
         fail(f"rng distribution must be rng_uniform or rng_normal, found {dist!r}")
+    # XLA's ShapeVerifier::HandleRng: uniform draws floats, integers or preds; normal floats.
+    if dist == "rng_normal" and not a.dtype.is_float:
+        fail(f"rng_normal needs a floating-point element type, found {fmt(a)}")
+    if not (a.dtype.is_float or a.dtype.is_integral or a.dtype.is_pred):
+        fail(f"rng_uniform needs a floating-point, integral or pred element type, "
+             f"found {fmt(a)}")
     out = _declared_array(Op.RNG, declared)
     return ArrayShape(a.dtype, out.dims)
 
