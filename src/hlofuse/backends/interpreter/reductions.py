@@ -15,6 +15,10 @@ order is its order once `simplify` has cut long sums into windows of 32 and scan
 levels (passes/simplify/tree_reduction.py, scan_rewriter.py): a bf16 sum of 4096 ones is 4096
 after the pipeline, 256 (where a running bf16 sum stalls) without it.
 
+reduce-window reads its padding without building it (a window over f32[4] padded by 2^28 needs
+no more memory than its output); its work, window positions read times output elements, is at
+most `MAX_WINDOW_WORK` element steps (an `InterpreterLimitError` naming the instruction beyond).
+
 dot follows dot_general: result dimensions are batch, lhs free, rhs free. Floats are
 contracted in f64 and rounded to the result type; integers in 64 bits, then wrapped to the
 result type (exactly what a wrapping accumulator of the result type gives).
@@ -22,7 +26,6 @@ result type (exactly what a wrapping accumulator of the result type gives).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -36,9 +39,11 @@ from hlofuse.backends.interpreter.core import (
     handles,
     out_np,
     unsupported,
+    where,
 )
 from hlofuse.backends.interpreter.numerics import wrap
 from hlofuse.backends.interpreter.shaping import pad_array
+from hlofuse.errors import InterpreterLimitError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import from_numpy
 from hlofuse.ir.instruction import Instruction
@@ -226,22 +231,89 @@ def _reduce(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
 
 # ----- reduce-window ----------------------------------------------------------------------
 
+# The most element steps one reduce-window may take: window positions read times output
+# elements, each position counted as at least _POSITION_STEPS (its Python and numpy overhead).
+# Past it the run stops with an InterpreterLimitError naming the instruction.
+MAX_WINDOW_WORK = 1 << 36
+_POSITION_STEPS = 1 << 10
+_PAIR_SCAN = 1 << 16  # at most this many (output, element) pairs are scanned for live offsets
 
-def windowed_views(
-    padded: np.ndarray, sizes: Sequence[int], strides: Sequence[int],
-    dilations: Sequence[int], out_dims: Sequence[int],
-) -> Any:
-    """Yield, for each window position, the strided view of `padded` it reads."""
-    for pos in itertools.product(*[range(s) for s in sizes]):
-        index = tuple(
-            slice(p * dl, p * dl + st * (o - 1) + 1, st) if o > 0 else slice(0, 0)
-            for p, dl, st, o in zip(pos, dilations, strides, out_dims, strict=True)
-        )
-        yield padded[index]
+
+def _identity(ufunc: np.ufunc, dtype: np.dtype) -> Any:
+    """The value `v` with ufunc(acc, v) == acc for every accumulator value, or None."""
+    dt = from_numpy(dtype)
+    if ufunc in (np.add, np.logical_or, np.logical_xor, np.bitwise_or, np.bitwise_xor):
+        return 0
+    if ufunc in (np.multiply, np.logical_and):
+        return 1
+    if ufunc is np.bitwise_and:
+        return ~np.zeros((), dtype)
+    if ufunc in (np.maximum, np.minimum):
+        sign = -1 if ufunc is np.maximum else 1
+        if dt.is_float:
+            return sign * np.inf
+        info = np.iinfo(dtype)
+        return info.min if sign < 0 else info.max
+    return None
+
+
+class _Axis:
+    """One window dimension over the operand padded without building the padding: the operand
+    index each output position reads at window offset k (`n`, one past the end, where it reads
+    padding or a base-dilation hole)."""
+
+    def __init__(self, n: int, w: Any) -> None:
+        self.n, self.size, self.stride, self.dilation = n, w.size, w.stride, w.window_dilation
+        self.lo, self.base = w.pad_lo, w.base_dilation
+        padded = max(w.pad_lo + ((n - 1) * w.base_dilation + 1 if n else 0) + w.pad_hi, 0)
+        span = (w.size - 1) * w.window_dilation + 1
+        self.out = (padded - span) // w.stride + 1 if padded >= span else 0
+
+    def index(self, k: int) -> np.ndarray:
+        start = k * self.dilation - self.lo
+        last = start + (self.out - 1) * self.stride
+        if max(abs(start), abs(last)) >= 1 << 62:  # beyond int64 arithmetic: Python ints
+            ps = (start + o * self.stride for o in range(self.out))
+            return np.array([p // self.base if p >= 0 and p % self.base == 0
+                             and p // self.base < self.n else self.n for p in ps], np.int64)
+        p = np.arange(self.out, dtype=np.int64) * self.stride + start
+        hit = (p >= 0) & (p % self.base == 0) & (p // self.base < self.n)
+        return np.where(hit, p // self.base, self.n)
+
+    def live(self) -> Sequence[int]:
+        """The window offsets at which some output position reads an operand element, in
+        order (every offset where finding them would cost more than reading them)."""
+        if self.out * self.n > min(self.size, _PAIR_SCAN):
+            return range(self.size)
+        found = set()
+        for o in range(self.out):
+            for i in range(self.n):
+                k, r = divmod(i * self.base + self.lo - o * self.stride, self.dilation)
+                if r == 0 and 0 <= k < self.size:
+                    found.add(k)
+        return sorted(found)
+
+
+def _window_reads(exts: list[np.ndarray], axes: list[_Axis],
+                  offsets: list[Sequence[int]]) -> Any:
+    """Yield, for each window position (row-major over `offsets`), the output-shaped values
+    each extended operand (the operand with one trailing init slice per dimension) gives."""
+    def walk(d: int, index: list[np.ndarray]) -> Any:
+        if d == len(axes):
+            grid = np.ix_(*index)
+            yield [e[grid] for e in exts]
+            return
+        for k in offsets[d]:
+            yield from walk(d + 1, [*index, axes[d].index(k)])
+    yield from walk(0, [])
 
 
 @handles(Opcode.REDUCE_WINDOW)
 def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
+    """Each output folds its window's positions in row-major order into the init value; a
+    position in the padding or in a base-dilation hole contributes the init value. The padded
+    operand is never built: memory is the operand plus a few output-sized arrays, and window
+    offsets that read only padding are skipped where the init value is the reducer's identity."""
     n = len(ops) // 2
     inputs = [np.asarray(o) for o in ops[:n]]
     inits = [np.asarray(o).reshape(()) for o in ops[n:]]
@@ -255,29 +327,41 @@ def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> A
         raise unsupported(instr, f"window has {len(window)} dimensions, operand rank {rank}")
     if any(w.reversal for w in window):
         raise unsupported(instr, "window reversal is not defined for reduce-window")
-    config = [(w.pad_lo, w.pad_hi, w.base_dilation - 1) for w in window]
-    padded = [pad_array(x, i, config) for x, i in zip(inputs, inits, strict=True)]
-    sizes = [w.size for w in window]
-    strides = [w.stride for w in window]
-    dil = [w.window_dilation for w in window]
-    out_dims = [
-        max(0, (p - ((s - 1) * d + 1)) // st + 1) if p >= (s - 1) * d + 1 else 0
-        for p, s, d, st in zip(padded[0].shape, sizes, dil, strides, strict=True)
-    ]
+    axes = [_Axis(d, w) for d, w in zip(inputs[0].shape, window, strict=True)]
+    out_dims = [a.out for a in axes]
     comp = _reducer(instr)
     ufunc = simple_reducer(comp) if n == 1 else None
+    skip = ufunc is not None and _is(inits[0], _identity(ufunc, _accumulator(inputs[0].dtype)))
+    offsets = [a.live() if skip else range(a.size) for a in axes]
+    if math.prod(out_dims):
+        positions = math.prod(len(o) for o in offsets)
+        work = positions * max(math.prod(out_dims), _POSITION_STEPS)
+        if work > MAX_WINDOW_WORK:
+            raise InterpreterLimitError(
+                f"reduce-window ({where(instr)}) reads {positions} window positions for "
+                f"{math.prod(out_dims)} outputs: {work} element steps, more than the "
+                f"interpreter's limit of {MAX_WINDOW_WORK} "
+                "(hlofuse.backends.interpreter.reductions.MAX_WINDOW_WORK)")
+    else:
+        offsets = [()] * rank
+    exts = [pad_array(x, i, [(0, 1, 0)] * rank) for x, i in zip(inputs, inits, strict=True)]
+    reads = _window_reads(exts, axes, offsets)
     if ufunc is not None:
         acc_t = _accumulator(inputs[0].dtype)
         acc = np.broadcast_to(inits[0].astype(acc_t), out_dims).copy()
-        for view in windowed_views(padded[0], sizes, strides, dil, out_dims):
+        for (view,) in reads:
             acc = ufunc(acc, view.astype(acc_t, copy=False))
         return acc.astype(inputs[0].dtype)
     accs = [np.broadcast_to(i, out_dims).copy() for i in inits]
-    views = [list(windowed_views(p, sizes, strides, dil, out_dims)) for p in padded]
-    for j in range(len(views[0])):
-        accs = interp.apply_scalar(comp, accs + [v[j] for v in views])
+    for views in reads:
+        accs = interp.apply_scalar(comp, accs + views)
     results = [a.reshape(out_dims).astype(x.dtype) for a, x in zip(accs, inputs, strict=True)]
     return tuple(results) if isinstance(instr.shape, TupleShape) else results[0]
+
+
+def _is(value: np.ndarray, identity: Any) -> bool:
+    """`value` equals `identity` (NaN never does)."""
+    return identity is not None and bool(value == np.asarray(identity).astype(value.dtype))
 
 
 # ----- dot --------------------------------------------------------------------------------
