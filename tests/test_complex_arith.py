@@ -117,13 +117,17 @@ def test_complex_div_by_signed_zero() -> None:
     check(lambda x, y: x / y, a, b, exact=True)
 
 
-@pytest.mark.xfail(strict=True, reason="jax.jit's complex log keeps a subnormal imaginary "
-                   "part (log(1+1e-40j) = 9.99e-41j) yet gives -inf+nanj for 1e-40+1e-40j; "
-                   "both backends flush the subnormal: not matched yet")
 def test_complex_log_subnormal_imag() -> None:
+    """JAX expands complex log into real ops, its argument an `atan2(imag, real)`: glibc's
+    atan2f returns y unchanged for x = 1 (log(1+1e-40j) keeps 9.99e-41j) and divides 0 / 0
+    under DAZ for two subnormals (NaN); the real part's log(max |part|) is log(0) = -inf."""
     a = np.array([complex(1.0, 1e-40), complex(-1.0, 1e-42), complex(1e-40, 1e-40),
-                  complex(0.5, -1e-39)], np.complex64)
-    check(lambda x: jnp.log(x), a)
+                  complex(0.5, -1e-39), complex(-2.0, 1e-40), complex(1e-40, -3.0),
+                  complex(-1e-40, 0.0)], np.complex64)
+    check(lambda x: jnp.log(x), a, exact=True, signs=True)
+    b = np.array([complex(1.0, 1e-310), complex(-2.0, 1e-310), complex(1e-310, 1e-310),
+                  complex(-2.0, -1e-310), complex(1e-310, -3.0)], np.complex128)
+    check(lambda x: jnp.log(x), b, exact=True, signs=True)
 
 
 SUB = ["int4", "uint4", "float8_e4m3fn", "float8_e5m2"]
@@ -190,3 +194,58 @@ def test_float_dot_with_an_integral_result_sums_floats_then_converts(out: Any,
         a[:2], b[:2] = [1.5, -2.7], [1.5, 1.0]
         b = b[::-1].copy() if shape[0] > 2 else b
     check(lambda x, y: lax.dot(x, y, preferred_element_type=out), a, b, exact=True)
+
+
+# ----- complex power: XLA's elemental formula (fuzz_findings.md classes 7 and 12) ------------
+
+_SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, np.inf, -np.inf, np.nan]
+
+
+def _special_pairs(dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    zs = [complex(r, i) for r in _SPECIAL for i in _SPECIAL]
+    return (np.array([x for x in zs for _ in zs], dtype), np.array(zs * len(zs), dtype))
+
+
+def _check_specials(f: Callable[..., Any], *args: np.ndarray) -> None:
+    """NaN, inf and zero parts exactly where jax.jit has them (signs included); other values
+    within 1e-5."""
+    want = np.asarray(jax.jit(f)(*args))
+    for backend in BACKENDS:
+        got = run_on(backend, f, args)[0]
+        assert got.dtype == want.dtype, backend
+        for g, w in ((got.real, want.real), (got.imag, want.imag)):
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=backend)
+            exact = ~np.isfinite(w) | (w == 0)
+            np.testing.assert_array_equal(g[exact & ~np.isnan(w)], w[exact & ~np.isnan(w)],
+                                          err_msg=backend)
+            np.testing.assert_array_equal(np.signbit(g[exact & ~np.isnan(w)]),
+                                          np.signbit(w[exact & ~np.isnan(w)]), err_msg=backend)
+            np.testing.assert_allclose(g[~exact], w[~exact], rtol=1e-5, atol=1e-6,
+                                       err_msg=backend)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_power_special_values(dtype: str) -> None:
+    """Every pair of parts from 0, -0, +-1, +-2, 0.5, +-inf, NaN (10,000 powers): XLA's
+    formula gives nan+nanj where C99's cpow has inf+nanj, and its own cut-offs."""
+    _check_specials(lax.pow, *_special_pairs(np.dtype(dtype)))
+
+
+def test_complex_power_overflows_in_component_type() -> None:
+    """c64 computes in f32: |1e20|^2 overflows, inf * sin(0) is NaN."""
+    a = np.array([1e20 + 0j, 1e20 + 1j, 3e19 - 2e19j, 2 + 0j], np.complex64)
+    b = np.array([2 + 0j, 2 + 0j, 2 + 0.5j, 130 + 0j], np.complex64)
+    _check_specials(lax.pow, a, b)
+
+
+@pytest.mark.parametrize("dtype,tiny", [("complex64", 1e-40), ("complex128", 1e-310)])
+def test_complex_power_subnormal_part(dtype: str, tiny: float) -> None:
+    """The base's argument is atan2 on the unflushed parts (glibc under DAZ): (-2+1e-310j)^0.5
+    is -1.414j in c128 (atan2 gives -pi), +1.414j in c64 (atan2f gives +pi); complex(-2, -0.0)
+    keeps its sign (Python's `-2-0j` has imaginary part +0)."""
+    a = np.array([complex(-2, tiny), complex(-2, -tiny), complex(tiny, tiny), complex(0, tiny),
+                  complex(-tiny, 0), complex(-2, -0.0), complex(-2, 0.0), complex(1, tiny),
+                  complex(tiny, -3)], dtype)
+    b = np.array([0.5 + 0j, 0.5 + 0j, 0.5 + 0j, 0.5 + 0j, 2 + 0j, 0.5 + 0j, 0.5 + 0j,
+                  1.5 + 0.5j, 0.25 - 1j], dtype)
+    _check_specials(lax.pow, a, b)

@@ -185,3 +185,28 @@ def test_complex_sign_parts_divided_by_abs(dt: Any) -> None:
     vals = [complex(0, big), complex(tiny, big), complex(tiny, -big), complex(-0.0, 1e-30),
             complex(-tiny, 3.0), complex(big, big), complex(3, 4), 0j, complex(big / 2, -big / 3)]
     check(lax.sign, np.array(vals, dt), rtol=1e-6)
+
+
+# ----- class 12: atan2 with a subnormal operand (real, and inside complex log and power) ------
+# XLA's CPU calls the C library's atan2 / atan2f with DAZ set: glibc tests zeros, infinities
+# and x = 1 (atan2f) on the bits, then computes on operands DAZ reads as zero
+# (interpreter/flush.py `daz_atan2`).
+
+
+def _atan2_cases(dt: Any) -> tuple[np.ndarray, np.ndarray]:
+    f64 = dt is np.float64
+    sub = 1e-310 if f64 else 1e-40
+    small = 1e-300 if f64 else 1e-30
+    vals = [sub, -sub, 3 * sub, 0.0, -0.0, 1.0, -1.0, 2.0, -2.0, np.inf, -np.inf, np.nan,
+            small, -small, 2.0 ** -1000 if f64 else 1e-37, -(2.0 ** -1000) if f64 else -1e-37,
+            2.0 ** -967 if f64 else 1e-10, -(2.0 ** -966) if f64 else -1e-10]
+    ys, xs = zip(*[(y, x) for y in vals for x in vals], strict=True)
+    return np.array(ys, dt), np.array(xs, dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, ml_dtypes.bfloat16],
+                         ids=["f32", "f64", "bf16"])
+def test_atan2_subnormal_operands(dt: Any) -> None:
+    y, x = _atan2_cases(dt)
+    check(lax.atan2, y, x, rtol=1e-6 if dt is np.float64 else 1e-5 if dt is np.float32
+          else 1e-2)

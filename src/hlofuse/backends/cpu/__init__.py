@@ -16,6 +16,7 @@ The pieces, in the order a module flows through them:
                    as a C expression with the interpreter's exact semantics, literals
     mathlib.py     branch-free polynomial sin/cos/exp/log/tanh/... that compile to packed code,
                    with their documented ulp error
+    daz_math.py    atan2 and complex power as XLA's CPU computes them under DAZ
     library/       routines kernels call: GEMM, convolution, sort, RNG, select-and-scatter
     buffers.py     aliasing: which values share memory, what is updated in place, how while
                    loops carry their state

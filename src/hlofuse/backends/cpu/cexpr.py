@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlofuse.backends.cpu import cexpr_types, cprelude
+from hlofuse.backends.cpu import cexpr_types, cprelude, daz_math
 from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.errors import CompileError
 from hlofuse.ir.dtypes import F64, DType
@@ -433,8 +433,11 @@ def _float_op(instr: _Op, dt: DType, ops: list[str]) -> str:
     # alone gives them the flushed operand's result (`DAZ_SAFE_F32`).
     # Except power: the C library's pow, which XLA calls, tells its operands apart by their
     # bits before it computes (mathlib's hf_pow_xla_*, interpreter/flush.py `daz_power`).
+    # So is atan2 (glibc's atan2f / atan2: daz_math's hf_atan2_xla_*, `daz_atan2`).
     if op is Opcode.POWER:
         return _round(dt, f"hf_pow_xla_{'f64' if f64 else 'f32'}({ops[0]}, {ops[1]})")
+    if op is Opcode.ATAN2:
+        return _round(dt, f"hf_atan2_xla_{'f64' if f64 else 'f32'}({ops[0]}, {ops[1]})")
     flushed = [o if op in DAZ_SAFE_F32 and not f64 else f"hf_ftz_{sfx}({o})" for o in ops]
     if op in _MATH_OPS or op is Opcode.LOGISTIC:
         return _math_call(op, dt, flushed)
@@ -628,4 +631,5 @@ def prelude() -> str:
         parts.append("/* mathlib not available: transcendentals use libm */\n")
     else:
         parts.append(mathlib.source())
+        parts.append(daz_math.source())  # after mathlib, whose functions it calls
     return "".join(parts)

@@ -17,8 +17,8 @@ said.
   formula and division by Smith's method with numpy's zero-divisor rule, both in double and
   rounded once for c64 (as numpy on complex128, which the interpreter uses, bit for bit); abs is
   `hypot`; sign is each part divided by `|z|` (0 for 0), as XLA's; expm1 and log1p are numpy's
-  formulas; power fixes the zero cases (x^0 = 1; 0^b = 0 for real b > 0, else NaN) and is
-  otherwise `cpow`; the other functions are the C library's (`cexp`, `ctan`, ...): within a few
+  formulas; power is XLA's formula in the component type (`daz_math.py`, after mathlib in the
+  prelude); the other functions are the C library's (`cexp`, `ctan`, ...): within a few
   ulp of numpy's.
 - `hf_stochastic_round(x, random, bits)`: stochastic-convert's rounding of the magnitude (up
   when `random` is below the fraction scaled to `bits` bits), as a double for a saturating
@@ -243,14 +243,6 @@ static inline hf_c128 hf_crsqrt_c128(hf_c128 z) {
 static inline hf_c128 hf_clogistic_c128(hf_c128 z) {
   return hf_cdiv_c128(__builtin_complex(1.0, 0.0), __builtin_complex(1.0, 0.0) + cexp(-z));
 }
-static inline hf_c128 hf_cpow_c128(hf_c128 a, hf_c128 b) {
-  if (b == 0) return __builtin_complex(1.0, 0.0);
-  if (a == 0) {
-    int real_pos = __real__ b > 0 && __imag__ b == 0;
-    return real_pos ? __builtin_complex(0.0, 0.0) : __builtin_complex(HF_NAN, HF_NAN);
-  }
-  return cpow(a, b);
-}
 static inline double hf_stochastic_round(double x, uint64_t r, int bits) {
   double m = fabs(x), fl = floor(m);
   double scaled = floor((m - fl) * ldexp(1.0, bits));
@@ -275,7 +267,7 @@ static inline hf_c64 hf_csign_c64(hf_c64 z) {
 
 # complex ops with a c128 helper or C library function: c64 widens, calls it, rounds once
 COMPLEX_FUNCTIONS = {
-    "multiply": "hf_cmul_c128", "divide": "hf_cdiv_c128", "power": "hf_cpow_c128",
+    "multiply": "hf_cmul_c128", "divide": "hf_cdiv_c128",
     "sign": "hf_csign_c128", "exponential-minus-one": "hf_cexpm1_c128",
     "log-plus-one": "hf_clog1p_c128", "rsqrt": "hf_crsqrt_c128",
     "logistic": "hf_clogistic_c128", "exponential": "cexp", "log": "clog", "sqrt": "csqrt",

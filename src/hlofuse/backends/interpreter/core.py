@@ -159,7 +159,7 @@ class _Plan:
             if rule is not None:  # no second look at what the producer flushed
                 ops = tuple(k for k in rule.operands if step.operands[k] not in flushed)
                 step.flush = rule = FlushRule(ops, rule.result, rule.compute) \
-                    if ops or rule.result else None
+                    if ops or rule.result or rule.compute else None
                 if rule is not None and rule.result:
                     flushed.add(i)
             self.steps.append(step)

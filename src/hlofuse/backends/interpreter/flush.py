@@ -21,6 +21,13 @@ jax.jit on CPU, `backends/subnormals.py` says which types flush):
   which tells zeros, signs and integers apart by the operands' bits and only then computes
   under DAZ (`daz_power`): pow(-2, 1e-310) is NaN, not pow(-2, 0) = 1, and a subnormal base
   weighs 2^-150 (f32, bf16) or 2^-1075 (f64) whatever its mantissa; the result is flushed;
+- real `atan2` (f32, f64, bf16) does not flush its operands either: XLA calls the C library's
+  `atan2f` / `atan2` (glibc), which tests NaNs, zeros, infinities (and x = 1 in atan2f) by the
+  operands' bits and computes the rest under DAZ (`daz_atan2`); its result is flushed, except
+  atan2f(y, 1) = y, which glibc returns unchanged (a subnormal stays);
+- complex `power` reads its operands flushed except in the argument of the base, atan2(imag,
+  real), which follows `daz_atan2` on the unflushed parts ((-2+1e-310j)^0.5 is -1.414j in
+  c128: atan2 gives -pi; +1.414j in c64: atan2f gives +pi); its result is flushed;
 - scatter's untouched elements move unchanged; its combiner flushes (`indexing.combine_at`).
 Not emulated: intermediate values inside one op (a reduction's partial sums, a dot's products)
 are not flushed, only its operands and its result.
@@ -34,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.backends.interpreter.numerics import complex_power
 from hlofuse.backends.subnormals import FLUSH_TYPES
 from hlofuse.ir.dtypes import DType, from_numpy
 from hlofuse.ir.instruction import Instruction
@@ -111,6 +119,10 @@ def rule(instr: Instruction) -> Rule | None:
     operands = tuple(i for i, o in enumerate(instr.operands) if _flushes(o.shape))
     if op is Opcode.POWER and src is not None and src.name in _MASKS:
         return Rule((), True, _power_step)
+    if op is Opcode.ATAN2 and src is not None and src.name in _MASKS:
+        return Rule((), False, _atan2_step)
+    if op is Opcode.POWER and src is not None and src.is_complex:
+        return Rule((), True, _complex_power_step)
     if op is Opcode.REMAINDER:
         operands = tuple(i for i in operands if i == 1)
         result = False
@@ -189,3 +201,71 @@ def daz_power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _power_step(args: list[Any]) -> Any:
     return daz_power(args[0], args[1])
+
+
+# glibc's atan2f constants (fdlibm): pi/2 and the low part of pi, as f32
+_PIO2_F32 = np.uint32(0x3FC90FDB).view(np.float32)
+_PI_F32 = np.uint32(0x40490FDB).view(np.float32)
+_PI_LO_F32 = np.uint32(0xB3BBBD2E).view(np.float32)
+
+
+def daz_atan2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Real `atan2(a, b)` (y, x) as XLA's CPU computes it with DAZ set (glibc's `atan2f` for
+    f32 and bf16, `atan2` for f64; measured against jax.jit), flushed. Wherever an operand is
+    subnormal and neither is NaN:
+    - f32: x = 1 returns y itself (a subnormal result kept); x = +-0 gives +-pi/2 (sign of y);
+      both subnormal is NaN (y / x is 0 / 0 under DAZ); a subnormal x under a normal y gives
+      pi/2 (x > 0) or pi - (pi/2 - pi_lo) = 0x3fc90fda (x < 0), with y's sign; a subnormal y
+      over a normal x is the flushed y's atan2 (+-0, +-pi);
+    - f64: x subnormal or zero with y nonzero by its bits gives +-pi/2 (sign of y: glibc tests
+      `x == 0`, true under DAZ); y subnormal over a negative x with |x| >= 2^-966 gives -pi
+      whatever y's sign (glibc's `y > 0 ? pi : -pi` is false under DAZ); otherwise the
+      flushed operands' atan2.
+    Zeros of y and infinities follow IEEE atan2 in both."""
+    name = from_numpy(a.dtype).name
+    sub_y, ybits = _subnormal(a, name)
+    sub_x, xbits = _subnormal(b, name)
+    with np.errstate(all="ignore"):  # in f64, rounded once (the interpreter's `float_op`)
+        wide = np.arctan2(np.asarray(flush(a), np.float64), np.asarray(flush(b), np.float64))
+    out = flush(np.asarray(wide).astype(a.dtype))
+    if not (sub_y.any() or sub_x.any()):
+        return out
+    exp, sign, _ = _MASKS[name]
+    u = ybits.dtype.type
+    mag_y = ybits & u(sign - 1)
+    mag_x = xbits & u(sign - 1)
+    neg_y = (ybits & u(sign)) != 0
+    neg_x = (xbits & u(sign)) != 0
+    finite_y = mag_y < u(exp)
+    nan = (mag_y > u(exp)) | (mag_x > u(exp))
+    out = out.astype(a.dtype, copy=True)
+    if name == "f64":
+        half = np.where(neg_y, -np.pi / 2, np.pi / 2)
+        out = np.where(~nan & (mag_y != 0) & (sub_x | (mag_x == 0)), half, out)
+        big_neg_x = neg_x & ~sub_x & (mag_x >> u(52) >= u(57)) & (mag_x < u(exp))
+        out = np.where(~nan & sub_y & big_neg_x, -np.pi, out)
+        return out.astype(a.dtype)
+    # f32 and bf16 (atan2f on the f32 values; a bf16 subnormal is an f32 subnormal)
+    f32 = np.float32
+    x32 = np.asarray(b, f32)
+    pio2_neg = f32(_PI_F32 - f32(_PIO2_F32 - _PI_LO_F32))
+    half = np.where(neg_y, -_PIO2_F32, _PIO2_F32).astype(f32)
+    half_neg = np.where(neg_y, -pio2_neg, pio2_neg).astype(f32)
+    wide = out.astype(f32)
+    wide = np.where(sub_y & (mag_x == 0), half, wide)
+    wide = np.where(sub_x & ~sub_y & (mag_y != 0) & finite_y,
+                    np.where(neg_x, half_neg, half), wide)
+    wide = np.where(sub_x & sub_y, f32(np.nan), wide)
+    wide = np.where(sub_y & (x32 == f32(1.0)), np.asarray(a, f32), wide)
+    return wide.astype(a.dtype)
+
+
+def _atan2_step(args: list[Any]) -> Any:
+    return daz_atan2(args[0], args[1])
+
+
+def _complex_power_step(args: list[Any]) -> Any:
+    a, b = np.asarray(args[0]), np.asarray(args[1])
+    part = a.real.dtype.type
+    angle = daz_atan2(np.ascontiguousarray(a.imag), np.ascontiguousarray(a.real))
+    return complex_power(flush(a), flush(b), part, angle).astype(a.dtype)

@@ -11,7 +11,8 @@ computed in int64 and wrapped (`wrap`).
 
 Complex numbers are computed in complex128 and rounded once to c64 where the result is c64 (the
 float rule of `float_op`); multiplication is the naive formula and division Smith's method, each
-step rounded (what the cpu backend computes, bit for bit); power has fixed zero cases. `sign(z)`
+step rounded (what the cpu backend computes, bit for bit); power is XLA's elemental formula
+in the component type (`complex_power`). `sign(z)`
 is each part divided by `|z|` (0 for 0);
 `abs` (`hypot` of the parts), `real` and `imag` give the component type.
 Comparing complex numbers is defined for EQ and NE only.
@@ -181,16 +182,48 @@ def complex_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _pack(re, im)
 
 
-def complex_power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a ** b: 1 when b is 0; for a = 0, 0 when b is real and positive, else nan; otherwise
-    numpy's complex power."""
-    a, b = np.broadcast_arrays(np.asarray(a, np.complex128), np.asarray(b, np.complex128))
+def complex_power(a: np.ndarray, b: np.ndarray, part: type = np.float64,
+                  angle: np.ndarray | None = None) -> np.ndarray:
+    """a ** b by XLA's elemental formula (`EmitComplexPower`), each step in the component
+    type `part` (f32 for c64: an f32 overflow inside it shows, (1e20+0j)^2 = inf+nanj; the
+    functions computed in f64 and rounded to it):
+    |a|^c * exp(-d * arg a) * (cos q + i sin q), q = c * arg a + d * log|a|, where |a| is
+    XLA's complex abs (max * sqrt(1 + (min / max)^2), or min where that is NaN) and arg a is
+    `angle` (default atan2(imag a, real a)); then, later rules winning: |a| = 0, d = 0,
+    c >= 0 gives 1 (c = 0) or 0; b = 0 gives 1; a = 1 gives 1; a = inf + 0j with real b gives
+    inf (c > 0) or 0 (c < 0). Everything else, inf and NaN operands included, is what the
+    formula computes (mostly nan+nanj, where C99's cpow has inf+nanj). Returns complex128."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    ar, ai = np.real(a).astype(part), np.imag(a).astype(part)
+    br, bi = np.real(b).astype(part), np.imag(b).astype(part)
+    zero, one, inf = part(0), part(1), part(np.inf)
+
+    def fn(f: Callable[..., np.ndarray], *xs: np.ndarray) -> np.ndarray:
+        # a function in f64, rounded to the part once (the cpu backend's, bit for bit nearly
+        # always: |q| can be huge, where one ulp of log|a| moves sin q anywhere)
+        return np.asarray(f(*(np.asarray(x, np.float64) for x in xs))).astype(part)
+
     with np.errstate(all="ignore"):
-        out = np.power(a, b)
-    zero_a = a == 0
-    out = np.where(zero_a, np.where((b.real > 0) & (b.imag == 0), 0j, complex(np.nan, np.nan)),
-                   out)
-    return np.where(b == 0, 1 + 0j, out)
+        big = np.maximum(np.abs(ar), np.abs(ai))  # NaN if either part is NaN
+        small = np.minimum(np.abs(ar), np.abs(ai))
+        ratio = small / big
+        mag = big * np.sqrt(one + ratio * ratio)
+        mag = np.where(np.isnan(mag), small, mag)
+        arg = fn(np.arctan2, ai, ar) if angle is None else np.asarray(angle).astype(part)
+        coeff = fn(np.power, mag, br) * fn(np.exp, -bi * arg)
+        q = br * arg + bi * fn(np.log, mag)
+        re, im = coeff * fn(np.cos, q), coeff * fn(np.sin, q)
+    real_b = bi == 0
+    cut = (mag == 0) & real_b & (br >= 0)
+    re = np.where(cut, np.where(br == 0, one, zero), re)
+    im = np.where(cut, zero, im)
+    cut = ((br == 0) & real_b) | ((ar == 1) & (ai == 0))
+    re, im = np.where(cut, one, re), np.where(cut, zero, im)
+    inf_base = (ar == inf) & (ai == 0) & real_b
+    re = np.where(inf_base & (br > 0), inf, np.where(inf_base & (br < 0), zero, re))
+    im = np.where(inf_base & ((br > 0) | (br < 0)), zero, im)
+    return _pack(re, im)
 
 
 def _pack(re: np.ndarray, im: np.ndarray) -> np.ndarray:
