@@ -656,3 +656,44 @@ def test_printer_makes_every_c_name_unique() -> None:
     b = np.zeros(3, np.float32)
     so.run(a.ctypes.data_as(ctypes.c_void_p), b.ctypes.data_as(ctypes.c_void_p))
     np.testing.assert_array_equal(b, 2 * a.reshape(3, 4).sum(axis=1))
+
+
+def test_cond_sides_share_what_both_compute() -> None:
+    """What both sides of a cond compute (a loaded value and its square, under nested conds)
+    prints once, before the branch (`kernel_ir/conds.py`); the values stay right."""
+    import ctypes
+
+    from hlofuse.backends.cpu import cexpr
+    from hlofuse.backends.cpu.cprint import KernelPrinter
+    from hlofuse.backends.cpu.cvec import VecLib
+    from hlofuse.backends.kernel_ir import ir
+    from hlofuse.ir.dtypes import F32, PRED, S64
+    from hlofuse.ir.opcodes import Opcode
+
+    g = ir.Graph()
+    inp = ir.Buffer("in0", F32, 8, "in", 0)
+    out = ir.Buffer("out0", F32, 8, "out", 0)
+    i = ir.Var("i0", 0, 8)
+    mul = ir.ScalarOp(Opcode.MULTIPLY, F32)
+    add = ir.ScalarOp(Opcode.ADD, F32)
+    lt = ir.ScalarOp(Opcode.COMPARE, PRED, (("direction", "LT"),))
+    x = g.load(inp, ir.affine(i))
+    sq = g.alu(mul, x, x)
+    small = g.alu(lt, g.index(ir.affine(i)), g.const(3, S64))
+    tiny = g.alu(lt, g.index(ir.affine(i)), g.const(1, S64))
+    inner = g.cond(tiny, g.alu(add, sq, g.const(1.0, F32)), g.alu(add, sq, sq))
+    value = g.cond(small, inner, g.alu(mul, sq, g.const(3.0, F32)))
+    k = ir.Kernel("shared_sides", [inp], [out], [ir.Loop(i, 0, 8, [ir.Store(out, ir.affine(i),
+                                                                            value)])], g)
+    lib = VecLib()
+    src = KernelPrinter(k, lib, set()).print()
+    assert src.count("in0[i0]") == 1 and src.count("* (v") == 1, src
+    c = cexpr.prelude() + lib.text() + src + \
+        "void run(const float *a, float *b) { shared_sides(a, b); }\n"
+    so = build.load_library(c, name="test_shared_sides")
+    a = np.arange(8, dtype=np.float32) - 2
+    b = np.zeros(8, np.float32)
+    so.run(a.ctypes.data_as(ctypes.c_void_p), b.ctypes.data_as(ctypes.c_void_p))
+    s = a * a
+    np.testing.assert_array_equal(b, np.where(np.arange(8) < 3,
+                                              np.where(np.arange(8) < 1, s + 1, s + s), s * 3))

@@ -29,7 +29,7 @@ from hlofuse.backends.kernel_ir.passes.parallel import access_counts
 from hlofuse.backends.kernel_ir.passes.vectorize import ACCUMULATORS
 from hlofuse.backends.kernel_ir.printer import format_kernel
 from hlofuse.backends.kernel_ir.target import Target
-from hlofuse.ir.dtypes import F32, PRED, S64, U64
+from hlofuse.ir.dtypes import F32, PRED, S32, S64, U64
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
@@ -434,13 +434,19 @@ def test_hoist_moves_invariants_but_not_guarded_or_written_reads() -> None:
     written = g.alu(neg, g.load(t, ir.ZERO))  # t is stored in the loop
     lt = ir.ScalarOp(Opcode.COMPARE, PRED, (("direction", "LT"),))
     first = g.alu(lt, g.index(ir.affine(i)), g.const(1, S64))
-    guarded = g.cond(first, g.alu(neg, g.load(x, ir.affine(15))), g.const(0.0, F32))
+    # guarded by a condition on i: x[15] is in bounds whatever i is (hoisted, speculated);
+    # x[p[0]] may not be (p[0] is any s32), so it stays behind its condition
+    p = ir.Buffer("in1", S32, 1, "in", index=1)
+    safe = g.alu(neg, g.load(x, ir.affine(15)))
+    where = g.load(p, ir.ZERO)  # itself in bounds: hoisted
+    unsafe = g.alu(neg, g.load(x, ir.Affine(((where, 1),))))
+    guarded = g.cond(first, g.alu(add, safe, unsafe), g.const(0.0, F32))
     body = [ir.Store(t, ir.ZERO, g.load(x, ir.affine(i))),
             ir.Store(out, ir.affine(i), g.alu(add, g.alu(add, invariant, written), guarded))]
-    k = ir.Kernel("k", [x], [out], [ir.Loop(i, 0, 16, body)], g, locals=[t])
+    k = ir.Kernel("k", [x, p], [out], [ir.Loop(i, 0, 16, body)], g, locals=[t])
     hoist(k)
     lets = [s.value for s in k.body if isinstance(s, ir.Let)]
-    assert lets == [invariant]
+    assert lets == [invariant, safe, where]
 
 
 def test_printed_kernels_read_like_the_ir() -> None:

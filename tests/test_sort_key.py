@@ -8,11 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tests.jax_oracle import BACKENDS, run_on, x64  # noqa: F401  (x64: autouse fixture)
 
 from hlofuse.backends.sort_key import sort_key
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.text import parse
-from tests.jax_oracle import BACKENDS, run_on, x64  # noqa: F401  (x64: autouse fixture)
 
 
 def _comparators(f, *args) -> list:

@@ -16,7 +16,8 @@ What it guarantees:
   across a store to a buffer it reads (the memo drops it), and a loop starts without values that
   read buffers the loop writes. `cond` values compute each side only in its branch. In a
   vector loop, a select with a large side of its own computes that side only when some lane
-  takes it (`_lazy_cond`), one branch per condition.
+  takes it (`_lazy_cond`), one branch per condition. What both sides of a `cond` compute on
+  every path is computed once, before its branch (`kernel_ir/conds.py`).
 - Inside a vector loop every value that depends on the loop variable (or reads a `lanes`
   buffer) is a vector of W lanes; others stay scalar and are splatted where combined. Loads and
   stores whose index has coefficient 1 on the loop variable are whole vectors; `tile` values and
@@ -47,6 +48,7 @@ from hlofuse.backends.cpu import cexpr, cvec
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.cvec import VecLib, compute_short, storage_short
 from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.conds import Always
 from hlofuse.backends.kernel_ir.ir import STACK_LOCAL_BYTES, Affine, Buffer, Stmt, Val, Var
 from hlofuse.backends.kernel_ir.naming import KernelNames
 from hlofuse.errors import CompileError
@@ -453,6 +455,7 @@ class KernelPrinter:
                 return self._lazy_cond(v, ctype, sel, self.lazy[v.uid])
             return self._local(ctype, f"{sel}({self.vexpr(c)}, {self.vexpr(a)}, "
                                       f"{self.vexpr(b)})")
+        self._before_branch(v, vector)
         cond = self.sx(c)
         name = self.fresh()
         self.line(f"{ctype} {name};")
@@ -464,6 +467,20 @@ class KernelPrinter:
             self.line(f"{name} = {self.vexpr(b) if vector else self.sx(b)};")
         self.line("}")
         return name
+
+    def _before_branch(self, v: Val, vector: bool) -> None:
+        """Compute what both sides of the cond `v` compute (`conds.Always`) before its branch,
+        so the branches do not print it twice."""
+        def key(x: Val) -> tuple[int, bool]:
+            return x.uid, vector and self.varies(x)
+
+        always = Always(self.lazy_now() if vector else {}, lambda x: self.find(key(x)) is not None)
+        for x in always.shared(v):
+            if self.find(key(x)) is None:
+                if key(x)[1]:
+                    self.vexpr(x)
+                else:
+                    self.sx(x)
 
     def lazy_now(self) -> dict[int, int]:
         """The lazy selects in force: none past `LAZY_SELECT_MAX_DEPTH` nested lazy sides (each

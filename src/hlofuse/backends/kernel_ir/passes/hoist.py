@@ -2,11 +2,15 @@
 once, before the loop (a `Let`), and read inside it.
 
 Conditions enforced: a value is hoisted out of a loop only if it depends on no variable bound
-by the loop or inside it, reads no buffer written anywhere in the loop, and is reached strictly
-from the loop's statements (not only through a side of a `cond`, which may be out of bounds
-where its condition is false). Only the largest such values are hoisted (their operands come
-along); constants and plain index expressions stay where they are (they cost nothing).
-Applied innermost first, so an invariant climbs as far out as it can.
+by the loop or inside it and reads no buffer written anywhere in the loop, and either it is
+reached strictly from the loop's statements or it is safe to compute whatever the conditions:
+a value reached only through a side of a `cond` (which may read out of bounds where its
+condition is false) is hoisted only if every load it computes unconditionally has an index
+whose range lies inside its buffer (`speculable`; elementwise ops are total, as vector selects
+already assume). So a gather from small concatenated pieces (MuJoCo MJX's 3-vectors) computes
+each piece once per call, not once per element and output. Only the largest such values are
+hoisted (their operands come along); constants and plain index expressions stay where they
+are (they cost nothing). Applied innermost first, so an invariant climbs as far out as it can.
 """
 
 from __future__ import annotations
@@ -55,18 +59,41 @@ def _invariants(loop: ir.Loop) -> list[Val]:
             not any(b.kind == "lanes" for b in ir.reads(v))
 
     out: list[Val] = []
-    seen: set[int] = set()
-    stack = list(roots)
+    seen: dict[int, bool] = {}  # uid -> reached only through a side of a cond
+    stack = [(v, False) for v in roots]
     while stack:
-        v = stack.pop()
-        if v.uid in seen:
+        v, conditional = stack.pop()
+        if v.uid in seen and (seen[v.uid] <= conditional):
             continue
-        seen.add(v.uid)
-        if invariant(v):
+        seen[v.uid] = conditional
+        if invariant(v) and (not conditional or speculable(v)):
             if v.op not in _CHEAP:
                 out.append(v)
             continue
-        kids = v.args[:1] if v.op == "cond" else v.children()
-        stack.extend(kids)
-    out.sort(key=lambda v: v.uid)
-    return out
+        if v.op == "cond":
+            stack.append((v.args[0], conditional))
+            stack.extend((x, True) for x in v.args[1:])
+        else:
+            stack.extend((x, conditional) for x in v.children())
+    found = {v.uid: v for v in out}
+    return sorted(found.values(), key=lambda v: v.uid)
+
+
+def speculable(v: Val) -> bool:
+    """Is computing `v` safe whatever the conditions guarding it: every load it computes
+    (outside the sides of its own conds, which stay guarded) in bounds of its buffer?"""
+    seen: set[int] = set()
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if x.uid in seen:
+            continue
+        seen.add(x.uid)
+        if x.op == "tile" or x.op == "lanes_reduce":
+            return False
+        if x.op == "load":
+            r = x.index.bounds()
+            if r is None or r[0] < 0 or r[1] >= x.buffer.size:
+                return False
+        stack.extend(x.args[:1] if x.op == "cond" else x.children())
+    return True

@@ -138,13 +138,20 @@ class _Vectorizer:
                 private |= dict.fromkeys(self.k.locals[before:])
                 body = self.scalarize(body, private)
                 private |= dict.fromkeys(self.k.locals[before:])
-                loop = ir.Loop(loop.var, loop.lo, loop.hi, body, loop.parallel)
+                unrolled = ir.Loop(loop.var, loop.lo, loop.hi, body, loop.parallel)
+                plan = self.plan(unrolled, self.width(unrolled), private)
+                if plan is not None:
+                    return plan
+                # not vectorizable: the loop nest as it was (the unrolled copies would only
+                # multiply the C the compiler reads; MJX's gathers from concatenated pieces
+                # grew to 200+ KB kernels that way)
+                del self.k.locals[before:]
             else:
                 lanes = self.outputs_in_lanes(loop, width, private)
                 if lanes is not None:
                     return lanes
-                loop.body = self.block(loop.body)
-                return [loop]
+            loop.body = self.block(loop.body)
+            return [loop]
         plan = self.plan(loop, self.width(loop), private)
         return plan if plan is not None else [loop]
 
