@@ -210,3 +210,13 @@ def test_atan2_subnormal_operands(dt: Any) -> None:
     y, x = _atan2_cases(dt)
     check(lax.atan2, y, x, rtol=1e-6 if dt is np.float64 else 1e-5 if dt is np.float32
           else 1e-2)
+
+
+def test_f64_below_f32_normals_to_e8m0() -> None:
+    """XLA's f64 -> e8m0 below 2^-126 (measured): 2^-127 exactly stays 2^-127, anything above
+    it is 2^-126, anything below (zero and f64 subnormals included) is NaN."""
+    t = 2.0 ** -127
+    x = np.array([t, np.nextafter(t, 1), np.nextafter(t, 0), 1.5 * t, 1.99 * t, 2 * t,
+                  0.75 * t, 0.5 * t, 2.0 ** -149, 2.0 ** -150, 1e-300, 5e-324, 0.0, -0.0, -t,
+                  3.0, 1.5 * 2.0 ** -126, 2.0 ** 127, 2.0 ** 128, np.inf, np.nan])
+    check(lambda a: a.astype(E8), x, exact=True)

@@ -568,6 +568,8 @@ def _convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
         return f"hf_round_f8e8m0fnu_f32({x})"
     if s == "f8e8m0fnu" and d == "f64":
         return f"hf_f8e8m0fnu_f32_to_f64({x})"
+    if s == "f64" and d == "f8e8m0fnu":  # below 2^-126 by XLA's rule (cprelude_types)
+        return f"hf_round_f8e8m0fnu_f64({x})"
     if cexpr_types.is_small_float(dst):
         return cexpr_types.round_to(dst, x)
     if src.is_pred or (src.is_integral and dst.is_integral):

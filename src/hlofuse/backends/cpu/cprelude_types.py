@@ -124,6 +124,16 @@ static inline float hf_round_f8e8m0fnu_f32(float x) {
 static inline float hf_round_f8e8m0fnu(double x) {
   return (float)hf_f8e8m0fnu_to_f64(hf_f64_to_f8e8m0fnu_k(x, 0));
 }
+/* convert from f64 as XLA's CPU does when flushing (measured against jax.jit): below 2^-126,
+   2^-127 exactly is encoding 0, anything between it and 2^-126 encoding 1, anything smaller
+   (zero included) NaN; interpreter/conversions.py `f64_to_e8m0` */
+static inline float hf_round_f8e8m0fnu_f64(double x) {
+#if HF_FLUSH_SUBNORMALS
+  if (x < 0x1p-126 && x > -0x1p-126)
+    return hf_f8e8m0fnu_to_f32(x == 0x1p-127 ? 0u : x > 0x1p-127 ? 1u : 0xffu);
+#endif
+  return hf_round_f8e8m0fnu(x);
+}
 """
 
 # A NaN encoding loads as a NaN whose payload names it (bits 29..37 of the double, which
