@@ -297,11 +297,15 @@ class _Axis:
 def _window_reads(exts: list[np.ndarray], axes: list[_Axis],
                   offsets: list[Sequence[int]]) -> Any:
     """Yield, for each window position (row-major over `offsets`), the output-shaped values
-    each extended operand (the operand with one trailing init slice per dimension) gives."""
+    each extended operand (the operand with one trailing init slice per dimension) gives, and
+    the output-shaped mask of the outputs that read an operand element there."""
     def walk(d: int, index: list[np.ndarray]) -> Any:
         if d == len(axes):
             grid = np.ix_(*index)
-            yield [e[grid] for e in exts]
+            hit = np.ones((), bool)
+            for a, g in zip(axes, grid, strict=True):
+                hit = hit & (g != a.n)
+            yield [e[grid] for e in exts], hit
             return
         for k in offsets[d]:
             yield from walk(d + 1, [*index, axes[d].index(k)])
@@ -310,10 +314,11 @@ def _window_reads(exts: list[np.ndarray], axes: list[_Axis],
 
 @handles(Opcode.REDUCE_WINDOW)
 def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
-    """Each output folds its window's positions in row-major order into the init value; a
-    position in the padding or in a base-dilation hole contributes the init value. The padded
-    operand is never built: memory is the operand plus a few output-sized arrays, and window
-    offsets that read only padding are skipped where the init value is the reducer's identity."""
+    """Each output folds the operand elements of its window, in row-major order, into the init
+    value; a position in the padding or in a base-dilation hole contributes nothing (XLA's CPU
+    and its evaluator skip them: `reduce_window(ones(4), 1.0, add, (3,), (1,), [(1, 1)])` is
+    [3, 4, 4, 3], not 4s). The padded operand is never built: memory is the operand plus a few
+    output-sized arrays, and window offsets that read only padding are skipped."""
     n = len(ops) // 2
     inputs = [np.asarray(o) for o in ops[:n]]
     inits = [np.asarray(o).reshape(()) for o in ops[n:]]
@@ -331,8 +336,11 @@ def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> A
     out_dims = [a.out for a in axes]
     comp = _reducer(instr)
     ufunc = simple_reducer(comp) if n == 1 else None
-    skip = ufunc is not None and _is(inits[0], _identity(ufunc, _accumulator(inputs[0].dtype)))
-    offsets = [a.live() if skip else range(a.size) for a in axes]
+    # the init is the reducer's identity: folding it where a position reads padding changes
+    # nothing, so no mask is needed
+    identity = ufunc is not None and \
+        _is(inits[0], _identity(ufunc, _accumulator(inputs[0].dtype)))
+    offsets = [a.live() for a in axes]
     if math.prod(out_dims):
         positions = math.prod(len(o) for o in offsets)
         work = positions * max(math.prod(out_dims), _POSITION_STEPS)
@@ -349,12 +357,14 @@ def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> A
     if ufunc is not None:
         acc_t = _accumulator(inputs[0].dtype)
         acc = np.broadcast_to(inits[0].astype(acc_t), out_dims).copy()
-        for (view,) in reads:
-            acc = ufunc(acc, view.astype(acc_t, copy=False))
+        for (view,), hit in reads:
+            new = ufunc(acc, view.astype(acc_t, copy=False))
+            acc = new if identity else np.where(hit, new, acc)
         return acc.astype(inputs[0].dtype)
     accs = [np.broadcast_to(i, out_dims).copy() for i in inits]
-    for views in reads:
-        accs = interp.apply_scalar(comp, accs + views)
+    for views, hit in reads:
+        new = interp.apply_scalar(comp, accs + views)
+        accs = [np.where(hit, x, a) for x, a in zip(new, accs, strict=True)]
     results = [a.reshape(out_dims).astype(x.dtype) for a, x in zip(accs, inputs, strict=True)]
     return tuple(results) if isinstance(instr.shape, TupleShape) else results[0]
 

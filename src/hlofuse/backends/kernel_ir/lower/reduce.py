@@ -23,12 +23,17 @@ business: it only reassociates reducers `scalar.simple_reducer` recognises, neve
 product of a narrow float, or lane-wise combinations XLA's semantics allow. Where a reduction
 is short and strided along its reduced dimension (the middle one of [64, 11, 3]: a row nest
 whose accumulator row is short), `vectorize` puts its outputs in lanes and keeps the order.
-reduce-window pads (and fills base-dilation holes) with the init value, as the interpreter does.
+reduce-window folds only the operand elements of each window: a position in the padding or a
+base-dilation hole contributes nothing (XLA's CPU, the interpreter). A simple reducer (sum,
+max, ...: `scalar.simple_reducer`) folds its identity there instead (-0.0 for a float sum, -inf
+for max: exactly nothing, whatever the init), which keeps the loop a select the vectorizer
+takes; any other reducer's fold is itself guarded.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Val
@@ -85,6 +90,32 @@ class Accumulators:
         accs = [b.g.load(buf, at) for buf in self.bufs]
         new = scalar.inline(b.g, self.comp, accs + xs)
         b.assign([(buf, at, v) for buf, v in zip(self.bufs, new, strict=True)])
+
+    def fold_where(self, inside: Val, xs: list[Callable[[], Val]], at: Affine = ir.ZERO) -> None:
+        """acc[at] = reducer(acc[at], xs) where `inside` holds (the xs computed only there),
+        acc[at] unchanged elsewhere."""
+        b = self.b
+        accs = [b.g.load(buf, at) for buf in self.bufs]
+
+        def folded(k: int) -> Val:
+            return scalar.inline(b.g, self.comp, accs + [x() for x in xs])[k]
+
+        new = [b.cases(t, [(inside, lambda k=k: folded(k)), (None, lambda a=a: a)])
+               for k, (t, a) in enumerate(zip(self.dtypes, accs, strict=True))]
+        b.assign([(buf, at, v) for buf, v in zip(self.bufs, new, strict=True)])
+
+    def neutral(self) -> Val | None:
+        """A value the reducer may fold at a padding position without changing anything: the
+        identity of a simple reducer (-0.0 for a float sum, -inf for max, ...); None when the
+        reducer has none (then the fold itself is guarded: `fold_where`)."""
+        op = scalar.simple_reducer(self.comp)
+        if op is None or len(self.dtypes) != 1:
+            return None
+        try:
+            value = scalar.identity(op, self.dtypes[0])
+        except KeyError:  # an op without an identity on this type
+            return None
+        return self.b.g.const(value, self.dtypes[0])
 
     def results(self, at: Affine = ir.ZERO) -> list[Val]:
         return [self.b.g.load(buf, at) for buf in self.bufs]
@@ -203,14 +234,16 @@ def _window_loops(b: Builder, acc: Accumulators, in_dims: tuple[int, ...], windo
         else:
             src.append(p)
     inside = b.all_of(conds)
-    inits = [b.value(i, ix.zero(dims_of(i))) for i in acc.inits]
-    xs = []
-    for x, v in zip(acc.inputs, inits, strict=True):
-        xs.append(b.cases(array_shape(x).dtype, [
-            (inside, lambda x=x: b.value(x, ix.of_multi(in_dims, src))),
-            (None, lambda v=v: v),
-        ]))
-    acc.fold(xs)
+    neutral = acc.neutral()
+    if neutral is None:
+        acc.fold_where(inside, [lambda x=x: b.value(x, ix.of_multi(in_dims, src))
+                                for x in acc.inputs])
+        return
+    (x,) = acc.inputs
+    acc.fold([b.cases(array_shape(x).dtype, [
+        (inside, lambda: b.value(x, ix.of_multi(in_dims, src))),
+        (None, lambda: neutral),
+    ])])
 
 
 # ----- kernel-level nests of root reduces ------------------------------------------------------

@@ -3,6 +3,7 @@ functions) as kernel-IR values.
 
     inline(g, comp, args) -> [Val]   the root's leaves with `args` bound to the parameters
     function(g, comp, name) -> Func  the same over `param` values, for library routines
+    simple_reducer(comp), identity(op, dtype)   a reassociable reducer's opcode, its identity
     value_function(g, comp, name, root) -> Func   one inner instruction's value, the same way
 
 Kernels inline reducers (so a vector loop combines vectors); library routines (sort,
@@ -17,12 +18,15 @@ over instructions, with called computations inlined through an explicit stack.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Graph, Val
 from hlofuse.errors import CompileError
 from hlofuse.ir.computation import Computation
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
@@ -176,3 +180,15 @@ def simple_reducer(comp: Computation) -> Opcode | None:
     if any(p.shape != shape for p in params):
         return None
     return root.opcode
+
+def identity(op: Opcode, dtype: DType) -> object:
+    """The reducer's identity element (exact: -0.0 for float sums, so -0 sums stay -0)."""
+    if dtype.is_pred:
+        return op in (Opcode.AND, Opcode.MINIMUM, Opcode.MULTIPLY)
+    if dtype.is_float:
+        return {Opcode.ADD: -0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
+                Opcode.MINIMUM: math.inf}[op]
+    info = ir.int_range(dtype)
+    return {Opcode.ADD: 0, Opcode.MULTIPLY: 1, Opcode.MAXIMUM: int(info.min),
+            Opcode.MINIMUM: int(info.max), Opcode.AND: -1 if dtype.is_signed else int(info.max),
+            Opcode.OR: 0, Opcode.XOR: 0}[op]

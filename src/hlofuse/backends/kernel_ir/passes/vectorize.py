@@ -52,10 +52,9 @@ bounds). Loops that fail stay scalar and correct.
 
 from __future__ import annotations
 
-import math
-
 from hlofuse.backends.kernel_ir import ir, naming
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Graph, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.lower.scalar import identity
 from hlofuse.backends.kernel_ir.passes.jam import regroup
 from hlofuse.backends.kernel_ir.rewrite import Rewriter
 from hlofuse.backends.kernel_ir.target import Target
@@ -90,17 +89,6 @@ def compute_bytes(dtype: DType) -> int:
     return max(1, dtype.bits // 8)
 
 
-def identity(op: Opcode, dtype: DType) -> object:
-    """The reducer's identity element (exact: -0.0 for float sums, so -0 sums stay -0)."""
-    if dtype.is_pred:
-        return op in (Opcode.AND, Opcode.MINIMUM, Opcode.MULTIPLY)
-    if dtype.is_float:
-        return {Opcode.ADD: -0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
-                Opcode.MINIMUM: math.inf}[op]
-    info = ir.int_range(dtype)
-    return {Opcode.ADD: 0, Opcode.MULTIPLY: 1, Opcode.MAXIMUM: int(info.min),
-            Opcode.MINIMUM: int(info.max), Opcode.AND: -1 if dtype.is_signed else int(info.max),
-            Opcode.OR: 0, Opcode.XOR: 0}[op]
 
 
 class _Vectorizer:
