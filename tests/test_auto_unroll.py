@@ -95,3 +95,18 @@ def test_autotune_option_on_compile(tmp_path: object, monkeypatch: pytest.Monkey
                                atol=1e-6)
     with pytest.raises(hlofuse.HloError, match="fusing pipeline"):
         hlofuse.compile(text, pipeline="none", autotune=True)
+
+
+def test_loop_module_copies_only_what_the_loop_calls() -> None:
+    """The module each candidate is costed on holds the loop's own computations and a new
+    entry, not the rest of the program (which used to be cloned per candidate)."""
+    from hlofuse.ir.opcodes import Opcode
+    from hlofuse.passes.fusion.auto_unroll import _callees, loop_module
+
+    module = parse(stacked(64, 24))
+    (w,) = [i for c in module.computations for i in c.instructions if i.opcode is Opcode.WHILE]
+    alone = loop_module(module, w.name)
+    names = sorted(c.name for c in alone.computations if c is not alone.entry)
+    assert names == sorted(c.name for c in _callees(w))
+    assert module.entry.name not in names and alone.entry.root.opcode is Opcode.WHILE
+    assert {c.name for c in alone.entry.root.called_computations()} <= set(names)

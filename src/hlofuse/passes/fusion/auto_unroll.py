@@ -41,6 +41,8 @@ from typing import Any, ClassVar
 
 from hlofuse.analysis.cost import ops_per_run
 from hlofuse.analysis.kernels import bytes_per_run, kernels_per_run
+from hlofuse.ir.clone import clone_computation, clone_instruction
+from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
@@ -166,14 +168,41 @@ def _find(module: Module, name: str) -> Instruction:
     raise KeyError(name)
 
 
+def _callees(w: Instruction) -> list[Computation]:
+    """The computations `w` calls, directly or not, callees first."""
+    order: list[Computation] = []
+    seen: set[int] = set()
+    stack: list[tuple[Computation, bool]] = [(c, False) for c in w.called_computations()]
+    while stack:
+        cur, expanded = stack.pop()
+        if expanded:
+            order.append(cur)
+            continue
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        stack.append((cur, True))
+        for instr in cur.instructions:
+            stack.extend((c, False) for c in instr.called_computations() if id(c) not in seen)
+    return order
+
+
 def loop_module(module: Module, name: str) -> Module:
     """A module whose entry runs only while `name` of `module` (on parameters standing for its
-    init), with the computations it calls: what the candidates are costed and timed on."""
-    from hlofuse.ir.computation import Computation
-    from hlofuse.passes.utils import remove_unreachable_computations
-
-    m = module.clone()
-    w = _find(m, name)
+    init), with the computations it calls: what the candidates are costed and timed on. Only
+    those computations are copied (the rest of a training step is not cloned per candidate)."""
+    w = _find(module, name)
+    m = Module(module.name)
+    m.header_attrs = dict(module.header_attrs)
+    comp_map: dict[int, Computation] = {}
+    for comp in _callees(w):
+        comp_map[id(comp)] = clone_computation(comp, comp_map)
+        m.add_computation(comp_map[id(comp)])
+    for old, new in ((c, comp_map[id(c)]) for c in _callees(w)):
+        fusion = old.fusion_instruction
+        if fusion is not None and fusion.parent is not None and id(fusion.parent) in comp_map:
+            index = fusion.parent.instructions.index(fusion)
+            new.fusion_instruction = comp_map[id(fusion.parent)].instructions[index]
     shape = w.shape
     assert isinstance(shape, TupleShape)
     entry = Computation(f"{name}.alone")
@@ -191,10 +220,8 @@ def loop_module(module: Module, name: str) -> Module:
         entry.instructions.append(leaf)
         leaves.append(leaf)
     init = entry.add(Instruction.create(Opcode.TUPLE, shape, leaves, name="init"))
-    entry.root = entry.add(Instruction.create(Opcode.WHILE, shape, [init], name=name,
-                                              attrs=dict(w.attrs), metadata=w.metadata))
+    entry.root = entry.add(clone_instruction(w, [init], comp_map))
     m.add_computation(entry, entry=True)
-    remove_unreachable_computations(m)
     return m
 
 
