@@ -93,3 +93,25 @@ def test_hlofuse_jit_reads_pred_arguments_as_numpy(direct: bool) -> None:
         np.testing.assert_array_equal(np.asarray(n), ~truth)
         np.testing.assert_array_equal(np.asarray(c), truth.astype(np.int32))
         np.testing.assert_array_equal(np.asarray(w), np.where(truth, x, -x))
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_pred_returned_by_a_host_callback_is_canonical(backend: str) -> None:
+    """A pred that enters a running program from outside it (a host callback's result) is read
+    as numpy reads it too: the trampoline (`backends/cpu/hostcall.py`) copies it as 0 or 1."""
+    import jax
+
+    from hlofuse.frontends.jax import hlo_text
+
+    def f(v: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+        p = jax.pure_callback(lambda a: a > 0, jax.ShapeDtypeStruct(v.shape, jnp.bool_), v)
+        return jnp.logical_not(p), p.astype(jnp.int32), jnp.where(p, v, -1.0)
+
+    x = np.arange(8, dtype=np.float32)
+    exe = hlofuse.compile(hlo_text(f, x), backend=backend, host_callbacks=[lambda a: (_raw(),)])
+    n, c, w = exe(x)
+    truth = _raw().view(np.uint8) != 0
+    assert n.view(np.uint8).max() <= 1
+    np.testing.assert_array_equal(n, ~truth)
+    np.testing.assert_array_equal(c, truth.astype(np.int32))
+    np.testing.assert_array_equal(w, np.where(truth, x, -1.0))

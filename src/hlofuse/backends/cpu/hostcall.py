@@ -13,10 +13,12 @@ the compiled library holds no pointer and stays cacheable and shareable between 
 Per call, the trampoline wraps the operand pointers as numpy arrays of the site's shapes,
 calls the table entry through `host_callbacks.invoke` (which hands the callback copies and
 checks what it returns against the site's result shapes and types), and copies the results
-into the result buffers. The GIL: ctypes releases it around `hf_entry` and the trampoline
-takes it back while Python runs, so a callback may use threads, jax, or another hlofuse
-executable (even this one: each call has its own arena); it runs on the thread that called
-`hf_entry`, in that thread's floating-point mode (the driver restores the caller's control
+into the result buffers: a pred result as 0 or 1, true where its byte is not 0 (a callback can
+return `np.frombuffer(b"\\x02", bool)`; the kernels assume 0 or 1: `not` is `x ^ 1`), as
+numpy and the interpreter read it. The GIL: ctypes releases it around `hf_entry` and the
+trampoline takes it back while Python runs, so a callback may use threads, jax, or another
+hlofuse executable (even this one: each call has its own arena); it runs on the thread that
+called `hf_entry`, in that thread's floating-point mode (the driver restores the caller's control
 register around it).
 
 Failures: anything the callback raises (or a result of the wrong shape or type) is kept for
@@ -92,6 +94,8 @@ class HostBridge:
             results = invoke(self._table, index, what, args, out_shapes)
             for j, (value, spec) in enumerate(zip(results, out_specs, strict=True)):
                 if spec[2]:
+                    if spec[0] == np.bool_:  # canonical bytes (see the module docstring)
+                        value = np.asarray(value).view(np.uint8) != 0
                     np.copyto(_view(outs[j], spec), value)
             return 0
         except BaseException as exc:  # (stops the run; raised by raise_failure)
