@@ -9,7 +9,8 @@
   the copy kept under the cache's src/ while it compiles changes nothing.
 - The library loaded is the bytes whose digest was checked: swapping the file between the check
   and the load changes nothing.
-- A full disk (ENOSPC) while storing units or libraries falls back like a read-only cache.
+- A full disk (ENOSPC) while storing units, libraries or program entries, or reported by the
+  compiler writing its output, falls back like a read-only cache.
 """
 
 from __future__ import annotations
@@ -343,3 +344,65 @@ def test_full_disk_falls_back_like_read_only(tmp_path: Path, use: object,
     if where != "write_bytes" or split:
         (message,) = _fallbacks(caught)
         assert os.strerror(errno.ENOSPC) in message
+
+
+@pytest.mark.parametrize("under", ["", "programs"])
+def test_full_disk_while_storing_a_program_falls_back(tmp_path: Path, use: object,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      under: str) -> None:
+    """Through `hlofuse.compile`: every write under the cache (libraries, objects, the program
+    entry and its module), or only the program entry's, fails with ENOSPC; the values are
+    right and there is one warning."""
+    root = tmp_path / "cache"
+    use(root)
+    cachefs.root()
+    prefix = str(root / under)
+    real_mkstemp = cachefs.tempfile.mkstemp
+
+    def mkstemp(*args: object, **kwargs: object) -> tuple[int, str]:
+        if str(kwargs.get("dir", "")).startswith(prefix):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(kwargs["dir"]))
+        return real_mkstemp(*args, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+    monkeypatch.setattr(cachefs.tempfile, "mkstemp", mkstemp)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _check(_text(tmp_path))
+    (message,) = _fallbacks(caught)
+    assert os.strerror(errno.ENOSPC) in message
+    assert not list(root.glob("programs/*.json"))
+    assert bool(list(root.glob("*/*.so"))) == bool(under)  # (the library was stored first)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_compiler_reporting_a_full_disk_falls_back(tmp_path: Path, use: object,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   split: bool) -> None:
+    """The compiler (or linker) writing its output into the cache fails with "No space left
+    on device": that is a full disk, not a compile error."""
+    root = tmp_path / "cache"
+    use(root)
+    cachefs.root()
+    prefix = str(root)
+    real_run = subprocess.run
+    refused: list[list[str]] = []
+
+    def run(cmd: list[str], *args: object, **kwargs: object) -> object:
+        if isinstance(cmd, list) and "-o" in cmd and cmd[cmd.index("-o") + 1].startswith(prefix):
+            refused.append(cmd)
+            return subprocess.CompletedProcess(
+                cmd, 1, "", f"cc1: fatal error: {cmd[-1]}: {os.strerror(errno.ENOSPC)}\n")
+        return real_run(cmd, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(build.subprocess, "run", run)
+    salt = f"/* {time.time_ns()} */\n"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if split:
+            lib = build.load_units([salt + UNITS[0], UNITS[1]], name="fullcc")
+        else:
+            lib = build.load_library(salt + UNITS[0] + UNITS[1].split("\n", 1)[1], name="fullcc")
+        assert lib.hf_value() == 42
+    assert refused
+    (message,) = _fallbacks(caught)
+    assert os.strerror(errno.ENOSPC) in message
