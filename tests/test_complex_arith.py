@@ -130,6 +130,41 @@ def test_complex_log_subnormal_imag() -> None:
     check(lambda x: jnp.log(x), b, exact=True, signs=True)
 
 
+@pytest.mark.parametrize(("lhs", "rhs"), [("c64", "c64"), ("c64", "f32"), ("f32", "c64"),
+                                         ("c128", "s8"), ("u8", "c64")])
+@pytest.mark.parametrize("pipeline", ["xla", None])
+def test_complex_convolution_instruction(lhs: str, rhs: str, pipeline: str | None) -> None:
+    """A complex `convolution` instruction as written in HLO (jax.jit splits a complex conv into
+    real ones, so `test_complex_conv` never builds one): the cpu backend gives the
+    interpreter's values or refuses it naming the instruction, never a real-typed kernel's."""
+    import hlofuse
+    from hlofuse.backends import interpreter
+    from hlofuse.backends.cpu.cexpr import UnsupportedOpError
+    from hlofuse.text import parse
+
+    out = "c128" if "c128" in (lhs, rhs) else "c64"
+    text = f"""HloModule complex_conv
+ENTRY e {{
+  x = {lhs}[1,6,2] parameter(0)
+  k = {rhs}[3,2,4] parameter(1)
+  ROOT conv = {out}[1,4,4] convolution(x, k), window={{size=3}}, dim_labels=b0f_0io->b0f
+}}
+"""
+    npt = {"c64": np.complex64, "c128": np.complex128, "f32": np.float32, "s8": np.int8,
+           "u8": np.uint8}
+    x, k = _arr(npt[lhs], (1, 6, 2)), _arr(npt[rhs], (3, 2, 4))
+    want = interpreter.run(parse(text), x, k)[0]
+    ref = np.stack([np.einsum("wi,wio->o", x[0, o:o + 3].astype(complex), k.astype(complex))
+                    for o in range(4)])[None]
+    np.testing.assert_allclose(want, ref, rtol=1e-6)  # (the interpreter keeps both parts)
+    try:
+        got = hlofuse.compile(text, pipeline=pipeline, backend="cpu")(x, k)[0]
+    except UnsupportedOpError as exc:
+        assert "instruction conv" in str(exc)
+        return
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 SUB = ["int4", "uint4", "float8_e4m3fn", "float8_e5m2"]
 
 
