@@ -220,3 +220,20 @@ def test_f64_below_f32_normals_to_e8m0() -> None:
                   0.75 * t, 0.5 * t, 2.0 ** -149, 2.0 ** -150, 1e-300, 5e-324, 0.0, -0.0, -t,
                   3.0, 1.5 * 2.0 ** -126, 2.0 ** 127, 2.0 ** 128, np.inf, np.nan])
     check(lambda a: a.astype(E8), x, exact=True)
+
+
+@pytest.mark.parametrize("op,t,dt", [("atan2", "f32", np.float32), ("atan2", "f64", np.float64),
+                                     ("power", "c64", np.complex64),
+                                     ("power", "c128", np.complex128)])
+def test_scalar_atan2_and_complex_power_stay_scalar(op: str, t: str, dt: type) -> None:
+    """The DAZ atan2 rule read a 0-d operand's bits as a 1-element array, so a scalar atan2
+    (with a subnormal operand) or complex power raised InterpreterError (20k fuzz run)."""
+    from hlofuse.backends import interpreter
+    from hlofuse.text import parse
+
+    text = f"ENTRY e {{\n  a = {t}[] parameter(0)\n  b = {t}[] parameter(1)\n" \
+           f"  ROOT r = {t}[] {op}(a, b)\n}}"
+    tiny = dt(1e-40) if t == "f32" else dt(1e-310)
+    for a, b in [(tiny, dt(-2)), (dt(1.5), dt(0.5))]:
+        (got,) = interpreter.run(parse(text), a, b)
+        assert got.shape == () and got.dtype == np.dtype(dt)

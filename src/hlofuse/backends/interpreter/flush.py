@@ -164,7 +164,8 @@ def flush(value: Any) -> Any:
 def _subnormal(value: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(which elements of a real `name` array are subnormal, the array's bits)."""
     exp, sign, view = _MASKS[name]
-    bits = np.ascontiguousarray(value).view(view)
+    # (ascontiguousarray makes a 0-d array 1-d: the bits keep the value's shape)
+    bits = np.ascontiguousarray(value).view(view).reshape(np.shape(value))
     u = bits.dtype.type
     # subnormal: magnitude bits in [1, smallest normal); as unsigned, magnitude - 1 below
     # smallest normal - 1 (a zero wraps around to the largest value)
@@ -268,4 +269,5 @@ def _complex_power_step(args: list[Any]) -> Any:
     a, b = np.asarray(args[0]), np.asarray(args[1])
     part = a.real.dtype.type
     angle = daz_atan2(np.ascontiguousarray(a.imag), np.ascontiguousarray(a.real))
-    return complex_power(flush(a), flush(b), part, angle).astype(a.dtype)
+    shape = np.broadcast_shapes(a.shape, b.shape)  # (0-d operands stay 0-d)
+    return complex_power(flush(a), flush(b), part, angle).astype(a.dtype).reshape(shape)
