@@ -237,3 +237,21 @@ def test_scalar_atan2_and_complex_power_stay_scalar(op: str, t: str, dt: type) -
     for a, b in [(tiny, dt(-2)), (dt(1.5), dt(0.5))]:
         (got,) = interpreter.run(parse(text), a, b)
         assert got.shape == () and got.dtype == np.dtype(dt)
+
+
+# ----- 20k run: f4e2m1fn -> integer at the largest magnitude ----------------------------------
+# XLA compares with the integer range's ends rounded into the source type; f4e2m1fn saturates
+# 127 (and 7, 15, ...) to 6, so +-6 converts to the integer's max / min (measured: all 16 f4
+# values to every integer type; unsigned types send the negatives to 0).
+
+F4 = ml_dtypes.float4_e2m1fn
+F4_ALL = np.arange(16, dtype=np.uint8).view(F4)  # every encoding: +-0 .. +-6, no NaN or inf
+F4_INTS = [ml_dtypes.int4, np.int8, np.int16, np.int32, np.int64, ml_dtypes.uint4, np.uint8,
+           np.uint16, np.uint32, np.uint64]
+
+
+@pytest.mark.parametrize("dt", F4_INTS, ids=lambda d: np.dtype(d).name)
+def test_f4_to_int_saturates_at_largest_value(dt: Any) -> None:
+    check(lambda x: x.astype(dt), F4_ALL, exact=True)
+    check(lambda x, y: (x.astype(dt) + y, x.astype(np.float32)), F4_ALL,  # inside a fusion
+          np.arange(16).astype(dt), exact=True)

@@ -218,3 +218,16 @@ def int_range(dtype: DType) -> tuple[int, int]:
     if dtype.is_signed:
         return -(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1
     return 0, (1 << dtype.bits) - 1
+
+
+def int_saturation_bounds(src: DType, dst: DType) -> tuple[float, float]:
+    """The values of the float type `src` at and beyond which XLA's float -> integer convert to
+    `dst` saturates to the integer's smallest / largest value: the integer range's ends rounded
+    into `src`, as XLA compares in the source type. Only a float that saturates on overflow
+    (f4e2m1fn: 127 rounds to its largest value 6) brings a bound inside the integer range, so
+    its +-6 converts to the integer's max / min (measured against jax.jit on all 16 f4 values);
+    for every other type the bound is at or beyond the range's end (or NaN, never reached)."""
+    lowest, highest = int_range(dst)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lo, hi = np.array([lowest, highest], np.float64).astype(src.np).astype(np.float64)
+    return float(lo), float(hi)

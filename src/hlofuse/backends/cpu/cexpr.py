@@ -30,7 +30,7 @@ import numpy as np
 from hlofuse.backends.cpu import cexpr_types, cprelude, daz_math
 from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.errors import CompileError
-from hlofuse.ir.dtypes import F64, DType
+from hlofuse.ir.dtypes import F64, DType, int_range, int_saturation_bounds
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
@@ -555,6 +555,8 @@ def _convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
         return expr
     if dst.is_pred:
         return f"((uint8_t)({x} != 0))"
+    if src.is_float and dst.is_integral:
+        x = _saturation_edge(src, dst, x)
     if dst.is_narrow_int:
         if src.is_float:  # saturate in 32 bits, then to the narrow range
             lo, hi = (-(1 << (dst.bits - 1)), (1 << (dst.bits - 1)) - 1) if dst.is_signed \
@@ -592,6 +594,19 @@ def _convert(instr: _Op, src: DType, dst: DType, x: str) -> str:
     if s == "f64":
         return _round(dst, f"((float){x})")
     return _round(dst, x)
+
+
+def _saturation_edge(src: DType, dst: DType, x: str) -> str:
+    """`x` sent to +-inf where XLA's float -> integer convert saturates before the integer
+    range's end: at the range's ends rounded into the source type (f4e2m1fn's +-6,
+    `dtypes.int_saturation_bounds`), so the saturating convert gives the integer's max / min."""
+    lowest, highest = int_range(dst)
+    lo, hi = int_saturation_bounds(src, dst)
+    if not (hi <= highest or lo > lowest):
+        return x
+    lo_t = _float_text(np.float64(lo if lo > lowest else -np.inf), _fsfx(src) == "f32")
+    hi_t = _float_text(np.float64(hi if hi <= highest else np.inf), _fsfx(src) == "f32")
+    return f"hf_sat_edge_{_fsfx(src)}({x}, {lo_t}, {hi_t})"
 
 
 def _bitcast_convert(instr: _Op, src: DType, dst: DType, x: str) -> str:

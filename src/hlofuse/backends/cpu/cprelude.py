@@ -185,6 +185,9 @@ static inline FT hf_min_SFX(FT a, FT b) {
 static inline FT hf_sign_SFX(FT x) {
   return hf_ftz_SFX((x != x || x == 0) ? x : COPYSIGN((FT)1, x));
 }
+static inline FT hf_sat_edge_SFX(FT x, FT lo, FT hi) {  /* +-inf at the bounds (saturate) */
+  return x >= hi ? (FT)HF_INF : (x <= lo ? -(FT)HF_INF : x);
+}
 static inline FT hf_round_afz_SFX(FT x) {
   FT t = TRUNC(x);
   return FABS(x - t) >= (FT)0.5 ? t + COPYSIGN((FT)1, x) : t;

@@ -1,9 +1,12 @@
 """Element type conversions with XLA's semantics: convert, bitcast-convert, reduce-precision and
 stochastic-convert.
 
-* convert float -> int: nan -> 0, out-of-range values saturate; x -> pred is `x != 0`; integers
-  to sub-byte integers wrap; real -> complex has imaginary part 0 (complex -> real is refused by
-  the verifier); conversions from or to the 8- and 4-bit floats go through f64 (one rounding).
+* convert float -> int: nan -> 0, out-of-range values saturate, and so does a value at or beyond
+  the integer range's end rounded into the source type (XLA compares there: f4e2m1fn's +-6
+  converts to the integer's max / min, `dtypes.int_saturation_bounds`); x -> pred is `x != 0`;
+  integers to sub-byte integers wrap; real -> complex has imaginary part 0 (complex -> real is
+  refused by the verifier); conversions from or to the 8- and 4-bit floats go through f64 (one
+  rounding).
 * bitcast-convert between widths adds or removes a minor dimension (little-endian order, the
   low bits first for types narrower than a byte).
 * reduce-precision: XLA's EmitReducePrecisionIR on the bits (bf16 and the 8-bit floats via f32).
@@ -22,7 +25,7 @@ import numpy as np
 from hlofuse.backends.interpreter import numerics
 from hlofuse.backends.interpreter.core import Interpreter, handles, unsupported
 from hlofuse.backends.interpreter.elementwise import dtype_of, result_dtype
-from hlofuse.ir.dtypes import DTYPES, DType, int_range
+from hlofuse.ir.dtypes import DTYPES, DType, int_range, int_saturation_bounds
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
@@ -39,14 +42,16 @@ def convert(x: np.ndarray, to: DType) -> np.ndarray:
     if src.is_integral and to.is_narrow_int:
         return numerics.wrap(x.astype(np.int64), to)
     if src.is_float and to.is_integral:
-        t = np.trunc(x.astype(np.float64))
+        x64 = x.astype(np.float64)
+        t = np.trunc(x64)
         if to.is_signed:
             lo, hi = -(2.0 ** (to.bits - 1)), 2.0 ** (to.bits - 1)
         else:
             lo, hi = 0.0, 2.0**to.bits
         lowest, highest = int_range(to)
-        big = t >= hi
-        small = t < lo
+        lo_src, hi_src = int_saturation_bounds(src, to)  # f4e2m1fn: +-6 saturates
+        big = (t >= hi) | (x64 >= hi_src)
+        small = (t < lo) | (x64 <= lo_src)
         safe = np.where(np.isnan(t) | big | small, 0.0, t)
         res = np.where(big, highest, np.where(small, lowest, safe.astype(np.int64)))
         if to.bits == 64 and not to.is_signed:  # beyond int64
