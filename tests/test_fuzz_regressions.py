@@ -255,3 +255,86 @@ def test_f4_to_int_saturates_at_largest_value(dt: Any) -> None:
     check(lambda x: x.astype(dt), F4_ALL, exact=True)
     check(lambda x, y: (x.astype(dt) + y, x.astype(np.float32)), F4_ALL,  # inside a fusion
           np.arange(16).astype(dt), exact=True)
+
+
+# ----- 20k run: complex x complex dots with a real or integral result --------------------------
+# XLA computes the dot in the operands' complex type (ResultCaster) and converts the sum:
+# the real part, by the raw fptosi / fptoui a complex->integer convert emits (x86: NaN and
+# out-of-range values give the signed minimum). The interpreter took the operands' real
+# parts before multiplying (interpreter/complex_dot.py). Unsigned results are checked only
+# where the sums are in range: AVX-512 hosts convert negatives to all ones, AVX2 ones wrap.
+
+DOT_FORMS = {  # (lhs shape, rhs shape, dimension numbers)
+    "vv": ((4,), (4,), (((0,), (0,)), ((), ()))),
+    "mv": ((3, 4), (4,), (((1,), (0,)), ((), ()))),
+    "mm": ((2, 4), (4, 3), (((1,), (0,)), ((), ()))),
+    "batch": ((2, 3, 4), (2, 4, 3), (((2,), (1,)), ((0,), (0,)))),
+}
+COMPLEX_TO_REAL = [(np.complex64, t) for t in (np.float32, np.float64, np.int32, np.int64,
+                                               np.uint32, np.uint64)] + \
+                  [(np.complex128, t) for t in (np.float64, np.int64, np.uint64)]
+
+
+def _cpu_or_refused(f: Callable[..., Any], args: tuple[np.ndarray, ...],
+                    want: np.ndarray) -> None:
+    """The cpu backend gives `want` or refuses the dot naming it."""
+    from hlofuse.backends.cpu.cexpr import UnsupportedOpError
+
+    try:
+        (got,) = run_on("cpu", f, args, pipeline="hlofuse")
+    except UnsupportedOpError as exc:
+        assert "dot" in str(exc)
+        return
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("form", DOT_FORMS)
+@pytest.mark.parametrize("ct,pt", COMPLEX_TO_REAL,
+                         ids=[f"{np.dtype(c).name}->{np.dtype(p).name}"
+                              for c, p in COMPLEX_TO_REAL])
+def test_complex_dot_real_result_is_real_part_of_complex_sum(form: str, ct: Any,
+                                                             pt: Any) -> None:
+    sa, sb, dn = DOT_FORMS[form]
+    rng = np.random.default_rng(3)
+    unsigned = np.dtype(pt).kind == "u"
+    re_a = rng.integers(1 if unsigned else -6, 7, sa)
+    re_b = rng.integers(1 if unsigned else -6, 7, sb)
+    a = (re_a + 1j * rng.integers(-6, 7, sa) / (8 if unsigned else 1)).astype(ct)
+    b = (re_b + 1j * rng.integers(-6, 7, sb) / (8 if unsigned else 1)).astype(ct)
+    if not unsigned:  # NaN and overflow: the signed minimum for an integral result
+        a.flat[0] = np.nan
+        a.flat[-1] = 1e30 + 0j
+
+    def f(x: Any, y: Any) -> Any:
+        return lax.dot_general(x, y, dn, preferred_element_type=pt)
+
+    want = np.asarray(jax.jit(f)(a, b))
+    (got,) = run_on("interpreter", f, (a, b))
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if np.dtype(pt).kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    else:
+        np.testing.assert_array_equal(got, want)
+    _cpu_or_refused(f, (a, b), want)
+
+
+# ----- 20k run: float scatter-add / scatter-mul with repeated indices -------------------------
+# XLA applies the combiner once per update, in order, rounding to the type each time (a bf16 add
+# computed in f32 and rounded); the interpreter combined in f64 and rounded once.
+
+
+@pytest.mark.parametrize("op", ["add", "mul"])
+@pytest.mark.parametrize("dt", [ml_dtypes.bfloat16, np.float16, np.float32, np.float64],
+                         ids=["bf16", "f16", "f32", "f64"])
+@pytest.mark.parametrize("it", [np.int8, np.int16, np.int32], ids=["s8", "s16", "s32"])
+def test_float_scatter_rounds_every_update(op: str, dt: Any, it: Any) -> None:
+    rng = np.random.default_rng(2811)
+    x = rng.standard_normal((4, 2)).astype(dt)
+    idx = rng.integers(-1, 6, 24).astype(it)  # repeats, and out of range (clipped)
+    upd = (rng.standard_normal((24, 2)) * (3 if op == "add" else 1)).astype(dt)
+
+    def f(a: Any, i: Any, u: Any) -> Any:
+        at = a.at[i]
+        return at.add(u, mode="clip") if op == "add" else at.mul(u, mode="clip")
+
+    check(f, x, idx, upd, exact=True)

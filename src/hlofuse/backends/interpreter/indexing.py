@@ -8,7 +8,10 @@ scatter_indices_batching_dims). XLA semantics:
 * scatter *skips* every update whose window would fall (partly) outside the operand;
 * scatter applies `to_apply` once per update element; updates that hit the same operand element
   are combined one after another (in update order). Simple combiners (add, multiply, max, min)
-  run as `ufunc.at`; others run vectorised in rounds, one round per repeat of an index.
+  run as `ufunc.at`; others run vectorised in rounds, one round per repeat of an index. A real
+  float combiner rounds to the type after every application, as XLA's CPU backend (a bf16 or
+  f16 add computed in f32 and rounded, each time: measured against jax.jit, where combining in
+  f64 and rounding once differed in the last bits); complex ones combine in c128, round once.
 """
 
 from __future__ import annotations
@@ -128,15 +131,17 @@ def combine_at(
     ufunc = simple_reducer(comp) if len(targets) == 1 else None
     if ufunc is not None:
         work = flats[0]
-        if work.dtype.kind not in "iub":  # floats: combine in f64 (complex in c128), round once
+        if work.dtype.kind not in "iub":  # floats: in the type, rounding every application
             value = values[0]
             if interp.flush:  # the combined elements read and write flushed values
                 work[flat_index] = flush(work[flat_index])
                 value = flush(value)
-            wide_type = np.complex128 if work.dtype.kind == "c" else np.float64
-            wide = work.astype(wide_type)
-            ufunc.at(wide, flat_index, value.astype(wide_type))
-            work[...] = wide.astype(work.dtype)
+            if work.dtype.kind == "c":  # complex: combined in c128, rounded once
+                wide = work.astype(np.complex128)
+                ufunc.at(wide, flat_index, value.astype(np.complex128))
+                work[...] = wide.astype(work.dtype)
+            else:  # numpy / ml_dtypes compute each application in f32 or wider, then round
+                ufunc.at(work, flat_index, value.astype(work.dtype, copy=False))
             if interp.flush:
                 work[flat_index] = flush(work[flat_index])
         else:
