@@ -21,7 +21,8 @@ most `MAX_WINDOW_WORK` element steps (an `InterpreterLimitError` naming the inst
 
 dot follows dot_general: result dimensions are batch, lhs free, rhs free. Floats are
 contracted in f64 and rounded to the result type; integers in 64 bits, then wrapped to the
-result type (exactly what a wrapping accumulator of the result type gives).
+result type (exactly what a wrapping accumulator of the result type gives). A dot with a complex
+operand or result is computed in XLA's complex type for it and converted (complex_dot.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.backends.interpreter.complex_dot import complex_dot
 from hlofuse.backends.interpreter.core import (
     Interpreter,
     array_shape,
@@ -425,6 +427,8 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, dims: Sequence[Sequence[int]],
             out_sub.append(rhs_sub[i])
     ct = contract_dtype(out)
     spec = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out_sub)}"
+    if any(from_numpy(d).is_complex for d in (lhs.dtype, rhs.dtype, out)):
+        return complex_dot(spec, lhs, rhs, from_numpy(out))
     floats = [from_numpy(x.dtype) for x in (lhs, rhs) if from_numpy(x.dtype).is_float]
     dt = from_numpy(out)
     if floats and not (dt.is_float or dt.is_complex):

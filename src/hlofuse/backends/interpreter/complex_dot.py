@@ -1,0 +1,69 @@
+"""A dot with a complex operand or a complex result, as XLA's CPU backend computes it.
+
+XLA's ResultCaster and OperandUpcaster give such a dot one complex type `t`: c128 where an
+operand or the result is c128, else c64 (XLA's HigherPrecisionElementType puts any complex
+type above every real one). Each operand is converted to `t` first (an f64 operand of a c64
+dot is rounded to f32 parts, so 1e39 becomes inf), the products are summed in `t`, and the
+sum is converted to the result type:
+
+- a complex result: rounded to it;
+- a float result: the real part, rounded (c64 x c64 -> f64 is the c64 sum's real part,
+  widened; jax.jit agrees);
+- an integral result: the real part, converted by the raw LLVM `fptosi` / `fptoui` XLA emits
+  for a complex->integer convert (not its saturating float->integer convert), as x86-64
+  without AVX-512 executes them: `cvttss2si`/`cvttsd2si` give the "integer indefinite" value
+  (the type's minimum) for NaN and out-of-range values; s8/s16/s32 convert through 32 bits,
+  u32 and narrower unsigned types through 64 bits (wrapping: -3 -> 4294967293), u64 as
+  LLVM's branch-free `r1 | (r2 & (r1 >> 63))` with r1 = cvtt(x), r2 = cvtt(x - 2^63)
+  (NaN -> 2^63, -1 -> 2^64 - 1). AVX-512 hosts convert unsigned types with `vcvttss2usi`,
+  which gives all ones for negative and out-of-range values instead;
+- a pred result: the sum != 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hlofuse.backends.interpreter.numerics import wrap
+from hlofuse.ir.dtypes import DType, from_numpy
+
+_I64_MIN = -(2**63)
+
+
+def _cvtt(x: np.ndarray, bits: int) -> np.ndarray:
+    """x86's truncating float->int conversion to a `bits`-bit signed integer (as int64): the
+    minimum for NaN and for values outside the type's range."""
+    lo, hi = -(2.0 ** (bits - 1)), 2.0 ** (bits - 1)
+    t = np.trunc(x.astype(np.float64))
+    ok = (t >= lo) & (t < hi)  # False for NaN
+    return np.where(ok, np.where(ok, t, 0.0).astype(np.int64), -(2 ** (bits - 1)))
+
+
+def _float_to_int(x: np.ndarray, out: DType) -> np.ndarray:
+    """LLVM's fptosi / fptoui of the float array `x` to `out`, as executed on x86-64."""
+    if out.is_signed:
+        wide = _cvtt(x, 64) if out.bits == 64 else _cvtt(x, 32)
+        return wrap(wide, out) if out.bits < 32 else wide.astype(out.np)
+    if out.bits < 64:
+        return wrap(_cvtt(x, 64), out)
+    r1 = _cvtt(x, 64)
+    r2 = _cvtt(x - x.dtype.type(2.0**63), 64)
+    return (r1 | (r2 & (r1 >> 63))).astype(np.uint64)
+
+
+def complex_dot(spec: str, lhs: np.ndarray, rhs: np.ndarray, out: DType) -> np.ndarray:
+    """The einsum `spec` of `lhs` and `rhs`, one of them or the result `out` complex, in
+    XLA's complex type for the dot, converted to `out` (module docstring)."""
+    wide = any(d.is_complex and d.bits == 128
+               for d in (from_numpy(lhs.dtype), from_numpy(rhs.dtype), out))
+    t = np.dtype(np.complex128 if wide else np.complex64)
+    value = np.einsum(spec, lhs.astype(t).astype(np.complex128),
+                      rhs.astype(t).astype(np.complex128), optimize=True)
+    value = np.asarray(np.asarray(value).astype(t))
+    if out.is_complex:
+        return value.astype(out.np)
+    if out.is_pred:
+        return np.asarray(value != 0)
+    if out.is_float:
+        return value.real.astype(out.np)
+    return np.asarray(_float_to_int(value.real, out))
