@@ -284,3 +284,45 @@ def test_complex_power_subnormal_part(dtype: str, tiny: float) -> None:
     b = np.array([0.5 + 0j, 0.5 + 0j, 0.5 + 0j, 0.5 + 0j, 2 + 0j, 0.5 + 0j, 0.5 + 0j,
                   1.5 + 0.5j, 0.25 - 1j], dtype)
     _check_specials(lax.pow, a, b)
+
+
+# ----- 20k fuzz run: complex division by an infinite or huge divisor -------------------------
+# XLA's EmitComplexDivide: Smith's method with the parts divided by the denominator (the cpu
+# backend multiplied by its reciprocal, subnormal and flushed for a divisor near 1e308), then,
+# where both parts are NaN, C99's recovery: zero divisor, infinite numerator over a finite
+# divisor, finite numerator over an infinite divisor (1 / (inf+infj) = 0; logistic(-inf+1j)).
+
+# (finite parts whose products are exact: XLA contracts Smith's steps to FMAs, so a huge part
+# gives z / z an imaginary -0 where the separate rounding gives +0)
+_SPECIAL = [0.0, -0.0, 1.0, -2.0, 0.5, 1e-310, np.inf, -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("dt", [np.complex128, np.complex64], ids=["c128", "c64"])
+def test_complex_divide_special_values_as_jax(dt: Any) -> None:
+    zs = [complex(r, i) for r in _SPECIAL for i in _SPECIAL]
+    a = np.array([p for p in zs for _ in zs], dt)
+    b = np.array([q for _ in zs for q in zs], dt)
+    if dt is np.complex128:  # the fuzz case: 2.4 / 1e308 is 2.4e-308, not a flushed -0
+        a = np.concatenate([a, np.array([2.4 - 0j, 1e-300 + 3e-300j, -7 + 1j], dt)])
+        b = np.concatenate([b, np.array([1e308 + 1e300j, 1e308 - 1e308j, 1.5e308 + 0j], dt)])
+    want = np.asarray(jax.jit(lambda x, y: x / y)(a, b))
+    for backend in BACKENDS:
+        got = run_on(backend, lambda x, y: x / y, [a, b])[0]
+        for g, w in ((got.real, want.real), (got.imag, want.imag)):
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=backend)
+            fin = ~np.isnan(w)
+            np.testing.assert_allclose(g[fin], w[fin], rtol=1e-6, atol=0, err_msg=backend)
+            zero = fin & (w == 0)
+            np.testing.assert_array_equal(np.signbit(g[zero]), np.signbit(w[zero]),
+                                          err_msg=f"{backend}: sign of zero")
+
+
+@pytest.mark.parametrize("dt", [np.complex128, np.complex64], ids=["c128", "c64"])
+def test_complex_logistic_of_infinite_real_part(dt: Any) -> None:
+    z = np.array([-np.inf + 1j, -np.inf - 2j, -np.inf + 1e30j, -800 + 3j, 800 - 1j, 2 + 1j], dt)
+    want = np.asarray(jax.jit(jax.lax.logistic)(z))
+    for backend in BACKENDS:
+        got = run_on(backend, jax.lax.logistic, [z])[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=0, err_msg=backend)
+        np.testing.assert_array_equal(np.signbit(got.real), np.signbit(want.real),
+                                      err_msg=backend)

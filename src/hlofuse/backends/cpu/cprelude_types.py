@@ -14,7 +14,8 @@ said.
   (-NaN), as ml_dtypes does. Values go through double, so an op computed in float and rounded
   here is rounded once (24 > 2 * 4 + 2 bits: double rounding is innocuous).
 - complex (C99 `_Complex`; the parts are `__real__` / `__imag__`): multiplication by the naive
-  formula and division by Smith's method with numpy's zero-divisor rule, both in double and
+  formula and division by Smith's method with XLA's recovery of a NaN+NaNj result (zero or
+  infinite divisor, infinite numerator: `interpreter/numerics.complex_divide`), both in double and
   rounded once for c64 (as numpy on complex128, which the interpreter uses, bit for bit); abs is
   `hypot`; sign is each part divided by `|z|` (0 for 0), as XLA's; expm1 and log1p are numpy's
   formulas; power is XLA's formula in the component type (`daz_math.py`, after mathlib in the
@@ -211,21 +212,30 @@ def _c_double(v: float, code: int = 0) -> str:
 _COMPLEX_CORE = r"""
 typedef float _Complex hf_c64;
 typedef double _Complex hf_c128;
+static inline double hf_cunit(double v) { return copysign(isinf(v) ? 1.0 : 0.0, v); }
 static inline hf_c128 hf_cdiv_c128(hf_c128 a, hf_c128 b) {
   double ar = __real__ a, ai = __imag__ a, br = __real__ b, bi = __imag__ b;
   double abr = fabs(br), abi = fabs(bi), r, i;
   if (abr >= abi) {
-    if (abr == 0 && abi == 0) {  /* C99 Annex G, as jax.jit: (1+1j) / (-0-0j) = -inf-infj */
+    double rat = bi / br, den = br + bi * rat;  /* divided, as XLA: 1 / den may be subnormal */
+    r = (ar + ai * rat) / den; i = (ai - ar * rat) / den;
+  } else {
+    double rat = br / bi, den = bi + br * rat;
+    r = (ar * rat + ai) / den; i = (ai * rat - ar) / den;
+  }
+  if (isnan(r) && isnan(i)) {  /* XLA's recovery (C99 Annex G), as jax.jit */
+    int fin_a = fabs(ar) < __builtin_inf() && fabs(ai) < __builtin_inf();
+    int fin_b = fabs(br) < __builtin_inf() && fabs(bi) < __builtin_inf();
+    if (abr == 0 && abi == 0 && !(isnan(ar) && isnan(ai))) {  /* (1+1j)/(-0-0j) = -inf-infj */
       double inf = copysign(__builtin_inf(), br);
       r = inf * ar; i = inf * ai;
+    } else if ((isinf(ar) || isinf(ai)) && fin_b) {
+      double ur = hf_cunit(ar), ui = hf_cunit(ai);
+      r = __builtin_inf() * (ur * br + ui * bi); i = __builtin_inf() * (ui * br - ur * bi);
+    } else if ((isinf(br) || isinf(bi)) && fin_a) {  /* 1 / (inf+infj) = 0 */
+      double ur = hf_cunit(br), ui = hf_cunit(bi);
+      r = 0.0 * (ar * ur + ai * ui); i = 0.0 * (ai * ur - ar * ui);
     }
-    else {
-      double rat = bi / br, scl = 1.0 / (br + bi * rat);
-      r = (ar + ai * rat) * scl; i = (ai - ar * rat) * scl;
-    }
-  } else {
-    double rat = br / bi, scl = 1.0 / (bi + br * rat);
-    r = (ar * rat + ai) * scl; i = (ai * rat - ar) * scl;
   }
   return __builtin_complex(r, i);
 }

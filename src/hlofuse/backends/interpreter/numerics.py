@@ -10,9 +10,10 @@ too); popcnt and count-leading-zeros count within the width. They are
 computed in int64 and wrapped (`wrap`).
 
 Complex numbers are computed in complex128 and rounded once to c64 where the result is c64 (the
-float rule of `float_op`); multiplication is the naive formula and division Smith's method, each
-step rounded (what the cpu backend computes, bit for bit); power is XLA's elemental formula
-in the component type (`complex_power`). `sign(z)`
+float rule of `float_op`); multiplication is the naive formula and division Smith's method with
+XLA's recovery of a NaN result (zero or infinite divisor, infinite numerator), each step rounded
+(what the cpu backend computes, bit for bit; XLA contracts the steps to FMAs, a last-bit
+difference); power is XLA's elemental formula in the component type (`complex_power`). `sign(z)`
 is each part divided by `|z|` (0 for 0);
 `abs` (`hypot` of the parts), `real` and `imag` give the component type.
 Comparing complex numbers is defined for EQ and NE only.
@@ -163,22 +164,42 @@ def complex_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def complex_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Smith's method; a zero divisor multiplies each part by copysign(inf, re b) (inf or nan;
-    C99 Annex G's recovery, which jax.jit follows: (1+1j) / (-0-0j) = -inf-infj)."""
+    """Smith's method as XLA's (the parts divided by the denominator: a reciprocal of a huge
+    one would be subnormal, flushed on cpu), then XLA's recovery (`EmitComplexDivide`, C99
+    Annex G) where both parts are NaN: a zero divisor (numerator not all NaN) multiplies each
+    part by copysign(inf, re b) ((1+1j) / (-0-0j) = -inf-infj); an infinite numerator over a
+    finite divisor is inf times the divisor against the numerator's infinite parts reduced to
+    +-1 (others +-0); a finite numerator over an infinite divisor (the other part may be NaN)
+    is 0 times the numerator against the divisor's infinite parts reduced to +-1 (others
+    +-0): 1 / (inf+infj) = 0."""
     (ar, ai), (br, bi) = _parts(a), _parts(b)
     ar, ai, br, bi = np.broadcast_arrays(ar, ai, br, bi)
     big = np.abs(br) >= np.abs(bi)
-    zero = (br == 0) & (bi == 0)
     with np.errstate(all="ignore"):
         rat1 = bi / br
-        scl1 = 1.0 / (br + bi * rat1)
+        den1 = br + bi * rat1
         rat2 = br / bi
-        scl2 = 1.0 / (bi + br * rat2)
-        inf = np.copysign(np.inf, br)
-        re = np.where(zero, inf * ar, np.where(big, (ar + ai * rat1) * scl1,
-                                                      (ar * rat2 + ai) * scl2))
-        im = np.where(zero, inf * ai, np.where(big, (ai - ar * rat1) * scl1,
-                                                      (ai * rat2 - ar) * scl2))
+        den2 = bi + br * rat2
+        re = np.where(big, (ar + ai * rat1) / den1, (ar * rat2 + ai) / den2)
+        im = np.where(big, (ai - ar * rat1) / den1, (ai * rat2 - ar) / den2)
+        nan = np.isnan(re) & np.isnan(im)
+        if np.any(nan):
+            inf = np.inf
+            fin_a = (np.abs(ar) < inf) & (np.abs(ai) < inf)  # NaN is neither
+            fin_b = (np.abs(br) < inf) & (np.abs(bi) < inf)
+            inf_a, inf_b = np.isinf(ar) | np.isinf(ai), np.isinf(br) | np.isinf(bi)
+            zero = (br == 0) & (bi == 0) & ~(np.isnan(ar) & np.isnan(ai))
+            sb = np.copysign(inf, br)
+            unit = lambda v: np.copysign(np.isinf(v).astype(np.float64), v)  # noqa: E731
+            uar, uai, ubr, ubi = unit(ar), unit(ai), unit(br), unit(bi)
+            case2 = inf_a & fin_b
+            case3 = inf_b & fin_a
+            re2, im2 = inf * (uar * br + uai * bi), inf * (uai * br - uar * bi)
+            re3, im3 = 0.0 * (ar * ubr + ai * ubi), 0.0 * (ai * ubr - ar * ubi)
+            re = np.where(nan, np.where(zero, sb * ar, np.where(case2, re2, np.where(
+                case3, re3, re))), re)
+            im = np.where(nan, np.where(zero, sb * ai, np.where(case2, im2, np.where(
+                case3, im3, im))), im)
     return _pack(re, im)
 
 
