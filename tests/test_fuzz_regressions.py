@@ -338,3 +338,47 @@ def test_float_scatter_rounds_every_update(op: str, dt: Any, it: Any) -> None:
         return at.add(u, mode="clip") if op == "add" else at.mul(u, mode="clip")
 
     check(f, x, idx, upd, exact=True)
+
+
+# ----- 20k run: complex dots with infinite products ------------------------------------------
+# XLA's CPU dot forms products with the plain formula (no C99 Annex G recovery: C's `*` on
+# _Complex values turned (2-0.5i)(-inf-2i) into -inf+inf i) and Eigen's gemm scales the sum
+# by alpha = 1 + 0i, so a part that is not finite makes the other one NaN; operands are first
+# converted to the dot's complex type (an f64 1e39 of a c64 dot is inf). jax.jit's
+# strength-reduced vector dots (no alpha) and Eigen's scalar path for c64 matrix-vector
+# products with few rows (Annex G, how many rows depends on the host's vector width) differ.
+
+def _parts(re: Any, im: Any, dt: Any) -> np.ndarray:
+    x = np.zeros(np.broadcast(np.asarray(re), np.asarray(im)).shape, dt)
+    x.real, x.imag = re, im
+    return x
+
+
+@pytest.mark.parametrize("form", ["mm", "batch"])
+@pytest.mark.parametrize("lt,rt,pt", [(np.complex128, np.complex128, None),
+                                      (np.complex64, np.complex64, None),
+                                      (np.uint32, np.complex128, None),
+                                      (np.float64, np.int32, np.complex64),
+                                      (np.float64, np.float64, np.complex64)],
+                         ids=["c128", "c64", "u32xc128", "f64xs32->c64", "f64xf64->c64"])
+def test_complex_dot_infinite_products(form: str, lt: Any, rt: Any, pt: Any) -> None:
+    sa, sb, dn = DOT_FORMS[form]
+    rng = np.random.default_rng(5)
+
+    def make(shape: tuple[int, ...], dt: Any, special: Any) -> np.ndarray:
+        if np.dtype(dt).kind == "c":
+            x = _parts(rng.integers(-4, 5, shape), rng.integers(-4, 5, shape) / 2, dt)
+        else:
+            x = rng.integers(0 if np.dtype(dt).kind == "u" else -4, 5, shape).astype(dt)
+        x[..., 0, 0] = special
+        return x
+
+    big = _parts(-np.inf, -2.0, np.complex128) if np.dtype(rt).kind == "c" else 1e39
+    a = make(sa, lt, 3 if np.dtype(lt).kind in "iu" else _parts(2, -0.5, lt)
+             if np.dtype(lt).kind == "c" else 1e39)
+    b = make(sb, rt, big if np.dtype(rt).kind != "i" else 7)
+
+    def f(x: Any, y: Any) -> Any:
+        return lax.dot_general(x, y, dn, preferred_element_type=pt)
+
+    check(f, a, b, rtol=1e-5)

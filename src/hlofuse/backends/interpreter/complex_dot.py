@@ -3,8 +3,15 @@
 XLA's ResultCaster and OperandUpcaster give such a dot one complex type `t`: c128 where an
 operand or the result is c128, else c64 (XLA's HigherPrecisionElementType puts any complex
 type above every real one). Each operand is converted to `t` first (an f64 operand of a c64
-dot is rounded to f32 parts, so 1e39 becomes inf), the products are summed in `t`, and the
-sum is converted to the result type:
+dot is rounded to f32 parts, so 1e39 becomes inf), the products are summed in `t` (here in
+f64 parts, rounded once), and the sum is converted to the result type. Products use the
+plain formula (re = ar*br - ai*bi, im = ar*bi + ai*br; numpy's and C's complex `*` recover
+infinities as C99 Annex G does, XLA's dot does not) and the sum is scaled by 1 + 0i, a plain
+complex multiply, as Eigen's gemm (XLA's CPU dot) does: a part that is not finite makes the
+other part NaN (inf - 2i -> inf + nan i). jax.jit differs where XLA does not call Eigen's
+gemm: dots it strength-reduces to multiply and reduce (vector . vector: no scaling) and
+Eigen's scalar path for c64 matrix-vector products with few rows (Annex G products; how
+many rows take it depends on the host's vector width). The converted sum:
 
 - a complex result: rounded to it;
 - a float result: the real part, rounded (c64 x c64 -> f64 is the c64 sum's real part,
@@ -57,9 +64,20 @@ def complex_dot(spec: str, lhs: np.ndarray, rhs: np.ndarray, out: DType) -> np.n
     wide = any(d.is_complex and d.bits == 128
                for d in (from_numpy(lhs.dtype), from_numpy(rhs.dtype), out))
     t = np.dtype(np.complex128 if wide else np.complex64)
-    value = np.einsum(spec, lhs.astype(t).astype(np.complex128),
-                      rhs.astype(t).astype(np.complex128), optimize=True)
-    value = np.asarray(np.asarray(value).astype(t))
+    a, b = lhs.astype(t).astype(np.complex128), rhs.astype(t).astype(np.complex128)
+
+    def dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.asarray(np.einsum(spec, x, y, optimize=True))
+
+    with np.errstate(all="ignore"):  # products as XLA forms them: no C99 Annex G recovery
+        re = dot(a.real, b.real) - dot(a.imag, b.imag)
+        im = dot(a.real, b.imag) + dot(a.imag, b.real)
+        # Eigen's gemm (XLA's CPU dot) scales the sum by alpha = 1 + 0i, a plain complex
+        # multiply: a part that is not finite makes the other part NaN (inf-2i -> inf+nan i)
+        re, im = re - im * 0.0, re * 0.0 + im
+    value = np.empty(re.shape, np.complex128)
+    value.real, value.imag = re, im
+    value = value.astype(t)
     if out.is_complex:
         return value.astype(out.np)
     if out.is_pred:

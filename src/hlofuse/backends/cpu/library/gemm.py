@@ -35,9 +35,10 @@ Accumulation, against the interpreter (which contracts floats in f64 and integer
 Mixed float/integer operand kinds raise `LibraryOpError`.
 
 Complex results (operands of any element type, as XLA defines mixed dots: each operand is
-converted to the result type) are contracted by a plain loop in `double _Complex` over
-canonical c128 copies of the operands, then rounded once to the result type, like the
-interpreter's c128 contraction; a complex operand with a real result is refused.
+converted to the dot's complex type) are contracted by a plain loop in double over canonical
+c128 copies of the operands, products by the plain formula (no Annex G), the sum scaled by
+1 + 0i as Eigen's gemm does, then rounded once to the result type, like the interpreter
+(interpreter/complex_dot.py); a complex operand with a real result is refused.
 """
 
 from __future__ import annotations
@@ -493,9 +494,16 @@ def _complex_dot(
     out: ArrayShape, groups: tuple[list[list[int]], list[list[int]]],
     sizes: tuple[int, int, int, int],
 ) -> str:
-    """Statements of a dot with a complex result: each operand converted to c128 in canonical
-    order (A[batch, M, K], B[batch, K, N]), contracted in double _Complex, rounded once."""
+    """Statements of a dot with a complex result: each operand converted to XLA's complex
+    type for the dot (c128 where an operand or the result is c128, else c64: an f64 operand
+    of a c64 dot is rounded to f32 parts) and copied as c128 in canonical order
+    (A[batch, M, K], B[batch, K, N]); the products summed in double with the plain formula
+    (re = ar*br - ai*bi, im = ar*bi + ai*br: C's `*` on _Complex values recovers infinities
+    by C99 Annex G, XLA's dot does not), the sum scaled by 1 + 0i as Eigen's gemm does (a part
+    that is not finite makes the other one NaN), rounded once (interpreter/complex_dot.py)."""
     batch, m, n, k = sizes
+    wide = any(d.is_complex and d.bits == 128 for d in (lhs.dtype, rhs.dtype, out.dtype))
+    part = "double" if wide else "float"
     body = [comment(f"dot: [{batch} x] ({m} x {k}) * ({k} x {n}) in complex double")]
     packed = []
     for src, shape, group, role in ((ins[0], lhs, groups[0], "lhs"),
@@ -515,8 +523,10 @@ def _complex_dot(
         ct = cexpr.ctype(shape.dtype)
         value = cexpr.load(shape.dtype, f"((const {ct} *)({src}))[{offset}]")
         if not shape.dtype.is_complex:
-            value = f"(double)({value})"
-        body += [f"{indent}*dst++ = {complex_convert(shape.dtype, C128, value)};", "}"]
+            value = f"__builtin_complex(({part})({value}), ({part})0)"
+        elif not wide:  # c64 stays c64
+            value = f"((hf_c64)({value}))"
+        body += [f"{indent}*dst++ = (hf_c128)({value});", "}"]
         packed.append(name)
     a, b = packed
     out_ct = cexpr.ctype(out.dtype)
@@ -525,9 +535,14 @@ def _complex_dot(
         f"for (int64_t bi = 0; bi < {batch}; bi++)",
         f"    for (int64_t i = 0; i < {m}; i++)",
         f"        for (int64_t j = 0; j < {n}; j++) {{",
-        "            hf_c128 acc = 0;",
-        f"            for (int64_t p = 0; p < {k}; p++)",
-        f"                acc += {a}[(bi * {m} + i) * {k} + p] * {b}[(bi * {k} + p) * {n} + j];",
+        "            double re = 0, im = 0;",
+        f"            for (int64_t p = 0; p < {k}; p++) {{",
+        f"                hf_c128 x = {a}[(bi * {m} + i) * {k} + p];",
+        f"                hf_c128 y = {b}[(bi * {k} + p) * {n} + j];",
+        "                re += __real__ x * __real__ y - __imag__ x * __imag__ y;",
+        "                im += __real__ x * __imag__ y + __imag__ x * __real__ y;",
+        "            }",
+        "            hf_c128 acc = __builtin_complex(re - im * 0.0, re * 0.0 + im);",
         f"            (({out_ct} *)({outs[0]}))[(bi * {m} + i) * {n} + j] = {result};",
         "        }",
         f"free({a});", f"free({b});"]
