@@ -17,7 +17,8 @@ said.
   formula and division by Smith's method with XLA's recovery of a NaN+NaNj result (zero or
   infinite divisor, infinite numerator: `interpreter/numerics.complex_divide`), both in double and
   rounded once for c64 (as numpy on complex128, which the interpreter uses, bit for bit); abs is
-  `hypot`; sign is each part divided by `|z|` (0 for 0), as XLA's; expm1 and log1p are numpy's
+  `hypot`; sign is each part divided by `|z|` (0 for 0), as XLA's; rsqrt is XLA's polar form
+  (`interpreter/numerics.complex_rsqrt`); expm1 and log1p are numpy's
   formulas; power is XLA's formula in the component type (`daz_math.py`, after mathlib in the
   prelude); the other functions are the C library's (`cexp`, `ctan`, ...): within a few
   ulp of numpy's.
@@ -257,8 +258,20 @@ static inline hf_c128 hf_clog1p_c128(hf_c128 z) {
   double x = __real__ z + 1, y = __imag__ z;
   return __builtin_complex(log(hypot(x, y)), atan2(y, x));
 }
+static inline hf_c128 hf_crsqrt_at(hf_c128 z, double t) {  /* XLA's polar form (numerics.py) */
+  double a = __real__ z, b = __imag__ z, aa = fabs(a), ab = fabs(b);
+  int nan = isnan(aa) || isnan(ab);
+  double hi = nan ? __builtin_nan("") : fmax(aa, ab), lo = nan ? __builtin_nan("") : fmin(aa, ab);
+  double q = lo / hi, r = (1.0 / sqrt(hi)) * (1.0 / sqrt(sqrt(1.0 + q * q)));
+  if (isnan(r)) r = 1.0 / sqrt(lo);
+  t *= -0.5;
+  double re = r * cos(t), im = r * sin(t);
+  if ((isinf(b) && isnan(a)) || isinf(a)) { re = copysign(0.0, a); im = -copysign(0.0, b); }
+  if (a == 0 && b == 0) { re = __builtin_inf(); im = __builtin_nan(""); }
+  return __builtin_complex(re, im);
+}
 static inline hf_c128 hf_crsqrt_c128(hf_c128 z) {
-  return hf_cdiv_c128(__builtin_complex(1.0, 0.0), csqrt(z));
+  return hf_crsqrt_at(z, atan2(__imag__ z, __real__ z));
 }
 static inline hf_c128 hf_clogistic_c128(hf_c128 z) {
   return hf_cdiv_c128(__builtin_complex(1.0, 0.0), __builtin_complex(1.0, 0.0) + cexp(-z));
@@ -276,6 +289,9 @@ static inline int32_t hf_small_key(uint32_t e, int bits, int has_sign) {
 }
 static inline hf_c64 hf_c64_of(hf_c128 z) {
   return __builtin_complex((float)__real__ z, (float)__imag__ z);
+}
+static inline hf_c64 hf_crsqrt_c64(hf_c64 z) {  /* the argument by atan2f, as XLA's c64 */
+  return hf_c64_of(hf_crsqrt_at((hf_c128)z, (double)atan2f(__imag__ z, __real__ z)));
 }
 static inline hf_c64 hf_csign_c64(hf_c64 z) {
   double re = __real__ z, im = __imag__ z;

@@ -114,7 +114,10 @@ def _float_unary(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.
     if not out.is_inexact or (out.is_complex and op in _NOT_COMPLEX):
         raise unsupported(instr, f"{op.value} needs a floating-point type, got {out}")
     if out.is_complex and op is Opcode.LOGISTIC:
-        return float_op(lambda z: 1 / (1 + np.exp(-z)), out, ops[0])
+        return float_op(lambda z: numerics.complex_divide(np.ones_like(z), 1 + np.exp(-z)),
+                        out, ops[0])
+    if out.is_complex and op is Opcode.RSQRT:
+        return float_op(numerics.complex_rsqrt, out, ops[0])
     return float_op(_FLOAT_UNARY[op], out, ops[0])
 
 

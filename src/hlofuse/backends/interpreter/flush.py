@@ -27,7 +27,8 @@ jax.jit on CPU, `backends/subnormals.py` says which types flush):
   atan2f(y, 1) = y, which glibc returns unchanged (a subnormal stays);
 - complex `power` reads its operands flushed except in the argument of the base, atan2(imag,
   real), which follows `daz_atan2` on the unflushed parts ((-2+1e-310j)^0.5 is -1.414j in
-  c128: atan2 gives -pi; +1.414j in c64: atan2f gives +pi); its result is flushed;
+  c128: atan2 gives -pi; +1.414j in c64: atan2f gives +pi); its result is flushed; so does
+  complex `rsqrt` (XLA's polar form, `numerics.complex_rsqrt`);
 - scatter's untouched elements move unchanged; its combiner flushes (`indexing.combine_at`).
 Not emulated: intermediate values inside one op (a reduction's partial sums, a dot's products)
 are not flushed, only its operands and its result.
@@ -41,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from hlofuse.backends.interpreter.numerics import complex_power
+from hlofuse.backends.interpreter.numerics import complex_power, complex_rsqrt
 from hlofuse.backends.subnormals import FLUSH_TYPES
 from hlofuse.ir.dtypes import DType, from_numpy
 from hlofuse.ir.instruction import Instruction
@@ -123,6 +124,8 @@ def rule(instr: Instruction) -> Rule | None:
         return Rule((), False, _atan2_step)
     if op is Opcode.POWER and src is not None and src.is_complex:
         return Rule((), True, _complex_power_step)
+    if op is Opcode.RSQRT and src is not None and src.is_complex:
+        return Rule((), True, _complex_rsqrt_step)
     if op is Opcode.REMAINDER:
         operands = tuple(i for i in operands if i == 1)
         result = False
@@ -263,6 +266,12 @@ def daz_atan2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _atan2_step(args: list[Any]) -> Any:
     return daz_atan2(args[0], args[1])
+
+
+def _complex_rsqrt_step(args: list[Any]) -> Any:
+    a = np.asarray(args[0])
+    angle = daz_atan2(np.ascontiguousarray(a.imag), np.ascontiguousarray(a.real))
+    return complex_rsqrt(flush(a), angle).astype(a.dtype).reshape(a.shape)
 
 
 def _complex_power_step(args: list[Any]) -> Any:

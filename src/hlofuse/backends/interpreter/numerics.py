@@ -33,7 +33,7 @@ from hlofuse.ir.opcodes import Opcode
 
 Op = Opcode
 __all__ = ["DTYPES", "UNARY_MATH", "complex_abs", "complex_divide", "complex_multiply",
-           "complex_power", "complex_sign", "from_bits", "make_complex", "mulhi",
+           "complex_power", "complex_rsqrt", "complex_sign", "from_bits", "make_complex", "mulhi",
            "narrow_binary", "narrow_unary", "raw_bits", "total_order_key", "wrap"]
 
 
@@ -256,6 +256,31 @@ def _pack(re: np.ndarray, im: np.ndarray) -> np.ndarray:
 def complex_abs(z: np.ndarray) -> np.ndarray:
     """|z| as the C library's hypot (correctly rounded), not numpy's complex abs."""
     return np.hypot(np.real(z), np.imag(z))
+
+
+def complex_rsqrt(z: np.ndarray, angle: np.ndarray | None = None) -> np.ndarray:
+    """XLA's EmitComplexRsqrt (polar form): r * (cos(-t/2) + i sin(-t/2)), t = atan2(im, re),
+    r = rsqrt(max) * rsqrt(sqrt(1 + (min/max)^2)) over the parts' magnitudes (rsqrt(min) where
+    that is NaN); 0 gives inf+nanj, an infinite real part (or an infinite imaginary part with
+    a NaN real one) gives copysign(0, re) - copysign(0, im) i. Not 1 / sqrt(z): rsqrt(1+0j) is
+    1-0j, and rsqrt(inf+infj) is 0-0j where the division gives NaN (measured on jax.jit).
+    `angle`: t when given (flush.py's DAZ atan2 of the unflushed parts)."""
+    a, b = _parts(z)
+    with np.errstate(all="ignore"):
+        aa, ab = np.abs(a), np.abs(b)
+        hi = np.where(np.isnan(aa) | np.isnan(ab), np.nan, np.maximum(aa, ab))
+        lo = np.where(np.isnan(aa) | np.isnan(ab), np.nan, np.minimum(aa, ab))
+        root = np.sqrt(1 + (lo / hi) ** 2)
+        r = (1 / np.sqrt(hi)) * (1 / np.sqrt(root))
+        r = np.where(np.isnan(r), 1 / np.sqrt(lo), r)
+        half = (np.arctan2(b, a) if angle is None else np.asarray(angle, np.float64)) * -0.5
+        re, im = r * np.cos(half), r * np.sin(half)
+        edge = (np.isinf(b) & np.isnan(a)) | np.isinf(a)
+        re = np.where(edge, np.copysign(0.0, a), re)
+        im = np.where(edge, -np.copysign(0.0, b), im)
+        zero = (a == 0) & (b == 0)
+        re, im = np.where(zero, np.inf, re), np.where(zero, np.nan, im)
+    return _pack(re, im)
 
 
 def complex_sign(z: np.ndarray, part: type = np.float64) -> np.ndarray:

@@ -159,10 +159,18 @@ _BINARY: dict[str, tuple[Callable[..., Any], tuple[np.dtype, ...], str]] = {
 _COMPARE = {"eq": lax.eq, "ne": lax.ne, "lt": lax.lt, "le": lax.le, "gt": lax.gt, "ge": lax.ge}
 
 
+# XLA computes complex sqrt and rsqrt in polar form (|z|, atan2, cos and sin of the half angle):
+# composed transcendental functions, whose last bits follow the math library (3 ulps measured
+# for c128 rsqrt on cpu), not the correctly rounded real sqrt of the ULP class
+_COMPLEX_TRANS = frozenset({"sqrt", "rsqrt"})
+
+
 def _unary(rng: np.random.Generator) -> Program:
     name = pick(rng, sorted(_UNARY))
     fn, dts, tol = _UNARY[name]
     dt = pick(rng, dts)
+    if dt.kind == "c" and name in _COMPLEX_TRANS:
+        tol = TRANS
     x = values(rng, shape(rng), dt)
     return Program("unary", fn, [x], tol, f"{name}[{dt.name}]{list(x.shape)}")
 
