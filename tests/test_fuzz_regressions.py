@@ -382,3 +382,14 @@ def test_complex_dot_infinite_products(form: str, lt: Any, rt: Any, pt: Any) -> 
         return lax.dot_general(x, y, dn, preferred_element_type=pt)
 
     check(f, a, b, rtol=1e-5)
+
+
+# ----- 20k run: reduce-precision to no mantissa bits keeps NaN --------------------------------
+
+
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64],
+                         ids=["f16", "bf16", "f32", "f64"])
+@pytest.mark.parametrize("ebits", [2, 6, 8])
+def test_reduce_precision_no_mantissa_keeps_nan(dt: Any, ebits: int) -> None:
+    x = np.array([np.nan, -np.nan, np.inf, -np.inf, 3.0, -1e30, 1e-3, 0.0, 5.0, 1.4], dt)
+    check(lambda v: lax.reduce_precision(v, ebits, 0), x, exact=True)

@@ -267,15 +267,15 @@ _RP_WRAP = r"""
 static inline float hf_reduce_precision_f16(float f, int64_t e, int64_t m) {
   uint16_t x = hf_f32_to_f16(f);
   float r = hf_f16_to_f32(hf_rp_bits_16(x, e, m));
-  return f != f ? (m > 0 ? f : HF_INF) : r;
+  return f != f ? f : r;  /* NaN stays NaN, m = 0 too (jax.jit) */
 }
 static inline float hf_reduce_precision_f32(float f, int64_t e, int64_t m) {
   float r = hf_f32_from_bits(hf_rp_bits_32(hf_f32_bits(f), e, m));
-  return f != f ? (m > 0 ? f : HF_INF) : r;
+  return f != f ? f : r;  /* NaN stays NaN, m = 0 too (jax.jit) */
 }
 static inline double hf_reduce_precision_f64(double f, int64_t e, int64_t m) {
   double r = hf_f64_from_bits(hf_rp_bits_64(hf_f64_bits(f), e, m));
-  return f != f ? (m > 0 ? f : (double)HF_INF) : r;
+  return f != f ? f : r;
 }
 """
 

@@ -9,7 +9,8 @@ stochastic-convert.
   rounding).
 * bitcast-convert between widths adds or removes a minor dimension (little-endian order, the
   low bits first for types narrower than a byte).
-* reduce-precision: XLA's EmitReducePrecisionIR on the bits (bf16 and the 8-bit floats via f32).
+* reduce-precision: XLA's EmitReducePrecisionIR on the bits (bf16 and the 8-bit floats via f32);
+  a NaN stays NaN with no mantissa bits too (jax.jit; the IR's rule made it inf).
 * stochastic-convert(x, random) float -> integer, as XLA's elemental emitter: the magnitude's
   fraction scaled to the width of `random` (`fraction * 2^bits`) rounds the magnitude up when
   `random` is below it, down otherwise; the sign is put back; nan -> 0, and values beyond the
@@ -169,9 +170,9 @@ def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> n
         xi = np.where(x_exp > max_exp, signed_inf, xi)
         xi = np.where(x_exp <= min_exp, signed_zero, xi)
     result = np.asarray(xi, dtype=u).view(x.dtype)
-    if mantissa_bits > 0:
-        return np.where(is_nan, x, result)
-    return np.where(is_nan, np.array(np.inf, x.dtype), result)
+    # a NaN stays NaN, with no mantissa bits too (EmitReducePrecisionIR's inf for that case is
+    # not what jax.jit gives: measured for f16, bf16, f32, f64 and 2, 5, 8 exponent bits)
+    return np.where(is_nan, x, result)
 
 
 @handles(Opcode.REDUCE_PRECISION)
