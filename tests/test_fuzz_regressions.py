@@ -393,3 +393,30 @@ def test_complex_dot_infinite_products(form: str, lt: Any, rt: Any, pt: Any) -> 
 def test_reduce_precision_no_mantissa_keeps_nan(dt: Any, ebits: int) -> None:
     x = np.array([np.nan, -np.nan, np.inf, -np.inf, 3.0, -1e30, 1e-3, 0.0, 5.0, 1.4], dt)
     check(lambda v: lax.reduce_precision(v, ebits, 0), x, exact=True)
+
+
+# ----- 20k run (seeds 2811, 2812): base-dilated convolutions on cpu -------------------------
+# conv_phases.py reads one output feature's kernel in place at a tap stride of B; the GEMM's
+# BLAS call took such a one-column W as transposed with leading dimension k (stride 1), so
+# it read the wrong taps (fuzz_min_20k/seed2812/015.hlo and 11 more).
+
+BASE_DILATED = [  # (input width, kernel width, padding, feature groups, dtype)
+    (1, 3, (2, 0), 1, np.float64), (2, 3, (0, 0), 1, np.float32),
+    (2, 2, (1, 1), 1, np.float32), (6, 3, (-1, 1), 1, np.float32),
+    (6, 3, (0, 2), 2, np.float64), (2, 3, (0, 0), 2, np.float32),
+]
+
+
+@pytest.mark.parametrize("case", BASE_DILATED, ids=[str(c[:4]) for c in BASE_DILATED])
+def test_conv_base_dilated_one_output_feature(case: tuple[Any, ...]) -> None:
+    width, kw, pad, groups, dt = case
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 2 * groups, width)).astype(dt)
+    k = rng.standard_normal((groups, 2, kw)).astype(dt)
+
+    def f(a: Any, b: Any) -> Any:
+        return lax.conv_general_dilated(a, b, (1,), [pad], (2,), (1,),
+                                        feature_group_count=groups)
+
+    check(f, x, k, rtol=1e-4 if dt == np.float32 else 1e-10)
+

@@ -427,9 +427,11 @@ def emit(spec: ConvSpec, ins: list[str], outs: list[str], names: set[str], threa
     if use_blas:
         lines += [
             f"    if (hf_blas_{t}gemm) {{",
-            f"        const int ta = sak == 1 && (m <= 1 || sam >= k) ? {blas.CBLAS_NO_TRANS} "
-            f": {blas.CBLAS_TRANS};",
-            f"        const int tb = sbn == 1 && (k <= 1 || sbk >= {og}) ? "
+            # as blas.layout: a one-row or one-column operand's other stride is free (W of
+            # one output feature, read in place at a tap stride > 1, is no transpose)
+            f"        const int ta = (k <= 1 || sak == 1) && (m <= 1 || sam >= k) ? "
+            f"{blas.CBLAS_NO_TRANS} : {blas.CBLAS_TRANS};",
+            f"        const int tb = ({og} <= 1 || sbn == 1) && (k <= 1 || sbk >= {og}) ? "
             f"{blas.CBLAS_NO_TRANS} : {blas.CBLAS_TRANS};",
             f"        const int64_t lda = ta == {blas.CBLAS_NO_TRANS} ? (m > 1 ? sam : k) "
             ": (k > 1 ? sak : m);",
