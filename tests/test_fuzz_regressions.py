@@ -91,8 +91,8 @@ def test_power_keep_subnormals_is_ieee() -> None:
 
 # ----- class 8: convolution padding with an inf or NaN in the kernel --------------------------
 # XLA's elemental convolution (f64, c128, ...) skips padding and base-dilation holes; its
-# runtime one (f16, bf16, f32, c64) multiplies their zeros by the kernel, except with base
-# dilation in 1 or 2 spatial dims (interpreter/convolution.py `skips_padding`).
+# runtime one (f16, bf16, f32, c64) multiplies their zeros by the kernel, except for transposed
+# convolutions and tiny buffers (interpreter/convolution.py `skips_padding`).
 
 
 def test_conv_padding_inf_kernel_minimized() -> None:
@@ -420,3 +420,32 @@ def test_conv_base_dilated_one_output_feature(case: tuple[Any, ...]) -> None:
 
     check(f, x, k, rtol=1e-4 if dt == np.float32 else 1e-10)
 
+
+# ----- 20k run: which f16/f32 convolutions XLA runs in Eigen (multiplying padding) ----------
+# Base dilation skips holes only at stride 1 without window dilation or feature groups (a
+# transposed convolution); buffers of at most 8 bytes (at 4 bytes an element) are
+# under-aligned for Eigen and run the elemental convolution, which skips padding.
+
+EIGEN_CASES = [  # (x shape, k shape, stride, padding, lhs dil, rhs dil, groups, NaN at)
+    ((2, 4, 1), (2, 2, 3), 2, (3, 3), 2, 1, 2, (0, 0, 0)),   # seed2811/033: multiplies
+    ((2, 4, 6), (2, 2, 1), 2, (1, 2), 2, 2, 2, (0, 0, 0)),   # seed2811/039: multiplies
+    ((1, 2, 3), (1, 2, 3), 2, (6, 6), 2, 2, 1, (0, 1, 0)),   # seed2812/003: multiplies
+    ((2, 2, 5), (1, 2, 3), 2, (1, 0), 1, 2, 1, (0, 1, 0)),   # seed2811/038: result 4 bytes
+    ((1, 1, 5), (1, 1, 2), 1, (1, 0), 1, 1, 1, (0, 0, 0)),   # kernel 8 bytes: skips
+    ((1, 1, 5), (1, 1, 3), 1, (1, 0), 1, 1, 1, (0, 0, 0)),   # all >= 12 bytes: multiplies
+]
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("case", EIGEN_CASES, ids=[str(i) for i in range(len(EIGEN_CASES))])
+def test_conv_eigen_or_elemental_padding(case: tuple[Any, ...], dt: Any) -> None:
+    xs, ks, stride, pad, ld, rd, groups, at = case
+    x = np.linspace(-1.0, 1.0, int(np.prod(xs))).reshape(xs).astype(dt)
+    k = np.linspace(0.5, 1.5, int(np.prod(ks))).reshape(ks).astype(dt)
+    k[at] = np.nan
+
+    def f(a: Any, b: Any) -> Any:
+        return lax.conv_general_dilated(a, b, (stride,), [pad], (ld,), (rd,),
+                                        feature_group_count=groups)
+
+    check(f, x, k, rtol=1e-2 if dt == np.float16 else 1e-5)

@@ -23,7 +23,7 @@ the group's input features; it accumulates integers in uint64_t with wrap-around
 `!= 0`), and floats (only empty windows reach it) in double, rounded once to the result type.
 The float routines accumulate in float for f32/f16/bf16 results and double for f64, like XLA.
 They multiply padding's zeros by the kernel, as XLA's runtime convolution does for f16, bf16
-and f32; where XLA skips padding (`skips_padding`: f64, and some layouts of the others), a
+and f32; where XLA skips padding (`skips_padding`: f64, and some shapes of the others), a
 kernel holding an inf or a NaN (0 x inf = NaN) sends the call to the direct loop nest instead,
 checked when it runs.
 """
@@ -94,7 +94,8 @@ def _skips(spec: conv_spec.ConvSpec) -> bool:
     `skips_padding`)."""
     window = spec.window
     return any(w.pad_lo > 0 or w.pad_hi > 0 or w.base_dilation > 1 for w in window) and \
-        skips_padding(spec.lhs.dtype.name, window, spec.bgc)
+        skips_padding(spec.lhs.dtype.name, window, spec.bgc, spec.fgc,
+                      (spec.lhs.size, spec.rhs.size, spec.out.size))
 
 
 def _emit_fast(
