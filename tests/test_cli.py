@@ -287,6 +287,60 @@ def test_emit_prints_c(capsys: pytest.CaptureFixture[str], add_file: Path,
     assert "int hf_entry(" in (tmp_path / "m.c").read_text()
 
 
+def test_emit_kernel_ir(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`emit --kernel-ir` prints each kernel's optimised kernel IR (one `kernel` per kernel
+    the driver runs, loops inside a while body included), for the target asked for."""
+    from hlofuse.backends.kernel_ir.dump import kernel_instructions
+    from hlofuse.passes.pipelines import run_pipeline
+    from hlofuse.text import parse
+
+    text = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+cond {
+  s = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  x = f32[64] get-tuple-element(s), index=1
+  y = f32[64] sine(x)
+  ROOT t = (s32[], f32[64]) tuple(j, y)
+}
+ENTRY e {
+  x = f32[64,100] parameter(0)
+  z = f32[] constant(0)
+  r = f32[64] reduce(x, z), dimensions={1}, to_apply=add
+  zero = s32[] constant(0)
+  t = (s32[], f32[64]) tuple(zero, r)
+  w = (s32[], f32[64]) while(t), condition=cond, body=body
+  ROOT o = f32[64] get-tuple-element(w), index=1
+}"""
+    f = tmp_path / "loop.hlo"
+    f.write_text(text)
+    module = parse(text)
+    run_pipeline(module, "xla")
+    count = len(kernel_instructions(module))
+    assert count >= 2  # the reduce, and the sine inside the loop body
+    code, out, err = run_cli(capsys, "emit", str(f), "--pipeline", "xla", "--kernel-ir",
+                             "--target", "avx2")
+    assert code == 0, err
+    assert out.count("\nkernel ") == count and "vector 8" in out and "sine.f32(" in out
+    code, out, err = run_cli(capsys, "emit", str(f), "--pipeline", "xla", "--kernel-ir",
+                             "--target", "scalar")
+    assert code == 0, err
+    assert out.count("\nkernel ") == count and re.search(r"\) vector \d", out) is None
+    code, _, err = run_cli(capsys, "emit", str(f), "--kernel-ir", "--target", "vax")
+    assert_clean_error(code, err, "unknown target 'vax'")
+
+
 def test_emit_errors_are_clean(capsys: pytest.CaptureFixture[str], add_file: Path,
                                tmp_path: Path) -> None:
     code, _, err = run_cli(capsys, "emit", str(tmp_path / "nope.hlo"))

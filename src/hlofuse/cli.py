@@ -3,6 +3,7 @@
     hlofuse run FILE [--backend cpu|interpreter] [--pipeline xla] [--profile]
                      [--subnormals flush|keep]
     hlofuse emit FILE [--pipeline xla] [-o out.c]      the C the cpu backend generates
+    hlofuse emit FILE --kernel-ir [--target avx2]      each kernel's kernel IR instead
 
 Every error a user can cause (bad HLO, missing files, bad inputs, unknown passes) is printed as
 one clear message on stderr with a non-zero exit status, never as a traceback. `report_error`
@@ -256,12 +257,22 @@ def cmd_emit(args: argparse.Namespace) -> int:
     pipeline = _pipeline(args.pipeline)
     if pipeline is not None:
         run_pipeline(module, pipeline)
-    generate = registry.get("cpu").generate
-    assert generate is not None
-    source = generate(module, subnormals=args.subnormals)
+    if args.kernel_ir:
+        from hlofuse.backends.cpu import one_device
+        from hlofuse.backends.kernel_ir.dump import module_text
+        from hlofuse.backends.kernel_ir.target import Target
+
+        target = Target.named(args.target) if args.target else Target.detect()
+        source = module_text(one_device.prepare(module), target)
+    else:
+        generate = registry.get("cpu").generate
+        assert generate is not None
+        source = generate(module, subnormals=args.subnormals)
     if args.output:
         Path(args.output).write_text(source)
-        print(f"# wrote {len(source.splitlines())} lines of C to {args.output}", file=sys.stderr)
+        what = "kernel IR" if args.kernel_ir else "C"
+        print(f"# wrote {len(source.splitlines())} lines of {what} to {args.output}",
+              file=sys.stderr)
     else:
         sys.stdout.write(source)
     return 0
@@ -340,6 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", default="hlofuse",
                    help="pipeline to run before generating (default hlofuse; '' for none)")
     p.add_argument("-o", "--output", help="write the C to this file instead of stdout")
+    p.add_argument("--kernel-ir", action="store_true",
+                   help="print each kernel's optimised kernel IR instead of C")
+    p.add_argument("--target", default="",
+                   help="with --kernel-ir: the vector target (avx512, avx2, sse2, scalar; "
+                        "default: this host's)")
     _subnormals_argument(p)
     p.set_defaults(func=cmd_emit)
 
