@@ -10,7 +10,9 @@
     hoist       compute loop invariants once, before their loop
 
 Each is `pass(kernel)` (mutating the kernel's statement lists) and keeps the kernel's results
-identical, except that `vectorize` may reassociate reductions whose reducer allows it.
+identical, except that `vectorize` may reassociate reductions whose reducer allows it. Under
+`HLOFUSE_VERIFY=1` (or `optimize(..., check=True)`) the kernel IR verifier (`verify.py`) runs
+after the lowering and after each pass.
 """
 
 from __future__ import annotations
@@ -30,13 +32,22 @@ __all__ = ["collapse", "fission", "hoist", "jam", "narrow", "optimize", "paralle
            "vectorize"]
 
 
-def optimize(kernel: ir.Kernel, target: Target, threads: int = 1) -> ir.Kernel:
-    split(kernel)
-    jam(kernel)
-    collapse(kernel)
-    fission(kernel)
-    narrow(kernel)
-    vectorize(kernel, target)
-    parallelize(kernel, threads)
-    hoist(kernel)
+def optimize(kernel: ir.Kernel, target: Target, threads: int = 1,
+             check: bool | None = None) -> ir.Kernel:
+    """Run the passes in order; with `check` (default: `HLOFUSE_VERIFY=1`), the kernel IR
+    verifier (`verify.py`) after the lowering and after every pass."""
+    from hlofuse import env
+    from hlofuse.backends.kernel_ir.verify import verify
+
+    if check is None:
+        check = env.flag("HLOFUSE_VERIFY")
+    steps = [("split", split), ("jam", jam), ("collapse", collapse), ("fission", fission),
+             ("narrow", narrow), ("vectorize", lambda k: vectorize(k, target)),
+             ("parallelize", lambda k: parallelize(k, threads)), ("hoist", hoist)]
+    if check:
+        verify(kernel, "lowering")
+    for name, step in steps:
+        step(kernel)
+        if check:
+            verify(kernel, name)
     return kernel

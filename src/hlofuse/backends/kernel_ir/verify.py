@@ -1,0 +1,160 @@
+"""A verifier of the kernel IR's stated invariants (`ir.py`'s module docstring), run after every
+kernel-IR pass under `HLOFUSE_VERIFY=1` (`passes.optimize`) and by the tests.
+
+    verify(kernel, after="split")      raises KernelIRError naming the kernel, the pass and
+                                       the first broken invariant
+
+Conditions checked:
+- scoping: every `Var` an index or value uses is bound by an enclosing `Loop`, and no loop
+  binds a variable an enclosing loop binds already;
+- loops: `lo <= hi`; a vector loop's width is positive and its range a multiple of its step;
+- buffers: every buffer a statement or value names is one of the kernel's inputs, outputs,
+  locals or constant tables; nothing stores into a constant table, and an input is stored
+  into only if `Kernel.inplace` pairs it with an output;
+- bounds: a store's or load's index, over its loop variables' ranges (a vector loop's lanes
+  included), lies inside its buffer wherever its range is known (`Affine.bounds`); accesses
+  under a `cond` side or inside an `If` are not checked (a guarded access may be out of bounds
+  where its condition is false: a scatter's, a concatenate piece's).
+The walk is iterative over statements and values.
+"""
+
+from __future__ import annotations
+
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
+from hlofuse.errors import CompileError
+
+
+class KernelIRError(CompileError):
+    """A kernel IR that breaks one of its stated invariants (a bug in a lowering or pass)."""
+
+
+class _Verifier:
+    def __init__(self, k: ir.Kernel, after: str) -> None:
+        self.k = k
+        self.where = f"kernel {k.name}" + (f" after {after}" if after else "")
+        self.known = {id(b) for b in (*k.inputs, *k.outputs, *k.locals, *k.consts)}
+        self.writable_inputs = {id(k.inputs[i]) for i in k.inplace.values()
+                                if 0 <= i < len(k.inputs)}
+        self.seen_vals: set[tuple[int, bool]] = set()
+        self.vector_vars: set[int] = set()  # ids of the variables of vector loops
+        # id(var) -> (first, last value it takes, lanes per value): a loop stepping by s over
+        # [lo, hi) starts its last iteration at hi - s; a vector loop's W lanes run from there
+        self.ranges: dict[int, tuple[int, int, int]] = {}
+
+    def fail(self, what: str) -> KernelIRError:
+        return KernelIRError(f"{self.where}: {what}")
+
+    def buffer(self, b: Buffer, bound: list[Var], vector: bool, write: bool) -> None:
+        if id(b) not in self.known:
+            raise self.fail(f"buffer {b.name} is not the kernel's")
+        if write and b.kind == "const":
+            raise self.fail(f"store into constant table {b.name}")
+        if write and b.kind == "in" and id(b) not in self.writable_inputs:
+            raise self.fail(f"store into input {b.name}, which no output shares")
+
+    def affine(self, a: Affine, bound: list[Var], guarded: bool) -> None:
+        for v in a.vars():
+            if not any(v is x for x in bound):
+                raise self.fail(f"variable {v.name} used outside the loop that binds it")
+        for v in a.vals():
+            self.value(v, bound, guarded)
+
+    def bounds(self, a: Affine) -> tuple[int, int] | None:
+        """[min, max] of `a` over the values its loop variables take (lanes included)."""
+        lo = hi = a.const
+        for t, c in a.terms:
+            if isinstance(t, Var):
+                first, last, lanes = self.ranges.get(id(t), (t.lo, t.hi - 1, 1))
+                if last < first:
+                    return None  # an empty loop: nothing is accessed
+                r: tuple[int, int] | None = (first, last + lanes - 1)
+            else:
+                r = ir.value_bounds(t)
+            if r is None:
+                return None
+            lo += min(c * r[0], c * r[1])
+            hi += max(c * r[0], c * r[1])
+        return lo, hi
+
+    def in_bounds(self, b: Buffer, a: Affine) -> None:
+        if b.kind == "lanes":
+            return
+        r = self.bounds(a)
+        if r is not None and (r[0] < 0 or r[1] >= b.size):
+            raise self.fail(f"index {a!r} of {b.name}[{b.size}] spans [{r[0]}, {r[1]}]")
+
+    def value(self, root: Val, bound: list[Var], guarded: bool) -> None:
+        vector = any(id(x) in self.vector_vars for x in bound)
+        stack = [(root, guarded)]
+        while stack:
+            v, g = stack.pop()
+            key = (v.uid, g)
+            if key in self.seen_vals:
+                continue
+            self.seen_vals.add(key)
+            if v.op in ("load", "tile", "lanes_reduce"):
+                for b in v.buffers:
+                    self.buffer(b, bound, vector or v.op == "lanes_reduce", write=False)
+            if v.op in ("load", "index", "tile"):
+                for var in v.index.vars():
+                    if not any(var is x for x in bound):
+                        raise self.fail(f"variable {var.name} used outside the loop that "
+                                        "binds it")
+                if v.op == "load" and not g:
+                    self.in_bounds(v.buffer, v.index)
+            if v.op == "cond":
+                stack.append((v.args[0], g))
+                stack.extend((x, True) for x in v.args[1:])
+            else:
+                stack.extend((x, g) for x in v.children())
+
+    def block(self, body: list[Stmt], bound: list[Var], lanes: int) -> None:
+        work: list[tuple[list[Stmt], list[Var], int, bool]] = [(body, bound, lanes, False)]
+        while work:
+            stmts, scope, width, guarded = work.pop()
+            for s in stmts:
+                if isinstance(s, ir.Loop):
+                    if any(s.var is x for x in scope):
+                        raise self.fail(f"loop variable {s.var.name} bound twice")
+                    if s.lo > s.hi:
+                        raise self.fail(f"loop {s.var.name} over [{s.lo}, {s.hi})")
+                    if s.vector and (s.vector < 0 or (s.hi - s.lo) % ir.step_of(s)):
+                        raise self.fail(f"vector loop {s.var.name} over [{s.lo}, {s.hi}) "
+                                        f"does not divide into steps of {ir.step_of(s)}")
+                    if s.vector:
+                        self.vector_vars.add(id(s.var))
+                    self.ranges[id(s.var)] = (s.lo, s.hi - ir.step_of(s), s.vector or 1)
+                    work.append((s.body, [*scope, s.var], s.vector or width, guarded))
+                    continue
+                vector = width > 0
+                if isinstance(s, ir.Store):
+                    self.buffer(s.buf, scope, vector, write=True)
+                    self.affine(s.index, scope, guarded)
+                    if not guarded:
+                        self.in_bounds(s.buf, s.index)
+                    self.value(s.value, scope, guarded)
+                elif isinstance(s, ir.StoreTile):
+                    self.buffer(s.buf, scope, vector, write=True)
+                    self.affine(s.base, scope, guarded)
+                    for v in s.values:
+                        self.value(v, scope, guarded)
+                elif isinstance(s, ir.If):
+                    self.value(s.cond, scope, guarded)
+                    work.append((s.then, scope, width, True))
+                    work.append((s.orelse, scope, width, True))
+                elif isinstance(s, ir.Let):
+                    self.value(s.value, scope, guarded)
+                elif isinstance(s, ir.Copy):
+                    self.buffer(s.dst, scope, vector, write=True)
+                    self.buffer(s.src, scope, vector, write=False)
+                elif isinstance(s, ir.LibCall):
+                    for b in s.ins:
+                        self.buffer(b, scope, vector, write=False)
+                    for b in s.outs:
+                        self.buffer(b, scope, vector, write=True)
+
+
+def verify(kernel: ir.Kernel, after: str = "") -> None:
+    """Raise `KernelIRError` if `kernel` breaks an invariant (see the module docstring)."""
+    _Verifier(kernel, after).block(kernel.body, [], 0)
