@@ -85,7 +85,10 @@ def store(dt: DType, expr: str) -> str | None:
 
 
 def round_to(dt: DType, expr: str) -> str:
-    """A float (or double) expression rounded to the small float type `dt`, as a float."""
+    """A float (or double) expression rounded to the small float type `dt`, as a float (e8m0:
+    a float by its bits, `hf_round_f8e8m0fnu_op`, so 2^-127 survives DAZ)."""
+    if dt.name == "f8e8m0fnu":
+        return f"hf_round_f8e8m0fnu_op({expr})"
     return f"hf_round_{dt.name}({expr})"
 
 

@@ -126,6 +126,11 @@ static inline float hf_round_f8e8m0fnu_f32(float x) {
 static inline float hf_round_f8e8m0fnu(double x) {
   return (float)hf_f8e8m0fnu_to_f64(hf_f64_to_f8e8m0fnu_k(x, 0));
 }
+/* an e8m0 op's result (computed in float, as XLA upcasts e8m0 ops to f32) rounded by its f32
+   bits: abs / max / select of 2^-127 keep the f32 subnormal, which a conversion to double reads
+   as 0 under DAZ (NaN in e8m0); a double result rounds as before */
+#define hf_round_f8e8m0fnu_op(x) \
+  _Generic((x), float: hf_round_f8e8m0fnu_f32, default: hf_round_f8e8m0fnu)(x)
 /* convert from f64 as XLA's CPU does when flushing (measured against jax.jit): below 2^-126,
    2^-127 exactly is encoding 0, anything between it and 2^-126 encoding 1, anything smaller
    (zero included) NaN; interpreter/conversions.py `f64_to_e8m0` */
