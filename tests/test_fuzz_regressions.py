@@ -484,3 +484,26 @@ def test_e8m0_ops_keep_smallest_value(name: str) -> None:
     binary: dict[str, Callable[..., Any]] = {"max": jnp.maximum,
                                              "select": lambda a, b: jnp.where(a > b, a, b)}
     check(binary[name], E8_ALL, other, exact=True)
+
+
+# ----- 20k run: cbrt of a subnormal (f32, bf16) -----------------------------------------------
+# XLA's CPU cbrt under DAZ gives every nonzero subnormal f32 of either sign the constant
+# -5.595173541877215e-16 (bf16: computed as f32 and rounded); f64 subnormals flush to +-0.
+
+
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16, np.float64],
+                         ids=lambda d: np.dtype(d).name)
+def test_cbrt_of_subnormal(dt: Any) -> None:
+    import jax.numpy as jnp
+
+    if dt is np.float64:
+        x = np.array([5e-324, -1e-310, 2.2250738585072014e-308, 0.0, -0.0, 8.0, -27.0])
+    else:
+        rng = np.random.default_rng(7)
+        bits = np.concatenate([[1, 2, 3, 0x400000, 0x7FFFFF],
+                               rng.integers(1, 0x800000, 64)]).astype(np.uint32)
+        tiny = bits.view(np.float32)
+        x = np.concatenate([tiny, -tiny, np.float32([0.0, -0.0, 2.0 ** -126, -2.0 ** -126,
+                                                     1e-30, 8.0, -27.0, np.inf, np.nan])])
+        x = x.astype(dt)
+    check(jnp.cbrt, x, rtol=2e-7 if dt is np.float32 else 1e-15 if dt is np.float64 else 0)

@@ -433,11 +433,14 @@ def _float_op(instr: _Op, dt: DType, ops: list[str]) -> str:
     # alone gives them the flushed operand's result (`DAZ_SAFE_F32`).
     # Except power: the C library's pow, which XLA calls, tells its operands apart by their
     # bits before it computes (mathlib's hf_pow_xla_*, interpreter/flush.py `daz_power`).
-    # So is atan2 (glibc's atan2f / atan2: daz_math's hf_atan2_xla_*, `daz_atan2`).
+    # So is atan2 (glibc's atan2f / atan2: daz_math's hf_atan2_xla_*, `daz_atan2`), and f32 /
+    # bf16 cbrt gives a subnormal a constant (hf_cbrt_xla_f32, `daz_cbrt`).
     if op is Opcode.POWER:
         return _round(dt, f"hf_pow_xla_{'f64' if f64 else 'f32'}({ops[0]}, {ops[1]})")
     if op is Opcode.ATAN2:
         return _round(dt, f"hf_atan2_xla_{'f64' if f64 else 'f32'}({ops[0]}, {ops[1]})")
+    if op is Opcode.CBRT and _name(dt) in ("f32", "bf16"):  # daz_math, `daz_cbrt`
+        return _round(dt, f"hf_cbrt_xla_f32({ops[0]})")
     flushed = [o if op in DAZ_SAFE_F32 and not f64 else f"hf_ftz_{sfx}({o})" for o in ops]
     if op in _MATH_OPS or op is Opcode.LOGISTIC:
         return _math_call(op, dt, flushed)

@@ -3,6 +3,7 @@ depend on the operands' bits, plus XLA's complex power formula built on them: ap
 prelude after mathlib (`cexpr.prelude`), whose `hf__*` helpers and f32 functions they use.
 
     hf_atan2_xla_f32 / _f64    real atan2 (glibc's atan2f / atan2 under DAZ)
+    hf_cbrt_xla_f32            real cbrt of f32 / bf16 (a subnormal gives XLA's constant)
     hf_cpow_xla_c64 / _c128    complex power (XLA's `EmitComplexPower`)
 
 Each matches the interpreter bit for bit on special values (NaN, infinities, zeros and their
@@ -14,6 +15,8 @@ signs) and to a few ulp elsewhere: `interpreter/flush.py` `daz_atan2` and `_comp
   two subnormals are NaN, a normal y over a subnormal x is pi/2 (or 0x3fc90fda for x < 0) with
   y's sign; f64: y nonzero by its bits over a subnormal or zero x is +-pi/2, a subnormal y over
   x <= -2^-966 is -pi whatever y's sign; otherwise the flushed operands' atan2.
+- cbrt (f32, bf16 computed as f32) of a nonzero subnormal of either sign is the constant
+  -5.595173541877215e-16 (0xa6214518), as jax.jit gives (`daz_cbrt`); else mathlib's cbrt.
 - complex power computes in the component type (c64: f32 steps, so |1e20|^2 overflows; its
   pow, exp, log, cos and sin in double, rounded to float once, as the interpreter's):
   |a|^c * exp(-d arg a) * (cos q + i sin q), q = c arg a + d log|a|, |a| = max * sqrt(1 +
@@ -137,6 +140,23 @@ static inline double _Complex hf_cpow_xla_c128(double _Complex x, double _Comple
 """
 
 
+_CBRT = r"""
+/* cbrt as XLA's CPU computes it under DAZ (interpreter/flush.py `daz_cbrt`, measured): every
+   nonzero subnormal f32 of either sign gives -5.595173541877215e-16 (0xa6214518); the rest is
+   mathlib's cbrt. Takes the operand unflushed; a bit test and selects only. */
+HF_INLINE float hf_cbrt_xla_f32(float x)
+{
+#if HF_FLUSH_SUBNORMALS
+    uint32_t ax = hf__as_u32(x) & 0x7fffffffu;
+    int sub = (ax - 1u) < 0x007fffffu;
+    return hf__self(sub, hf__as_f32(0xa6214518u), hf_cbrt_f32(hf__self(sub, 0.0f, x)));
+#else
+    return hf_cbrt_f32(x);
+#endif
+}
+"""
+
+
 def source() -> str:
     """The C text (after mathlib's)."""
-    return _ATAN2 + _CPOW
+    return _ATAN2 + _CBRT + _CPOW
