@@ -507,3 +507,33 @@ def test_cbrt_of_subnormal(dt: Any) -> None:
                                                      1e-30, 8.0, -27.0, np.inf, np.nan])])
         x = x.astype(dt)
     check(jnp.cbrt, x, rtol=2e-7 if dt is np.float32 else 1e-15 if dt is np.float64 else 0)
+
+
+CUMSUM_CASES = [  # (shape, axes applied in turn, reverse)
+    ((2, 2, 4), (1,), False),
+    ((2, 2, 4), (1, 2), False),
+    ((2, 3, 5), (2, 1), True),
+    ((3, 7), (0,), True),
+    ((17,), (0,), False),
+    ((4, 9, 3), (1,), False),
+]
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int16, np.uint32, np.int32, np.int64, np.uint64])
+@pytest.mark.parametrize("case", CUMSUM_CASES, ids=str)
+def test_integer_cumsum(case: tuple[Any, ...], dt: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fuzz 20k class `reduce-cumsum[uint32]` (seed 2812, 010): the cpu doubled x[1] of a
+    cumsum's padded reduce-window, as GCC 12's vectorizer miscompiled the window's guarded
+    load into a masked load of the unshifted address (`cpu/units.KERNEL_WORKAROUNDS`). Compiled
+    with the kernels' default flags (the tests' -O1 does not vectorize it)."""
+    monkeypatch.delenv("HLOFUSE_CC_OPT", raising=False)
+    shape, axes, reverse = case
+    x = np.random.default_rng(7).integers(0, np.iinfo(dt).max, size=shape, dtype=dt,
+                                          endpoint=True)
+
+    def f(a: Any) -> Any:
+        for ax in axes:
+            a = lax.cumsum(a, axis=ax, reverse=reverse)
+        return a
+
+    check(f, x, exact=True)

@@ -57,12 +57,23 @@ DRIVER_FLAGS: tuple[str, ...] = ("-O1",)
 # the build's level (-O3).
 KERNEL_FLAGS: tuple[str, ...] = ("-O2", "-fvect-cost-model=dynamic")
 
+# GCC 12.2's loop vectorizer miscompiles a guarded load that tree if-conversion turns into a
+# masked load (`vpmaskmovd`) when the loop is vectorized with -fvect-cost-model=dynamic on
+# AVX2: the masked load of a reduce-window tap `if (i1 + w0 - 1 >= 0) in0[... + 4*w0 - 4]`
+# read the unshifted address, so cumsum over a padded window added x[1] twice (fuzz 20k run,
+# seed 2812 module 010: `-O2 -fvect-cost-model=dynamic -march=haswell` wrong, without the
+# cost model, -O3, -mno-avx2 or -fno-tree-loop-if-convert right). The kernels' loops are
+# explicit vector code already (kernel_ir/passes/vectorize.py), so generated kernels are
+# compiled without GCC's tree if-conversion, at every optimisation level.
+KERNEL_WORKAROUNDS: tuple[str, ...] = ("-fno-tree-loop-if-convert",)
+
 
 def kernel_flags() -> tuple[str, ...]:
-    """KERNEL_FLAGS, or none where HLOFUSE_CC_OPT sets the level of all generated code."""
+    """KERNEL_FLAGS (only KERNEL_WORKAROUNDS where HLOFUSE_CC_OPT sets the level of all
+    generated code)."""
     from hlofuse import env
 
-    return () if env.cc_opt() else KERNEL_FLAGS
+    return KERNEL_WORKAROUNDS if env.cc_opt() else (*KERNEL_FLAGS, *KERNEL_WORKAROUNDS)
 
 _LIBRARY_GUARD = re.compile(r"^#ifndef (HFLIB_\w+)$", re.MULTILINE)
 _UNIT_DEFINES = "#define HF_KERNEL HF_HIDDEN\n"
