@@ -355,7 +355,7 @@ def test_damaged_unit_object_is_compiled_again(monkeypatch: pytest.MonkeyPatch, 
     cache = tmp_path / "cache"
     for lib in cache.glob("*/*.so"):
         lib.unlink()  # the library must be linked again, from the objects
-    victim = build.object_key(units[0])
+    victim = build.object_key(units[0], cpu_units.kernel_flags())  # a kernel unit's flags
     obj = cache / victim[:2] / f"{victim}.o"
     obj.write_bytes(b"\x7fELF not an object")
     build._LOADED.clear()
