@@ -15,17 +15,18 @@ from __future__ import annotations
 
 from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.computation import Computation
+from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 
 
-def kernel_instructions(module: Module) -> list:
+def kernel_instructions(module: Module) -> list[Instruction]:
     """The module's kernels in the order the driver meets them (control flow walked, each
     computation once)."""
     from hlofuse.analysis.kernels import is_kernel
     from hlofuse.backends.host_callbacks import is_host_callback
 
-    out = []
+    out: list[Instruction] = []
     seen: set[int] = set()
     stack: list[Computation] = [module.entry]
     while stack:

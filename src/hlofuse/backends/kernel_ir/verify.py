@@ -37,7 +37,6 @@ class _Verifier:
         self.writable_inputs = {id(k.inputs[i]) for i in k.inplace.values()
                                 if 0 <= i < len(k.inputs)}
         self.seen_vals: set[tuple[int, bool]] = set()
-        self.vector_vars: set[int] = set()  # ids of the variables of vector loops
         # id(var) -> (first, last value it takes, lanes per value): a loop stepping by s over
         # [lo, hi) starts its last iteration at hi - s; a vector loop's W lanes run from there
         self.ranges: dict[int, tuple[int, int, int]] = {}
@@ -45,7 +44,7 @@ class _Verifier:
     def fail(self, what: str) -> KernelIRError:
         return KernelIRError(f"{self.where}: {what}")
 
-    def buffer(self, b: Buffer, bound: list[Var], vector: bool, write: bool) -> None:
+    def buffer(self, b: Buffer, write: bool) -> None:
         if id(b) not in self.known:
             raise self.fail(f"buffer {b.name} is not the kernel's")
         if write and b.kind == "const":
@@ -53,10 +52,13 @@ class _Verifier:
         if write and b.kind == "in" and id(b) not in self.writable_inputs:
             raise self.fail(f"store into input {b.name}, which no output shares")
 
-    def affine(self, a: Affine, bound: list[Var], guarded: bool) -> None:
+    def scoped(self, a: Affine, bound: list[Var]) -> None:
         for v in a.vars():
             if not any(v is x for x in bound):
                 raise self.fail(f"variable {v.name} used outside the loop that binds it")
+
+    def affine(self, a: Affine, bound: list[Var], guarded: bool) -> None:
+        self.scoped(a, bound)
         for v in a.vals():
             self.value(v, bound, guarded)
 
@@ -85,7 +87,6 @@ class _Verifier:
             raise self.fail(f"index {a!r} of {b.name}[{b.size}] spans [{r[0]}, {r[1]}]")
 
     def value(self, root: Val, bound: list[Var], guarded: bool) -> None:
-        vector = any(id(x) in self.vector_vars for x in bound)
         stack = [(root, guarded)]
         while stack:
             v, g = stack.pop()
@@ -95,12 +96,9 @@ class _Verifier:
             self.seen_vals.add(key)
             if v.op in ("load", "tile", "lanes_reduce"):
                 for b in v.buffers:
-                    self.buffer(b, bound, vector or v.op == "lanes_reduce", write=False)
+                    self.buffer(b, write=False)
             if v.op in ("load", "index", "tile"):
-                for var in v.index.vars():
-                    if not any(var is x for x in bound):
-                        raise self.fail(f"variable {var.name} used outside the loop that "
-                                        "binds it")
+                self.scoped(v.index, bound)
                 if v.op == "load" and not g:
                     self.in_bounds(v.buffer, v.index)
             if v.op == "cond":
@@ -109,10 +107,10 @@ class _Verifier:
             else:
                 stack.extend((x, g) for x in v.children())
 
-    def block(self, body: list[Stmt], bound: list[Var], lanes: int) -> None:
-        work: list[tuple[list[Stmt], list[Var], int, bool]] = [(body, bound, lanes, False)]
+    def block(self, body: list[Stmt]) -> None:
+        work: list[tuple[list[Stmt], list[Var], bool]] = [(body, [], False)]
         while work:
-            stmts, scope, width, guarded = work.pop()
+            stmts, scope, guarded = work.pop()
             for s in stmts:
                 if isinstance(s, ir.Loop):
                     if any(s.var is x for x in scope):
@@ -122,39 +120,36 @@ class _Verifier:
                     if s.vector and (s.vector < 0 or (s.hi - s.lo) % ir.step_of(s)):
                         raise self.fail(f"vector loop {s.var.name} over [{s.lo}, {s.hi}) "
                                         f"does not divide into steps of {ir.step_of(s)}")
-                    if s.vector:
-                        self.vector_vars.add(id(s.var))
                     self.ranges[id(s.var)] = (s.lo, s.hi - ir.step_of(s), s.vector or 1)
-                    work.append((s.body, [*scope, s.var], s.vector or width, guarded))
+                    work.append((s.body, [*scope, s.var], guarded))
                     continue
-                vector = width > 0
                 if isinstance(s, ir.Store):
-                    self.buffer(s.buf, scope, vector, write=True)
+                    self.buffer(s.buf, write=True)
                     self.affine(s.index, scope, guarded)
                     if not guarded:
                         self.in_bounds(s.buf, s.index)
                     self.value(s.value, scope, guarded)
                 elif isinstance(s, ir.StoreTile):
-                    self.buffer(s.buf, scope, vector, write=True)
+                    self.buffer(s.buf, write=True)
                     self.affine(s.base, scope, guarded)
                     for v in s.values:
                         self.value(v, scope, guarded)
                 elif isinstance(s, ir.If):
                     self.value(s.cond, scope, guarded)
-                    work.append((s.then, scope, width, True))
-                    work.append((s.orelse, scope, width, True))
+                    work.append((s.then, scope, True))
+                    work.append((s.orelse, scope, True))
                 elif isinstance(s, ir.Let):
                     self.value(s.value, scope, guarded)
                 elif isinstance(s, ir.Copy):
-                    self.buffer(s.dst, scope, vector, write=True)
-                    self.buffer(s.src, scope, vector, write=False)
+                    self.buffer(s.dst, write=True)
+                    self.buffer(s.src, write=False)
                 elif isinstance(s, ir.LibCall):
                     for b in s.ins:
-                        self.buffer(b, scope, vector, write=False)
+                        self.buffer(b, write=False)
                     for b in s.outs:
-                        self.buffer(b, scope, vector, write=True)
+                        self.buffer(b, write=True)
 
 
 def verify(kernel: ir.Kernel, after: str = "") -> None:
     """Raise `KernelIRError` if `kernel` breaks an invariant (see the module docstring)."""
-    _Verifier(kernel, after).block(kernel.body, [], 0)
+    _Verifier(kernel, after).block(kernel.body)
