@@ -364,6 +364,11 @@ def each_while(comps: Iterable[Computation]) -> Iterator[tuple[Computation, Inst
 
 def reachable_computations(module: Module) -> list[Computation]:
     """Computations reachable from the entry through called computations, callees first."""
+    return reachable_from([module.entry])
+
+
+def reachable_from(roots: list[Computation]) -> list[Computation]:
+    """`roots` and the computations they call, directly or not, callees first."""
     seen: set[int] = set()
     order: list[Computation] = []
 
@@ -382,7 +387,8 @@ def reachable_computations(module: Module) -> list[Computation]:
                 if id(callee) not in seen:
                     stack.append((callee, False))
 
-    visit(module.entry)
+    for root in roots:
+        visit(root)
     return order
 
 

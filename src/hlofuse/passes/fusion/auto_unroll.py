@@ -58,7 +58,12 @@ from hlofuse.passes.simplify.unroll import (
     unroll,
 )
 from hlofuse.passes.simplify.while_loops import condition_of, trip_count
-from hlofuse.passes.utils import each_while, has_side_effect, reachable_computations
+from hlofuse.passes.utils import (
+    each_while,
+    has_side_effect,
+    reachable_computations,
+    reachable_from,
+)
 
 PASS = "auto-unroll"
 ROUNDS = 7  # interleaved timing rounds per candidate (autotune)
@@ -170,21 +175,7 @@ def _find(module: Module, name: str) -> Instruction:
 
 def _callees(w: Instruction) -> list[Computation]:
     """The computations `w` calls, directly or not, callees first."""
-    order: list[Computation] = []
-    seen: set[int] = set()
-    stack: list[tuple[Computation, bool]] = [(c, False) for c in w.called_computations()]
-    while stack:
-        cur, expanded = stack.pop()
-        if expanded:
-            order.append(cur)
-            continue
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
-        stack.append((cur, True))
-        for instr in cur.instructions:
-            stack.extend((c, False) for c in instr.called_computations() if id(c) not in seen)
-    return order
+    return reachable_from(w.called_computations())
 
 
 def loop_module(module: Module, name: str) -> Module:
@@ -195,10 +186,11 @@ def loop_module(module: Module, name: str) -> Module:
     m = Module(module.name)
     m.header_attrs = dict(module.header_attrs)
     comp_map: dict[int, Computation] = {}
-    for comp in _callees(w):
+    callees = _callees(w)
+    for comp in callees:
         comp_map[id(comp)] = clone_computation(comp, comp_map)
         m.add_computation(comp_map[id(comp)])
-    for old, new in ((c, comp_map[id(c)]) for c in _callees(w)):
+    for old, new in ((c, comp_map[id(c)]) for c in callees):
         fusion = old.fusion_instruction
         if fusion is not None and fusion.parent is not None and id(fusion.parent) in comp_map:
             index = fusion.parent.instructions.index(fusion)
