@@ -227,6 +227,19 @@ static inline {vt} {name}({self.t('u8', w)} p, {vt} a, {vt} b)
                         "#endif\n}")
         return name
 
+    def sign(self, short: str, w: int) -> str:
+        """The scalar hf_sign on vectors: NaN and zeros (subnormals too, where DAZ reads them
+        as zeros) stay themselves, the rest become 1 with their sign; then flushed as hf_ftz."""
+        vt, ut = self.t(short, w), self.t(_utype(short), w)
+        name = f"hf_vsign_{vt[3:]}"
+        blend, ftz = self.blend(short, w), self.ftz(short, w)
+        sign, one = (("0x80000000u", "0x3f800000u") if short == "f32" else
+                     ("0x8000000000000000ull", "0x3ff0000000000000ull"))
+        self._add(name, f"static inline {vt} {name}({vt} a) {{\n"
+                        f"  const {vt} s = ({vt})((({ut})a & {sign}) | {one});\n"
+                        f"  return {ftz}({blend}((a != a) | (a == 0), a, s));\n}}")
+        return name
+
     def fabs(self, short: str, w: int) -> str:
         vt, ut = self.t(short, w), self.t(_utype(short), w)
         name = f"hf_vabs_{vt[3:]}"
@@ -392,6 +405,8 @@ def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str
             return f"(-{a[0]})"
         if code is Opcode.ABS:
             return f"{lib.fabs(short, w)}({a[0]})"
+        if code is Opcode.SIGN:
+            return rounded(f"{lib.sign(short, w)}({a[0]})")
         if code in (Opcode.MAXIMUM, Opcode.MINIMUM):
             return f"{lib.minmax(short, w, code is Opcode.MAXIMUM)}({a[0]}, {a[1]})"
         if code is Opcode.CLAMP:
