@@ -347,6 +347,64 @@ def test_float_sign_is_a_vector_op(target: str, monkeypatch: pytest.MonkeyPatch)
         np.testing.assert_array_equal(np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8))
 
 
+ORDERS = """HloModule orders
+ENTRY e {
+  a = f32[67] parameter(0)
+  b = f32[67] parameter(1)
+  c = f64[67] parameter(2)
+  d = f64[67] parameter(3)
+  i = s32[67] parameter(4)
+  j = s32[67] parameter(5)
+  k = s32[67] parameter(6)
+  u = s8[67] parameter(7)
+  h = bf16[67] parameter(8)
+  lt = pred[67] compare(a, b), direction=LT, type=TOTALORDER
+  le = pred[67] compare(c, d), direction=LE, type=TOTALORDER
+  eq = pred[67] compare(a, b), direction=EQ, type=TOTALORDER
+  fa = pred[67] is-finite(a)
+  fc = pred[67] is-finite(c)
+  fh = pred[67] is-finite(h)
+  cl = s32[67] clamp(i, j, k)
+  si = s32[67] sign(j)
+  su = s8[67] sign(u)
+  ROOT t = (pred[67], pred[67], pred[67], pred[67], pred[67], pred[67], s32[67], s32[67],
+            s8[67]) tuple(lt, le, eq, fa, fc, fh, cl, si, su)
+}"""
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512", "scalar"])
+def test_total_order_compares_is_finite_int_clamp_and_sign_are_vector_ops(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TOTALORDER float compares (as cprelude's hf_tokey keys), is-finite (exponent bits),
+    integer clamp and integer sign print as vector ops, not lane loops, with the scalar
+    forms' results on NaNs of both signs, signed zeros, infinities and subnormals."""
+    import ml_dtypes
+    import numpy as np
+
+    from hlofuse.backends import cpu, interpreter
+
+    module = parse(ORDERS)
+    run_pipeline(module, "xla")
+    used: set[str] = set()
+    for kernel in [i for i in module.entry.instructions if is_kernel(i)]:
+        k = lower_kernel(kernel, used, Target.named(target))
+        if target != "scalar":
+            assert "hf_l <" not in k.source, f"{k.name}: an op fell back to a lane loop"
+    special = [np.nan, -np.nan, 0.0, -0.0, 1e-45, -1e-45, 1e-310, -1e-310, np.inf, -np.inf,
+               2.5, -3.0, 1e-39, -1e-39, 6e-8, -6e-8, 1e-40]
+    rng = np.random.default_rng(3)
+    x = np.array((special * 4)[:67])
+    y = rng.permutation(x)
+    ints = rng.integers(-40, 40, (3, 67)).astype(np.int32)
+    args = (x.astype(np.float32), y.astype(np.float32), x, y, *ints,
+            rng.integers(-3, 3, 67).astype(np.int8), x.astype(ml_dtypes.bfloat16))
+    want = interpreter.run(module, *args)
+    monkeypatch.setenv("HLOFUSE_TARGET", target)
+    got = cpu.compile_module(module)(*args)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.skipif(not __import__("hlofuse.backends.cpu", fromlist=["available"]).available(),
                     reason="no C compiler")
 @pytest.mark.parametrize(("host", "target", "want"), [

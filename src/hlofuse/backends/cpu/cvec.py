@@ -417,6 +417,12 @@ def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str
             return rounded(f"{lib.vmath(_VMATH[code], w)}({x})")
         return None
     if dt.is_pred:
+        if code is Opcode.IS_FINITE and arg_dtypes[0].is_float \
+                and compute_short(arg_dtypes[0]) in ("f32", "f64"):
+            src = compute_short(arg_dtypes[0])  # (f16/bf16/fp8 values are exact in f32)
+            exp = "0x7f800000u" if src == "f32" else "0x7ff0000000000000ull"
+            ut = lib.t(_utype(src), w)
+            return f"{lib.mask_to_pred(src, w)}((({ut}){a[0]} & {exp}) != {exp})"
         if code in _PRED_BINARY:
             return f"({a[0]} {_PRED_BINARY[code]} {a[1]})"
         if code is Opcode.NOT:
@@ -433,6 +439,11 @@ def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str
         return f"(({vt})(-({ut}){a[0]}))"
     if code in (Opcode.MAXIMUM, Opcode.MINIMUM):
         return f"{lib.minmax(short, w, code is Opcode.MAXIMUM)}({a[0]}, {a[1]})"
+    if code is Opcode.CLAMP:
+        mx, mn = lib.minmax(short, w, True), lib.minmax(short, w, False)
+        return f"{mn}({mx}({a[1]}, {a[0]}), {a[2]})"
+    if code is Opcode.SIGN and dt.is_signed:  # (XLA's sign takes no unsigned operand)
+        return f"(({vt})(({a[0]} < 0) - ({a[0]} > 0)))"  # comparison lanes are -1 where true
     if code in _SHIFTS:
         return _shift(lib, code, short, a, w)
     return None
@@ -472,10 +483,19 @@ def compare_mask(lib: VecLib, op: ScalarOp, src: DType, a: list[str], w: int
     sym = _CMP.get(str(op.attr("direction")))
     kind = op.attr("type")
     kind = None if kind is None else str(kind)
-    if sym is None or (src.is_float and kind == "TOTALORDER"):
+    if sym is None:
         return None
     short = compute_short(src)
     x, y = a
+    if src.is_float and kind == "TOTALORDER":
+        if src.name not in ("f32", "f64"):
+            return None  # (the narrow floats' keys are their own bits: cexpr_types)
+        # cprelude's hf_tokey: the bits as a signed integer, the magnitude bits flipped
+        # where negative; the keys compare as integers in IEEE's total order
+        it = lib.t(_itype(short), w)
+        top = "0x7fffffff" if short == "f32" else "0x7fffffffffffffffll"
+        x, y = (f"(({it}){v} ^ ((({it}){v} < 0) & {top}))" for v in (x, y))
+        return f"({x} {sym} {y})", _itype(short)
     if src.is_integral and kind == "UNSIGNED" and src.is_signed:
         ut = lib.t(_utype(short), w)
         x, y, short = f"(({ut}){x})", f"(({ut}){y})", _utype(short)
