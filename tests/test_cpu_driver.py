@@ -431,6 +431,23 @@ def test_unsupported_instruction_is_named():
         driver.generate(parse(UNSUPPORTED))
 
 
+@pytest.mark.parametrize("target", sorted(__import__(
+    "hlofuse.ir.opcodes", fromlist=["IDENTITY_CUSTOM_CALLS"]).IDENTITY_CUSTOM_CALLS))
+def test_identity_custom_calls_run_on_both_backends(target: str) -> None:
+    """The op table's identity custom calls (sharding annotations, host moves, jax's
+    annotate_device_placement) forward their operand on the cpu backend as the interpreter
+    does (the cpu backend once refused annotate_device_placement: its own copy of the set)."""
+    text = UNSUPPORTED.replace('"my_op"', f'"{target}"').replace(
+        "ROOT c = f32[4] custom-call(x)", "c = f32[4] custom-call(x)") \
+        .replace("\n}\n", "\n  ROOT r = f32[4] add(c, c)\n}\n")
+    x = np.arange(4, dtype=np.float32)
+    want = interpreter.run(parse(text), x)
+    from hlofuse.backends import cpu
+
+    np.testing.assert_array_equal(cpu.compile_module(parse(text))(x)[0], want[0])
+    np.testing.assert_array_equal(want[0], 2 * x)
+
+
 TRIVIAL_LOOP = """
 HloModule trivial
 cond {

@@ -444,6 +444,13 @@ NON_KERNEL_OPS = frozenset(
     }
 )
 
+# Custom-call targets that are identities on one device (sharding annotations, host-memory
+# moves, jax's memory-kind placement): every backend forwards their one operand.
+IDENTITY_CUSTOM_CALLS = frozenset({
+    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice",
+    "annotate_device_placement",
+})
+
 # Ops whose elemental emission opens new basic blocks (ElementalIrEmitter::OpInvalidatesCache).
 INVALIDATES_CACHE = frozenset(
     {

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import IDENTITY_CUSTOM_CALLS, Opcode
 from hlofuse.ir.shape import leaves
 
 Src = tuple[Instruction, int]  # (defining instruction, leaf index of its result)
@@ -33,9 +33,6 @@ Src = tuple[Instruction, int]  # (defining instruction, leaf index of its result
 # Ops whose result leaves are their operand leaves (renamed, not copied).
 _FORWARD_ALL = frozenset({Opcode.TUPLE, Opcode.OPTIMIZATION_BARRIER})
 _FORWARD_FIRST = frozenset({Opcode.BITCAST, Opcode.RESHAPE, Opcode.COPY, Opcode.ADD_DEPENDENCY})
-IDENTITY_CUSTOM_CALLS = frozenset(
-    {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice"}
-)
 
 
 def is_alias(instr: Instruction) -> bool:

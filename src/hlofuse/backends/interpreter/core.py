@@ -46,7 +46,7 @@ from hlofuse.ir import limits
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.literal import Literal
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import IDENTITY_CUSTOM_CALLS, Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
 
 Handler = Callable[["Interpreter", Instruction, list[Any]], Any]
@@ -463,17 +463,6 @@ def _host_callback(interp: Interpreter, instr: Instruction, ops: list[Any]) -> L
     return value(instr.shape)
 
 
-# Custom-call targets that are identities on one device (sharding annotations, host moves).
-IDENTITY_CUSTOM_CALLS = frozenset(
-    {
-        "Sharding",
-        "SPMDFullToShardShape",
-        "SPMDShardToFullShape",
-        "MoveToHost",
-        "MoveToDevice",
-        "annotate_device_placement",
-    }
-)
 
 
 # Custom-call targets other modules run: (does it take this target name?, handler); lapack.py
