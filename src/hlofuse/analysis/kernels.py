@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
-
-_CONTROL = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
+from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 
 
 @dataclass
@@ -62,7 +60,7 @@ class KernelReport:
 
 
 def is_kernel(instr: Instruction) -> bool:
-    return instr.is_kernel and instr.opcode not in _CONTROL
+    return instr.is_kernel and instr.opcode not in CONTROL_FLOW_OPS
 
 
 def kernels_of(comp: Computation) -> list[Instruction]:

@@ -444,6 +444,10 @@ NON_KERNEL_OPS = frozenset(
     }
 )
 
+# Control flow: ops that run other computations in the caller's sequence (a loop, a branch, a
+# call), no kernel of their own; their computations' instructions are the kernels.
+CONTROL_FLOW_OPS = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
+
 # Custom-call targets that are identities on one device (sharding annotations, host-memory
 # moves, jax's memory-kind placement): every backend forwards their one operand.
 IDENTITY_CUSTOM_CALLS = frozenset({

@@ -54,11 +54,11 @@ from hlofuse.escape import html_json, terminal
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape
 from hlofuse.passes.fusion.trace import TRACE_KEY, FusionTrace, TraceEvent
 
-_CONTROL = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
+_CONTROL = CONTROL_FLOW_OPS
 # Non-kernel ops a value passes through on its way from one kernel to another.
 _PASS_THROUGH = frozenset({Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE, Opcode.BITCAST,
                            Opcode.OPTIMIZATION_BARRIER, Opcode.ADD_DEPENDENCY})

@@ -84,7 +84,7 @@ from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 from hlofuse.ir.shape import ArrayShape
 
 _UNSUPPORTED = {
@@ -244,7 +244,7 @@ def _reachable(module: Module) -> list[Computation]:
             continue
         seen[id(comp)] = comp
         for instr in comp.instructions:
-            if instr.opcode in (Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL):
+            if instr.opcode in CONTROL_FLOW_OPS:
                 stack.extend(instr.called_computations())
     return list(seen.values())
 

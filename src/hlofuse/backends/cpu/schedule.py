@@ -56,7 +56,7 @@ from hlofuse.backends.host_callbacks import array_results, callback_index, is_ho
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
 
 KernelLowering = Callable[[Instruction, set[str]], Kernel]
@@ -590,7 +590,7 @@ class _Scheduler:
 def _can_write_dest(instr: Instruction) -> bool:
     """Can `instr`'s output be placed in a location chosen by the caller?"""
     op = instr.opcode
-    if op in (Opcode.CONDITIONAL, Opcode.CALL, Opcode.WHILE):
+    if op in CONTROL_FLOW_OPS:
         return True
     return is_kernel(instr) and not is_alias(instr)
 

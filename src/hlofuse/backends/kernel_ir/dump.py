@@ -17,7 +17,7 @@ from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import CONTROL_FLOW_OPS
 
 
 def kernel_instructions(module: Module) -> list[Instruction]:
@@ -36,7 +36,7 @@ def kernel_instructions(module: Module) -> list[Instruction]:
         seen.add(id(comp))
         nested: list[Computation] = []
         for instr in comp.instructions:
-            if instr.opcode in (Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL):
+            if instr.opcode in CONTROL_FLOW_OPS:
                 nested.extend(instr.called_computations())
             elif not is_host_callback(instr) and is_kernel(instr):
                 out.append(instr)

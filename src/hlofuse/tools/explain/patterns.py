@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 from hlofuse.passes.fusion.small_loops import is_rng_loop
 
 RNG_OPCODES = frozenset(op for op in Opcode if op.value in (
     "rng", "rng-bit-generator", "rng-get-and-update-state"))
-CONTROL = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
+CONTROL = CONTROL_FLOW_OPS
 
 
 def all_ops(instr: Instruction) -> Iterator[Instruction]:
