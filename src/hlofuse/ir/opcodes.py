@@ -448,6 +448,13 @@ NON_KERNEL_OPS = frozenset(
 # call), no kernel of their own; their computations' instructions are the kernels.
 CONTROL_FLOW_OPS = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
 
+# Binary ops that commute and associate (floats up to rounding, as XLA treats them): a reducer
+# `ROOT r = op(p0, p1)` of one of these may be reassociated, vectorized and split in partials.
+REASSOCIATIVE_REDUCERS = frozenset({
+    Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Opcode.OR,
+    Opcode.XOR,
+})
+
 # Custom-call targets that are identities on one device (sharding annotations, host-memory
 # moves, jax's memory-kind placement): every backend forwards their one operand.
 IDENTITY_CUSTOM_CALLS = frozenset({

@@ -28,7 +28,7 @@ from hlofuse.errors import CompileError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import REASSOCIATIVE_REDUCERS, Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
 
 _IDENTITIES = frozenset({Opcode.BROADCAST, Opcode.RESHAPE, Opcode.COPY, Opcode.BITCAST})
@@ -161,16 +161,12 @@ def value_function(g: Graph, comp: Computation, name: str, root: Instruction) ->
     return ir.Func(name, params, [value])
 
 
-COMMUTATIVE = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND,
-                         Opcode.OR, Opcode.XOR})
-
-
 def simple_reducer(comp: Computation) -> Opcode | None:
     """The opcode of `ROOT r = op(p0, p1)` for a commutative op (either operand order) on
     scalars of one type, else None: such reducers may be reassociated freely."""
     root = comp.root
     params = comp.parameters
-    if len(params) != 2 or root.opcode not in COMMUTATIVE or root.operand_count != 2:
+    if len(params) != 2 or root.opcode not in REASSOCIATIVE_REDUCERS or root.operand_count != 2:
         return None
     if {id(o) for o in root.operands} != {id(p) for p in params}:
         return None

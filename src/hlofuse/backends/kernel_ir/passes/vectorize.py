@@ -25,8 +25,9 @@ vectorized along themselves (below). Then:
   per iteration (`step`), copy j on lanes v + j*W into partial j, so the chains of adds are
   independent; whole vectors left over run into the first partial, then the partials are
   combined pairwise and across lanes by a tree (`lanes_reduce`, before the scalar tail). Only
-  reducers that may be reassociated (`REDUCERS` on one type, not the sums and products of
-  f16/bf16, which round after every add in XLA's order) are, others leave the loop scalar.
+  reducers that may be reassociated (the op table's `REASSOCIATIVE_REDUCERS` on one type, not
+  the sums and products of f16/bf16, which round after every add in XLA's order) are, others
+  leave the loop scalar.
   The order is XLA CPU's kind (YNNPACK's row reduction: vector partials, lanes combined
   pairwise), not the interpreter's (numpy's pairwise sum in f64).
 
@@ -59,7 +60,7 @@ from hlofuse.backends.kernel_ir.passes.jam import regroup
 from hlofuse.backends.kernel_ir.rewrite import Rewriter
 from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import REASSOCIATIVE_REDUCERS, Opcode
 
 # Element types with vector lanes (the cpu backend's `cvec` tables).
 LANE_TYPES = frozenset({"pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f16",
@@ -70,8 +71,6 @@ UNROLL_MAX = 16  # inner loops up to this many iterations may be unrolled into a
 SHORT_REDUCTION_VECTORS = 2
 LANES_UNROLL_MAX = 64  # statements the outputs-in-lanes schedule may unroll a body into
 ACCUMULATORS = 4  # vector partial accumulators of a reduction loop (shared by its reductions)
-REDUCERS = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND,
-                      Opcode.OR, Opcode.XOR})
 # Reducers whose result depends on the order for floats narrower than f32 (rounded to the type
 # after every application): never reassociated there.
 IN_ORDER = frozenset({Opcode.ADD, Opcode.MULTIPLY})
@@ -371,7 +370,7 @@ class _Vectorizer:
         if v in at.vars() or _varies(at, v) or loads[0].index != at or loads[0].op != "load":
             return None
         val = s.value
-        if val.op != "alu" or val.arg.opcode not in REDUCERS or len(val.args) != 2:
+        if val.op != "alu" or val.arg.opcode not in REASSOCIATIVE_REDUCERS or len(val.args) != 2:
             return None
         if val.arg.dtype != buf.dtype:
             return None
