@@ -89,9 +89,7 @@ def per_run(comp: Computation, cond: Computation | None, measure: Callable[[Inst
             trips = trip_count(instr)
             sub = None if inner is None or trips is None else inner * trips
         elif instr.opcode is Opcode.CONDITIONAL:
-            branches = list(instr.attrs.get("branch_computations") or (
-                instr.attrs["true_computation"], instr.attrs["false_computation"]))
-            counts = [per_run(b, None, measure, memo) for b in branches]
+            counts = [per_run(b, None, measure, memo) for b in instr.branches]
             sub = None if None in counts else max((c or 0 for c in counts), default=0)
         elif instr.opcode is Opcode.CALL:
             sub = per_run(instr.attrs["to_apply"], None, measure, memo)
@@ -204,9 +202,7 @@ def _count(comp: Computation, report: KernelReport) -> int:
             cond = instr.attrs["condition"]
             report.loops[instr.name] = _count(body, report) + _count(cond, report)
         elif instr.opcode is Opcode.CONDITIONAL:
-            branches = list(instr.attrs.get("branch_computations") or (
-                instr.attrs["true_computation"], instr.attrs["false_computation"]))
-            report.branches[instr.name] = [_count(b, report) for b in branches]
+            report.branches[instr.name] = [_count(b, report) for b in instr.branches]
         elif instr.opcode is Opcode.CALL:
             n += _count(instr.attrs["to_apply"], report)
         elif is_kernel(instr):

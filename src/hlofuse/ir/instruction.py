@@ -266,6 +266,19 @@ class Instruction:
         return id(self.opcode) in _ELEMENTWISE  # (hashing an Enum member runs Python code)
 
     @property
+    def branches(self) -> list[Computation]:
+        """A conditional's branch computations in selector order: its `branch_computations`
+        (an s32 selector), or `true_computation` then `false_computation` (a pred selector,
+        true first); [] for any other instruction."""
+        if self.opcode is not Opcode.CONDITIONAL:
+            return []
+        attrs = self.attrs
+        listed = attrs.get("branch_computations")
+        if listed:
+            return list(listed)
+        return [attrs["true_computation"], attrs["false_computation"]]
+
+    @property
     def is_kernel(self) -> bool:
         """Does this instruction launch work on its own (kernel accounting)?"""
         return self.opcode not in NON_KERNEL_OPS

@@ -268,9 +268,7 @@ def _calls(instr: Instruction) -> dict[str, Any]:
     if instr.opcode is Opcode.WHILE:
         return {"body": a["body"].name, "condition": a["condition"].name}
     if instr.opcode is Opcode.CONDITIONAL:
-        branches = a.get("branch_computations") or (a["true_computation"],
-                                                     a["false_computation"])
-        return {"branches": [b.name for b in branches]}
+        return {"branches": [b.name for b in instr.branches]}
     if instr.opcode is Opcode.CALL:
         return {"to_apply": a["to_apply"].name}
     if instr.opcode is Opcode.FUSION:

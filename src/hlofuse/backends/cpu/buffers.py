@@ -183,9 +183,7 @@ class Analyzer:
             for s in an.srcs[instr]:
                 an.owned.setdefault(s, False)
         elif op is Opcode.CONDITIONAL:
-            branches = instr.attrs.get("branch_computations") or (
-                instr.attrs["true_computation"], instr.attrs["false_computation"])
-            an.branches[instr] = [self.analyze(b) for b in branches]
+            an.branches[instr] = [self.analyze(b) for b in instr.branches]
             for s in an.srcs[instr]:
                 an.owned[s] = True
         elif op is Opcode.CALL:

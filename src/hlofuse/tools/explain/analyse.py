@@ -384,8 +384,7 @@ def _walk(an: _Analysis, comp: Computation, title: str, per: str, sections: list
                         instr.attrs["condition"], n)
             section.nested.append((instr.name, sub.kernels_per_run or 0, n))
         elif instr.opcode is Opcode.CONDITIONAL:
-            branches = list(instr.attrs.get("branch_computations") or (
-                instr.attrs["true_computation"], instr.attrs["false_computation"]))
+            branches = instr.branches
             subs = [_walk(an, b, f"{instr.name} branch {j}", "branch execution", sections)
                     for j, b in enumerate(branches)]
             most = max((s.kernels_per_run or 0 for s in subs), default=0)
