@@ -32,10 +32,8 @@ from hlofuse.ir.clone import clone_instruction
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction, _drop_user
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import FUSION_KINDS, FusionKind, Opcode
 from hlofuse.ir.shape import Shape, TupleShape
-
-FUSION_KINDS = ("kLoop", "kInput", "kOutput", "kCustom")
 
 # After a multi-output merge into a fusion: put the caller's instruction list back in post order.
 Reorder = Callable[[Computation, Instruction], None]
@@ -79,7 +77,8 @@ def set_kind(fusion: Instruction, kind: str) -> None:
 # ----- creating a fusion -------------------------------------------------------------------
 
 
-def create_fusion(instr: Instruction, kind: str = "kLoop", name: str = "fusion") -> Instruction:
+def create_fusion(instr: Instruction, kind: str = FusionKind.LOOP,
+                  name: str = "fusion") -> Instruction:
     """Wrap `instr` into a new fusion instruction that replaces it in its computation."""
     comp = instr.parent
     assert comp is not None, f"{instr.name} is not in a computation"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from hlofuse.ir.attributes import ATTRIBUTES, COMPUTATION_ATTRS, AttrKind
 from hlofuse.ir.literal import Literal
 from hlofuse.ir.metadata import Metadata
-from hlofuse.ir.opcodes import NON_KERNEL_OPS, OPCODES, Category, Opcode
+from hlofuse.ir.opcodes import NON_KERNEL_OPS, OPCODES, Category, FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ class Instruction:
 
     @property
     def fusion_kind(self) -> str:
-        return str(self.attrs.get("kind", "kLoop"))
+        return str(self.attrs.get("kind", FusionKind.LOOP))
 
     @property
     def is_root(self) -> bool:

@@ -26,7 +26,7 @@ docs/hlo-text.md); parsing and verifying knows them all. `ASYNC_WRAPPABLE`, `COL
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 
 from hlofuse.ir.fastenum import plain_member_reads
 
@@ -41,6 +41,16 @@ class Category(Enum):
     CONTROL = "control"
     STRUCTURAL = "structural"
     OPAQUE = "opaque"
+
+
+class FusionKind(StrEnum):
+    """A fusion's `kind=` (XLA's HloInstruction::FusionKind), compared and printed as its text.
+    Whole-loop fusion (`passes/fusion/loop_fusion.py`) is CUSTOM with a while inside."""
+
+    LOOP = "kLoop"
+    INPUT = "kInput"
+    OUTPUT = "kOutput"
+    CUSTOM = "kCustom"
 
 
 class Opcode(Enum):
@@ -501,7 +511,7 @@ RESULT_ACCURACY_OPS = frozenset({
 # Comparison directions and types accepted by `compare`.
 COMPARISON_DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
 COMPARISON_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
-FUSION_KINDS = ("kLoop", "kInput", "kOutput", "kCustom")
+FUSION_KINDS = tuple(FusionKind)
 CUSTOM_CALL_API_VERSIONS = ("API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING",
                             "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI")
 RNG_ALGORITHMS = ("rng_default", "rng_three_fry", "rng_philox")

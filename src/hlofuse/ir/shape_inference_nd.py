@@ -44,7 +44,7 @@ from hlofuse.ir._shape_util import (
 )
 from hlofuse.ir.attributes import WindowDim
 from hlofuse.ir.dtypes import PRED, S32, DType
-from hlofuse.ir.opcodes import FUSION_KINDS
+from hlofuse.ir.opcodes import FUSION_KINDS, FusionKind
 from hlofuse.ir.shape import ArrayShape, Shape, TokenShape, TupleShape
 
 if TYPE_CHECKING:
@@ -592,7 +592,7 @@ def call(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[Computa
 
 def fusion(ss: Sequence[Shape], attrs: Mapping[str, Any], called: Sequence[Computation],
             declared: Any) -> Shape:
-    kind = attrs.get("kind", "kLoop")
+    kind = attrs.get("kind", FusionKind.LOOP)
     if kind not in FUSION_KINDS:
         fail(f"fusion kind must be one of {', '.join(FUSION_KINDS)}, found {kind!r}")
     return _check_params("fusion", callee(attrs, "calls", called, 0, "fusion"), ss)

@@ -40,7 +40,7 @@ from hlofuse.ir.fusion import (
 )
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import TupleShape, leaves
 from hlofuse.passes.fusion.analysis import FusionAnalyses, Kept
 from hlofuse.passes.fusion.config import FusionConfig
@@ -137,7 +137,7 @@ def should_merge(fusion: Instruction, config: FusionConfig,
     `analyses`: the pass run's memo of per-fusion facts (the same answers)."""
     if not fusion.users:
         return FusionDecision.no("fusion has no users")
-    if fusion.fusion_kind != "kLoop" or is_multi_output_fusion(fusion):
+    if fusion.fusion_kind != FusionKind.LOOP or is_multi_output_fusion(fusion):
         return FusionDecision.no("not a loop fusion")
     ask = analyses.ask if analyses is not None else None
     has_reduction_user = False

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from hlofuse.ir.fusion import is_fusion, is_multi_output_fusion
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves, subshape_count
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
@@ -254,7 +254,7 @@ def is_input_fusible_reduction(instr: Instruction, config: FusionConfig = DEFAUL
 
 def is_input_fusible_transpose(instr: Instruction, config: FusionConfig = DEFAULT) -> bool:
     if is_fusion(instr):
-        return instr.fusion_kind != "kCustom" and any(
+        return instr.fusion_kind != FusionKind.CUSTOM and any(
             tiled_transpose_dims(find_non_trivial_hero(r), config) is not None
             for r in fusion_roots(instr))
     return tiled_transpose_dims(instr, config) is not None
@@ -263,7 +263,7 @@ def is_input_fusible_transpose(instr: Instruction, config: FusionConfig = DEFAUL
 def is_input_fusible_scatter(instr: Instruction) -> bool:
     if instr.opcode is Opcode.SCATTER:
         return True
-    return (is_fusion(instr) and instr.fusion_kind == "kInput"
+    return (is_fusion(instr) and instr.fusion_kind == FusionKind.INPUT
             and instr.fused_computation.root.opcode is Opcode.SCATTER)
 
 
@@ -293,7 +293,7 @@ def is_universally_loop_fusible(instr: Instruction, config: FusionConfig = DEFAU
         return not (isinstance(src, ArrayShape) and isinstance(out, ArrayShape)
                     and src.dtype.bits != out.dtype.bits)
     if op is Opcode.FUSION:
-        return instr.fusion_kind == "kLoop"
+        return instr.fusion_kind == FusionKind.LOOP
     return op in _UNIVERSAL
 
 
@@ -314,7 +314,7 @@ def is_loop_fusible_as_producer(instr: Instruction, config: FusionConfig = DEFAU
 
 def choose_fusion_kind(producer: Instruction, consumer: Instruction,
                        config: FusionConfig = DEFAULT) -> str:
-    return "kInput" if is_input_fusible(consumer, config) else "kLoop"
+    return FusionKind.INPUT if is_input_fusible(consumer, config) else FusionKind.LOOP
 
 
 def _all_satisfy(instr: Instruction, test: Callable[[Instruction], bool]) -> bool:

@@ -53,7 +53,7 @@ from hlofuse.ir.fusion import (
 )
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
@@ -115,7 +115,7 @@ def is_fusible_candidate(instr: Instruction) -> FusionDecision:
         return FusionDecision.no(f"{instr.name} has control dependencies")
     if instr.is_elementwise and instr.operand_count > 0:
         return FusionDecision.ok()
-    if not is_fusion(instr) or instr.fusion_kind != "kLoop":
+    if not is_fusion(instr) or instr.fusion_kind != FusionKind.LOOP:
         return FusionDecision.no(f"{instr.name} is neither elementwise nor a loop fusion")
     outs = outputs_of(instr)
     if any(not isinstance(o.shape, ArrayShape) for o in outs):
@@ -303,7 +303,7 @@ def build_horizontal_fusion(fusions: list[Instruction],
     fused.root = root
     module.add_computation(fused)
     fusion = Instruction.create(Opcode.FUSION, root.shape, operands, name="fusion",
-                                attrs={"kind": "kInput", "calls": (fused,)})
+                                attrs={"kind": FusionKind.INPUT, "calls": (fused,)})
     caller.add(fusion)
     fused.fusion_instruction = fusion
     module.computations.remove(fused)
@@ -346,7 +346,7 @@ def fuse_consumer_operands(consumer: Instruction, config: FusionConfig,
     for span in next_spans(loop_fusion_candidates(consumer, config, record), config):
         if len(span) < 2:
             continue
-        fusions = [s if is_fusion(s) else create_fusion(s, "kLoop") for s in span]
+        fusions = [s if is_fusion(s) else create_fusion(s, FusionKind.LOOP) for s in span]
         names = [s.name for s in fusions]
         fusion = build_horizontal_fusion(fusions, reorder)
         for name in names:
@@ -410,7 +410,7 @@ def horizontal_input_fusion(comp: Computation, config: FusionConfig,
             continue
         for j, c in enumerate(candidates):
             if not is_fusion(c):
-                candidates[j] = create_fusion(c, "kInput")
+                candidates[j] = create_fusion(c, FusionKind.INPUT)
                 changed = True
         anchor = candidates[0]
         for fused in candidates[1:]:

@@ -38,7 +38,7 @@ from hlofuse.ir.computation import Computation
 from hlofuse.ir.fusion import create_fusion, fuse_instruction, is_fusion, set_kind
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.passes.fusion.analysis import FusionAnalyses, Kept
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
@@ -174,10 +174,10 @@ def should_fuse(consumer: Instruction, i: int, config: FusionConfig,
 def choose_kind(producer: Instruction, consumer: Instruction, config: FusionConfig,
                 analyses: FusionAnalyses | None = None) -> str:
     if not config.is_gpu:
-        return "kLoop"
+        return FusionKind.LOOP
     if analyses is None:
         return choose_fusion_kind(producer, consumer, config)
-    return "kInput" if analyses.ask(is_input_fusible, consumer) else "kLoop"
+    return FusionKind.INPUT if analyses.ask(is_input_fusible, consumer) else FusionKind.LOOP
 
 
 def fuse(producer: Instruction, consumer: Instruction, config: FusionConfig,

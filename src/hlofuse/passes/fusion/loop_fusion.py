@@ -65,7 +65,7 @@ from hlofuse.analysis.kernels import bytes_per_run, kernels_per_run, per_run
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
 from hlofuse.passes.fusion import batch_axes
 from hlofuse.passes.fusion.config import FusionConfig
@@ -315,7 +315,7 @@ def fuse_whole_loop(w: Instruction, plan: LoopPlan) -> Instruction:
     out_shape = TupleShape(tuple(o.shape for o in outs))
     fused.root = fused.add(Instruction.create(Opcode.TUPLE, out_shape, outs, name="results"))
     fusion = Instruction.create(Opcode.FUSION, out_shape, operands, name="fusion",
-                                attrs={"kind": "kCustom", "calls": (fused,)},
+                                attrs={"kind": FusionKind.CUSTOM, "calls": (fused,)},
                                 metadata=w.metadata)
     comp.add(fusion, before=w)
     results = []
@@ -350,7 +350,7 @@ def _fused_loop(fusion: Instruction) -> Instruction | None:
 
 def is_whole_loop(instr: Instruction) -> bool:
     """Is `instr` a fusion made by this pass (its fused computation runs one while)?"""
-    return instr.opcode is Opcode.FUSION and instr.fusion_kind == "kCustom" and \
+    return instr.opcode is Opcode.FUSION and instr.fusion_kind == FusionKind.CUSTOM and \
         _fused_loop(instr) is not None
 
 

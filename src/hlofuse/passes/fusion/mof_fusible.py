@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from hlofuse.ir.fusion import is_fusion, is_multi_output_fusion
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
@@ -54,7 +54,7 @@ def is_fusible_as_multi_output_fusion_root(instr: Instruction,
                                            config: FusionConfig = DEFAULT) -> bool:
     return is_fusible(instr) and (
         is_input_fusible_reduction(instr, config) or is_input_fusible_transpose(instr, config)
-        or (is_fusion(instr) and instr.fusion_kind == "kLoop") or instr.is_elementwise)
+        or (is_fusion(instr) and instr.fusion_kind == FusionKind.LOOP) or instr.is_elementwise)
 
 
 def is_producer_multi_output_fusible(producer: Instruction,

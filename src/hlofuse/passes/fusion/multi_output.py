@@ -61,7 +61,7 @@ from hlofuse.ir.fusion import (
 )
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
 from hlofuse.passes.fusion.analysis import FusionAnalyses, Kept
 from hlofuse.passes.fusion.config import FusionConfig
@@ -391,7 +391,7 @@ def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionCon
                 j += 1
                 continue
             record(b, a, decision.with_figures(kind="sibling", shared=parent.name), True)
-            was_input = is_fusion(b) and b.fusion_kind == "kInput"
+            was_input = is_fusion(b) and b.fusion_kind == FusionKind.INPUT
             if reorder is None:
                 merge_fusions_multi_output(a, b)
             else:
@@ -400,7 +400,7 @@ def fuse_siblings(parent: Instruction, reach: ReachabilityMap, config: FusionCon
                 analyses.forget(b)
                 _forget_around(analyses, a)
             if was_input:
-                set_kind(a, "kInput")
+                set_kind(a, FusionKind.INPUT)
             del siblings[j]
             changed = True
             reach.update_fusion(a)
@@ -426,9 +426,9 @@ def fuse_producer_into_consumer(producer: Instruction, consumer: Instruction,
     """Make `producer` an extra output of `consumer` (wrapping the consumer if needed)."""
     if not is_fusion(consumer):
         consumer = create_fusion(consumer, choose_fusion_kind(producer, consumer, config))
-    if is_fusion(producer) and producer.fusion_kind == "kInput" \
+    if is_fusion(producer) and producer.fusion_kind == FusionKind.INPUT \
             and is_input_fusible_reduction(producer, config):
-        set_kind(consumer, "kInput")
+        set_kind(consumer, FusionKind.INPUT)
     if reorder is None:
         merge_fusions_multi_output(consumer, producer)
     else:
@@ -449,7 +449,7 @@ def run_on_computation(comp: Computation, config: FusionConfig, record: Recorder
             continue  # merged away earlier in this walk
         if producer.opcode is Opcode.CONSTANT:
             continue
-        if is_fusion(producer) and producer.fusion_kind == "kCustom":
+        if is_fusion(producer) and producer.fusion_kind == FusionKind.CUSTOM:
             continue
         if fuse_siblings(producer, reach, config, record, order.restore, analyses):
             changed = True

@@ -31,7 +31,7 @@ from hlofuse.errors import HloError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape, leaves
 from hlofuse.passes.base import Context
 from hlofuse.passes.fusion.config import FusionConfig
@@ -123,7 +123,7 @@ def _sources(module: Module, ops: list[Instruction]) -> list[str]:
 def kernel_info(module: Module, k: Instruction) -> KernelInfo:
     ops = list(all_ops(k))
     if k.opcode is Opcode.FUSION:
-        kind = k.fusion_kind or "kLoop"
+        kind = k.fusion_kind or FusionKind.LOOP
         inner = [o for o in ops if o.opcode not in _HIDDEN and o.opcode is not Opcode.FUSION]
         counts = Counter(o.opcode.value for o in inner)
         root = k.fused_computation.root

@@ -31,12 +31,12 @@ from hlofuse.backends.kernel_ir.lower import elementwise, inplace, roots  # noqa
 from hlofuse.backends.kernel_ir.lower.builder import Builder, LoweringError, where
 from hlofuse.backends.kernel_ir.naming import kernel_name
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
 
 __all__ = ["LoweringError", "lower_kernel"]
 
-KINDS = {"kLoop": "loop", "kInput": "input", "kOutput": "output"}
+KINDS = {FusionKind.LOOP: "loop", FusionKind.INPUT: "input", FusionKind.OUTPUT: "output"}
 
 
 def _root_leaves(root: Instruction) -> list[tuple[Instruction, int]]:
