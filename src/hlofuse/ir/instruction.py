@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from hlofuse.ir.attributes import ATTRIBUTES, COMPUTATION_ATTRS, AttrKind
 from hlofuse.ir.literal import Literal
 from hlofuse.ir.metadata import Metadata
-from hlofuse.ir.opcodes import NON_KERNEL_OPS, OPCODES, Category, FusionKind, Opcode
+from hlofuse.ir.opcodes import (
+    CONTROL_FLOW_OPS,
+    NON_KERNEL_OPS,
+    OPCODES,
+    Category,
+    FusionKind,
+    Opcode,
+)
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape
 
 if TYPE_CHECKING:
@@ -280,8 +287,10 @@ class Instruction:
 
     @property
     def is_kernel(self) -> bool:
-        """Does this instruction launch work on its own (kernel accounting)?"""
-        return self.opcode not in NON_KERNEL_OPS
+        """Does this instruction launch work on its own (kernel accounting)? Not plumbing
+        (`NON_KERNEL_OPS`) and not control flow (`CONTROL_FLOW_OPS`: its computations'
+        instructions are the kernels)."""
+        return self.opcode not in NON_KERNEL_OPS and self.opcode not in CONTROL_FLOW_OPS
 
     @property
     def has_side_effect(self) -> bool:

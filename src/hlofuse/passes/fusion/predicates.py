@@ -31,13 +31,13 @@ import numpy as np
 from hlofuse.ir.fastenum import plain_member_reads
 from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import OPCODES, Opcode
+from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, OPCODES, Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.utils import called
 
-_NEVER_FUSIBLE = frozenset({Opcode.PARAMETER, Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
+_NEVER_FUSIBLE = frozenset({Opcode.PARAMETER}) | CONTROL_FLOW_OPS
 _ALWAYS_FUSIBLE = frozenset({Opcode.FUSION, Opcode.MAP, Opcode.REDUCE, Opcode.REDUCE_WINDOW})
 # The same sets keyed by id: these checks run for every edge a pass looks at, and hashing an
 # Enum member runs Python code.
