@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hlofuse.analysis.loops import induction_variable, trip_count
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import TupleShape
-from hlofuse.passes.simplify.while_loops import induction_variable, trip_count
 from hlofuse.text import parse
 from pass_testing import (
     all_opcodes,

@@ -10,6 +10,7 @@ import pytest
 
 from hlo_loops import mlp_scan, scan, scan_reducing_over_batch
 from hlofuse.analysis.kernels import count_kernels, kernels_per_run
+from hlofuse.analysis.loops import body_of
 from hlofuse.backends import interpreter
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.lower import lower_kernel
@@ -21,7 +22,6 @@ from hlofuse.passes.fusion.loop_fusion import (
 )
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.pipelines import run_pipeline
-from hlofuse.passes.simplify.while_loops import body_of
 from hlofuse.text import parse
 
 

@@ -74,7 +74,7 @@ def per_run(comp: Computation, cond: Computation | None, measure: Callable[[Inst
     times their trip count, the largest branch of a conditional, calls inline; None if a trip
     count is unknown. Memoized per (computation, condition), so shared computations are
     measured once each."""
-    from hlofuse.passes.simplify.while_loops import trip_count
+    from hlofuse.analysis.loops import trip_count
 
     memo = {} if memo is None else memo
     key = (id(comp), id(cond))

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from hlofuse.analysis.kernels import is_kernel, kernels_per_run
+from hlofuse.analysis.loops import trip_count
 from hlofuse.escape import terminal
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
@@ -47,7 +48,6 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape
 from hlofuse.passes.pipelines import run_pipeline
-from hlofuse.passes.simplify.while_loops import trip_count
 from hlofuse.tools.explain import load_input
 from hlofuse.tools.explain.origins import origin, origins, strip_origins, tag_origins
 from hlofuse.tools.explain.patterns import (

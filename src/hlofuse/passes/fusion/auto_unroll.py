@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 
 from hlofuse.analysis.cost import ops_per_run
 from hlofuse.analysis.kernels import bytes_per_run, kernels_per_run
+from hlofuse.analysis.loops import condition_of, trip_count
 from hlofuse.ir.clone import clone_computation, clone_instruction
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
@@ -57,7 +58,6 @@ from hlofuse.passes.simplify.unroll import (
     over_budget,
     unroll,
 )
-from hlofuse.passes.simplify.while_loops import condition_of, trip_count
 from hlofuse.passes.utils import (
     each_while,
     has_side_effect,
@@ -126,8 +126,8 @@ def gain_bound(w: Instruction, first: Estimate, config: FusionConfig) -> float |
 def _rewritten_bytes(w: Instruction) -> int:
     """Bytes of the carried leaves the body rewrites whole each iteration: not those it passes
     through, nor those it updates one row at a time (a scan's `ys`, written in place)."""
+    from hlofuse.analysis.loops import body_of
     from hlofuse.passes.fusion.loop_fusion import row_write
-    from hlofuse.passes.simplify.while_loops import body_of
 
     body = body_of(w)
     param, root = body.parameter(0), body.root

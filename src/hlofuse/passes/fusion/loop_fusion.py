@@ -62,6 +62,12 @@ from typing import ClassVar
 
 from hlofuse.analysis.cost import dot_ops, ops_per_run
 from hlofuse.analysis.kernels import bytes_per_run, kernels_per_run, per_run
+from hlofuse.analysis.loops import (
+    body_of,
+    condition_of,
+    induction_variable,
+    trip_count,
+)
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -73,12 +79,6 @@ from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
-from hlofuse.passes.simplify.while_loops import (
-    body_of,
-    condition_of,
-    induction_variable,
-    trip_count,
-)
 
 PASS = "whole-loop-fusion"
 

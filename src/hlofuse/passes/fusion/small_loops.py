@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hlofuse.analysis.loops import condition_of, trip_count
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -55,7 +56,6 @@ from hlofuse.passes.simplify.unroll import (
     unroll,
     unroll_growth,
 )
-from hlofuse.passes.simplify.while_loops import condition_of, trip_count
 from hlofuse.passes.utils import each_while, has_side_effect, reachable_computations
 
 PASS = "unroll-small-loops"

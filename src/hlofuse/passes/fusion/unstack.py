@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hlofuse.analysis.loops import body_of, condition_of, gte_index
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -43,12 +44,7 @@ from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.options import FusionOptions
 from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
-from hlofuse.passes.simplify.while_loops import (
-    body_of,
-    condition_of,
-    gte_index,
-    own_computation,
-)
+from hlofuse.passes.simplify.while_loops import own_computation
 from hlofuse.passes.utils import callers, reachable_computations
 
 PASS = "unstack-loop-state"

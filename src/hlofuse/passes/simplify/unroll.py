@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hlofuse.analysis.loops import body_of, condition_of, trip_count
 from hlofuse.errors import PassError
 from hlofuse.ir.clone import clone_computation
 from hlofuse.ir.computation import Computation
@@ -41,7 +42,6 @@ from hlofuse.passes.simplify.growth import (
     charge,
     over_growth,
 )
-from hlofuse.passes.simplify.while_loops import body_of, condition_of, trip_count
 from hlofuse.passes.utils import (
     clone_body_into,
     each_while,

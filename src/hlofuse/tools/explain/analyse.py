@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hlofuse.analysis.kernels import bytes_read, is_kernel, kernels_of
+from hlofuse.analysis.loops import trip_count
 from hlofuse.errors import HloError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
@@ -37,7 +38,6 @@ from hlofuse.passes.base import Context
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.pipelines import BEYOND_PASSES, BEYOND_XLA, RELAXATIONS
 from hlofuse.passes.fusion.trace import TraceEvent, trace_of
-from hlofuse.passes.simplify.while_loops import trip_count
 from hlofuse.tools.explain import fixes as fx
 from hlofuse.tools.explain.model import Boundary, Explanation, KernelInfo, Refusal, Section
 from hlofuse.tools.explain.origins import (

@@ -75,8 +75,8 @@ def lower_whole_loop(b: Builder, fusion: Instruction, inputs: list[Buffer],
 class _WholeLoop:
     def __init__(self, b: Builder, fusion: Instruction, inputs: list[Buffer],
                  outputs: list[Buffer]) -> None:
+        from hlofuse.analysis.loops import body_of, induction_variable, trip_count
         from hlofuse.passes.fusion.loop_fusion import fused_loop, whole_loop_legal
-        from hlofuse.passes.simplify.while_loops import body_of, induction_variable, trip_count
 
         self.b = b
         self.w = w = fused_loop(fusion)
