@@ -90,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def test_stacked_boundary_rule_fix_and_lines() -> None:
-    expl = ex.explain(STACKED, verify_fixes=True)
+    expl = ex.explain(STACKED, pipeline="xla", verify_fixes=True)
     entry = expl.section("entry")
     assert entry.kernels_per_run == 2
     (b,) = [b for b in entry.boundaries if b.category == "fusion"]
@@ -118,7 +118,7 @@ def test_stacked_boundary_rule_fix_and_lines() -> None:
 
 
 def test_loop_sections_loop_state_and_trip_count() -> None:
-    expl = ex.explain(LOOP)
+    expl = ex.explain(LOOP, pipeline="xla")
     body = expl.section("w body")
     assert body.per == "iteration" and body.trip_count == 10
     # add (counter) + one sine/cosine fusion in the body, the compare in the condition
@@ -160,7 +160,7 @@ def test_input_module_is_not_modified() -> None:
 
 
 def test_cartpole_baseline_every_body_boundary_has_reason_and_line() -> None:
-    expl = ex.explain(examples.text("cartpole_baseline"))
+    expl = ex.explain(examples.text("cartpole_baseline"), pipeline="xla")
     body = expl.section("while.74 body")
     assert body.kernels_per_run == 74
     assert len(body.boundaries) > 20
@@ -177,12 +177,12 @@ def test_cartpole_baseline_every_body_boundary_has_reason_and_line() -> None:
 
 
 def test_cartpole_precomputed_and_separate() -> None:
-    pre = ex.explain(examples.text("cartpole_precomputed")).loops[0]
+    pre = ex.explain(examples.text("cartpole_precomputed"), pipeline="xla").loops[0]
     assert pre.kernels_per_run == 5
     (b,) = [b for b in pre.boundaries if b.category == "fusion"]
     assert b.rule is not None and b.rule.reason == "different loop shapes"
     assert any("stacking" in f.text for f in b.fixes)
-    sep = ex.explain(examples.text("cartpole_separate")).loops[0]
+    sep = ex.explain(examples.text("cartpole_separate"), pipeline="xla").loops[0]
     assert sep.kernels_per_run == 4
     assert not [b for b in sep.boundaries if b.category == "fusion"]
 
@@ -200,11 +200,15 @@ def test_compare_pipelines() -> None:
 def test_cli_json_and_text(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     assert ex.main(_parser().parse_args(["--example", "cartpole_separate", "--json"])) == 0
     data = json.loads(capsys.readouterr().out)
+    assert data["pipeline"] == "hlofuse"  # the default is the pipeline compile runs
+    assert ex.main(_parser().parse_args(["--example", "cartpole_separate", "--json",
+                                         "--pipeline", "xla"])) == 0
+    data = json.loads(capsys.readouterr().out)
     loops = [s for s in data["sections"] if s["per"] == "iteration"]
     assert loops[0]["kernels_per_run"] == 4
     f = tmp_path / "m.hlo"
     f.write_text(STACKED)
-    assert ex.main(_parser().parse_args([str(f)])) == 0
+    assert ex.main(_parser().parse_args([str(f), "--pipeline", "xla"])) == 0
     out = capsys.readouterr().out
     assert "fusion -> fusion.1" in out and "rule: multi-output-fusion: different loop shapes" in out
     args = _parser().parse_args([str(f), "--pipeline", "none", "--pipeline", "xla"])

@@ -181,7 +181,7 @@ def test_cli_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     src.write_text(CRAFTED)
     out = tmp_path / "out.html"
     assert vizmod.main(_args(file=src, output=out, no_c=True)) == 0
-    assert page_data(out.read_text())["title"] == "crafted (xla)"
+    assert page_data(out.read_text())["title"] == "crafted (hlofuse)"  # what compile runs
     assert vizmod.main(_args(file=tmp_path / "missing.hlo")) == 1
     assert "no such file" in capsys.readouterr().err
     assert vizmod.main(_args()) == 2

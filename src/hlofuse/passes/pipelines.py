@@ -59,6 +59,10 @@ def simplify(max_iterations: int = 25) -> Fixpoint:
     )
 
 
+# The pipeline `hlofuse.compile`, `hlofuse.jit` and the CLI's run/emit use, and so the one
+# `explain`, `lint` and `viz` show unless told otherwise.
+DEFAULT_PIPELINE = "hlofuse"
+
 PIPELINES: dict[str, Callable[[], Pass]] = {
     "simplify": simplify,
     "none": fusion_pipelines.none,

@@ -57,6 +57,7 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape
 from hlofuse.passes.fusion.trace import TRACE_KEY, FusionTrace, TraceEvent
+from hlofuse.passes.pipelines import DEFAULT_PIPELINE
 
 _CONTROL = CONTROL_FLOW_OPS
 # Non-kernel ops a value passes through on its way from one kernel to another.
@@ -452,7 +453,7 @@ def render(module_before: Module, module_after: Module, *, title: str,
     return page
 
 
-def viz(module_or_text: Module | str, pipeline: str = "xla", *, title: str | None = None,
+def viz(module_or_text: Module | str, pipeline: str = DEFAULT_PIPELINE, *, title: str | None = None,
         with_c: bool = True) -> str:
     """Render `module_or_text` (a Module, not modified, or HLO text) before fusion (pipeline
     `none`: simplification only) and after `pipeline`."""
@@ -498,8 +499,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a built-in example module (see hlofuse.examples)")
     parser.add_argument("-o", "--output", metavar="OUT.html",
                         help="where to write the page (default: the input's name with .html)")
-    parser.add_argument("--pipeline", default="xla",
-                        help="the fusion pipeline for the 'after' pane (default: xla)")
+    parser.add_argument("--pipeline", default=DEFAULT_PIPELINE,
+                        help=f"the fusion pipeline for the 'after' pane (default: "
+                             f"{DEFAULT_PIPELINE}, what compile runs)")
     parser.add_argument("--title", help="the page title (default: module and pipeline)")
     parser.add_argument("--no-c", action="store_true",
                         help="do not generate C for the kernels (faster)")

@@ -4,7 +4,7 @@
     print(explain(module).to_text())                 # Module, HLO text, a path, or fn + args
     print(compare(module, ["none", "xla"]).to_text())
 
-    hlofuse explain FILE | --example NAME [--pipeline xla] [--pipeline none ...] [--json]
+    hlofuse explain FILE | --example NAME [--pipeline hlofuse] [--pipeline xla ...] [--json]
 
 One `--pipeline` gives the full explanation (kernels per loop iteration, each kernel's ops,
 source lines and bytes, every boundary with the rule that made it and what would remove it);
@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from hlofuse.ir.module import Module
+from hlofuse.passes.pipelines import DEFAULT_PIPELINE
 from hlofuse.tools.explain.analyse import ExplainError, analyse, to_module
 from hlofuse.tools.explain.model import (
     Boundary,
@@ -36,7 +37,7 @@ __all__ = ["Boundary", "Comparison", "ExplainError", "Explanation", "Fix", "Kern
            "load_input", "main"]
 
 
-def explain(target: Module | str | Any, *args: Any, pipeline: str = "xla",
+def explain(target: Module | str | Any, *args: Any, pipeline: str = DEFAULT_PIPELINE,
             verify_fixes: bool = False) -> Explanation:
     """Explain `target` (a Module, HLO text, a file path, or a JAX function called with
     `args`) under `pipeline`. The input module is not modified."""
@@ -66,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--example", metavar="NAME",
                         help="a built-in example instead of FILE (hlofuse.examples.names())")
     parser.add_argument("--pipeline", action="append", metavar="NAME",
-                        help="pipeline (default xla); repeat to compare pipelines side by side")
+                        help=f"pipeline (default {DEFAULT_PIPELINE}, what compile runs); repeat to "
+                             "compare pipelines side by side")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--verify-fixes", action="store_true",
                         help="re-run the pipeline with each suggested setting to measure it")
@@ -103,7 +105,7 @@ def load_input(args: argparse.Namespace) -> Module:
 
 def main(args: argparse.Namespace) -> int:
     module = load_input(args)
-    pipelines = args.pipeline or ["xla"]
+    pipelines = args.pipeline or [DEFAULT_PIPELINE]
     if len(pipelines) > 1:
         result: Explanation | Comparison = compare(module, pipelines)
     else:

@@ -38,6 +38,7 @@ from hlofuse.passes.base import Context
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.pipelines import BEYOND_PASSES, BEYOND_XLA, RELAXATIONS
 from hlofuse.passes.fusion.trace import TraceEvent, trace_of
+from hlofuse.passes.pipelines import DEFAULT_PIPELINE
 from hlofuse.tools.explain import fixes as fx
 from hlofuse.tools.explain.model import Boundary, Explanation, KernelInfo, Refusal, Section
 from hlofuse.tools.explain.origins import (
@@ -424,7 +425,7 @@ def config_for(pipeline: str) -> FusionConfig:
     return FusionConfig()
 
 
-def analyse(module: Module, pipeline: str = "xla", *, verify_fixes: bool = False
+def analyse(module: Module, pipeline: str = DEFAULT_PIPELINE, *, verify_fixes: bool = False
             ) -> Explanation:
     """Run `pipeline` on `module` (in place: pass a copy) and explain the result."""
     from hlofuse.passes.pipelines import build, run_pipeline
