@@ -18,10 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hlofuse.backends import measure as _measure
 from hlofuse.backends.host_callbacks import HostCallbacks
 from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
+from hlofuse.passes import evaluator as _pass_evaluator
+from hlofuse.passes import measure as _pass_measure
 
 
 @dataclass(frozen=True)
@@ -164,3 +167,21 @@ register(Backend("cpu", "generated C with explicit SIMD and a native driver (nee
                  _cpu_require, _cpu_compile, _cpu_compile_text, _cpu_generate, profiles=True))
 register(Backend("interpreter", "the numpy reference (always available)", lambda: None,
                  _interpreter_compile))
+
+
+# Passes that measure (auto-unroll's autotune) time with this package's backends unless their
+# caller chose otherwise (passes/measure.py); the passes themselves import no backend.
+_pass_measure.register_default(_measure.time_candidates)
+
+
+def _interpret(instr: Any, operands: list[Any]) -> Any:
+    """The interpreter's value of `instr` on `operands` (constant folding's evaluator: passes/
+    evaluator.py); None when it has no handler for the opcode."""
+    from hlofuse.backends import interpreter  # noqa: F401  (registers every handler)
+    from hlofuse.backends.interpreter.core import HANDLERS, Interpreter
+
+    handler = HANDLERS.get(instr.opcode)
+    return None if handler is None else handler(Interpreter(), instr, operands)
+
+
+_pass_evaluator.register_default(_interpret)

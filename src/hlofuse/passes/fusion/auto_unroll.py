@@ -12,10 +12,10 @@ pipeline run on the clone, and the run costed as
 per run (`analysis.kernels`, `analysis.cost`: kernels, bytes moved and weighted scalar ops of one
 run, loops times their trip counts; ops count what fusion duplicates). The smallest
 time wins; a factor must beat no unroll by `min_unroll_gain` or the loop is left alone (less
-code, the same speed). With `autotune=true` the candidates are compiled with the default backend
-and timed on random inputs instead; the choice is cached in the cache directory
-(`autotune/<digest>` entries, JSON, verified like every cache entry) so the measuring happens
-once per module, loop and machine setting.
+code, the same speed). With `autotune=true` the candidates are timed instead, by the timer the
+pass context provides (`passes/measure.py`; by default the backends' one, `backends/measure.py`:
+compiled with the default backend, run on random inputs, the times cached in the cache
+directory per module, loop and machine setting); where none can time them, the model decides.
 
 Conditions (each refusal names its rule):
 
@@ -34,8 +34,6 @@ Candidates are the powers of two up to `max_unroll` that do not exceed the trip 
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -47,7 +45,8 @@ from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
+from hlofuse.ir.shape import TupleShape, leaves
+from hlofuse.passes import measure
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.options import FusionOptions
@@ -66,7 +65,6 @@ from hlofuse.passes.utils import (
 )
 
 PASS = "auto-unroll"
-ROUNDS = 7  # interleaved timing rounds per candidate (autotune)
 
 
 @dataclass(frozen=True)
@@ -254,44 +252,6 @@ def measurable(w: Instruction) -> str:
     return ""
 
 
-def measured(module: Module, name: str, factors: list[int], config: FusionConfig
-             ) -> dict[int, float] | None:
-    """ns of one run of each candidate, compiled with the default backend and run on random
-    inputs, interleaved (A B C A B C ...) for at least `ROUNDS` rounds and the best kept
-    (None: a candidate does not compile here, or its state is not arrays)."""
-    import time
-
-    import numpy as np
-
-    from hlofuse.backends import registry
-    from hlofuse.errors import HloError
-
-    runs = {}
-    for k in factors:
-        m = unrolled(module, name, k, config)
-        try:
-            exe = registry.get(registry.default()).compile(m)
-        except HloError:
-            return None
-        rng = np.random.default_rng(0)
-        args = []
-        for p in sorted(m.entry.parameters, key=lambda q: q.parameter_number or 0):
-            shape = p.shape
-            if not isinstance(shape, ArrayShape):
-                return None
-            args.append(rng.standard_normal(shape.dims).astype(shape.dtype.np)
-                        if shape.dtype.is_float else np.zeros(shape.dims, shape.dtype.np))
-        exe(*args)  # warm up
-        runs[k] = (exe, args)
-    best = {k: math.inf for k in factors}
-    for _ in range(ROUNDS):
-        for k, (exe, args) in runs.items():
-            t0 = time.perf_counter()
-            exe(*args)
-            best[k] = min(best[k], time.perf_counter() - t0)
-    return {k: v * 1e9 for k, v in best.items()}
-
-
 def _cache_key(module: Module, name: str, factors: list[int], config: FusionConfig) -> str:
     import hashlib
 
@@ -303,29 +263,17 @@ def _cache_key(module: Module, name: str, factors: list[int], config: FusionConf
 
 def autotuned(module: Module, name: str, factors: list[int], config: FusionConfig
               ) -> tuple[int, dict[int, float], bool] | None:
-    """(the fastest factor, ns per factor, whether it came from the cache); None when the
-    candidates cannot be compiled here."""
-    from hlofuse.backends.cpu import cachefs
-
-    key = _cache_key(module, name, factors, config)
-    path = cachefs.directory("autotune") / key
-    raw = cachefs.read_entry(path, "autotune")
-    if raw is not None:
-        try:
-            data = json.loads(raw)
-            factor = int(data["factor"])
-            times = {int(k): float(v) for k, v in data["ns"].items()}
-            if factor in factors:
-                return factor, times, True
-        except (ValueError, KeyError, TypeError, AttributeError):
-            pass  # a damaged entry is measured again
-    times = measured(module, name, factors, config)
-    if times is None:
+    """(the fastest factor, ns per factor, whether the times came from the timer's cache);
+    None when nothing times here (`passes.measure.timer`) or a candidate cannot run."""
+    timer = measure.timer()
+    if timer is None:
         return None
-    factor = min(factors, key=lambda k: (times[k], k))
-    cachefs.write_entry(path, "autotune", json.dumps(
-        {"factor": factor, "ns": {str(k): v for k, v in times.items()}}).encode())
-    return factor, times, False
+    found = timer(_cache_key(module, name, factors, config),
+                  {k: unrolled(module, name, k, config) for k in factors})
+    if found is None:
+        return None
+    times, cached = found
+    return min(factors, key=lambda k: (times[k], k)), times, cached
 
 
 @register(PASS)
@@ -380,7 +328,9 @@ class AutoUnroll(FusionOptions):  # type: ignore[misc]
             figures["autotune"] = f"not measured: {why_not}"
         if config.autotune and not why_not:
             tuned = autotuned(module, w.name, factors, config)
-            if tuned is not None:
+            if tuned is None:
+                figures["autotune"] = "not measured: nothing here times these candidates"
+            else:
                 best, times, cached = tuned
                 figures.update(measured_ns={str(k): round(v) for k, v in times.items()},
                                cached=cached, factor=best)

@@ -44,6 +44,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Category, Opcode
 from hlofuse.ir.shape import ArrayShape
+from hlofuse.passes.evaluator import evaluator
 from hlofuse.passes.registry import register
 from hlofuse.passes.utils import Rewriter, has_side_effect, ordered
 
@@ -168,14 +169,13 @@ def foldable(instr: Instruction, max_elements: int, max_expand_elements: int,
 
 def evaluate(instr: Instruction) -> np.ndarray | None:
     """The value of `instr` given its constant operands, or None if it cannot be evaluated."""
-    from hlofuse.backends import interpreter  # noqa: F401  (registers every handler)
-    from hlofuse.backends.interpreter.core import HANDLERS, Interpreter
-
-    handler = HANDLERS.get(instr.opcode)
-    if handler is None:
+    run = evaluator()
+    if run is None:
         return None
     try:
-        value = handler(Interpreter(), instr, [o.literal for o in instr.operands])
+        value = run(instr, [o.literal for o in instr.operands])
+        if value is None:  # (no handler for the opcode)
+            return None
     except (HloError, ArithmeticError, ValueError, TypeError, NotImplementedError,
             MemoryError):  # a value too large to build here is left for the backend
         return None
