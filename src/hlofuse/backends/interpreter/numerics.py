@@ -10,10 +10,11 @@ too); popcnt and count-leading-zeros count within the width. They are
 computed in int64 and wrapped (`wrap`).
 
 Complex numbers are computed in complex128 and rounded once to c64 where the result is c64 (the
-float rule of `float_op`); multiplication is the naive formula and division Smith's method with
-XLA's recovery of a NaN result (zero or infinite divisor, infinite numerator), each step rounded
-(what the cpu backend computes, bit for bit; XLA contracts the steps to FMAs, a last-bit
-difference); power is XLA's elemental formula in the component type (`complex_power`). `sign(z)`
+float rule of `float_op`), except multiplication, XLA's formula with fused multiply-adds in the
+component type (`complex_multiply`), and power; division is Smith's method with XLA's recovery
+of a NaN result (zero or infinite divisor, infinite numerator), each step rounded (what the cpu
+backend computes, bit for bit; XLA contracts the steps to FMAs, a last-bit difference); power
+is XLA's elemental formula in the component type (`complex_power`). `sign(z)`
 is each part divided by `|z|` (0 for 0);
 `abs` (`hypot` of the parts), `real` and `imag` give the component type.
 Comparing complex numbers is defined for EQ and NE only.
@@ -25,6 +26,7 @@ Total order (`total_order_key`) for every float type: -NaN < -inf < ... < -0 < +
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 
@@ -33,8 +35,8 @@ from hlofuse.ir.opcodes import Opcode
 
 Op = Opcode
 __all__ = ["DTYPES", "UNARY_MATH", "complex_abs", "complex_divide", "complex_multiply",
-           "complex_power", "complex_rsqrt", "complex_sign", "from_bits", "make_complex", "mulhi",
-           "narrow_binary", "narrow_unary", "raw_bits", "total_order_key", "wrap"]
+           "complex_power", "complex_rsqrt", "complex_sign", "fma", "from_bits", "make_complex",
+           "mulhi", "narrow_binary", "narrow_unary", "raw_bits", "total_order_key", "wrap"]
 
 
 def wrap(x: np.ndarray, dt: DType) -> np.ndarray:
@@ -157,10 +159,58 @@ def _parts(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return z.real.copy(), z.imag.copy()
 
 
-def complex_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The naive formula, each product and sum rounded (numpy may fuse them)."""
+_SPLIT = 134217729.0  # 2^27 + 1: Veltkamp's splitter for f64
+
+
+def fma(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """x * y + z with the product exact, as a fused multiply-add: f32 operands exactly (the
+    product is exact in f64; the f64 sum rounded to f32, a rare last-bit double rounding),
+    f64 operands within an ulp (Dekker's exact product, then two-sum). Non-finite results as
+    IEEE's fma: the product never overflows or cancels an infinite z on its own."""
+    x, y, z = np.broadcast_arrays(np.asarray(x), np.asarray(y), np.asarray(z))
+    single = x.dtype == np.float32
+    x, y, z = (np.asarray(v, np.float64) for v in (x, y, z))
+    with np.errstate(all="ignore"):
+        p = x * y
+        if single:
+            return np.asarray(p + z, np.float32)
+        xh = _SPLIT * x - (_SPLIT * x - x)
+        yh = _SPLIT * y - (_SPLIT * y - y)
+        xl, yl = x - xh, y - yh
+        e = ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
+        s = p + z
+        bz = s - p
+        corr = ((p - (s - bz)) + (z - bz)) + e
+        r = np.where(corr == 0, s, s + corr)  # (a zero keeps p + z's sign: -0 + -0 is -0)
+        r = np.where(np.isfinite(x) & np.isfinite(y) & np.isfinite(z), r, p + z)
+        r = np.where(np.isinf(z) & np.isfinite(x) & np.isfinite(y), z, r)
+    big = np.isfinite(x) & np.isfinite(y) & np.isfinite(z) & (
+        (np.abs(x) > 2.0 ** 995) | (np.abs(y) > 2.0 ** 995) | ~np.isfinite(p)
+        | ((p != 0) & (np.abs(p) < 2.0 ** -960)))
+    if np.any(big):  # outside Dekker's range: exactly, in rationals
+        flat = np.array(r, dtype=np.float64).reshape(-1)
+        xs, ys, zs = (v.reshape(-1) for v in (x, y, z))
+        for i in np.flatnonzero(big):
+            exact = Fraction(float(xs[i])) * Fraction(float(ys[i])) + Fraction(float(zs[i]))
+            try:
+                flat[i] = float(exact)
+            except OverflowError:
+                flat[i] = np.inf if exact > 0 else -np.inf
+        r = flat.reshape(np.shape(r))
+    return r
+
+
+def complex_multiply(a: np.ndarray, b: np.ndarray, part: type = np.float64) -> np.ndarray:
+    """XLA's complex multiply (MLIR's complex.mul, contracted to fused multiply-adds on the
+    CPU): re = fma(ar, br, -(ai * bi)), im = fma(ai, br, ar * bi), in the component type
+    `part` (c64: f32, whose products overflow at 2^128): an infinite part does not always make
+    the other NaN ((5e299+1.5e300j) * (1e300-infj) = inf-infj), no C99 Annex G recovery."""
     (ar, ai), (br, bi) = _parts(a), _parts(b)
-    return _pack(ar * br - ai * bi, ar * bi + ai * br)
+    ar, ai, br, bi = (np.asarray(v, part) for v in (ar, ai, br, bi))
+    with np.errstate(all="ignore"):
+        re = fma(ar, br, -(ai * bi))
+        im = fma(ai, br, ar * bi)
+    return _pack(re, im)
 
 
 def complex_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
