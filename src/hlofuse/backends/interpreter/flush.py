@@ -114,6 +114,10 @@ def rule(instr: Instruction) -> Rule | None:
         return None
     if op is Opcode.COMPARE and str(instr.attrs.get("type", "")).upper() == "TOTALORDER":
         return None
+    shape0 = instr.operand(0).shape if instr.operand_count else None
+    if op is Opcode.REDUCE and isinstance(shape0, ArrayShape) and all(
+            shape0.dims[int(d)] == 1 for d in instr.dimensions):
+        return None  # one element per output: a reshape in XLA (reductions.py), not flushed
     if op is Opcode.CONVERT:
         dst = _dtype(instr.shape)
         if src is None or dst is None or src == dst or dst.component == src \

@@ -5,15 +5,19 @@ add/multiply/maximum/minimum/and/or/xor of the two parameters) run as a numpy `u
 any other reducer that is elementwise (argmax-style variadic reducers, for example) is applied
 vectorised in a pairwise tree over the reduced elements (XLA leaves the order unspecified, and
 requires an associative reducer). f32/f64 sums accumulate in f64 and round once at the end, so
-they may differ from XLA's (which accumulates in the type) in the last bits.
+they may differ from XLA's (which accumulates in the type) in the last bits. Products of floats
+and complex numbers are XLA's exactly: in the type, in order, each partial product flushed under
+`subnormals="flush"` (products.py). A reduce of one element per output (every reduced dimension
+of size 1) is that element, neither the init nor the reducer applied, as XLA's algebraic
+simplifier makes it a reshape (sum([-0.0]) is -0.0, a subnormal stays: it is not flushed).
 
 Floats narrower than f32 (f16, bf16, the 8-bit floats) accumulate in their own type, one
 rounding per reducer application, in order: the init value first, then the reduced elements in
-row-major order (a reduce-window: its window positions in row-major order). That is what XLA's
-CPU backend computes (it rounds every HLO op of a bf16/f16 computation to the type), and the
-order is its order once `simplify` has cut long sums into windows of 32 and scans into two
-levels (passes/simplify/tree_reduction.py, scan_rewriter.py): a bf16 sum of 4096 ones is 4096
-after the pipeline, 256 (where a running bf16 sum stalls) without it.
+row-major order (a reduce-window: its window positions in XLA's loop order, `window_order`).
+That is what XLA's CPU backend computes (it rounds every HLO op of a bf16/f16 computation to
+the type), and the order is its order once `simplify` has cut long sums into windows of 32 and
+scans into two levels (passes/simplify/tree_reduction.py, scan_rewriter.py): a bf16 sum of 4096
+ones is 4096 after the pipeline, 256 (where a running bf16 sum stalls) without it.
 
 reduce-window reads its padding without building it (a window over f32[4] padded by 2^28 needs
 no more memory than its output); its work, window positions read times output elements, is at
@@ -28,7 +32,7 @@ operand or result is computed in XLA's complex type for it and converted (comple
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,7 +48,9 @@ from hlofuse.backends.interpreter.core import (
     where,
 )
 from hlofuse.backends.interpreter.numerics import wrap
+from hlofuse.backends.interpreter.products import multiply_step, product
 from hlofuse.backends.interpreter.shaping import pad_array
+from hlofuse.backends.window_order import window_order
 from hlofuse.errors import InterpreterLimitError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import from_numpy
@@ -106,15 +112,22 @@ def in_order(dtype: np.dtype) -> bool:
 
 def _accumulator(dtype: np.dtype) -> np.dtype:
     """Accumulate f32/f64 in f64 and complex numbers in c128 (rounded once at the end);
-    integers and floats narrower than f32 in their own type."""
+    integers and floats narrower than f32 in their own type. (Products of floats and complex
+    numbers are computed in their type instead: products.py.)"""
     dt = from_numpy(dtype)
     if dt.is_complex:
         return np.dtype(np.complex128)
     return np.dtype(np.float64) if dt.is_float and not in_order(dtype) else dtype
 
 
-def _ufunc_reduce(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray, axes: tuple[int, ...]):
-    r = _ufunc_reduce_raw(ufunc, x, init, axes)
+def _inexact(dtype: np.dtype) -> bool:
+    dt = from_numpy(dtype)
+    return dt.is_float or dt.is_complex
+
+
+def _ufunc_reduce(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray, axes: tuple[int, ...],
+                  flush: bool) -> np.ndarray:
+    r = _ufunc_reduce_raw(ufunc, x, init, axes, flush)
     if ufunc not in (np.maximum, np.minimum) or not from_numpy(x.dtype).is_float:
         return r
     # -0 < +0 (as the elementwise max/min and jax.jit): a zero maximum is +0 when any +0 is
@@ -129,14 +142,17 @@ def _ufunc_reduce(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray, axes: tuple[
 
 
 def _ufunc_reduce_raw(ufunc: np.ufunc, x: np.ndarray, init: np.ndarray,
-                      axes: tuple[int, ...]) -> np.ndarray:
+                      axes: tuple[int, ...], flush: bool) -> np.ndarray:
     acc = _accumulator(x.dtype)
     if any(x.shape[a] == 0 for a in axes):
         shape = [n for i, n in enumerate(x.shape) if i not in axes]
         return np.broadcast_to(init, shape).astype(x.dtype)
+    keep = [d for d in range(x.ndim) if d not in axes]
+    out_dims = [x.shape[d] for d in keep]
+    if ufunc is np.multiply and _inexact(x.dtype):  # in the type, in order (products.py)
+        rows = np.transpose(x, keep + list(axes)).reshape(math.prod(out_dims), -1)
+        return product(rows, init, flush).reshape(out_dims)
     if in_order(x.dtype):  # init, then the elements one by one, rounding each time
-        keep = [d for d in range(x.ndim) if d not in axes]
-        out_dims = [x.shape[d] for d in keep]
         rows = np.transpose(x, keep + list(axes)).reshape(math.prod(out_dims), -1)
         first = np.broadcast_to(init.astype(x.dtype), (rows.shape[0], 1))
         total = ufunc.accumulate(np.concatenate([first, rows], axis=1), axis=1)[:, -1]
@@ -211,10 +227,15 @@ def _reduce(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
     inits = [np.asarray(o).reshape(()) for o in ops[n:]]
     axes = tuple(sorted(int(d) for d in instr.dimensions))
     comp = _reducer(instr)
+    if all(inputs[0].shape[d] == 1 for d in axes):
+        # one element per output: XLA's algebraic simplifier makes the reduce a reshape (the
+        # init and the reducer are not applied: sum([-0.0]) is -0.0, prod([0.5+infj]) keeps it)
+        out = [x.reshape([x.shape[d] for d in range(x.ndim) if d not in axes]) for x in inputs]
+        return tuple(out) if isinstance(instr.shape, TupleShape) else out[0]
     if n == 1:
         ufunc = simple_reducer(comp)
         if ufunc is not None:
-            return _ufunc_reduce(ufunc, inputs[0], inits[0], axes)
+            return _ufunc_reduce(ufunc, inputs[0], inits[0], axes, interp.flush)
     x0 = inputs[0]
     keep = [d for d in range(x0.ndim) if d not in axes]
     out_dims = [x0.shape[d] for d in keep]
@@ -297,30 +318,31 @@ class _Axis:
 
 
 def _window_reads(exts: list[np.ndarray], axes: list[_Axis],
-                  offsets: list[Sequence[int]]) -> Any:
-    """Yield, for each window position (row-major over `offsets`), the output-shaped values
+                  positions: Iterable[tuple[int, ...]]) -> Any:
+    """Yield, for each window position (in the order of `positions`), the output-shaped values
     each extended operand (the operand with one trailing init slice per dimension) gives, and
     the output-shaped mask of the outputs that read an operand element there."""
-    def walk(d: int, index: list[np.ndarray]) -> Any:
-        if d == len(axes):
-            grid = np.ix_(*index)
-            hit = np.ones((), bool)
-            for a, g in zip(axes, grid, strict=True):
-                hit = hit & (g != a.n)
-            yield [e[grid] for e in exts], hit
-            return
-        for k in offsets[d]:
-            yield from walk(d + 1, [*index, axes[d].index(k)])
-    yield from walk(0, [])
+    index: list[dict[int, np.ndarray]] = [{} for _ in axes]
+    for pos in positions:
+        for d, k in enumerate(pos):
+            if k not in index[d]:
+                index[d][k] = axes[d].index(k)
+        grid = np.ix_(*(index[d][k] for d, k in enumerate(pos)))
+        hit = np.ones((), bool)
+        for a, g in zip(axes, grid, strict=True):
+            hit = hit & (g != a.n)
+        yield [e[grid] for e in exts], hit
 
 
 @handles(Opcode.REDUCE_WINDOW)
 def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
-    """Each output folds the operand elements of its window, in row-major order, into the init
-    value; a position in the padding or in a base-dilation hole contributes nothing (XLA's CPU
-    and its evaluator skip them: `reduce_window(ones(4), 1.0, add, (3,), (1,), [(1, 1)])` is
-    [3, 4, 4, 3], not 4s). The padded operand is never built: memory is the operand plus a few
-    output-sized arrays, and window offsets that read only padding are skipped."""
+    """Each output folds the operand elements of its window into the init value, in the order
+    XLA's CPU loop nest visits them (`window_order`: row-major, or with one window dimension's
+    last offset peeled off to the end); a position in the padding or in a base-dilation hole
+    contributes nothing (XLA's CPU and its evaluator skip them:
+    `reduce_window(ones(4), 1.0, add, (3,), (1,), [(1, 1)])` is [3, 4, 4, 3], not 4s). The
+    padded operand is never built: memory is the operand plus a few output-sized arrays, and
+    window offsets that read only padding are skipped."""
     n = len(ops) // 2
     inputs = [np.asarray(o) for o in ops[:n]]
     inits = [np.asarray(o).reshape(()) for o in ops[n:]]
@@ -355,12 +377,15 @@ def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> A
     else:
         offsets = [()] * rank
     exts = [pad_array(x, i, [(0, 1, 0)] * rank) for x, i in zip(inputs, inits, strict=True)]
-    reads = _window_reads(exts, axes, offsets)
+    order = window_order(inputs[0].shape, window, out_dims, offsets)
+    reads = _window_reads(exts, axes, order)
     if ufunc is not None:
-        acc_t = _accumulator(inputs[0].dtype)
+        multiplies = ufunc is np.multiply and _inexact(inputs[0].dtype)
+        acc_t = inputs[0].dtype if multiplies else _accumulator(inputs[0].dtype)
         acc = np.broadcast_to(inits[0].astype(acc_t), out_dims).copy()
         for (view,), hit in reads:
-            new = ufunc(acc, view.astype(acc_t, copy=False))
+            new = multiply_step(acc, view, interp.flush) if multiplies else \
+                ufunc(acc, view.astype(acc_t, copy=False))
             acc = new if identity else np.where(hit, new, acc)
         return acc.astype(inputs[0].dtype)
     accs = [np.broadcast_to(i, out_dims).copy() for i in inits]

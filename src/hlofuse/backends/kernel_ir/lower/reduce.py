@@ -23,11 +23,12 @@ business: it only reassociates reducers `scalar.simple_reducer` recognises, neve
 product of a narrow float, or lane-wise combinations XLA's semantics allow. Where a reduction
 is short and strided along its reduced dimension (the middle one of [64, 11, 3]: a row nest
 whose accumulator row is short), `vectorize` puts its outputs in lanes and keeps the order.
-reduce-window folds only the operand elements of each window: a position in the padding or a
-base-dilation hole contributes nothing (XLA's CPU, the interpreter). A simple reducer (sum,
-max, ...: `scalar.simple_reducer`) folds its identity there instead (-0.0 for a float sum, -inf
-for max: exactly nothing, whatever the init), which keeps the loop a select the vectorizer
-takes; any other reducer's fold is itself guarded.
+reduce-window folds the window positions in XLA's loop order (`window_order`: row-major, or one
+window dimension's last offsets in a second nest) and only the operand elements: a position in
+the padding or a base-dilation hole contributes nothing (XLA's CPU, the interpreter). A simple
+reducer (sum, max, ...: `scalar.simple_reducer`) folds its identity there instead (-0.0 for a
+float sum, -inf for max: exactly nothing, whatever the init), which keeps the loop a select the
+vectorizer takes; any other reducer's fold is itself guarded.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from hlofuse.backends.kernel_ir.lower.builder import (
     where,
 )
 from hlofuse.backends.kernel_ir.lower.index import Index
+from hlofuse.backends.window_order import peeled_offset
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import F32, DType
 from hlofuse.ir.instruction import Instruction
@@ -78,6 +80,10 @@ class Accumulators:
         self.dtypes = [array_shape(x).dtype for x in self.inputs]
         self.bufs: list[Buffer] = [b.local(t, row, "acc") for t in self.dtypes]
         self.row = row
+        # a reduce of one element per output is that element (XLA's algebraic simplifier makes
+        # it a reshape: the init and the reducer are not applied)
+        self.single = instr.opcode is Opcode.REDUCE and all(
+            dims_of(self.inputs[0])[int(d)] == 1 for d in instr.dimensions)
 
     def init(self, at: Affine = ir.ZERO) -> None:
         b = self.b
@@ -85,8 +91,11 @@ class Accumulators:
             b.emit(ir.Store(buf, at, b.value(i, ix.zero(dims_of(i)))))
 
     def fold(self, xs: list[Val], at: Affine = ir.ZERO) -> None:
-        """acc[at] = reducer(acc[at], xs)."""
+        """acc[at] = reducer(acc[at], xs) (acc[at] = xs for a reduce of one element)."""
         b = self.b
+        if self.single:
+            b.assign([(buf, at, v) for buf, v in zip(self.bufs, xs, strict=True)])
+            return
         accs = [b.g.load(buf, at) for buf in self.bufs]
         new = scalar.inline(b.g, self.comp, accs + xs)
         b.assign([(buf, at, v) for buf, v in zip(self.bufs, new, strict=True)])
@@ -204,19 +213,29 @@ def _reduce_window_value(b: Builder, instr: Instruction, idx: Index) -> list[Val
         raise LoweringError(f"{where(instr)}: window reversal is not defined for reduce-window")
     out = idx.coords(b.g)
     acc.init()
-    _window_loops(b, acc, in_dims, window, out, 0, [])
+    spans = [(0, w.size) for w in window]
+    peel = peeled_offset(in_dims, window, leaves(instr.shape)[0].dims)
+    if peel is None:
+        _window_loops(b, acc, in_dims, window, out, spans, [])
+    else:  # XLA's loop order: the peeled dimension's last offsets in a second nest
+        k, v = peel
+        _window_loops(b, acc, in_dims, window, out, [*spans[:k], (0, v), *spans[k + 1:]], [])
+        _window_loops(b, acc, in_dims, window, out,
+                      [*spans[:k], (v, window[k].size), *spans[k + 1:]], [])
     return acc.results()
 
 
 def _window_loops(b: Builder, acc: Accumulators, in_dims: tuple[int, ...], window: list,
-                  out: tuple[Affine, ...], d: int, pos: list[Affine]) -> None:
+                  out: tuple[Affine, ...], spans: list[tuple[int, int]],
+                  pos: list[Affine]) -> None:
+    d = len(pos)
     if d < len(window):
-        w = window[d]
-        if w.size == 1:
-            _window_loops(b, acc, in_dims, window, out, d + 1, [*pos, ir.ZERO])
-        else:
-            with b.loop(w.size, "w") as v:
-                _window_loops(b, acc, in_dims, window, out, d + 1, [*pos, ir.affine(v)])
+        lo, hi = spans[d]
+        if hi - lo == 1:
+            _window_loops(b, acc, in_dims, window, out, spans, [*pos, ir.affine(lo)])
+        elif hi > lo:
+            with b.loop(hi, "w", lo) as v:
+                _window_loops(b, acc, in_dims, window, out, spans, [*pos, ir.affine(v)])
         return
     conds: list[Val] = []
     src: list[Affine] = []

@@ -26,8 +26,9 @@ vectorized along themselves (below). Then:
   independent; whole vectors left over run into the first partial, then the partials are
   combined pairwise and across lanes by a tree (`lanes_reduce`, before the scalar tail). Only
   reducers that may be reassociated (the op table's `REASSOCIATIVE_REDUCERS` on one type, not
-  the sums and products of f16/bf16, which round after every add in XLA's order) are, others
-  leave the loop scalar.
+  the sums and products of f16/bf16, which round after every add in XLA's order, nor float
+  products, which XLA multiplies in order: under FTZ the grouping decides where a partial
+  product underflows to 0 and meets an infinity) are, others leave the loop scalar.
   The order is XLA CPU's kind (YNNPACK's row reduction: vector partials, lanes combined
   pairwise), not the interpreter's (numpy's pairwise sum in f64).
 
@@ -376,6 +377,9 @@ class _Vectorizer:
             return None
         if val.arg.opcode in IN_ORDER and buf.dtype.is_float and buf.dtype.bits < 32:
             return None  # a narrow float's sum rounds after every add: its order is XLA's
+        if val.arg.opcode is Opcode.MULTIPLY and buf.dtype.is_float:
+            return None  # XLA multiplies in order: which partial product underflows (flushed
+            #  to 0, then 0 x inf = NaN) or overflows depends on it (interpreter/products.py)
         acc = loads[0]
         x = val.args[1] if val.args[0] is acc else val.args[0] if val.args[1] is acc else None
         if x is None or buf in ir.reads(x):

@@ -1,0 +1,155 @@
+"""Regression tests for the differential fuzzer's reduction classes of the 20,000-program run
+(issue 29, benchmarks/results/fuzz_findings.md): each minimized case and variants, run by
+jax.jit (the oracle), the interpreter and the cpu backend, all three compared (`check`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+from hlofuse.backends.window_order import peeled_offset, window_order
+from hlofuse.ir.attributes import WindowDim
+from jax_oracle import x64  # noqa: F401  (an autouse fixture)
+from test_fuzz_regressions import check
+
+BF16 = ml_dtypes.bfloat16
+
+# ----- reduce-window of a narrow float: XLA's loop order ------------------------------------
+# XLA's loop nest peels the last offset of one padded window dimension into a second nest
+# (backends/window_order.py); bf16 and the 8-bit floats round every step, so the order shows.
+
+
+def test_reduce_window_bf16_order_minimized() -> None:
+    """2812/000: output (0, 3, 1) folds x[0,2,1], x[1,2,1], x[0,2,2], x[1,2,2] (the last window
+    dimension's second offset peeled off): 1.2890625, not row-major's 1.28125."""
+    x = np.zeros((3, 3, 4), BF16)
+    x[0, 2, 1:3] = [0.104004, 1.48438]
+    x[1, 2, 1:3] = [-0.175781, -0.126953]
+
+    def f(v: Any) -> Any:
+        return lax.reduce_window(v, BF16(0), lax.add, (2, 1, 2), (1, 1, 2),
+                                 [(0, 1), (1, 0), (1, 1)])
+
+    check(f, x, exact=True)
+
+
+WINDOWS = [  # (shape, window, strides, padding): peeled or not, as XLA's loop nest
+    ((3, 3, 4), (2, 1, 2), (1, 1, 2), ((0, 1), (1, 0), (1, 1))),
+    ((4, 4), (3, 2), (1, 1), ((1, 1), (1, 1))),
+    ((4, 4), (2, 3), (1, 1), ((0, 0), (0, 1))),
+    ((4, 4), (3, 3), (1, 1), ((0, 0), (0, 1))),
+    ((4, 4), (3, 2), (1, 1), ((0, 0), (1, 0))),
+    ((4, 3), (3, 2), (2, 1), ((1, 1), (0, 1))),
+    ((5, 4), (2, 2), (2, 1), ((0, 1), (0, 1))),
+    ((2, 3, 4), (2, 3, 3), (2, 1, 2), ((0, 1), (1, 1), (1, 0))),
+]
+
+
+@pytest.mark.parametrize("case", WINDOWS, ids=[str(c[1:]) for c in WINDOWS])
+@pytest.mark.parametrize("dt,op", [(BF16, "add"), (BF16, "mul"),
+                                   (ml_dtypes.float8_e4m3fn, "add"),
+                                   (ml_dtypes.float8_e5m2, "mul")],
+                         ids=["bf16-add", "bf16-mul", "e4m3fn-add", "e5m2-mul"])
+def test_reduce_window_narrow_float_order(case: tuple[Any, ...], dt: Any, op: str) -> None:
+    shape, size, strides, pads = case
+    x = (np.random.default_rng(len(shape) * 7 + size[-1]).standard_normal(shape) *
+         1.3).astype(dt)
+    fn, init = (lax.add, 0) if op == "add" else (lax.mul, 1)
+
+    def f(v: Any) -> Any:
+        return lax.reduce_window(v, dt(init), fn, size, strides, list(pads))
+
+    check(f, x, exact=True)
+
+
+def test_window_order_peels_as_xla() -> None:
+    """The positions of a 3x2 window with padding on both sides: XLA folds the second column
+    after the first; a 3x3 window is not peeled (cutting one offset leaves it constrained)."""
+    def dims(size: tuple[int, ...], pad: int) -> list[WindowDim]:
+        return [WindowDim(size=s, pad_lo=pad, pad_hi=pad) for s in size]
+
+    w = dims((3, 2), 1)
+    assert peeled_offset((4, 4), w, (4, 5)) == (1, 1)
+    order = list(window_order((4, 4), w, (4, 5), [range(3), range(2)]))
+    assert order == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
+    assert peeled_offset((4, 4), dims((3, 3), 1), (4, 4)) is None
+    assert peeled_offset((4, 4), dims((2, 2), 0), (3, 3)) is None  # no padding: row-major
+
+
+# ----- reduce-prod of floats: partial products flushed (2811/041) -----------------------------
+
+TINY = float(np.finfo(np.float64).tiny)
+
+
+def test_f64_product_flushes_partial_products_minimized() -> None:
+    """2811/041's values: a partial product falls subnormal, FTZ makes it 0, and 0 x inf is
+    NaN (the interpreter multiplied in f64 without flushing: inf)."""
+    x = np.array([1.5, -TINY, TINY, 0.7, np.inf, 1.8e308, -3.0, 2.0] * 6).reshape(3, 4, 4)
+    check(lambda v: jnp.prod(v), x, exact=True)
+
+
+PRODUCT_POOL = [0.5, 3.0, -2.0, 1e-200, 1e200, 1e-150, 1e150, -1e-100, 1e100, np.inf,
+                -np.inf, 1e-300, 1e300, TINY, -0.0, np.nan]
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32, BF16], ids=["f64", "f32", "bf16"])
+@pytest.mark.parametrize("axes", [(0,), (1,), (0, 1)], ids=["rows", "columns", "all"])
+def test_float_product_in_type_flushed(dt: Any, axes: tuple[int, ...]) -> None:
+    """Sequential products in the type (f32 overflows at 2^128), each step flushed."""
+    rng = np.random.default_rng(sum(axes) + len(axes))
+    pool = PRODUCT_POOL if dt is np.float64 else [  # f32's range
+        0.5, 3.0, -2.0, 1e-20, 1e20, 1e-15, 1e15, -1e-10, 1e10, np.inf, -np.inf, 1e-30,
+        1e30, float(np.finfo(np.float32).tiny), -0.0, np.nan]
+    x = rng.choice(np.array(pool), (7, 9)).astype(dt)
+    check(lambda v: jnp.prod(v, axis=axes), x, exact=True)
+
+
+# ----- complex products: XLA's fused formula; one element per output (2811/032) ---------------
+
+
+def test_complex_product_of_one_element_minimized() -> None:
+    """2811/032: prod of c128[1] is the element (XLA makes the reduce a reshape), not
+    (1+0j) * z = nan+infj."""
+    check(lambda v: jnp.prod(v), np.array([complex(0.020467780267127443, np.inf)]), exact=True)
+
+
+def test_reduce_of_one_element_per_output_is_the_element() -> None:
+    """Neither the init nor the reducer is applied: -0.0 and a subnormal stay (unflushed)."""
+    x = np.array([[1e-310], [-0.0], [np.nan], [2.5]])
+    check(lambda v: jnp.sum(v, axis=1), x, exact=True)
+    check(lambda v: lax.reduce(v, 2.0, lax.add, (1,)), x, exact=True)
+    check(lambda v: jnp.max(v, axis=1), x, exact=True)
+    z = np.array([[complex(0.5, np.inf)], [complex(np.inf, np.nan)], [complex(-0.0, 1e-310)]])
+    check(lambda v: jnp.prod(v, axis=1), z, exact=True)
+
+
+COMPLEX_POOL = [0.5, -2.0, np.inf, -np.inf, np.nan, 0.0, 1e300, 1.5, -0.0]
+
+
+@pytest.mark.parametrize("dt", [np.complex128, np.complex64], ids=["c128", "c64"])
+def test_complex_product_fused_formula(dt: Any) -> None:
+    """(5e299+1.5e300j) * (1e300-infj) is inf-infj in XLA (im = fma(ai, br, ar*bi): the
+    product 1.5e600 is exact inside the fma), so prod(..., -inf+1e300j) is nan+infj."""
+    rng = np.random.default_rng(3)
+    big = 1e300 if dt is np.complex128 else 1e30
+    pool = [big if v == 1e300 else v for v in COMPLEX_POOL]
+    x = np.array([complex(rng.choice(pool), rng.choice(pool)) for _ in range(5 * 4)],
+                 dt).reshape(5, 4)
+    check(lambda v: jnp.prod(v, axis=1), x, exact=True)
+    chain = np.array([[0.5 + 1.5j, big + 0j, complex(big, -np.inf), complex(-np.inf, big)]], dt)
+    check(lambda v: jnp.prod(v, axis=1), chain, exact=True)
+
+
+@pytest.mark.parametrize("dt", [np.complex128, np.complex64], ids=["c128", "c64"])
+def test_complex_multiply_fused_formula(dt: Any) -> None:
+    rng = np.random.default_rng(5)
+    big = 1e300 if dt is np.complex128 else 1e30
+    pool = [big if v == 1e300 else v for v in COMPLEX_POOL] + [3.0000000000000004, 0.1]
+    a, b = (np.array([complex(rng.choice(pool), rng.choice(pool)) for _ in range(400)], dt)
+            for _ in range(2))
+    check(lax.mul, a, b, rtol=1e-15 if dt is np.complex128 else 1e-7)
