@@ -19,7 +19,7 @@ directory per module, loop and machine setting); where none can time them, the m
 
 Conditions (each refusal names its rule):
 
-- `auto_unroll`: the setting is on; the trip count is known and at least 2;
+- `auto_unroll.trip_count`: the setting is on; the trip count is known and at least 2;
 - `auto_unroll.whole_loop`: the loop is not one that whole-loop fusion will take (its kernel
   already runs every iteration inside);
 - `auto_unroll.side_effect`: the condition has no side effect;
@@ -28,7 +28,8 @@ Conditions (each refusal names its rule):
 - `auto_unroll.gain`: the best factor's cost beats no unroll by the setting. The loop as it
   is is costed first; when even saving every kernel call and the carried state's traffic
   could not reach the setting (`gain_bound`: iterations long beside their loop overhead, a
-  training step's), the larger factors are not costed at all.
+  training step's), the larger factors are not costed at all; `auto_unroll.cost_unknown`
+  when a factor's cost cannot be modelled (a nested loop's trip count is unknown).
 Candidates are the powers of two up to `max_unroll` that do not exceed the trip count.
 """
 
@@ -94,7 +95,8 @@ def auto_unroll_legal(w: Instruction, config: FusionConfig) -> FusionDecision:
 
     trips = trip_count(w)
     if trips is None or trips < 2:
-        return FusionDecision.no(f"the trip count is {trips}: nothing to unroll", "auto_unroll")
+        return FusionDecision.no(f"the trip count is {trips}: nothing to unroll",
+                                 "auto_unroll.trip_count")
     if any(has_side_effect(i) for i in condition_of(w).instructions):
         return FusionDecision.no("the condition has a side effect", "auto_unroll.side_effect")
     if config.whole_loop_fusion and w.operand(0).opcode is Opcode.TUPLE:
@@ -347,7 +349,7 @@ class AutoUnroll(FusionOptions):  # type: ignore[misc]
         est = {1: first, **{k: modelled(module, w.name, k, config) for k in factors[1:]}}
         if any(e.ns is None for e in est.values()):
             return FusionDecision.no("the cost of a run is unknown (a nested trip count)",
-                                     "auto_unroll", **figures)
+                                     "auto_unroll.cost_unknown", **figures)
         best = min(factors, key=lambda k: (est[k].ns, k))  # type: ignore[arg-type, return-value]
         figures.update(factor=best, kernels_before=est[1].kernels, kernels_after=est[best].kernels,
                        bytes_before=est[1].bytes, bytes_after=est[best].bytes,

@@ -1,9 +1,9 @@
 """`FusionConfig`: every fusion rule's constant and switch, as one named setting each.
 
 Defaults are XLA's GPU values of era E2 ("paper era", 2022 - mid 2023; see
-`xla-fusion-spec.md`). A rule that refuses a fusion names its setting in the decision's `rule`
-field, so `explain` can say which setting relaxes it. The study's relaxations are one switch each
-(`allow_multi_user_concatenate`, `relax_code_duplication`).
+`xla-fusion-spec.md`). A rule that a setting decides refuses with the setting's name as its rule
+code (`rules.py`), so `explain` can say which setting relaxes it. The study's relaxations are one
+switch each (`allow_multi_user_concatenate`, `relax_code_duplication`).
 
     variant="gpu"       GpuInstructionFusion rules (spec section 3)
     variant="generic"   XLA's base InstructionFusion (spec section 2; instruction_fusion_test.cc)

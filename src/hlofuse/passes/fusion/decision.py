@@ -4,14 +4,17 @@ Every legality or profitability check in hlofuse's fusion passes returns one of 
 bare bool, so a refusal can always be explained::
 
     FusionDecision.ok()                                   -> fusible
-    FusionDecision.no("not fusing constant", rule=...)    -> not fusible, with the reason
+    FusionDecision.no("not fusing constant", "gpu_fusible.constant")  -> not fusible: reason, code
     a.and_(b)     first failure wins        (XLA And)
     a.or_(b)      fusible if either is; both reasons joined with " ; "   (XLA Or)
     all_(f1, f2, ...)  run checks lazily; first failure wins (XLA All, RETURN_IF_NOT_FUSIBLE)
 
-Besides the reason a refusal may carry `rule` (the `FusionConfig` setting that decided it, so
-`explain` can say which switch relaxes it) and `figures` (the numbers the rule compared, e.g.
-bytes before/after for the fusion merger).
+Besides the reason (English, for people) every refusal carries `rule`, its code in
+`rules.RULES`: the `FusionConfig` setting that decided it (so `explain` can say which setting
+relaxes it), or a dotted fixed rule such as `mof_fusible.loop_shapes`; tools read the code, never
+the reason (tests/test_fusion_rules.py checks every refusal names a registered code). A refusal
+may also carry `figures` (the numbers the rule compared, e.g. bytes before/after for the fusion
+merger).
 """
 
 from __future__ import annotations

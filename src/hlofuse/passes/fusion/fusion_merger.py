@@ -136,14 +136,14 @@ def should_merge(fusion: Instruction, config: FusionConfig,
     """May `fusion` be merged into all of its users? (legality, then profitability)
     `analyses`: the pass run's memo of per-fusion facts (the same answers)."""
     if not fusion.users:
-        return FusionDecision.no("fusion has no users")
+        return FusionDecision.no("fusion has no users", "fusion_merger.no_users")
     if fusion.fusion_kind != FusionKind.LOOP or is_multi_output_fusion(fusion):
-        return FusionDecision.no("not a loop fusion")
+        return FusionDecision.no("not a loop fusion", "fusion_merger.not_loop")
     ask = analyses.ask if analyses is not None else None
     has_reduction_user = False
     for user in fusion.users:
         if user.opcode is Opcode.BITCAST:
-            return FusionDecision.no("not fusing bitcast ops")
+            return FusionDecision.no("not fusing bitcast ops", "fusion_merger.bitcast")
         decision = is_producer_consumer_fusible(fusion, user, config, ask)
         if not decision:
             return decision

@@ -346,19 +346,24 @@ def is_producer_consumer_fusible(producer: Instruction, consumer: Instruction,
     if not q(is_loop_fusible_as_producer, producer) and not (
             q(tiled_transpose_dims, producer) is not None
             and find_non_trivial_hero(consumer) is producer):  # a tiled transpose into itself
-        return FusionDecision.no("the producer is not loop-fusible")
+        return FusionDecision.no("the producer is not loop-fusible",
+                                 "gpu_fusible.producer_not_loop_fusible")
     if q(is_input_fusible_reduction, producer):
         if not q(is_reduction_epilogue, consumer):
-            return FusionDecision.no("Reductions from/to continuous dims epilogue not fusible")
+            return FusionDecision.no("Reductions from/to continuous dims epilogue not fusible",
+                                     "gpu_fusible.reduction_epilogue")
         if producer.user_count > 1:
-            return FusionDecision.no("reduction output fusion only works for single user")
+            return FusionDecision.no("reduction output fusion only works for single user",
+                                     "gpu_fusible.reduction_users")
     if not q(is_input_fusible, consumer) and not q(is_loop_fusible_as_consumer, consumer):
-        return FusionDecision.no("the consumer is not input-fusible and not loop-fusible")
+        return FusionDecision.no("the consumer is not input-fusible and not loop-fusible",
+                                 "gpu_fusible.consumer_not_fusible")
     if is_multi_output_fusion(producer):
-        return FusionDecision.no("the producer is not fusible as it is a multi-output fusion")
+        return FusionDecision.no("the producer is not fusible as it is a multi-output fusion",
+                                 "gpu_fusible.producer_multi_output")
     if producer.opcode is Opcode.CONSTANT and (
             not producer.array_shape.is_effective_scalar or not is_fusion(consumer)):
-        return FusionDecision.no("not fusing constant")
+        return FusionDecision.no("not fusing constant", "gpu_fusible.constant")
     return should_fuse_in_place_op(producer, consumer)
 
 

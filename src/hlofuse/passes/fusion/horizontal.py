@@ -112,17 +112,21 @@ def _has_control_edges(instr: Instruction) -> bool:
 def is_fusible_candidate(instr: Instruction) -> FusionDecision:
     """IsFusibleCandidate: elementwise with operands, or a kLoop fusion with one output type."""
     if _has_control_edges(instr):
-        return FusionDecision.no(f"{instr.name} has control dependencies")
+        return FusionDecision.no(f"{instr.name} has control dependencies",
+                                 "horizontal.control_deps")
     if instr.is_elementwise and instr.operand_count > 0:
         return FusionDecision.ok()
     if not is_fusion(instr) or instr.fusion_kind != FusionKind.LOOP:
-        return FusionDecision.no(f"{instr.name} is neither elementwise nor a loop fusion")
+        return FusionDecision.no(f"{instr.name} is neither elementwise nor a loop fusion",
+                                 "horizontal.not_elementwise_or_loop")
     outs = outputs_of(instr)
     if any(not isinstance(o.shape, ArrayShape) for o in outs):
-        return FusionDecision.no("variadic reductions are not supported")
+        return FusionDecision.no("variadic reductions are not supported",
+                                 "horizontal.variadic_reduction")
     types = {o.shape.dtype.name for o in outs}  # type: ignore[union-attr]
     if len(types) > 1:
-        return FusionDecision.no(f"{instr.name} has outputs of several element types")
+        return FusionDecision.no(f"{instr.name} has outputs of several element types",
+                                 "horizontal.element_types")
     return FusionDecision.ok()
 
 
@@ -190,13 +194,15 @@ def loop_fusion_candidates(consumer: Instruction, config: FusionConfig,
 def no_cycle(instr: Instruction, consumer: Instruction) -> FusionDecision:
     """Legality: the consumer is the only non-root user, so fusing cannot create a cycle."""
     return FusionDecision.check(is_consumer_the_only_non_root_user(instr, consumer),
-                                f"{consumer.name} is not the only non-root user of {instr.name}")
+                                f"{consumer.name} is not the only non-root user of {instr.name}",
+                                "horizontal.not_only_user")
 
 
 def no_shared_parameter(instr: Instruction, found: list[Instruction]) -> FusionDecision:
     """Legality: the concatenated output could not alias a parameter another candidate reads."""
     return FusionDecision.check(not _shares_parameter(instr, found),
-                                f"{instr.name} shares a parameter with another candidate")
+                                f"{instr.name} shares a parameter with another candidate",
+                                "horizontal.shared_parameter")
 
 
 def candidate_priority(instr: Instruction) -> tuple[str, int, int, int]:

@@ -125,9 +125,9 @@ class FusionNodeIndexingEvaluation:
             if producer.opcode is Opcode.CONCATENATE and config.allow_multi_user_concatenate:
                 return FusionDecision.ok(emitted=emitted)
             if emitted > 1 or users > 1:
-                rule = ("allow_multi_user_concatenate" if producer.opcode is Opcode.CONCATENATE
-                        else "relax_code_duplication")
-                return FusionDecision.no(reason, rule, emitted=emitted, users=users)
+                return FusionDecision.no(
+                    reason, "allow_multi_user_concatenate" if producer.opcode is Opcode.CONCATENATE
+                    else "relax_code_duplication", emitted=emitted, users=users)
         return FusionDecision.ok(emitted=emitted)
 
     def max_code_duplication_too_high(self, config: FusionConfig | None = None) -> bool:

@@ -103,12 +103,14 @@ def base_should_fuse(consumer: Instruction, i: int, config: FusionConfig) -> Fus
     """InstructionFusion::ShouldFuse: root, duplication, in-place."""
     producer = consumer.operand(i)
     if producer.is_root:
-        return FusionDecision.no("not fusing into the output of the root instruction")
+        return FusionDecision.no("not fusing into the output of the root instruction",
+                                 "instruction_fusion.root")
     if fusion_would_duplicate(producer, consumer) and (
             not config.may_duplicate or is_expensive(producer, config)) \
             and not is_always_duplicable(producer):
         if config.may_duplicate:
-            return FusionDecision.no("expensive producer would be duplicated")
+            return FusionDecision.no("expensive producer would be duplicated",
+                                     "instruction_fusion.expensive_duplicate")
         return FusionDecision.no("fusion pass cannot duplicate", "may_duplicate")
     return should_fuse_in_place_op(producer, consumer)
 
@@ -119,7 +121,7 @@ def gpu_should_fuse(consumer: Instruction, i: int, config: FusionConfig,
     per-fusion facts (the same answers, without walking the consumer fusion each time)."""
     producer = consumer.operand(i)
     if is_fusion(producer):
-        return FusionDecision.no("the producer is a fusion")
+        return FusionDecision.no("the producer is a fusion", "instruction_fusion.producer_fusion")
     if analyses is None:
         expensive = is_expensive(producer, config)
         reuses = expensive and reuses_operand_elements(consumer, i)
@@ -129,7 +131,8 @@ def gpu_should_fuse(consumer: Instruction, i: int, config: FusionConfig,
         reuses = expensive and analyses.reuses_operand_elements(consumer, i)
         into_reduction = analyses.ask(is_input_fusible_reduction, consumer)
     if reuses:
-        return FusionDecision.no("the producer is expensive, and the consumer reuses inputs")
+        return FusionDecision.no("the producer is expensive, and the consumer reuses inputs",
+                                 "instruction_fusion.expensive_reuse")
     limit = config.max_reevaluated_ops
     if limit and rereads_operand(consumer, i):
         from hlofuse.analysis.cost import op_cost
@@ -141,7 +144,8 @@ def gpu_should_fuse(consumer: Instruction, i: int, config: FusionConfig,
                 f"it would repeat grows to {again} ops (more than max_reevaluated_ops={limit})",
                 "max_reevaluated_ops", ops=again, limit=limit)
     if into_reduction and is_physically_transposing(producer):
-        return FusionDecision.no("fusing the producer would break read coalescing")
+        return FusionDecision.no("fusing the producer would break read coalescing",
+                                 "instruction_fusion.coalescing")
     decision = is_producer_consumer_fusible(producer, consumer, config,
                                             analyses.ask if analyses is not None else None)
     if not decision:
@@ -329,7 +333,8 @@ class _ComputationRun:
                 if not is_fusible(operand):
                     continue
                 if operand in self.do_not_duplicate:
-                    decision = FusionDecision.no("operand can not be duplicated")
+                    decision = FusionDecision.no("operand can not be duplicated",
+                                                 "instruction_fusion.not_duplicable")
                 else:
                     decision = self.should_fuse(instr, i)
                 if not decision:

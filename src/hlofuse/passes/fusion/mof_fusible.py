@@ -60,13 +60,15 @@ def is_fusible_as_multi_output_fusion_root(instr: Instruction,
 def is_producer_multi_output_fusible(producer: Instruction,
                                      config: FusionConfig = DEFAULT) -> FusionDecision:
     if is_multi_output_fusion(producer):
-        return FusionDecision.no("Producer is a multi-output fusion")
+        return FusionDecision.no("Producer is a multi-output fusion",
+                                 "mof_fusible.producer_multi_output")
     if in_place_operands(producer):
-        return FusionDecision.no("In-place operations are present")
+        return FusionDecision.no("In-place operations are present", "mof_fusible.in_place")
     if not is_loop_fusible_as_producer(producer, config):
-        return FusionDecision.no("producer is not loop-fusible")
+        return FusionDecision.no("producer is not loop-fusible",
+                                 "mof_fusible.producer_not_loop_fusible")
     if is_physically_transposing(producer):
-        return FusionDecision.no("producer is physically transposing")
+        return FusionDecision.no("producer is physically transposing", "mof_fusible.transposing")
     return FusionDecision.ok()
 
 
@@ -116,11 +118,14 @@ def fusion_heroes_are_compatible(h1: Instruction, h2: Instruction,
                 and _same_dims_ignoring_type(h1.operand(0).shape, h2.operand(0).shape)
                 and h1.dimensions == h2.dimensions)
         if not same:
-            return FusionDecision.no("tiled reductions with different shapes")
+            return FusionDecision.no("tiled reductions with different shapes",
+                                     "mof_fusible.reduction_shapes")
     elif t1 and t2 and t1 != t2:
-        return FusionDecision.no("tiled transposes with different shapes")
+        return FusionDecision.no("tiled transposes with different shapes",
+                                 "mof_fusible.transpose_shapes")
     elif (t1 and r2) or (r1 and t2):
-        return FusionDecision.no("MOF-fusion of a transpose and a reduction")
+        return FusionDecision.no("MOF-fusion of a transpose and a reduction",
+                                 "mof_fusible.transpose_and_reduction")
     if t1 or t2:
         # A tiled transpose must stay tiled: when one fusion reads the other, the path from
         # the parameter bound to the transposing fusion must be single-user intermediates.
@@ -132,7 +137,8 @@ def fusion_heroes_are_compatible(h1: Instruction, h2: Instruction,
                     param = fb.fused_computation.parameter(
                         next(i for i, o in enumerate(fb.operands) if o is fa))
                     if not _intermediate_path_to_root(param):
-                        return FusionDecision.no("tiled transpose would become untiled")
+                        return FusionDecision.no("tiled transpose would become untiled",
+                                                 "mof_fusible.untiled_transpose")
     return FusionDecision.ok()
 
 
@@ -171,7 +177,7 @@ def shapes_compatible_for_multi_output_fusion(a: Instruction, b: Instruction,
             and nontrivial_physical(l1) == sorted(nontrivial_physical(l1)) \
             and nontrivial_physical(l2) == sorted(nontrivial_physical(l2)):
         return FusionDecision.ok()  # a reshape bitcast of each other
-    return FusionDecision.no("different loop shapes")
+    return FusionDecision.no("different loop shapes", "mof_fusible.loop_shapes")
 
 
 def is_consumer_the_only_non_root_user(instr: Instruction, consumer: Instruction) -> bool:

@@ -126,7 +126,8 @@ class TraceRecorder:
                 if opcode is Opcode.TUPLE or opcode is Opcode.GET_TUPLE_ELEMENT:
                     continue
                 if d:
-                    d = FusionDecision.no(f"{a_name} and {name} are connected")
+                    d = FusionDecision.no(f"{a_name} and {name} are connected",
+                                          "multi_output.connected")
                 events.append(TraceEvent(PASS_NAME, a_name, name, "refused", d.reason or "",
                                          d.rule, dict(d.figures), comp_name))
             return events
@@ -190,13 +191,16 @@ def is_sibling_candidate(instr: Instruction, config: FusionConfig,
                          analyses: FusionAnalyses | None = None) -> FusionDecision:
     """IsSiblingFusionCandidate. (`analyses`: the pass run's memo, same answers.)"""
     if not instr.users:
-        return FusionDecision.no(f"{instr.name} has no users")
+        return FusionDecision.no(f"{instr.name} has no users", "multi_output.no_users")
     if not _mof_root(instr, config, analyses):
-        return FusionDecision.no(f"{instr.name} is not fusible as a multi-output fusion root")
+        return FusionDecision.no(f"{instr.name} is not fusible as a multi-output fusion root",
+                                 "multi_output.root")
     if is_nestable_variadic_reduction(instr, config):
-        return FusionDecision.no("merging with variadic reductions is not supported yet")
+        return FusionDecision.no("merging with variadic reductions is not supported yet",
+                                 "multi_output.variadic_reduction")
     if read_whole(instr):
-        return FusionDecision.no(f"{instr.name} is a multi-output fusion read whole")
+        return FusionDecision.no(f"{instr.name} is a multi-output fusion read whole",
+                                 "multi_output.read_whole")
     return FusionDecision.ok()
 
 
@@ -215,7 +219,7 @@ def legal_to_fuse(a: Instruction, b: Instruction, config: FusionConfig,
                   analyses: FusionAnalyses | None = None) -> FusionDecision:
     """LegalToFuse: the in-place DUS emitter supports one DUS root only; then the budget."""
     if _root_is_dus(a) or _root_is_dus(b):
-        return FusionDecision.no("can't fuse multiple DUSs")
+        return FusionDecision.no("can't fuse multiple DUSs", "multi_output.multiple_dus")
     return _fits(a, b, config, analyses)
 
 
@@ -225,7 +229,8 @@ def siblings_legal(a: Instruction, b: Instruction, reach: ReachabilityMap,
     return all_(
         lambda: is_sibling_candidate(b, config, analyses),
         lambda: FusionDecision.check(not reach.is_connected(a, b),
-                                     f"{a.name} and {b.name} are connected"),
+                                     f"{a.name} and {b.name} are connected",
+                                     "multi_output.connected"),
         lambda: shapes_compatible_for_multi_output_fusion(a, b, config, _ask(analyses)),
         lambda: legal_to_fuse(a, b, config, analyses),
     )
@@ -257,19 +262,21 @@ def producer_consumer_legal(producer: Instruction, consumer: Instruction,
     return all_(
         lambda: FusionDecision.check(
             _mof_root(consumer, config, analyses),
-            "consumer not eligible as multi-output fusion root."),
+            "consumer not eligible as multi-output fusion root.", "multi_output.root"),
         lambda: FusionDecision.check(
-            not read_whole(consumer), f"{consumer.name} is a multi-output fusion read whole"),
+            not read_whole(consumer), f"{consumer.name} is a multi-output fusion read whole",
+            "multi_output.read_whole"),
         lambda: FusionDecision.check(
             not creates_heavy_computation(
                 producer, consumer, config,
                 analyses.is_heavy(producer) if analyses is not None else None),
-            "the fusion would create a heavy computation"),
+            "the fusion would create a heavy computation", "max_inputs_per_output"),
         lambda: shapes_compatible_for_multi_output_fusion(producer, consumer, config,
                                                           _ask(analyses)),
         lambda: FusionDecision.check(
             not _operand_reachable_from_producer(producer, consumer, reach),
-            f"{producer.name} {consumer.name} would introduce a cycle when fused"),
+            f"{producer.name} {consumer.name} would introduce a cycle when fused",
+            "multi_output.cycle"),
         lambda: _budget(producer, consumer, config, analyses),
         lambda: producer_consumer_merged_too_large(producer, consumer, config, analyses),
     )

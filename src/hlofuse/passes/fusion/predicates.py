@@ -402,21 +402,22 @@ def should_fuse_in_place_op(producer: Instruction, consumer: Instruction) -> Fus
                             consumer.fused_computation.parameter(i), dus):
                         return FusionDecision.no(
                             "the producer reads the in-place buffer of the consumer, which "
-                            "uses it non-elementwise")
+                            "uses it non-elementwise", "in_place.non_elementwise_read")
             continue
         dus = _extract(consumer, lambda i: i.opcode is Opcode.DYNAMIC_UPDATE_SLICE)
         nonelem = _extract(producer, lambda i: i.opcode is not Opcode.FUSION
                            and not i.is_elementwise and i.opcode is not Opcode.PARAMETER)
         if dus is None or nonelem is None or nonelem.shape != dus.operand(1).shape:
             return FusionDecision.no("Consumer is not a dus or the producer fusion has multiple "
-                                     "non-elementwise ops, bailing.")
+                                     "non-elementwise ops, bailing.", "in_place.not_dus")
         rank = dus.shape.rank if isinstance(dus.shape, ArrayShape) else 0
         if nonelem.opcode is Opcode.SLICE:
             for d in range(rank):
                 c = _constant_int(_real_operand(consumer, dus.operand(2 + d)))
                 start, _limit, stride = nonelem.attrs["slice"][d]
                 if c is None or c != start or stride != 1:
-                    return FusionDecision.no("DUS and slice index mismatch")
+                    return FusionDecision.no("DUS and slice index mismatch",
+                                             "in_place.slice_index")
             return FusionDecision.ok()
         if nonelem.opcode is Opcode.DYNAMIC_SLICE:
             for d in range(rank):
@@ -424,9 +425,11 @@ def should_fuse_in_place_op(producer: Instruction, consumer: Instruction) -> Fus
                 dus_op = _real_operand(consumer, dus.operand(2 + d))
                 c1, c2 = _constant_int(ds_op), _constant_int(dus_op)
                 if c1 != c2 or (c1 is None and ds_op is not dus_op):
-                    return FusionDecision.no("DUS and DS index mismatch")
+                    return FusionDecision.no("DUS and DS index mismatch",
+                                             "in_place.dynamic_slice_index")
             return FusionDecision.ok()
-        return FusionDecision.no("unrecognized inplace update non-elementwise output pair")
+        return FusionDecision.no("unrecognized inplace update non-elementwise output pair",
+                                 "in_place.unrecognized")
     return FusionDecision.ok()
 
 

@@ -14,8 +14,8 @@ lowered elementwise by the backends already.
 
 Conditions (`small_loop_legal`, each refusal names its rule):
 
-- `unroll_small_loops`: the trip count is known and at most the setting (0 switches the pass
-  off);
+- `small_loop.trip_count`: the trip count is known; `unroll_small_loops`: it is at most the
+  setting (0 switches the pass off);
 - `small_loop.side_effect`: the condition has no side effect (unrolling skips its evaluations);
 - `small_loop.cost` (profitability, `small_loop_profitable`): a random-number loop is always
   unrolled; another loop only when its body has no op that never fuses (a dot, a convolution,
@@ -101,7 +101,7 @@ def small_loop_legal(w: Instruction, config: FusionConfig) -> FusionDecision:
     trips = trip_count(w)
     limit = config.unroll_small_loops
     if trips is None:
-        return FusionDecision.no("the trip count is not known", "unroll_small_loops")
+        return FusionDecision.no("the trip count is not known", "small_loop.trip_count")
     if trips > limit:
         return FusionDecision.no(f"{trips} iterations, more than unroll_small_loops={limit}",
                                  "unroll_small_loops", trips=trips, limit=limit)

@@ -1,8 +1,11 @@
 """The fusion trace: one record per fusion decision, fused or refused, with its reason.
 
     instruction-fusion  consumer=add.3  producer=exp.1  refused  "the producer is expensive,
-                        and the consumer reuses inputs"  rule=   figures={}
+                        and the consumer reuses inputs"  rule=instruction_fusion.expensive_reuse
     fusion-merger       consumer=*      producer=fusion.2  fused  figures={ratio: 0.8, ...}
+
+A refusal's `rule` is its code in `rules.RULES` (a `FusionConfig` setting name, or a dotted
+fixed rule).
 
 Passes find the trace on `module.annotations["fusion_trace"]` (created on first use, so it
 travels with the module and needs no global state); `explain` and `viz` read it back. Written
@@ -19,6 +22,7 @@ from typing import Any
 
 from hlofuse.ir.module import Module
 from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.fusion.rules import setting_of
 
 TRACE_KEY = "fusion_trace"
 
@@ -45,8 +49,9 @@ class TraceEvent:
         text = f"{self.pass_name}: {self.verdict} {self.producer} -> {self.consumer}"
         if self.reason:
             text += f": {self.reason}"
-        if self.rule:
-            text += f" [setting: {self.rule}]"
+        if self.rule:  # a setting code says which setting; a fixed rule's code says the rule
+            setting = setting_of(self.rule)
+            text += f" [setting: {setting}]" if setting else f" [rule: {self.rule}]"
         return text
 
 
