@@ -19,8 +19,8 @@ What this module computes (the page's JS only lays out and draws it):
 * the boundaries of the fused module: for each consumer that is a kernel or a control op
   (while/conditional/call), the producers it reads through memory, found by walking back
   through non-kernel ops (get-tuple-element, tuple, bitcast); each boundary lists the refused
-  trace events of the edges on that path (pass, reason, setting, figures), latest first, or an
-  explanation from the opcodes when the trace has none;
+  trace events of the edges on that path (pass, reason, rule code and setting, figures), latest
+  first, or an explanation from the opcodes when the trace has none;
 * the generated C per kernel, when `hlofuse.backends.cpu` is importable and lowers the kernel
   (best effort: any failure leaves the C out, it never fails the page).
 
@@ -56,6 +56,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape
+from hlofuse.passes.fusion.rules import setting_of
 from hlofuse.passes.fusion.trace import TRACE_KEY, FusionTrace, TraceEvent
 from hlofuse.passes.pipelines import DEFAULT_PIPELINE
 
@@ -93,7 +94,7 @@ def _is_unit(instr: Instruction) -> bool:
 def _event_json(e: TraceEvent) -> dict[str, Any]:
     return {"pass": e.pass_name, "verdict": e.verdict, "producer": e.producer,
             "consumer": e.consumer, "reason": e.reason, "rule": e.rule,
-            "figures": {k: _plain(v) for k, v in e.figures.items()}}
+            "setting": setting_of(e.rule), "figures": {k: _plain(v) for k, v in e.figures.items()}}
 
 
 def _plain(value: Any) -> Any:
@@ -179,15 +180,15 @@ def _boundary(comp: Computation, path: list[Instruction],
     if not reasons or producer.opcode in _CONTROL or consumer.opcode in _CONTROL:
         # control flow is never fused: that is the reason, whatever the trace adds
         reasons.insert(0, {"pass": "", "verdict": "", "producer": producer.name,
-                           "consumer": consumer.name, "rule": "", "figures": {},
+                           "consumer": consumer.name, "rule": "", "setting": "", "figures": {},
                            "reason": _fallback_reason(producer, consumer)})
     return Boundary(producer.name, consumer.name, comp.name, [i.name for i in path], reasons)
 
 
 def _refusal_json(r: Any) -> dict[str, Any]:
     return {"pass": r.pass_name, "verdict": "refused", "producer": r.producer,
-            "consumer": r.consumer, "reason": r.reason, "rule": r.setting,
-            "figures": {k: _plain(v) for k, v in r.figures.items()}}
+            "consumer": r.consumer, "reason": r.reason, "rule": r.rule,
+            "setting": r.setting, "figures": {k: _plain(v) for k, v in r.figures.items()}}
 
 
 def explained_boundaries(explanation: Any) -> list[dict[str, Any]]:
@@ -203,13 +204,13 @@ def explained_boundaries(explanation: Any) -> list[dict[str, Any]]:
             path = _path_between(comp, by_name, b.producer, b.consumer)
             reasons, seen = [], set()
             for r in ([b.rule] if b.rule else []) + list(b.earlier):
-                if (r.pass_name, r.reason, r.setting) not in seen:  # same rule, other names
-                    seen.add((r.pass_name, r.reason, r.setting))
+                if (r.pass_name, r.reason, r.rule) not in seen:  # same rule, other names
+                    seen.add((r.pass_name, r.reason, r.rule))
                     reasons.append(_refusal_json(r))
             if not reasons:
                 reasons.append({"pass": "", "verdict": "", "producer": b.producer,
                                 "consumer": b.consumer, "reason": b.why, "rule": "",
-                                "figures": {}})
+                                "setting": "", "figures": {}})
             out.append({
                 "from": b.producer, "to": b.consumer, "comp": comp.name, "path": path,
                 "category": b.category, "value": b.value, "bytes": b.bytes,

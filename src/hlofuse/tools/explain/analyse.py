@@ -37,6 +37,7 @@ from hlofuse.ir.shape import ArrayShape, format_shape, leaves
 from hlofuse.passes.base import Context
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.pipelines import BEYOND_PASSES, BEYOND_XLA, RELAXATIONS
+from hlofuse.passes.fusion.rules import setting_of
 from hlofuse.passes.fusion.trace import TraceEvent, trace_of
 from hlofuse.passes.pipelines import DEFAULT_PIPELINE
 from hlofuse.tools.explain import fixes as fx
@@ -231,8 +232,8 @@ class _Analysis:
                 continue
             if not any(self.resolve(index, c) & consumer_side for c in e.consumer.split(",")):
                 continue
-            out.append(Refusal(e.pass_name, e.reason, e.rule, dict(e.figures), e.producer,
-                               e.consumer))
+            out.append(Refusal(e.pass_name, e.reason, setting_of(e.rule), dict(e.figures),
+                               e.producer, e.consumer, e.rule))
         return out
 
     def boundary(self, comp: Computation, pk: Instruction, crossing: Instruction,
@@ -259,7 +260,7 @@ class _Analysis:
         history = self.refusals(comp, pk, k)
         if history:
             b.rule, b.earlier = history[-1], history[:-1]
-            b.why = fx.reading(b.rule.reason)
+            b.why = fx.reading(b.rule.rule)
         elif self.pipeline == "none":
             b.origin, b.why = "structure", "the `none` pipeline does not fuse"
         else:
@@ -279,9 +280,9 @@ class _Analysis:
         d = should_fuse(k, operand_index, self.config)
         if not d:
             b.origin = "re-asked"
-            b.rule = Refusal("instruction-fusion", d.reason or "", d.rule, dict(d.figures),
-                             pk.name, k.name)
-            b.why = fx.reading(b.rule.reason)
+            b.rule = Refusal("instruction-fusion", d.reason or "", setting_of(d.rule),
+                             dict(d.figures), pk.name, k.name, d.rule)
+            b.why = fx.reading(b.rule.rule)
         else:
             b.origin = "structure"
             b.why = ("no fusion pass recorded a refusal between these kernels; "

@@ -33,10 +33,11 @@ class Refusal:
 
     pass_name: str
     reason: str
-    setting: str = ""  # the FusionConfig field that decided it ("" = a fixed rule)
+    setting: str = ""  # the FusionConfig field that relaxes its rule ("" = a fixed rule)
     figures: dict[str, Any] = field(default_factory=dict)
     producer: str = ""  # names as recorded when the decision was taken
     consumer: str = ""
+    rule: str = ""  # the rule code (passes/fusion/rules.py): readings and fixes are looked up by it
 
     def __str__(self) -> str:
         text = f"{self.pass_name}: {self.reason}"

@@ -472,7 +472,8 @@
 
   function reasonText(r) {
     let s = (r.pass ? r.pass + ": " : "") + (r.reason || "(no reason recorded)");
-    if (r.rule) s += ` [setting: ${r.rule}]`;
+    if (r.setting) s += ` [setting: ${r.setting}]`;
+    else if (r.rule) s += ` [rule: ${r.rule}]`;
     const figs = Object.entries(r.figures || {});
     if (figs.length) s += " {" + figs.map(([k, v]) => `${k}: ${v}`).join(", ") + "}";
     return s;
