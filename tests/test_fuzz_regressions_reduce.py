@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -14,7 +15,7 @@ from jax import lax
 
 from hlofuse.backends.window_order import peeled_offset, window_order
 from hlofuse.ir.attributes import WindowDim
-from jax_oracle import x64  # noqa: F401  (an autouse fixture)
+from jax_oracle import run_on, x64  # noqa: F401  (x64: an autouse fixture)
 from test_fuzz_regressions import check
 
 BF16 = ml_dtypes.bfloat16
@@ -153,3 +154,34 @@ def test_complex_multiply_fused_formula(dt: Any) -> None:
     a, b = (np.array([complex(rng.choice(pool), rng.choice(pool)) for _ in range(400)], dt)
             for _ in range(2))
     check(lax.mul, a, b, rtol=1e-15 if dt is np.complex128 else 1e-7)
+
+
+# ----- f64 log-plus-one: XLA's own approximation (2811/015, atanh) ----------------------------
+
+
+def test_log1p_f64_is_xla_approximation() -> None:
+    """XLA's f64 log1p is Cephes' rational form below sqrt(2) - 1, up to 128 ulps from the true
+    value near |x| = 0.414: exactly jax.jit's there (pure arithmetic, fused as XLA fuses it);
+    log(1 + x) beyond, within the C library's rounding."""
+    rng = np.random.default_rng(11)
+    small = np.concatenate([rng.uniform(-0.414, 0.414, 3000), [-0.4141336072798776, 0.0, -0.0,
+                                                               1e-300, 0.3970234676852453]])
+    check(lax.log1p, small, exact=True)
+    large = np.array([-1.0, -0.9, -0.5, 0.5, 1.0, 3.0, 1e300, np.inf, -2.0, np.nan])
+    check(lax.log1p, large, rtol=1e-15)
+
+
+def test_atanh_f64_minimized() -> None:
+    """2811/015: atanh(0.3970234676852453) is 0.4201104399965225 (jax lowers atanh to
+    0.5 * (log1p(x) - log1p(-x)); with the true log1p it was 41 ulps off). Inside one fusion
+    XLA fuses log1p's last product differently (x^3 P/Q, not x^2 / 2, as the two log1p share
+    it): up to 2 ulps remain, within the fuzzer's trans class."""
+    x = np.array([0.3970234676852453, -0.24136075, 0.41, -0.0823, 0.9, -0.999, 0.5, 2.0])
+    want = np.asarray(jax.jit(jnp.arctanh)(x))
+    for backend in ("interpreter", "cpu"):
+        got = run_on(backend, jnp.arctanh, (x,), pipeline="hlofuse")[0]
+        finite = np.isfinite(want)
+        assert np.array_equal(np.isnan(got), np.isnan(want)), backend
+        ulps = np.abs(got[finite].view(np.int64) - want[finite].view(np.int64))
+        assert ulps.max() <= 2, (backend, ulps)
+    assert run_on("interpreter", jnp.arctanh, (x[:1],))[0][0] == 0.4201104399965225

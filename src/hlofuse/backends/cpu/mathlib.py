@@ -25,7 +25,9 @@ f32 bit pattern by scripts/mathlib_ulp.py; see docs/mathlib.md):
   `atan2` C99/numpy `atan2` (signed zeros and infinities).
 
 The f64 routines call the C library (scalar, not vectorized); sqrt and rsqrt use the
-vectorizable `__builtin_sqrt`, logistic is `exp`-based in the interpreter's stable form.
+vectorizable `__builtin_sqrt`, logistic is `exp`-based in the interpreter's stable form, and
+log1p is XLA's own approximation (up to 128 ulps from the C library's near |x| = 0.414: jax.jit's
+values, `interpreter/numerics.log1p_f64`).
 `harness_source`, `reference`, `ulp_error` and `call_array` serve the measurements.
 """
 
@@ -439,7 +441,27 @@ static inline double hf_tan_f64(double x) { return tan(x); }
 static inline double hf_exp_f64(double x) { return exp(x); }
 static inline double hf_expm1_f64(double x) { return expm1(x); }
 static inline double hf_log_f64(double x) { return log(x); }
-static inline double hf_log1p_f64(double x) { return log1p(x); }
+static inline double hf_log1p_f64(double x)
+{
+    /* XLA's (interpreter numerics.log1p_f64): Cephes' rational form below sqrt(2) - 1, its
+       Horner steps fused as XLA's CPU fuses them, else log(1 + x) */
+    double x2 = x * x;
+    double p = 4.5270000862445199635215e-5;
+    p = fma(p, x, 4.9854102823193375972212e-1);
+    p = fma(p, x, 6.5787325942061044846969e0);
+    p = fma(p, x, 2.9911919328553073277375e1);
+    p = fma(p, x, 6.0949667980987787057556e1);
+    p = fma(p, x, 5.7112963590585538103336e1);
+    p = fma(p, x, 2.0039553499201281259648e1);
+    double q = x + 1.5062909083469192043167e1;
+    q = fma(q, x, 8.3047565967967209469434e1);
+    q = fma(q, x, 2.2176239823732856465394e2);
+    q = fma(q, x, 3.0909872225312059774938e2);
+    q = fma(q, x, 2.1642788614495947685003e2);
+    q = fma(q, x, 6.0118660497603843919306e1);
+    double small = x + fma(-0.5, x2, (x * x2) * (p / q));
+    return fabs(x) < 0.41421356237309504880 ? small : log(x + 1.0);
+}
 static inline double hf_tanh_f64(double x) { return tanh(x); }
 static inline double hf_logistic_f64(double x)
 {

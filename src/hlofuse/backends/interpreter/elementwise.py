@@ -118,6 +118,8 @@ def _float_unary(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.
                         out, ops[0])
     if out.is_complex and op is Opcode.RSQRT:
         return float_op(numerics.complex_rsqrt, out, ops[0])
+    if op is Opcode.LOG1P and out.name == "f64":  # XLA's own approximation
+        return numerics.log1p_f64(ops[0])
     return float_op(_FLOAT_UNARY[op], out, ops[0])
 
 

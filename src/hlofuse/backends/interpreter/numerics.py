@@ -35,8 +35,9 @@ from hlofuse.ir.opcodes import Opcode
 
 Op = Opcode
 __all__ = ["DTYPES", "UNARY_MATH", "complex_abs", "complex_divide", "complex_multiply",
-           "complex_power", "complex_rsqrt", "complex_sign", "fma", "from_bits", "make_complex",
-           "mulhi", "narrow_binary", "narrow_unary", "raw_bits", "total_order_key", "wrap"]
+           "complex_power", "complex_rsqrt", "complex_sign", "fma", "from_bits", "log1p_f64",
+           "make_complex", "mulhi", "narrow_binary", "narrow_unary", "raw_bits",
+           "total_order_key", "wrap"]
 
 
 def wrap(x: np.ndarray, dt: DType) -> np.ndarray:
@@ -186,7 +187,7 @@ def fma(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
         r = np.where(np.isinf(z) & np.isfinite(x) & np.isfinite(y), z, r)
     big = np.isfinite(x) & np.isfinite(y) & np.isfinite(z) & (
         (np.abs(x) > 2.0 ** 995) | (np.abs(y) > 2.0 ** 995) | ~np.isfinite(p)
-        | ((p != 0) & (np.abs(p) < 2.0 ** -960)))
+        | ((p != 0) & (np.abs(p) < 2.0 ** -960) & (np.abs(z) < 2.0 ** -900)))
     if np.any(big):  # outside Dekker's range: exactly, in rationals
         flat = np.array(r, dtype=np.float64).reshape(-1)
         xs, ys, zs = (v.reshape(-1) for v in (x, y, z))
@@ -198,6 +199,34 @@ def fma(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
                 flat[i] = np.inf if exact > 0 else -np.inf
         r = flat.reshape(np.shape(r))
     return r
+
+
+# Cephes' log1p rational approximation, highest degree first, as XLA's (log1p.cc)
+_LOG1P_P = (4.5270000862445199635215e-5, 4.9854102823193375972212e-1, 6.5787325942061044846969,
+            2.9911919328553073277375e1, 6.0949667980987787057556e1, 5.7112963590585538103336e1,
+            2.0039553499201281259648e1)
+_LOG1P_Q = (1.0, 1.5062909083469192043167e1, 8.3047565967967209469434e1,
+            2.2176239823732856465394e2, 3.0909872225312059774938e2, 2.1642788614495947685003e2,
+            6.0118660497603843919306e1)
+
+
+def log1p_f64(x: np.ndarray) -> np.ndarray:
+    """XLA's f64 log-plus-one (xla/codegen/intrinsic/log1p.cc): for |x| < sqrt(2) - 1 Cephes'
+    rational approximation x - x^2/2 + x^3 P(x)/Q(x), its Horner steps fused multiply-adds (XLA's
+    CPU always allows FMA fusion), else log(1 + x). Up to 128 ulps from the true log1p near
+    |x| = 0.414 (so atanh, 0.5 * (log1p(x) - log1p(-x)), differs by a few ulps)."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        x2 = x * x
+        num = np.full_like(x, _LOG1P_P[0])
+        for c in _LOG1P_P[1:]:
+            num = fma(num, x, np.full_like(x, c))
+        den = np.ones_like(x)
+        for c in _LOG1P_Q[1:]:
+            den = fma(den, x, np.full_like(x, c))
+        small = x + fma(np.full_like(x, -0.5), x2, (x * x2) * (num / den))
+        large = np.log(x + 1.0)
+    return np.where(np.abs(x) < 0.41421356237309504880, small, large)
 
 
 def complex_multiply(a: np.ndarray, b: np.ndarray, part: type = np.float64) -> np.ndarray:
