@@ -168,6 +168,14 @@ def test_registry_is_well_formed() -> None:
     assert setting_of("mof_fusible.loop_shapes") == "" and setting_of("nope") == ""
 
 
+def test_docs_list_every_code() -> None:
+    text = (SRC.parents[1] / "docs" / "fusion.md").read_text()
+    section = text[text.index("## Rule codes"):]
+    section = section[:section.index("\n## ", 1)]
+    missing = [code for code in RULES if f"`{code}`" not in section]
+    assert not missing, f"docs/fusion.md's Rule codes table lacks {missing}"
+
+
 def test_trace_event_says_setting_or_rule() -> None:
     d = FusionDecision.no("different loop shapes", "mof_fusible.loop_shapes")
     e = TraceEvent("multi-output-fusion", "a", "b", "refused", d.reason or "", d.rule)
