@@ -147,6 +147,25 @@ def test_complex_product_fused_formula(dt: Any) -> None:
 
 
 @pytest.mark.parametrize("dt", [np.complex128, np.complex64], ids=["c128", "c64"])
+def test_complex_window_product_skips_padding(dt: Any) -> None:
+    """1 + 0j is no identity of XLA's complex multiply ((inf-infj) * (1+0j) is NaN): a
+    reduce-window product skips its padding instead of folding the init there."""
+    big = 1e200 if dt is np.complex128 else 1e30
+    x = np.array([complex(np.inf, 1e-20), complex(0.5, -big), 3 + 0.5j, 3 + 0.5j, 3 - 2j,
+                  complex(np.inf, big)], dt)  # the last window: (inf+...j), then padding
+
+    def f(v: Any) -> Any:
+        return lax.reduce_window(v, dt(1), lax.mul, (3,), (1,), [(0, 2)])
+
+    check(f, x, rtol=1e-14 if dt is np.complex128 else 1e-6)
+    rng = np.random.default_rng(2)
+    pool = np.array([0.5, 3.0, -2.0, 1e-30, 1e30, np.inf, 1e-20])
+    y = (rng.choice(pool, (4, 5)) + 1j * rng.choice(pool, (4, 5))).astype(dt)
+    check(lambda v: lax.reduce_window(v, dt(1), lax.mul, (2, 3), (1, 2), [(0, 1), (1, 1)]), y,
+          rtol=1e-14 if dt is np.complex128 else 1e-6)
+
+
+@pytest.mark.parametrize("dt", [np.complex128, np.complex64], ids=["c128", "c64"])
 def test_complex_multiply_fused_formula(dt: Any) -> None:
     rng = np.random.default_rng(5)
     big = 1e300 if dt is np.complex128 else 1e30

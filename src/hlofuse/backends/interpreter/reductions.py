@@ -265,6 +265,8 @@ _PAIR_SCAN = 1 << 16  # at most this many (output, element) pairs are scanned fo
 def _identity(ufunc: np.ufunc, dtype: np.dtype) -> Any:
     """The value `v` with ufunc(acc, v) == acc for every accumulator value, or None."""
     dt = from_numpy(dtype)
+    if ufunc is np.multiply and dt.is_complex:
+        return None  # XLA's fused multiply: (inf-infj) * (1+0j) is NaN, so padding must not fold
     if ufunc in (np.add, np.logical_or, np.logical_xor, np.bitwise_or, np.bitwise_xor):
         return 0
     if ufunc in (np.multiply, np.logical_and):

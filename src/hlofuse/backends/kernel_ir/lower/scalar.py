@@ -184,6 +184,8 @@ def identity(op: Opcode, dtype: DType) -> object:
     if dtype.is_float:
         return {Opcode.ADD: -0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
                 Opcode.MINIMUM: math.inf}[op]
+    if dtype.is_complex and op is Opcode.MULTIPLY:  # XLA's fused complex multiply makes
+        raise KeyError(op)  # (inf-infj) * (1+0j) NaN: 1 is no identity
     info = ir.int_range(dtype)
     return {Opcode.ADD: 0, Opcode.MULTIPLY: 1, Opcode.MAXIMUM: int(info.min),
             Opcode.MINIMUM: int(info.max), Opcode.AND: -1 if dtype.is_signed else int(info.max),
