@@ -21,11 +21,13 @@ values matter and for comparing against numpy.
 Which values flush (XLA's CPU behaviour, measured against jax.jit, docs/cpu-backend.md):
 f32, f64 and bf16 (XLA computes bf16 in f32, whose subnormals are bf16's) and the parts of c64
 and c128; not f16 or the 8-bit floats, whose subnormals are normal f32 values, the type XLA
-computes them in. Operations that only move or reinterpret bits (copies, reshapes, slices,
-select, negate, abs, bitcast-convert, f32<->bf16 conversion, reduce-precision, sort's data
-movement) never flush: a subnormal parameter returned unchanged stays subnormal. Real `power`
-reads its operands' bits as the C library's `pow` under DAZ does (a subnormal exponent is a
-nonzero non-integer, a subnormal base weighs 2^-150 or 2^-1075: `interpreter/flush.py`).
+computes them in (but f8e8m0fnu's smallest value 2^-127 is an f32 subnormal: its ops follow
+the f32 rules, with the exceptions below). Operations that only move or reinterpret bits
+(copies, reshapes, slices, select, negate, abs, bitcast-convert, f32<->bf16 conversion,
+reduce-precision, sort's data movement) never flush: a subnormal parameter returned unchanged
+stays subnormal. Real `power` reads its operands' bits as the C library's `pow` under DAZ does
+(a subnormal exponent is a nonzero non-integer, a subnormal base weighs 2^-150 or 2^-1075:
+`interpreter/flush.py`); sin, tan, tanh and expm1 return a subnormal operand (`PASSTHROUGH`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 from typing import Final
 
 from hlofuse.errors import HloError
+from hlofuse.ir.opcodes import Opcode
 
 FLUSH: Final = "flush"
 KEEP: Final = "keep"
@@ -41,6 +44,28 @@ DEFAULT: Final = FLUSH
 
 # Element types whose subnormals are flushed (complex types: each part).
 FLUSH_TYPES: Final = frozenset({"f32", "f64", "bf16", "c64", "c128"})
+
+# Facts of XLA's CPU that both backends emulate when flushing (measured against jax.jit on every
+# array size tried; `interpreter/flush.py` applies them, the cpu backend's `cexpr` and
+# `cexpr_e8m0` emit them):
+# - real functions that return a subnormal operand unflushed, by the operand's type (f64 tanh
+#   flushes it; f32 atan is atan2f(x, 1), which returns x too);
+_UNCHANGED = frozenset({Opcode.SIN, Opcode.TAN, Opcode.TANH, Opcode.EXPM1})
+PASSTHROUGH: Final = {"f32": _UNCHANGED, "bf16": _UNCHANGED,
+                      "f64": _UNCHANGED - {Opcode.TANH}}
+# - f8e8m0fnu ops (computed as f32 ops, on the bits of e8m0's smallest value 2^-127, an f32
+#   subnormal) that read 2^-127 unflushed: ceil(2^-127) and sign(2^-127) are 1 (f32 ceil and
+#   sign of a subnormal flush it); floor and the roundings give NaN either way;
+E8M0_UNFLUSHED: Final = frozenset({Opcode.CEIL, Opcode.FLOOR, Opcode.ROUND_AFZ,
+                                   Opcode.ROUND_EVEN, Opcode.SIGN})
+# - f8e8m0fnu ops that, with every operand but one a scalar constant, compute exactly (IEEE, no
+#   flushing) where that operand is 2^-127: XLA's e8m0 -> f32 conversion selects the constant
+#   2^-127 for encoding 0 and LLVM folds the op into that arm at compile time (2^-127 * 2 is
+#   2^-126 and 2^-127 + 1 is 1, where 2^-127 * y is NaN for a y not a constant). A division by
+#   a constant c is a multiplication by 1 / c (XLA's simplifier; 1 / 2^-127 is NaN). Not
+#   atan2, nor remainder (fmod(2^-127, c) is NaN in jax.jit for c >= 1: not emulated).
+E8M0_FOLDED: Final = frozenset({Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY, Opcode.DIVIDE,
+                                Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.CLAMP, Opcode.POWER})
 
 
 def check(value: object) -> str:

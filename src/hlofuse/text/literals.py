@@ -138,7 +138,7 @@ def _fast_array(text: str, shape: Shape) -> np.ndarray | None:
     if wide is None or wide.size != shape.size:
         return None
     with np.errstate(over="ignore", invalid="ignore"):
-        arr = wide.astype(dt.np)
+        arr = _to_float(wide, dt)
         back = arr.astype(np.float64)
     if (~np.isfinite(back) & np.isfinite(wide)).any():
         return None  # a finite value out of the type's range: the token reader says which
@@ -322,7 +322,7 @@ def _float_array(lexer: Lexer, flat: list[str], offsets: list[int], dt: DType) -
             continue
         values.append(float(tok))
     with np.errstate(over="ignore", invalid="ignore"):
-        arr = np.array(values, dtype=np.float64).astype(dt.np)
+        arr = _to_float(np.array(values, dtype=np.float64), dt)
         wide = arr.astype(np.float64)
     bad = ~np.isfinite(wide) & np.isfinite(np.array(values, dtype=np.float64))
     for k, (tok, off) in enumerate(zip(flat, offsets)):
@@ -332,6 +332,22 @@ def _float_array(lexer: Lexer, flat: list[str], offsets: list[int], dt: DType) -
     if payloads:
         _set_nan_payloads(lexer, arr, dt, payloads)
     return arr
+
+
+def _to_float(wide: np.ndarray, dt: DType) -> np.ndarray:
+    """f64 values in the float type `dt`, rounded to nearest. For f8e8m0fnu a value in
+    [2^-128, 2^-126) is the nearer of 2^-127 and 2^-126: XLA prints 2^-127 as 5.9e-39, which
+    ml_dtypes' cast (by the bits of an f32 subnormal) makes 2^-126."""
+    arr = wide.astype(dt.np)
+    if dt.name == "f8e8m0fnu":
+        with np.errstate(invalid="ignore"):
+            tiny = (wide >= 2.0**-128) & (wide < _E8M0_HALFWAY)
+        if tiny.any():
+            arr = np.where(tiny, np.uint8(0).view(dt.np), arr).astype(dt.np)
+    return arr
+
+
+_E8M0_HALFWAY = 1.5 * 2.0**-127  # between e8m0's two smallest values
 
 
 def _set_nan_payloads(lexer: Lexer, arr: np.ndarray, dt: DType,

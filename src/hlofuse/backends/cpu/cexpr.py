@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hlofuse.backends.cpu import cexpr_types, cprelude, daz_math
+from hlofuse.backends.cpu import cexpr_e8m0, cexpr_types, cprelude, daz_math
 from hlofuse.backends.kernel_ir.ir import ScalarOp
+from hlofuse.backends.subnormals import PASSTHROUGH
 from hlofuse.errors import CompileError
 from hlofuse.ir.dtypes import F64, DType, int_range, int_saturation_bounds
 from hlofuse.ir.instruction import Instruction
@@ -242,6 +244,7 @@ class _Op:
     arg_dtypes: tuple[DType, ...]
     attrs: dict[str, object]
     name: str
+    consts: tuple[object | None, ...] = ()  # operand values where constant (cexpr_e8m0)
 
 
 def _of_instruction(instr: Instruction) -> _Op:
@@ -338,11 +341,12 @@ def elementwise(instr: Instruction, operands: list[str]) -> str:
 
 
 def elementwise_op(op: ScalarOp, arg_dtypes: list[DType], operands: list[str],
-                   where: str = "") -> str:
+                   where: str = "", consts: Sequence[object | None] = ()) -> str:
     """The same for a kernel-IR `ScalarOp` whose operands have `arg_dtypes`; `where` names the
-    kernel or instruction in errors."""
-    return _elementwise(_Op(op.opcode, op.dtype, tuple(arg_dtypes), dict(op.attrs), where),
-                        operands)
+    kernel or instruction in errors; `consts` the operands' values where they are constants
+    (None where they vary)."""
+    return _elementwise(_Op(op.opcode, op.dtype, tuple(arg_dtypes), dict(op.attrs), where,
+                            tuple(consts)), operands)
 
 
 def _elementwise(instr: _Op, operands: list[str]) -> str:
@@ -380,12 +384,25 @@ def _elementwise(instr: _Op, operands: list[str]) -> str:
             raise _unsupported(instr, dt)
         return expr
     if cexpr_types.is_small_float(dt):  # computed in float, rounded to the type after every op
-        return cexpr_types.round_to(dt, _float_op(instr, dt, ops))
+        expr = _e8m0(instr, ops) if _name(dt) == "f8e8m0fnu" else None
+        return cexpr_types.round_to(dt, expr or _float_op(instr, dt, ops))
     if dt.is_float:
         return _float_op(instr, dt, ops)
     if dt.is_pred:
         return _pred_op(instr, dt, ops)
     return _int_op(instr, dt, ops)
+
+
+def _e8m0(instr: _Op, ops: list[str]) -> str | None:
+    """An e8m0 op as XLA's CPU computes it (cexpr_e8m0), None for a move."""
+    def f32(op: Opcode, args: list[str]) -> str:
+        return _float_op(replace(instr, opcode=op), instr.dtype, args)
+
+    def f64(op: Opcode, args: list[str]) -> str:
+        return _float_op(replace(instr, opcode=op, dtype=F64, arg_dtypes=(F64,) * len(args)),
+                         F64, args)
+
+    return cexpr_e8m0.e8m0_op(instr.opcode, ops, instr.consts, f32, f64)
 
 
 def _float_op(instr: _Op, dt: DType, ops: list[str]) -> str:
@@ -434,7 +451,8 @@ def _float_op(instr: _Op, dt: DType, ops: list[str]) -> str:
     # Except power: the C library's pow, which XLA calls, tells its operands apart by their
     # bits before it computes (mathlib's hf_pow_xla_*, interpreter/flush.py `daz_power`).
     # So is atan2 (glibc's atan2f / atan2: daz_math's hf_atan2_xla_*, `daz_atan2`), and f32 /
-    # bf16 cbrt gives a subnormal a constant (hf_cbrt_xla_f32, `daz_cbrt`).
+    # bf16 cbrt gives a subnormal a constant (hf_cbrt_xla_f32, `daz_cbrt`); sin, tan, expm1
+    # and f32 tanh return a subnormal operand itself (`subnormals.PASSTHROUGH`).
     if op is Opcode.POWER:
         return _round(dt, f"hf_pow_xla_{'f64' if f64 else 'f32'}({ops[0]}, {ops[1]})")
     if op is Opcode.ATAN2:
@@ -442,6 +460,8 @@ def _float_op(instr: _Op, dt: DType, ops: list[str]) -> str:
     if op is Opcode.CBRT and _name(dt) in ("f32", "bf16"):  # daz_math, `daz_cbrt`
         return _round(dt, f"hf_cbrt_xla_f32({ops[0]})")
     flushed = [o if op in DAZ_SAFE_F32 and not f64 else f"hf_ftz_{sfx}({o})" for o in ops]
+    if op in PASSTHROUGH[sfx]:  # a subnormal operand is the result (daz_math)
+        return f"hf_sub_or_{sfx}({ops[0]}, {_math_call(op, dt, flushed)})"
     if op in _MATH_OPS or op is Opcode.LOGISTIC:
         return _math_call(op, dt, flushed)
     if op in _LIBM_UNARY:  # in double, rounded once (f64: the C library's own accuracy)

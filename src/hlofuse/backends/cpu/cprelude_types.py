@@ -131,6 +131,20 @@ static inline float hf_round_f8e8m0fnu(double x) {
    as 0 under DAZ (NaN in e8m0); a double result rounds as before */
 #define hf_round_f8e8m0fnu_op(x) \
   _Generic((x), float: hf_round_f8e8m0fnu_f32, default: hf_round_f8e8m0fnu)(x)
+/* e8m0 arithmetic (cexpr_e8m0.py): 2^-127 read as 2^-126 by the ops XLA's CPU computes on it
+   unflushed (ceil, floor, roundings, sign: the same results for both); whether a compute value
+   is 2^-127; an exact result (double) as f32 holds it, subnormals kept, then by its bits */
+static inline float hf_f8e8m0fnu_unflush(float x) {
+  return hf_f32_bits(x) == 0x00400000u ? 0x1p-126f : x;
+}
+static inline int hf_f8e8m0fnu_is_min(float x) { return hf_f32_bits(x) == 0x00400000u; }
+static inline float hf_round_f8e8m0fnu_exact(double x) {
+  if (x > 0.0 && x < 0x1p-126) {
+    double m = rint(x * 0x1p149);
+    return hf_f8e8m0fnu_to_f32(m == 0.0 ? 0xffu : m > 0x1p22 ? 1u : 0u);
+  }
+  return hf_f8e8m0fnu_to_f32(hf_f64_to_f8e8m0fnu_k(x, 0));
+}
 /* convert from f64 as XLA's CPU does when flushing (measured against jax.jit): below 2^-126,
    2^-127 exactly is encoding 0, anything between it and 2^-126 encoding 1, anything smaller
    (zero included) NaN; interpreter/conversions.py `f64_to_e8m0` */

@@ -437,7 +437,8 @@ class KernelPrinter:
             return self._local(ct, cexpr.load(v.dtype, raw))
         if op == "alu":
             args = [self.sx(a) for a in v.args]
-            expr = cexpr.elementwise_op(v.arg, [a.dtype for a in v.args], args, self.where)
+            expr = cexpr.elementwise_op(v.arg, [a.dtype for a in v.args], args, self.where,
+                                        _consts(v))
             return self._local(ct, expr)
         if op == "cond":
             return self._cond(v, ct, vector=False)
@@ -763,12 +764,12 @@ class KernelPrinter:
             placeholders = [f"a{i}[hf_l]" if self.varies(a) else f"a{i}"
                             for i, a in enumerate(v.args)]
             fn = self.lib.lanes(vt, w, params, cexpr.elementwise_op(v.arg, dtypes, placeholders,
-                                                                    self.where))
+                                                                    self.where, _consts(v)))
             args = [self.vexpr(a) if self.varies(a) else self.sx(a) for a in v.args]
             return self._local(vt, f"{fn}({', '.join(args)})")
         self.lib.lane_loops += 1
         args = [f"{self.vexpr(a)}[hf_l]" if self.varies(a) else self.sx(a) for a in v.args]
-        expr = cexpr.elementwise_op(v.arg, dtypes, args, self.where)
+        expr = cexpr.elementwise_op(v.arg, dtypes, args, self.where, _consts(v))
         name = self.fresh()
         self.line(f"{vt} {name};")
         self.line(f"for (int hf_l = 0; hf_l < {w}; ++hf_l) {name}[hf_l] = {expr};")
@@ -813,6 +814,11 @@ class KernelPrinter:
             found = self.remember(key, ",".join(names), self.k.graph.load(buf, base))
         raw = found.split(",")[k]
         return self._local(vt, self.to_compute(v.dtype, raw))
+
+
+def _consts(v: Val) -> tuple[Any, ...]:
+    """The values of `v`'s operands that are constants (None for the others)."""
+    return tuple(ir.const_value(a) if a.op == "const" else None for a in v.args)
 
 
 def cexpr_name(base: str, used: set[str]) -> str:

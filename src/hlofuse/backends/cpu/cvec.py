@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from hlofuse.backends.cpu import cexpr, vmath
 from hlofuse.backends.kernel_ir.ir import ScalarOp
+from hlofuse.backends.subnormals import PASSTHROUGH
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.opcodes import Opcode
 
@@ -227,6 +228,25 @@ static inline {vt} {name}({self.t('u8', w)} p, {vt} a, {vt} b)
                         "#endif\n}")
         return name
 
+    def sub_or(self, short: str, w: int) -> str:
+        """daz_math's hf_sub_or on vectors: the lanes of `a` that are subnormal, when the file
+        flushes subnormals (XLA's CPU returns them from sin, tan, tanh, expm1), else those of
+        `r`."""
+        vt, ut, it = self.t(short, w), self.t(_utype(short), w), self.t(_itype(short), w)
+        name = f"hf_vsub_or_{vt[3:]}"
+        exp, keep = (("0x7f800000u", "0x7fffffffu") if short == "f32" else
+                     ("0x7ff0000000000000ull", "0x7fffffffffffffffull"))
+        blend = self.blend(short, w)
+        self._add(name, f"static inline {vt} {name}({vt} a, {vt} r) {{\n"
+                        "#if HF_FLUSH_SUBNORMALS\n"
+                        f"  const {ut} u = ({ut})a;\n"
+                        f"  const {it} m = ({it})(((u & {exp}) == 0) & ((u & {keep}) != 0));\n"
+                        f"  return {blend}(m, a, r);\n"
+                        "#else\n"
+                        "  return r;\n"
+                        "#endif\n}")
+        return name
+
     def sign(self, short: str, w: int) -> str:
         """The scalar hf_sign on vectors: NaN and zeros (subnormals too, where DAZ reads them
         as zeros) stay themselves, the rest become 1 with their sign; then flushed as hf_ftz."""
@@ -414,7 +434,10 @@ def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str
             return f"{mn}({mx}({a[1]}, {a[0]}), {a[2]})"
         if code in _VMATH and short == "f32":  # operands flushed as cexpr's math calls
             x = a[0] if code in cexpr.DAZ_SAFE_F32 else f"{lib.ftz(short, w)}({a[0]})"
-            return rounded(f"{lib.vmath(_VMATH[code], w)}({x})")
+            expr = rounded(f"{lib.vmath(_VMATH[code], w)}({x})")
+            if code in PASSTHROUGH[short]:  # a subnormal operand is the result
+                return f"{lib.sub_or(short, w)}({a[0]}, {expr})"
+            return expr
         return None
     if dt.is_pred:
         if code is Opcode.IS_FINITE and arg_dtypes[0].is_float \

@@ -4,6 +4,7 @@ prelude after mathlib (`cexpr.prelude`), whose `hf__*` helpers and f32 functions
 
     hf_atan2_xla_f32 / _f64    real atan2 (glibc's atan2f / atan2 under DAZ)
     hf_cbrt_xla_f32            real cbrt of f32 / bf16 (a subnormal gives XLA's constant)
+    hf_sub_or_f32 / _f64       a subnormal operand as the result (sin, tan, tanh, expm1)
     hf_cpow_xla_c64 / _c128    complex power (XLA's `EmitComplexPower`)
 
 Each matches the interpreter bit for bit on special values (NaN, infinities, zeros and their
@@ -17,6 +18,8 @@ signs) and to a few ulp elsewhere: `interpreter/flush.py` `daz_atan2` and `_comp
   x <= -2^-966 is -pi whatever y's sign; otherwise the flushed operands' atan2.
 - cbrt (f32, bf16 computed as f32) of a nonzero subnormal of either sign is the constant
   -5.595173541877215e-16 (0xa6214518), as jax.jit gives (`daz_cbrt`); else mathlib's cbrt.
+- sin, tan, expm1 (and f32 tanh) of a subnormal return it unflushed (`subnormals.PASSTHROUGH`,
+  interpreter/flush.py `_passthrough_step`): `hf_sub_or_*(x, f(flushed x))`.
 - complex power computes in the component type (c64: f32 steps, so |1e20|^2 overflows; its
   pow, exp, log, cos and sin in double, rounded to float once, as the interpreter's):
   |a|^c * exp(-d arg a) * (cos q + i sin q), q = c arg a + d log|a|, |a| = max * sqrt(1 +
@@ -157,6 +160,30 @@ HF_INLINE float hf_cbrt_xla_f32(float x)
 """
 
 
+_SUB_OR = r"""
+/* x itself where it is subnormal and this file flushes subnormals, else r: XLA's CPU sin, tan,
+   expm1 (and f32 tanh) return a subnormal operand unflushed (subnormals.PASSTHROUGH). */
+HF_INLINE float hf_sub_or_f32(float x, float r)
+{
+#if HF_FLUSH_SUBNORMALS
+    return hf__self(((hf__as_u32(x) & 0x7fffffffu) - 1u) < 0x007fffffu, x, r);
+#else
+    (void)x;
+    return r;
+#endif
+}
+static inline double hf_sub_or_f64(double x, double r)
+{
+#if HF_FLUSH_SUBNORMALS
+    return ((hf__as_u64(x) & 0x7fffffffffffffffull) - 1u) < 0x000fffffffffffffull ? x : r;
+#else
+    (void)x;
+    return r;
+#endif
+}
+"""
+
+
 def source() -> str:
     """The C text (after mathlib's)."""
-    return _ATAN2 + _CBRT + _CPOW
+    return _ATAN2 + _CBRT + _SUB_OR + _CPOW

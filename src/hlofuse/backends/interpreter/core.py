@@ -25,6 +25,7 @@ loop otherwise.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -36,9 +37,8 @@ from hlofuse.backends.host_callbacks import (
     callback_index,
     invoke,
 )
-from hlofuse.backends.interpreter.flush import Rule as FlushRule
-from hlofuse.backends.interpreter.flush import flush as flush_value
 from hlofuse.backends.interpreter.flush import rule as flush_rule
+from hlofuse.backends.interpreter.flush import run as flush_run
 from hlofuse.backends.subnormals import FLUSH, KEEP
 from hlofuse.backends.subnormals import check as check_subnormals
 from hlofuse.errors import AllocationError, HloError, InterpreterError, InterpreterLimitError
@@ -158,8 +158,8 @@ class _Plan:
             rule = step.flush
             if rule is not None:  # no second look at what the producer flushed
                 ops = tuple(k for k in rule.operands if step.operands[k] not in flushed)
-                step.flush = rule = FlushRule(ops, rule.result, rule.compute) \
-                    if ops or rule.result or rule.compute else None
+                rule = replace(rule, operands=ops)
+                step.flush = rule = rule if rule.acts() else None
                 if rule is not None and rule.result:
                     flushed.add(i)
             self.steps.append(step)
@@ -231,15 +231,8 @@ class Interpreter:
             try:
                 args = [env[i] for i in step.operands]
                 rule = step.flush
-                if rule is None:
-                    value = fn(self, instr, args)
-                else:
-                    for i in rule.operands:
-                        args[i] = flush_value(args[i])
-                    value = fn(self, instr, args) if rule.compute is None \
-                        else rule.compute(args)
-                    if rule.result:
-                        value = flush_value(value)
+                value = fn(self, instr, args) if rule is None \
+                    else flush_run(rule, fn, self, instr, args)
             except HloError:
                 raise
             except Exception as exc:  # a bug or an unexpected input: name the instruction
