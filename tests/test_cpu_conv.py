@@ -311,7 +311,7 @@ def test_base_dilation_splits_into_phases() -> None:
     s2 = _defs(next(c for c in CASES if c.name == "resnet_input_grad_s2"))
     assert s2.count("im2col + GEMM") == 4
     # (plus the unphased product for a kernel holding an inf or a NaN: with a window stride
-    # XLA's Eigen convolution multiplies the holes' zeros, as `skips_padding` says)
+    # XLA's Eigen convolution multiplies the holes' zeros, as `conv_plan.plan` says)
     strided = _defs(next(c for c in CASES if c.name == "lhs_dilate_strided"))
     assert strided.count("im2col + GEMM") == 3
     # the 1x1 kernel's odd phases have no tap: zeros from the direct loop nest (plus the whole

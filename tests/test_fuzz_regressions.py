@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -92,7 +93,7 @@ def test_power_keep_subnormals_is_ieee() -> None:
 # ----- class 8: convolution padding with an inf or NaN in the kernel --------------------------
 # XLA's elemental convolution (f64, c128, ...) skips padding and base-dilation holes; its
 # runtime one (f16, bf16, f32, c64) multiplies their zeros by the kernel, except for transposed
-# convolutions and tiny buffers (interpreter/convolution.py `skips_padding`).
+# convolutions and tiny buffers (interpreter/conv_plan.py `plan`).
 
 
 def test_conv_padding_inf_kernel_minimized() -> None:
@@ -449,6 +450,121 @@ def test_conv_eigen_or_elemental_padding(case: tuple[Any, ...], dt: Any) -> None
                                         feature_group_count=groups)
 
     check(f, x, k, rtol=1e-2 if dt == np.float16 else 1e-5)
+
+
+# ----- 20k run: convolutions XLA rewrites before it emits them (interpreter/conv_plan.py) -----
+# Depthwise feature groups of f64 (and jax's f64 parts of c128) are expanded into one
+# convolution over every input feature with a zeroed kernel: another group's inf or NaN times
+# 0 is NaN (seed2811/006). Batch groups are expanded over a dilated group dimension whose holes
+# Eigen multiplies by every other group's kernel. Operands are swapped when the kernel has more
+# taps than the input (the swapped convolution reverses its window: elemental, skipping
+# padding). Convolutions outside the entry computation are not canonicalized: with NCHW labels
+# they run elementally.
+
+
+def test_conv_depthwise_c128_other_group_nan_minimized() -> None:
+    """fuzz_min_20k/seed2811/006.hlo: c128, one tap, window dilation 2, 2 groups; a NaN input of
+    feature 1 makes feature 0 NaN at the same position (5), not only feature 1."""
+    x = (np.linspace(-2.0, 2.0, 24) + 1j * np.linspace(1.0, -1.0, 24)).reshape(2, 2, 6)
+    x[0, 1, 5] = complex(2.3, np.nan)
+    x[1, 0, 0] = complex(-np.inf, -7.0)
+    k = np.array([4.79 + 2.04j, 0.71 - 0.41j]).reshape(2, 1, 1)
+
+    def f(a: Any, b: Any) -> Any:
+        return lax.conv_general_dilated(a, b, (1,), [(0, 2)], (1,), (2,), feature_group_count=2)
+
+    check(f, x, k, rtol=1e-12)
+
+
+DEPTHWISE = [  # (groups, input features per group, spatial, kernel, padding, lhs/rhs dilation)
+    (2, 1, 6, 1, (0, 2), (1, 2)), (3, 1, 5, 3, (2, 1), (1, 1)), (2, 1, 4, 2, (1, 1), (2, 1)),
+    (2, 2, 5, 2, (1, 1), (1, 1)),  # 2 features a group: a group dimension, holes skipped
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=[str(c) for c in DEPTHWISE])
+def test_conv_depthwise_f64_other_group_nonfinite(case: tuple[Any, ...]) -> None:
+    groups, cpg, width, kw, pad, (ld, rd) = case
+    x = np.linspace(-1.0, 1.0, 2 * groups * cpg * width).reshape(2, groups * cpg, width)
+    x[0, groups * cpg - 1, width // 2] = np.inf
+    x[1, 0, width - 1] = np.nan
+    k = np.linspace(0.5, 1.5, 2 * groups * cpg * kw).reshape(2 * groups, cpg, kw)
+
+    def f(a: Any, b: Any) -> Any:
+        return lax.conv_general_dilated(a, b, (1,), [pad], (ld,), (rd,),
+                                        feature_group_count=groups)
+
+    check(f, x, k, rtol=1e-12)
+
+
+BATCH_GROUPS = [  # (groups, spatial dims, stride, padding); kernel of group 1 has a NaN
+    (2, 2, 1, 1),   # 3-D after expansion: Eigen multiplies the holes: groups 0 NaN everywhere
+    (3, 1, 1, 1),   # stride 2 over the group dimension: not a transposed convolution
+    (2, 1, 2, 0),   # strided: the generic Eigen convolution
+    (2, 1, 1, 1),   # stride 1 over 2 groups: Eigen's transposed convolution skips holes
+]
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("case", BATCH_GROUPS, ids=[str(c) for c in BATCH_GROUPS])
+def test_conv_batch_groups_other_group_kernel_nan(case: tuple[int, ...], dt: Any) -> None:
+    groups, nsp, stride, pad = case
+    x = np.linspace(-1.0, 1.0, 2 * groups * 2 * 4 ** nsp).reshape(
+        (2 * groups, 2) + (4,) * nsp).astype(dt)
+    k = np.linspace(0.5, 1.5, 2 * groups * 2 * 3 ** nsp).reshape(
+        (2 * groups, 2) + (3,) * nsp).astype(dt)
+    k[(2, 1) + (0,) * nsp] = np.nan  # group 1 (features 2, 3), output feature 2
+
+    def f(a: Any, b: Any) -> Any:
+        return lax.conv_general_dilated(a, b, (stride,) * nsp, [(pad, pad)] * nsp,
+                                        batch_group_count=groups)
+
+    check(f, x, k, rtol=1e-2 if dt == np.float16 else 1e-5)
+
+
+@pytest.mark.parametrize("width", [2, 5], ids=["swapped", "kept"])
+def test_conv_operand_swap_skips_padding(width: int) -> None:
+    """A kernel of 4 taps over 2 input positions is swapped with the input (XLA's
+    ConvOperandSwapper): the swapped convolution runs elementally and skips padding; over 5
+    positions it stays in Eigen and multiplies the padding's zeros by the inf."""
+    x = np.linspace(-1.0, 1.0, 2 * width).reshape(1, 2, width).astype(np.float32)
+    k = np.linspace(0.5, 1.5, 16).reshape(2, 2, 4).astype(np.float32)
+    k[0, 0, 0] = np.inf
+
+    def f(a: Any, b: Any) -> Any:
+        return lax.conv_general_dilated(a, b, (1,), [(3, 3)])
+
+    check(f, x, k, rtol=1e-5)
+
+
+@pytest.mark.parametrize("labels", ["NCH", "NHC"])
+@pytest.mark.parametrize("where", ["loop", "cond"])
+def test_conv_outside_entry_computation(labels: str, where: str) -> None:
+    """ConvCanonicalization looks at the entry computation only: an NCHW-labelled convolution
+    in a while body or a conditional branch runs elementally (skips padding), an NHWC one in
+    Eigen (multiplies it). The loop carries 4 KiB so that XLA does not compile it as one small
+    kernel (SmallWhileLoopHoistingPass, under 1024 bytes), and runs 40 times so that hlofuse
+    does not unroll it."""
+    x = np.linspace(-1.0, 1.0, 10).reshape(1, 2, 5).astype(np.float32)
+    k = np.linspace(0.5, 1.5, 12).reshape(2, 2, 3).astype(np.float32)
+    k[0, 1, 0] = np.inf
+    dims = (labels, "OIH", labels) if labels == "NCH" else (labels, "HIO", labels)
+
+    def conv(a: Any, b: Any) -> Any:
+        if labels == "NHC":
+            a, b = jnp.moveaxis(a, 1, 2), jnp.transpose(b, (2, 1, 0))
+        out = lax.conv_general_dilated(a, b, (1,), [(2, 1)], dimension_numbers=dims)
+        return out if labels == "NCH" else jnp.moveaxis(out, 2, 1)
+
+    def f(a: Any, b: Any, p: Any) -> Any:
+        if where == "cond":
+            return lax.cond(p > 0, lambda: conv(a, b), lambda: conv(-a, b))
+        state = (jnp.zeros((1, 2, 6), np.float32), jnp.zeros(1024, np.float32))
+        a = a + (0 * p).astype(np.float32)  # (p used: jax keeps the argument)
+        return lax.fori_loop(0, 40, lambda i, st: (conv(a + 0 * st[1][0], b), st[1] + 1),
+                             state)[0]
+
+    check(f, x, k, np.int32(1), rtol=1e-5)
 
 
 # ----- 20k run: sub-byte integers -> f8e8m0fnu ------------------------------------------------

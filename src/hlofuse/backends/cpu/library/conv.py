@@ -22,10 +22,11 @@ b' = g * N_out + b when batch_group_count > 1. The direct loop nest's innermost 
 the group's input features; it accumulates integers in uint64_t with wrap-around (pred is
 `!= 0`), and floats (only empty windows reach it) in double, rounded once to the result type.
 The float routines accumulate in float for f32/f16/bf16 results and double for f64, like XLA.
-They multiply padding's zeros by the kernel, as XLA's runtime convolution does for f16, bf16
-and f32; where XLA skips padding (`skips_padding`: f64, and some shapes of the others), a
-kernel holding an inf or a NaN (0 x inf = NaN) sends the call to the direct loop nest instead,
-checked when it runs.
+They multiply padding's zeros by the kernel, as XLA's runtime convolution does; where XLA skips
+padding (`interpreter/conv_plan.py`: f64, small buffers, convolutions outside the entry
+computation, swapped operands, ...), a kernel holding an inf or a NaN (0 x inf = NaN) sends the
+call to the direct loop nest instead, checked when it runs; `conv_cross.py` adds the NaN of
+XLA's group expansions.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import math
 
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
-from hlofuse.backends.cpu.library import conv_spec
-from hlofuse.backends.interpreter.convolution import skips_padding
+from hlofuse.backends.cpu.library import conv_cross, conv_spec
+from hlofuse.backends.interpreter.conv_plan import plan_for
 from hlofuse.backends.kernel_ir.naming import fresh, word
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape
@@ -43,7 +44,8 @@ from hlofuse.ir.shape import ArrayShape
 PARALLEL_WORK = 1_000_000  # multiply-adds from which (batch, feature) pairs run on threads
 
 
-def _final(out: ArrayShape, acc: str) -> str:
+def final_value(out: ArrayShape, acc: str) -> str:
+    """C: the double (or uint64_t) accumulator `acc` as a value of the result type."""
     dt = out.dtype
     if dt.is_pred:
         return f"{acc} != 0"
@@ -68,34 +70,30 @@ def emit_convolution(
         return emit_direct(spec, ins, outs, names, threads)
     from hlofuse.backends.cpu.library import conv_phases
 
+    plan = plan_for(instr)
     defs, stmt = _emit_fast(spec, ins, outs, names, threads)
     # Padding and holes differ only when the kernel holds an inf or a NaN (0 x inf = NaN); then
     # where XLA skips them and the routines above multiply their zeros, the direct loop nest
-    # runs, and where XLA multiplies them and the phases skip holes, the unphased routines
-    if _skips(spec):
-        ddefs, dstmt = emit_direct(spec, ins, outs, names, threads)
-    elif conv_phases.split(spec) is not None:
-        ddefs, dstmt = _emit_float(spec, ins, outs, names, threads)
-    else:
-        return defs, stmt
-    rt = cexpr.ctype(spec.rhs.dtype)
-    check = fresh(f"{word(instr)}_kernel_finite", names)
-    kv = cexpr.load(spec.rhs.dtype, "k[i]")
-    cdef = (f"static int {check}(const {rt} *k) {{\n"
-            f"    for (int64_t i = 0; i < {spec.rhs.size}; i++)\n"
-            f"        if (!__builtin_isfinite((double)({kv}))) return 0;\n"
-            "    return 1;\n}\n")
-    return (defs + ddefs + cdef,
-            f"if ({check}((const {rt} *)({ins[1]}))) {{\n{stmt}}} else {{\n{dstmt}}}\n")
-
-
-def _skips(spec: conv_spec.ConvSpec) -> bool:
-    """Whether padding or base-dilation holes exist that XLA skips (interpreter/convolution.py
-    `skips_padding`)."""
-    window = spec.window
-    return any(w.pad_lo > 0 or w.pad_hi > 0 or w.base_dilation > 1 for w in window) and \
-        skips_padding(spec.lhs.dtype.name, window, spec.bgc, spec.fgc,
-                      (spec.lhs.size, spec.rhs.size, spec.out.size))
+    # runs, and where XLA multiplies them and the phases skip holes, the unphased routines;
+    # XLA's batch-group expansion adds NaN across groups (conv_cross.py)
+    holes = any(w.pad_lo > 0 or w.pad_hi > 0 or w.base_dilation > 1 for w in spec.window)
+    kdefs, kstmt = "", stmt
+    if plan.skips and holes:
+        kdefs, kstmt = emit_direct(spec, ins, outs, names, threads)
+    elif not plan.skips and conv_phases.split(spec) is not None:
+        kdefs, kstmt = _emit_float(spec, ins, outs, names, threads)
+    if plan.kernel_cross:
+        cdefs, cstmt = conv_cross.emit_kernel_cross(spec, ins, outs, names)
+        kdefs, kstmt = kdefs + cdefs, kstmt + cstmt
+    if kstmt != stmt:
+        rt = cexpr.ctype(spec.rhs.dtype)
+        fdef, check = conv_cross.finite_check(spec.rhs, f"{word(instr)}_kernel_finite", names)
+        defs = defs + kdefs + fdef
+        stmt = f"if ({check}((const {rt} *)({ins[1]}))) {{\n{stmt}}} else {{\n{kstmt}}}\n"
+    if plan.input_cross:  # depthwise f64: other groups' non-finite inputs times zeros
+        idefs, istmt = conv_cross.emit_input_cross(spec, ins, outs, names)
+        defs, stmt = defs + idefs, stmt + istmt
+    return defs, stmt
 
 
 def _emit_fast(
@@ -194,7 +192,7 @@ def emit_direct(
         lines.append(f"{ind}}}")
     obase = " + ".join([f"b * {os_[0]}", f"z * {os_[1]}"]
                        + [f"s{d} * {os_[2 + d]}" for d in range(nsp)])
-    lines.append(f"{ind}out[{obase}] = {_final(out, 'acc')};")
+    lines.append(f"{ind}out[{obase}] = {final_value(out, 'acc')};")
     lines += ["        }", "    }", "}"]
     pairs = nb * o
     par = threads > 1 and pairs > 1 and work >= PARALLEL_WORK
