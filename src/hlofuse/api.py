@@ -25,7 +25,7 @@ from hlofuse.backends import subnormals as subnormal_modes
 from hlofuse.backends.host_callbacks import HostCallbacks
 from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
-from hlofuse.passes.pipelines import DEFAULT_PIPELINE
+from hlofuse.passes.defaults import DEFAULT_PIPELINE
 
 if TYPE_CHECKING:
     from hlofuse.backends.cpu.executable import Profile

@@ -20,6 +20,7 @@ from pathlib import Path
 from hlofuse.errors import PassError
 from hlofuse.ir.module import Module
 from hlofuse.passes.base import Context, Fixpoint, Pass, Pipeline, PipelineReport
+from hlofuse.passes.defaults import DEFAULT_PIPELINE  # noqa: F401  (re-exported)
 from hlofuse.passes.fusion import pipelines as fusion_pipelines
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.registry import parse_pass_spec
@@ -58,10 +59,6 @@ def simplify(max_iterations: int = 25) -> Fixpoint:
         max_iterations=max_iterations,
     )
 
-
-# The pipeline `hlofuse.compile`, `hlofuse.jit` and the CLI's run/emit use, and so the one
-# `explain`, `lint` and `viz` show unless told otherwise.
-DEFAULT_PIPELINE = "hlofuse"
 
 PIPELINES: dict[str, Callable[[], Pass]] = {
     "simplify": simplify,

@@ -56,9 +56,9 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape
+from hlofuse.passes.defaults import DEFAULT_PIPELINE
 from hlofuse.passes.fusion.rules import setting_of
 from hlofuse.passes.fusion.trace import TRACE_KEY, FusionTrace, TraceEvent
-from hlofuse.passes.pipelines import DEFAULT_PIPELINE
 
 _CONTROL = CONTROL_FLOW_OPS
 # Non-kernel ops a value passes through on its way from one kernel to another.

@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from hlofuse.ir.module import Module
-from hlofuse.passes.pipelines import DEFAULT_PIPELINE
+from hlofuse.passes.defaults import DEFAULT_PIPELINE
 from hlofuse.tools.explain.analyse import ExplainError, analyse, to_module
 from hlofuse.tools.explain.model import (
     Boundary,

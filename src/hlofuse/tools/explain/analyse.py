@@ -35,11 +35,11 @@ from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape, leaves
 from hlofuse.passes.base import Context
+from hlofuse.passes.defaults import DEFAULT_PIPELINE
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.pipelines import BEYOND_PASSES, BEYOND_XLA, RELAXATIONS
 from hlofuse.passes.fusion.rules import setting_of
 from hlofuse.passes.fusion.trace import TraceEvent, trace_of
-from hlofuse.passes.pipelines import DEFAULT_PIPELINE
 from hlofuse.tools.explain import fixes as fx
 from hlofuse.tools.explain.model import Boundary, Explanation, KernelInfo, Refusal, Section
 from hlofuse.tools.explain.origins import (
