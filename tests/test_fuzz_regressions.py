@@ -777,3 +777,19 @@ def test_e8m0_smallest_value_literal() -> None:
             "8e-39, 9e-39})\n}\n")
     literal = parse(text).entry.root.literal
     np.testing.assert_array_equal(np.asarray(literal).view(np.uint8), [0, 1, 0, 1])
+
+
+# loop-small-float: a whole-loop kernel keeps a uniform (per-loop) leaf in a local of its compute
+# type (float for f16, bf16, the fp8s, f4, e8m0) and copied those bytes to the output as if they
+# were the storage type's, so the narrow value came back as garbage (0 for f16)
+NARROW = [np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+          ml_dtypes.float8_e4m3fnuz, ml_dtypes.float4_e2m1fn, E8]
+
+
+@pytest.mark.parametrize("dt", NARROW, ids=lambda d: np.dtype(d).name)
+def test_whole_loop_carries_a_narrow_float_next_to_an_array(dt: Any) -> None:
+    def f(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return lax.fori_loop(0, 3, lambda i, c: (-c[0], c[1] * jnp.asarray(2, dt)), (a, b))
+
+    a = np.linspace(-1, 1, 5, dtype=np.float32)
+    check(f, a, np.asarray(0.5, dt), exact=True)

@@ -289,7 +289,11 @@ class _WholeLoop:
             b.assign(self.uniform_updates(uniform))
             self.t.pop()
         for k, buf in uniform.items():
-            b.emit(ir.Copy(self.outs[k], buf))
+            # element by element, not a Copy: a local holds a narrow float (f16, bf16, fp8, f4,
+            # e8m0) in its compute type, so its bytes are not the output's storage bytes
+            for i in range(buf.size):
+                at = ir.affine(i)
+                b.emit(ir.Store(self.outs[k], at, b.g.load(buf, at)))
 
 
 _TRIVIAL = frozenset({Opcode.PARAMETER, Opcode.GET_TUPLE_ELEMENT, Opcode.CONSTANT})
