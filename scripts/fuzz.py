@@ -101,10 +101,16 @@ def main(argv: list[str] | None = None) -> int:
            "rejected_by_jax": rejected, "exclude": sorted(exclude), "outcomes": counts,
            "disagreeing_programs": sum(1 for v in by_prog.values()
                                        if any(o.status in ("mismatch", "crash") for o in v)),
+           "recorded_programs": sum(1 for v in by_prog.values()
+                                    if any(o.status == "recorded" for o in v)
+                                    and not any(o.status in ("mismatch", "crash") for o in v)),
+           "recorded": sorted({o.detail.split(": ", 1)[0] for o in outcomes
+                               if o.status == "recorded"}),
            "classes": classes, "unsupported": unsupported, "disagreements": bad,
            "coverage": report(cov.pairs)}
     args.out.write_text(json.dumps(rep, indent=1, default=str))
-    print(json.dumps({k: rep[k] for k in ("programs", "outcomes", "disagreeing_programs")}))
+    print(json.dumps({k: rep[k] for k in ("programs", "outcomes", "disagreeing_programs",
+                                          "recorded_programs")}))
     for k, v in classes.items():
         print(f"{v['count']:4d}  {k}  -> {args.shrink_dir / v['module']}")
     c = rep["coverage"]

@@ -149,3 +149,31 @@ def test_compare_tolerances() -> None:
     assert compare([np.array([1e-40], f32)], [np.array([0.0], f32)], "exact") == ""  # flushed
     c = np.complex64
     assert compare([np.array([1 + 1j], c)], [np.array([1 - 1j], c)], "trans")
+
+
+def test_recorded_jax_behaviours_are_set_aside_and_nothing_else() -> None:
+    """jax.jit's size-dependent f32 log of a subnormal and the host-dependent NaN/inf pattern
+    of complex vector-form dots are recorded (frontends/fuzz/recorded.py); a finite difference
+    beside them is still a disagreement, and other programs are never recorded."""
+    from hlofuse.frontends.fuzz.base import Program
+    from hlofuse.frontends.fuzz.recorded import recorded
+
+    x = np.array([1e-45, -1e-40, 2.0, 0.0, 1.0], np.float32)
+    log = Program("unary", lambda v: v, [x], "trans", "log[float32][5]")
+    ours = np.array([-np.inf, -np.inf, np.log(np.float32(2)), -np.inf, 0], np.float32)
+    theirs = np.array([-103.97208, np.nan, np.log(np.float32(2)), -np.inf, 0], np.float32)
+    assert "size" in recorded(log, [ours], [theirs])
+    off = theirs.copy()
+    off[2] = 0.5  # a real difference beside the recorded ones
+    assert recorded(log, [ours], [off]) == ""
+    exp = Program("unary", lambda v: v, [x], "trans", "exp[float32][5]")
+    assert recorded(exp, [ours], [theirs]) == ""
+
+    nan, inf = np.nan, np.inf
+    dot = Program("dot", lambda a, b: a, [], "accum", "dot-vv[complex64xcomplex64->None]")
+    g = [np.array(complex(nan, nan), np.complex64)]
+    w = [np.array(complex(-inf, inf), np.complex64)]
+    assert "host" in recorded(dot, g, w)
+    assert recorded(dot, [np.array(1 + 1j, np.complex64)], [np.array(2 + 1j, np.complex64)]) == ""
+    mm = Program("dot", lambda a, b: a, [], "accum", "dot-mm[complex64xcomplex64->None]")
+    assert recorded(mm, g, w) == ""

@@ -31,6 +31,7 @@ import numpy as np
 from hlofuse.errors import HloError
 from hlofuse.frontends.fuzz.compare import compare
 from hlofuse.frontends.fuzz.ops import Program
+from hlofuse.frontends.fuzz.recorded import recorded
 
 BACKENDS = ("interpreter", "cpu")
 
@@ -121,8 +122,11 @@ def run_batch(programs: Sequence[Program], cov: Coverage | None = None,
             continue
         i = 0
         for p, want in zip(programs, wants, strict=True):
-            detail = compare(got[i:i + len(want)], want, p.tol)
-            out.append(Outcome(p, backend, "mismatch" if detail else "match", detail))
+            mine = got[i:i + len(want)]
+            detail = compare(mine, want, p.tol)
+            why = recorded(p, mine, want) if detail else ""
+            status = "recorded" if why else ("mismatch" if detail else "match")
+            out.append(Outcome(p, backend, status, f"{why}: {detail}" if why else detail))
             i += len(want)
     return out
 
@@ -137,7 +141,7 @@ def run_programs(programs: Sequence[Program], cov: Coverage | None = None,
             res = run_batch(group, cov) if len(group) > 1 else None
         except Exception:
             res = None
-        if res is not None and all(o.status == "match" for o in res):
+        if res is not None and all(o.status in ("match", "recorded") for o in res):
             out.extend(res)
             continue
         for p in group:
