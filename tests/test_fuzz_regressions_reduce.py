@@ -204,3 +204,30 @@ def test_atanh_f64_minimized() -> None:
         ulps = np.abs(got[finite].view(np.int64) - want[finite].view(np.int64))
         assert ulps.max() <= 2, (backend, ulps)
     assert run_on("interpreter", jnp.arctanh, (x[:1],))[0][0] == 0.4201104399965225
+
+
+# ----- 8-bit floats without infinities: no -inf identity; the fnuz NaN orders lowest ---------
+
+FP8_NO_INF = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz"]
+
+
+@pytest.mark.parametrize("name", FP8_NO_INF)
+def test_padded_max_min_windows_of_fp8_without_infinities(name: str) -> None:
+    """Seed 77 class fp8-window-pad: jax sends the type's lowest finite value as the init; the
+    cpu lowering folded its own -inf identity at padding, which these types turn into NaN."""
+    x = np.array([1, -2, 3, 0.5, -1, 0, 2, 1.5], np.float32).astype(getattr(ml_dtypes, name))
+    check(lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (3,), (1,), [(1, 1)]), x,
+          exact=True)
+    check(lambda v: lax.reduce_window(v, jnp.inf, lax.min, (3,), (1,), [(2, 1)]), x,
+          exact=True)
+    check(lambda v: lax.cummax(v), x, exact=True)
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz"])
+def test_fnuz_nan_orders_below_every_value(name: str) -> None:
+    """Seed 77 class fnuz-nan-order: the fnuz NaN has -0's encoding (0x80) and XLA's total order
+    puts it below -max (jnp.sort first, top_k last); sign-magnitude keys put it just below +0."""
+    x = np.array([1, -2, 3, 0.5, np.nan, -1, 0, 2], np.float32).astype(getattr(ml_dtypes, name))
+    check(lambda v: lax.top_k(v, 8)[0], x, exact=True)
+    check(lambda v: lax.top_k(-v, 3)[1], x, exact=True)
+    check(lambda v: lax.sort(v), x, exact=True)

@@ -94,7 +94,8 @@ def round_to(dt: DType, expr: str) -> str:
 
 def total_order_key(dt: DType, expr: str) -> str:
     """The total-order key of a small float compute value, from its encoding."""
-    has_sign = 0 if dt.name == "f8e8m0fnu" else 1
+    # 0: unsigned (e8m0); 2: an fnuz type, whose NaN (-0's encoding) orders below everything
+    has_sign = 0 if dt.name == "f8e8m0fnu" else 2 if dt.name.endswith("fnuz") else 1
     return f"hf_small_key(hf_f64_to_{dt.name}({expr}), {dt.bits}, {has_sign})"
 
 

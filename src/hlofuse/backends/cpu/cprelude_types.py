@@ -26,7 +26,7 @@ said.
   when `random` is below the fraction scaled to `bits` bits), as a double for a saturating
   convert (NaN stays NaN: it converts to 0).
 - `hf_small_key`: the total order of an 8- or 4-bit float from its encoding (sign-magnitude;
-  e8m0 is unsigned), as the interpreter's `total_order_key`.
+  e8m0 is unsigned; the fnuz NaN, -0's encoding, lowest), as the interpreter's `total_order_key`.
 """
 
 from __future__ import annotations
@@ -308,6 +308,8 @@ static inline double hf_stochastic_round(double x, uint64_t r, int bits) {
 static inline int32_t hf_small_key(uint32_t e, int bits, int has_sign) {
   uint32_t mag = e & ((1u << (bits - 1)) - 1u);
   if (!has_sign) return (int32_t)e;
+  if (has_sign == 2 && e == (1u << (bits - 1)))  /* fnuz: the NaN (-0's encoding) is lowest */
+    return -(int32_t)(1u << (bits - 1)) - 1;
   return (e >> (bits - 1)) & 1u ? -(int32_t)mag - 1 : (int32_t)mag;
 }
 static inline hf_c64 hf_c64_of(hf_c128 z) {

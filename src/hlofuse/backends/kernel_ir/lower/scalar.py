@@ -182,8 +182,12 @@ def identity(op: Opcode, dtype: DType) -> object:
     if dtype.is_pred:
         return op in (Opcode.AND, Opcode.MINIMUM, Opcode.MULTIPLY)
     if dtype.is_float:
-        return {Opcode.ADD: -0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
-                Opcode.MINIMUM: math.inf}[op]
+        value = {Opcode.ADD: -0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
+                 Opcode.MINIMUM: math.inf}[op]
+        held = float(np.asarray(value).astype(dtype.np))
+        if held != value:  # not in the type (+-inf in the fp8s without infinities, 0 in e8m0):
+            raise KeyError(op)  # no identity; a -inf there would be NaN, not a neutral value
+        return value
     if dtype.is_complex and op is Opcode.MULTIPLY:  # XLA's fused complex multiply makes
         raise KeyError(op)  # (inf-infj) * (1+0j) NaN: 1 is no identity
     info = ir.int_range(dtype)

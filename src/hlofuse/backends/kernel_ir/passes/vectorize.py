@@ -380,6 +380,11 @@ class _Vectorizer:
         if val.arg.opcode is Opcode.MULTIPLY and buf.dtype.is_float:
             return None  # XLA multiplies in order: which partial product underflows (flushed
             #  to 0, then 0 x inf = NaN) or overflows depends on it (interpreter/products.py)
+        try:
+            identity(val.arg.opcode, buf.dtype)
+        except KeyError:
+            return None  # no identity in the type to start the partials with (max of an fp8
+            #  without infinities: -inf is NaN there)
         acc = loads[0]
         x = val.args[1] if val.args[0] is acc else val.args[0] if val.args[1] is acc else None
         if x is None or buf in ir.reads(x):
