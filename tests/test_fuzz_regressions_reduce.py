@@ -231,3 +231,15 @@ def test_fnuz_nan_orders_below_every_value(name: str) -> None:
     check(lambda v: lax.top_k(v, 8)[0], x, exact=True)
     check(lambda v: lax.top_k(-v, 3)[1], x, exact=True)
     check(lambda v: lax.sort(v), x, exact=True)
+
+
+@pytest.mark.parametrize("out", [jnp.int8, jnp.int32, jnp.uint16, jnp.uint64])
+@pytest.mark.parametrize("ft", [jnp.float16, jnp.bfloat16, jnp.float8_e5m2, jnp.float8_e4m3fn])
+def test_small_float_dot_with_an_integral_result_rounds_the_sum_first(out: Any, ft: Any) -> None:
+    """Fuzz class small-float-dot-int-result: an f16/bf16/fp8 dot with an integral result rounds
+    its f32 sum to the operand type before converting (f16 -> s64: -22688 = f16(-22694.x);
+    measured on 10 random dots per type pair, 0 misses, against 18-60 unrounded)."""
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((3, 8)) * 30).astype(ft)
+    b = (rng.standard_normal((8, 2)) * 30).astype(ft)
+    check(lambda x, y: lax.dot(x, y, preferred_element_type=out), a, b, exact=True)

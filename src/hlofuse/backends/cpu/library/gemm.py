@@ -478,8 +478,15 @@ def emit_dot(
             value = cexpr.store(dt, f"{c}[i]")
         elif acc_t in ("float", "double"):  # XLA's convert: truncate, saturate, NaN -> 0
             src = F64 if acc_t == "double" else F32
-            value = cexpr.elementwise_op(ScalarOp(Opcode.CONVERT, dt), [src], [f"{c}[i]"],
+            x = f"{c}[i]"
+            small = lhs_shape.dtype
+            if small == rhs_shape.dtype and small.is_float and small.bits < 32:
+                # an f16/bf16/fp8 dot's f32 sum is rounded to the operand type before the
+                # conversion (jax.jit, measured on f16/bf16/f8e5m2/f8e4m3fn/f8e4m3fnuz)
+                x = cexpr.elementwise_op(ScalarOp(Opcode.CONVERT, small), [src], [x],
                                          instr.name)
+                src = small
+            value = cexpr.elementwise_op(ScalarOp(Opcode.CONVERT, dt), [src], [x], instr.name)
         else:
             value = f"({out_ct}){c}[i]"  # wraps modulo 2^bits
         body.append(f"for (int64_t i = 0; i < {out_shape.size}; i++) "
