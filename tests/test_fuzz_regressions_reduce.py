@@ -243,3 +243,12 @@ def test_small_float_dot_with_an_integral_result_rounds_the_sum_first(out: Any, 
     a = (rng.standard_normal((3, 8)) * 30).astype(ft)
     b = (rng.standard_normal((8, 2)) * 30).astype(ft)
     check(lambda x, y: lax.dot(x, y, preferred_element_type=out), a, b, exact=True)
+
+
+def test_top_k_of_e8m0_orders_by_the_unsigned_encoding() -> None:
+    """20k run (seeds 2901/2902) class topk[float8_e8m0fnu], cpu: the top-k key read the
+    unsigned e8m0 encoding as a signed byte (2^1 .. 2^127 and NaN below 2^-127 .. 2^0)."""
+    x = np.array([2.0**-100, 4.0, 2.0**100, 0.5, np.nan, 1.0], np.float32).astype(
+        ml_dtypes.float8_e8m0fnu)
+    check(lambda v: lax.top_k(v, 6)[1], x, exact=True)
+    check(lambda v: lax.top_k(v, 3)[0], x, exact=True)

@@ -320,7 +320,9 @@ def emit_topk(
     ct = cexpr.ctype(shape.dtype)
     idx_ct = cexpr.ctype(res[1].dtype)  # type: ignore[union-attr]
     defs = ""
-    if shape.dtype.is_float and shape.dtype.name.endswith("fnuz"):
+    if shape.dtype.name == "f8e8m0fnu":  # unsigned: its encoding is its order (NaN 0xff last)
+        key = "((const uint8_t *)in0)[{v}]"
+    elif shape.dtype.is_float and shape.dtype.name.endswith("fnuz"):
         defs = _TOTAL_KEY_FNUZ
         key = "hflib_total_key_fnuz(&in0[{v}])"
     elif shape.dtype.is_float:
