@@ -252,3 +252,14 @@ def test_top_k_of_e8m0_orders_by_the_unsigned_encoding() -> None:
         ml_dtypes.float8_e8m0fnu)
     check(lambda v: lax.top_k(v, 6)[1], x, exact=True)
     check(lambda v: lax.top_k(v, 3)[0], x, exact=True)
+
+
+@pytest.mark.parametrize("name", ["int4", "int2", "uint4", "uint2"])
+def test_sub_byte_popcnt_as_xla(name: str) -> None:
+    """20k run (seeds 2901/2902) class popcnt[int4], both backends: XLA's CPU counts an s4's
+    bits sign-extended to a byte (popcnt(-1) = 8, wrapped to s4: -8; -8 -> 5), while s2 and the
+    unsigned types count within their width. Every value of each type."""
+    dt = getattr(ml_dtypes, name)
+    info = ml_dtypes.iinfo(dt)
+    x = np.arange(int(info.min), int(info.max) + 1).astype(np.int8).astype(dt)
+    check(lax.population_count, x, exact=True)

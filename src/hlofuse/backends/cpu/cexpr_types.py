@@ -10,7 +10,7 @@ Types (storage / compute, see `cexpr`):
   products and powers do not depend on the wider computation; x / 0 is -1 or all ones (the
   8-bit all ones wraps to the narrow one); shift amounts >= the width give 0 or the sign fill
   (the 8-bit amount is at least as large); a logical right shift first masks to the width;
-  clz and popcnt count within the width.
+  clz and popcnt count within the width (s4's popcnt: the sign-extended byte, as XLA).
 - complex numbers are C99 `_Complex` values (numpy's layout) in storage and compute; the ops
   follow `cprelude_types` (c64 computes in c128 and rounds once); comparisons are EQ and NE.
 - 8- and 4-bit floats are stored as their encodings (uint8_t, f4 in the low 4 bits) and computed
@@ -150,8 +150,9 @@ def narrow_int_op(op: Opcode, dt: DType, ops: list[str]) -> str | None:
         return wrap(dt, f"hf_shrl_u8((uint8_t)({ops[0]} & {mask}), (uint8_t){ops[1]})")
     if op is Op.CLZ:
         return wrap(dt, f"hf_clz_u8((uint8_t)({ops[0]} & {mask})) - {8 - dt.bits}")
-    if op is Op.POPCNT:
-        return wrap(dt, f"hf_popcnt_u8((uint8_t)({ops[0]} & {mask}))")
+    if op is Op.POPCNT:  # s4: the sign-extended byte's bits, as XLA (numerics.narrow_unary)
+        bits = "0xff" if dt.name == "s4" else mask
+        return wrap(dt, f"hf_popcnt_u8((uint8_t)({ops[0]} & {bits}))")
     if op is Op.MULHI:
         return wrap(dt, f"((int32_t){ops[0]} * (int32_t){ops[1]}) >> {dt.bits}")
     helpers = {Op.DIVIDE: "div", Op.REMAINDER: "rem", Op.POWER: "pow", Op.SHIFT_LEFT: "shl",

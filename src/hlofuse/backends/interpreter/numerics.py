@@ -6,7 +6,8 @@ Sub-byte integers (held one per byte by ml_dtypes) follow the same rules as the 
 own width: every result wraps to the width; `x / 0` is -1 (signed) or all ones, `INT_MIN / -1`
 is `INT_MIN`, `x % 0` is `x`; shift amounts are read as unsigned and a shift by at least the width
 gives 0 (or the sign fill: an arithmetic shift reads the bits as signed, for unsigned types
-too); popcnt and count-leading-zeros count within the width. They are
+too); popcnt and count-leading-zeros count within the width (s4's popcnt, as XLA's CPU, the
+sign-extended byte's bits). They are
 computed in int64 and wrapped (`wrap`).
 
 Complex numbers are computed in complex128 and rounded once to c64 where the result is c64 (the
@@ -129,7 +130,10 @@ def narrow_unary(op: Opcode, a: np.ndarray, dt: DType) -> np.ndarray:
         return wrap(~x, dt)
     u = x & ((1 << bits) - 1)
     if op is Op.POPCNT:
-        return wrap(np.bitwise_count(u.astype(np.uint64)).astype(np.int64), dt)
+        # s4 as XLA's CPU: the bits of the value sign-extended to a byte (popcnt(-1) = 8,
+        # wrapped: -8; measured on all 16 values); s2 and the unsigned types count in the width
+        counted = x & 0xFF if dt.name == "s4" else u
+        return wrap(np.bitwise_count(counted.astype(np.uint64)).astype(np.int64), dt)
     if op is Op.CLZ:
         length = np.zeros_like(u)
         for k in range(bits):
