@@ -92,11 +92,16 @@ def round_to(dt: DType, expr: str) -> str:
     return f"hf_round_{dt.name}({expr})"
 
 
-def total_order_key(dt: DType, expr: str) -> str:
-    """The total-order key of a small float compute value, from its encoding."""
+def small_key(dt: DType, encoding: str) -> str:
+    """The total-order key (`hf_small_key`) of a small float from its `encoding`."""
     # 0: unsigned (e8m0); 2: an fnuz type, whose NaN (-0's encoding) orders below everything
     has_sign = 0 if dt.name == "f8e8m0fnu" else 2 if dt.name.endswith("fnuz") else 1
-    return f"hf_small_key(hf_f64_to_{dt.name}({expr}), {dt.bits}, {has_sign})"
+    return f"hf_small_key({encoding}, {dt.bits}, {has_sign})"
+
+
+def total_order_key(dt: DType, expr: str) -> str:
+    """The total-order key of a small float compute value, from its encoding."""
+    return small_key(dt, f"hf_f64_to_{dt.name}({expr})")
 
 
 def narrow_literal(value: object, dt: DType) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from hlofuse.backends.cpu import cexpr, ctext
+from hlofuse.backends.cpu import cexpr, cexpr_types, ctext
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import scalar
 from hlofuse.backends.cpu.library.errors import LibraryOpError
@@ -287,20 +287,6 @@ static inline int{B}_t hflib_total_key_{B}(const void *p) {{
 #endif
 """
 
-# the fnuz 8-bit floats: their one NaN has -0's encoding (0x80), which XLA orders below every
-# value (the interpreter's numerics.total_order_key), so the key is 16 bits wide
-_TOTAL_KEY_FNUZ = r"""
-#ifndef HFLIB_TOTAL_KEY_FNUZ
-#define HFLIB_TOTAL_KEY_FNUZ
-static inline int16_t hflib_total_key_fnuz(const void *p) {
-    int8_t i;
-    memcpy(&i, p, sizeof i);
-    return i == INT8_MIN ? (int16_t)(INT8_MIN - 1) : (int16_t)(i < 0 ? i ^ INT8_MAX : i);
-}
-#endif
-"""
-
-
 def emit_topk(
     instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
@@ -320,11 +306,9 @@ def emit_topk(
     ct = cexpr.ctype(shape.dtype)
     idx_ct = cexpr.ctype(res[1].dtype)  # type: ignore[union-attr]
     defs = ""
-    if shape.dtype.name == "f8e8m0fnu":  # unsigned: its encoding is its order (NaN 0xff last)
-        key = "((const uint8_t *)in0)[{v}]"
-    elif shape.dtype.is_float and shape.dtype.name.endswith("fnuz"):
-        defs = _TOTAL_KEY_FNUZ
-        key = "hflib_total_key_fnuz(&in0[{v}])"
+    if shape.dtype.is_small_float:  # by encoding, as a TOTALORDER compare (e8m0 unsigned,
+        # the fnuz NaN lowest)
+        key = cexpr_types.small_key(shape.dtype, "((const uint8_t *)in0)[{v}]")
     elif shape.dtype.is_float:
         defs = _TOTAL_KEY.format(B=shape.dtype.bits)
         key = f"hflib_total_key_{shape.dtype.bits}(&in0[{{v}}])"
