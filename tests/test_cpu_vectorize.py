@@ -275,6 +275,34 @@ ENTRY e {
 }"""
 
 
+def _vector_ops_match_interpreter(text: str, args: tuple, target: str,
+                                  monkeypatch: pytest.MonkeyPatch, bytewise: bool = False
+                                  ) -> None:
+    """Every kernel of `text` (fused by `xla`) prints without a lane loop on a vector target,
+    and the cpu backend for `target` gives the interpreter's values on `args` (by bytes when
+    `bytewise`: NaN payloads and zero signs too)."""
+    import numpy as np
+
+    from hlofuse.backends import cpu, interpreter
+
+    module = parse(text)
+    run_pipeline(module, "xla")
+    used: set[str] = set()
+    for kernel in [i for i in module.entry.instructions if is_kernel(i)]:
+        k = lower_kernel(kernel, used, Target.named(target))
+        if target != "scalar":
+            assert "hf_l <" not in k.source, f"{k.name}: an op fell back to a lane loop"
+    want = interpreter.run(module, *args)
+    monkeypatch.setenv("HLOFUSE_TARGET", target)
+    got = cpu.compile_module(module)(*args)
+    for g, w in zip(got, want, strict=True):
+        if bytewise:
+            np.testing.assert_array_equal(np.asarray(g).view(np.uint8),
+                                          np.asarray(w).view(np.uint8))
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize("target", ["avx2", "avx512", "scalar"])
 def test_shifts_are_vector_ops_with_xla_semantics(target: str, monkeypatch: pytest.MonkeyPatch
                                                   ) -> None:
@@ -284,27 +312,18 @@ def test_shifts_are_vector_ops_with_xla_semantics(target: str, monkeypatch: pyte
     64-byte vectors become two 32-byte ones on AVX2)."""
     import numpy as np
 
-    from hlofuse.backends import cpu, interpreter
-
-    module = parse(SHIFTS)
-    run_pipeline(module, "xla")
-    used: set[str] = set()
-    for kernel in [i for i in module.entry.instructions if is_kernel(i)]:
-        k = lower_kernel(kernel, used, Target.named(target))
-        if target != "scalar":
-            assert "hf_l <" not in k.source, f"{k.name}: a shift fell back to a lane loop"
     rng = np.random.default_rng(0)
     amounts = np.array([0, 1, 7, 8, 13, 31, 32, 33, 63, 64, 255, 2**31, 2**32 - 1, 5, 16, 24]
                        * 4, dtype=np.uint32)
     args = (rng.integers(0, 2**32, 64, dtype=np.uint32), amounts,
             rng.integers(-2**31, 2**31, 64, dtype=np.int32), amounts.view(np.int32),
             rng.integers(0, 256, 64, dtype=np.uint8), (amounts % 256).astype(np.uint8))
-    want = interpreter.run(module, *args)
-    monkeypatch.setenv("HLOFUSE_TARGET", target)
-    got = cpu.compile_module(module)(*args)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
+    _vector_ops_match_interpreter(SHIFTS, args, target, monkeypatch)
 
+
+# NaNs of both signs, signed zeros, f32 and f64 subnormals, infinities, a bf16 subnormal
+SPECIAL_FLOATS = [float("nan"), -float("nan"), 0.0, -0.0, 1e-45, -1e-45, 1e-310, -1e-310,
+                  float("inf"), -float("inf"), 2.5, -3.0, 1e-39, -1e-39, 6e-8, -6e-8, 1e-40]
 
 SIGNS = """HloModule signs
 ENTRY e {
@@ -327,24 +346,9 @@ def test_float_sign_is_a_vector_op(target: str, monkeypatch: pytest.MonkeyPatch)
     import ml_dtypes
     import numpy as np
 
-    from hlofuse.backends import cpu, interpreter
-
-    module = parse(SIGNS)
-    run_pipeline(module, "xla")
-    used: set[str] = set()
-    for kernel in [i for i in module.entry.instructions if is_kernel(i)]:
-        k = lower_kernel(kernel, used, Target.named(target))
-        if target != "scalar":
-            assert "hf_l <" not in k.source, f"{k.name}: sign fell back to a lane loop"
-    special = [np.nan, -np.nan, 0.0, -0.0, 1e-45, -1e-45, 1e-310, -1e-310, np.inf, -np.inf,
-               2.5, -3.0, 1e-39, -1e-39, 6e-8, -6e-8, 1e-40]
-    x = np.array((special * 4)[:67])
+    x = np.array((SPECIAL_FLOATS * 4)[:67])
     args = (x.astype(np.float32), x, x.astype(ml_dtypes.bfloat16))
-    want = interpreter.run(module, *args)
-    monkeypatch.setenv("HLOFUSE_TARGET", target)
-    got = cpu.compile_module(module)(*args)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8))
+    _vector_ops_match_interpreter(SIGNS, args, target, monkeypatch, bytewise=True)
 
 
 ORDERS = """HloModule orders
@@ -381,28 +385,13 @@ def test_total_order_compares_is_finite_int_clamp_and_sign_are_vector_ops(
     import ml_dtypes
     import numpy as np
 
-    from hlofuse.backends import cpu, interpreter
-
-    module = parse(ORDERS)
-    run_pipeline(module, "xla")
-    used: set[str] = set()
-    for kernel in [i for i in module.entry.instructions if is_kernel(i)]:
-        k = lower_kernel(kernel, used, Target.named(target))
-        if target != "scalar":
-            assert "hf_l <" not in k.source, f"{k.name}: an op fell back to a lane loop"
-    special = [np.nan, -np.nan, 0.0, -0.0, 1e-45, -1e-45, 1e-310, -1e-310, np.inf, -np.inf,
-               2.5, -3.0, 1e-39, -1e-39, 6e-8, -6e-8, 1e-40]
     rng = np.random.default_rng(3)
-    x = np.array((special * 4)[:67])
+    x = np.array((SPECIAL_FLOATS * 4)[:67])
     y = rng.permutation(x)
     ints = rng.integers(-40, 40, (3, 67)).astype(np.int32)
     args = (x.astype(np.float32), y.astype(np.float32), x, y, *ints,
             rng.integers(-3, 3, 67).astype(np.int8), x.astype(ml_dtypes.bfloat16))
-    want = interpreter.run(module, *args)
-    monkeypatch.setenv("HLOFUSE_TARGET", target)
-    got = cpu.compile_module(module)(*args)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
+    _vector_ops_match_interpreter(ORDERS, args, target, monkeypatch)
 
 
 @pytest.mark.skipif(not __import__("hlofuse.backends.cpu", fromlist=["available"]).available(),
