@@ -158,8 +158,9 @@ def narrow_int_op(op: Opcode, dt: DType, ops: list[str]) -> str | None:
     if op is Op.POPCNT:  # s4: the sign-extended byte's bits, as XLA (numerics.narrow_unary)
         bits = "0xff" if dt.name == "s4" else mask
         return wrap(dt, f"hf_popcnt_u8((uint8_t)({ops[0]} & {bits}))")
-    if op is Op.MULHI:
-        return wrap(dt, f"((int32_t){ops[0]} * (int32_t){ops[1]}) >> {dt.bits}")
+    if op is Op.MULHI:  # s4/u4 shift by a byte, as XLA (numerics.mulhi_shift)
+        shift = 8 if dt.name in ("s4", "u4") else dt.bits
+        return wrap(dt, f"((int32_t){ops[0]} * (int32_t){ops[1]}) >> {shift}")
     helpers = {Op.DIVIDE: "div", Op.REMAINDER: "rem", Op.POWER: "pow", Op.SHIFT_LEFT: "shl",
                Op.SHIFT_RIGHT_ARITHMETIC: "shra", Op.MAXIMUM: "max", Op.MINIMUM: "min",
                Op.ABS: "abs", Op.SIGN: "sign"}
