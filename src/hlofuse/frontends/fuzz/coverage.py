@@ -109,6 +109,9 @@ _NEVER: dict[str, list[tuple[Callable[[DType], bool], str]]] = {
                     (_two_bit, "XLA's CPU has no 2-bit integer convolution: no oracle")],
     "concatenate": [(_two_bit, "XLA's CPU aborts on a 2-bit concatenate (an ir_array CHECK): "
                                "no oracle")],
+    "sort": [(_two_bit, "XLA's CPU sort of a 2-bit integer is wrong and corrupts the heap "
+                        "(results neither sorted nor a permutation, then malloc aborts): no "
+                        "oracle")],
     "topk": [(_cplx, "lax.top_k rejects complex"),
              (lambda d: d.is_narrow_int or d.name == "f4e2m1fn", _NO_ORACLE)],
     "select-and-scatter": [

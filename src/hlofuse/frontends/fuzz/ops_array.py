@@ -187,10 +187,9 @@ def sort(rng: np.random.Generator) -> Program:
     """lax.sort of 1-3 operands of any types (the first a key), the first 1..n keys."""
     shp = shape(rng, int(rng.integers(1, 3)))
     n = int(rng.integers(1, 4))
-    # XLA's CPU sorts a 2-bit integer alone only ("Inputs must have the same shape")
-    two_bit = () if n == 1 else _TWO_BIT
-    dts = [pick(rng, tuple(d for d in BOOL + REAL + SUBBYTE + FP8 + COMPLEX if d not in two_bit))]
-    dts += [pick(rng, tuple(d for d in ALL if d not in two_bit)) for _ in range(n - 1)]
+    # XLA's CPU sorts a 2-bit integer wrongly and corrupts the heap (coverage._NEVER): no oracle
+    dts = [pick(rng, tuple(d for d in BOOL + REAL + SUBBYTE + FP8 + COMPLEX if d not in _TWO_BIT))]
+    dts += [pick(rng, tuple(d for d in ALL if d not in _TWO_BIT)) for _ in range(n - 1)]
     xs = [values(rng, shp, d) for d in dts]
     keys = int(rng.integers(1, n + 1))
     dim = int(rng.integers(0, len(shp)))
