@@ -292,3 +292,41 @@ def test_two_bit_sort_sorts(name: str) -> None:
             got = run_on(backend, lambda v, a=axis: lax.sort(v, dimension=a),
                          (x.astype(np.int8).astype(dt),), pipeline="hlofuse")
             np.testing.assert_array_equal(got[0].astype(np.int64), want, err_msg=backend)
+
+
+E8 = ml_dtypes.float8_e8m0fnu
+
+
+@pytest.mark.parametrize("op,init", [(lax.add, 2.0**-127), (lax.max, 2.0**-127),
+                                     (lax.mul, 1.0), (lax.min, 2.0**127), (lax.add, 0.25)])
+def test_e8m0_reduce_order_as_xla(op: Any, init: float) -> None:
+    """20k run classes reduce-variadic[...e8m0...] and the e8m0 reduces: XLA reduces e8m0 in f32,
+    each step rounded to e8m0, the init first, except that an init of the constant 2^-127 is
+    folded last (LLVM folds the f32 subnormal constant away: 2^-127 + 2 is 2, not NaN); a
+    flushed 2^-127 element still makes a product or a minimum NaN. Rows and columns."""
+    x = np.array([[2.0**-127, 2.0, 4.0, 1.0], [2.0, 2.0**-127, 0.5, 2.0**-126],
+                  [0.25, 0.25, 0.5, 0.25], [4.0, 1.0, 1.0, 1.0]], np.float32).astype(E8)
+    for axis in (0, 1):
+        check(lambda v, a=axis: lax.reduce(v, E8(init), op, (a,)), x, exact=True)
+
+
+def test_variadic_reduce_products_in_order() -> None:
+    """20k run classes reduce-variadic[mul:complex64,mul:complex64] and [min:uint16,
+    mul:complex64,...]: the interpreter reduced a variadic reducer pairwise; XLA computes each
+    independent output as a single reduce, a complex product in order, so where a part is
+    infinite the NaN/inf pattern follows the order (pairwise gave nan+nanj here)."""
+    z = np.array([[1.6100958e+02 + 6.9417191e+01j, -5.8552884e+11 - 7.5836975e+01j,
+                   -1.3412197e+10 + 1.4209820e+15j],
+                  [-1.4015203e+00 + 7.2609375e+04j, 5.0268283e+17 + 8.4373269e+15j,
+                   9.8971305e+13 + 1.1648640e+11j],
+                  [-1.6429459e+05 + 7.8758825e+16j, -1.0743649e+00 + 8.4407869e+10j,
+                   8.7304211e+00 + 7.5593614e+13j],
+                  [complex(np.inf, 1), -7.1306808e+01 - 1.3504510e+00j,
+                   6.2101786e+09 - 7.6951462e+10j]], np.complex64)
+
+    def g(a: Any, b: Any) -> Any:
+        one = np.complex64(1)
+        return lax.reduce((a, b), (one, one), lambda p, q: (lax.mul(p[0], q[0]),
+                                                            lax.mul(p[1], q[1])), (0,))
+
+    check(g, z, z, rtol=1e-6)

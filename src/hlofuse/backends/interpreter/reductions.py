@@ -50,6 +50,7 @@ from hlofuse.backends.interpreter.core import (
 from hlofuse.backends.interpreter.numerics import wrap
 from hlofuse.backends.interpreter.products import multiply_step, product
 from hlofuse.backends.interpreter.shaping import pad_array
+from hlofuse.backends.subnormals import e8m0_init_last
 from hlofuse.backends.window_order import window_order
 from hlofuse.errors import InterpreterLimitError
 from hlofuse.ir.computation import Computation
@@ -85,15 +86,30 @@ _PRED_UFUNCS = {
 def simple_reducer(comp: Computation) -> np.ufunc | None:
     """The numpy ufunc for a reducer `ROOT r = op(p0, p1)` (either operand order)."""
     params = comp.parameters
-    root = comp.root
-    if len(params) != 2 or root.operand_count != 2:
+    if len(params) != 2:
         return None
-    if {id(o) for o in root.operands} != {id(p) for p in params}:
+    return _ufunc_of(comp.root, params[0], params[1])
+
+
+def parallel_reducers(comp: Computation) -> list[np.ufunc] | None:
+    """The ufuncs of a variadic reducer whose every output k is `op_k(p_k, p_{n+k})`: n
+    independent reductions (XLA computes each in order, as a single-output reduce)."""
+    params = comp.parameters
+    root = comp.root
+    n = len(params) // 2
+    if root.opcode is not Opcode.TUPLE or root.operand_count != n or len(params) != 2 * n:
+        return None
+    ufuncs = [_ufunc_of(root.operands[k], params[k], params[n + k]) for k in range(n)]
+    return None if any(u is None for u in ufuncs) else ufuncs  # type: ignore[return-value]
+
+
+def _ufunc_of(root: Instruction, p: Instruction, q: Instruction) -> np.ufunc | None:
+    if root.operand_count != 2 or {id(o) for o in root.operands} != {id(p), id(q)}:
         return None
     shape = root.shape
     if not isinstance(shape, ArrayShape) or shape.rank != 0:
         return None
-    if any(p.shape != shape and not p.shape.compatible(shape) for p in params):
+    if any(x.shape != shape and not x.shape.compatible(shape) for x in (p, q)):
         return None
     dt = shape.dtype
     if dt.is_narrow_int:  # sub-byte integers wrap at their width: the elementwise ops do that
@@ -199,6 +215,19 @@ def ordered_reduce(
     return acc
 
 
+def init_last_reduce(
+    interp: Interpreter, comp: Computation, columns: list[np.ndarray], inits: list[np.ndarray]
+) -> list[np.ndarray]:
+    """Reduce (M, K>0) arrays along axis 1 in order with the init value folded last, as XLA's
+    CPU reduces f8e8m0fnu from the constant 2^-127 (`subnormals.e8m0_init_last`); each step is
+    the reducer's e8m0 op (on f32 values under DAZ/FTZ, rounded back: flush.py)."""
+    m = columns[0].shape[0]
+    acc = [c[:, 0] for c in columns]
+    for j in range(1, columns[0].shape[1]):
+        acc = interp.apply_scalar(comp, acc + [c[:, j] for c in columns])
+    return interp.apply_scalar(comp, acc + [np.broadcast_to(i, (m,)) for i in inits])
+
+
 def _sequential_reduce(
     interp: Interpreter, comp: Computation, columns: list[np.ndarray], inits: list[np.ndarray]
 ) -> list[np.ndarray]:
@@ -232,17 +261,21 @@ def _reduce(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
         # init and the reducer are not applied: sum([-0.0]) is -0.0, prod([0.5+infj]) keeps it)
         out = [x.reshape([x.shape[d] for d in range(x.ndim) if d not in axes]) for x in inputs]
         return tuple(out) if isinstance(instr.shape, TupleShape) else out[0]
-    if n == 1:
-        ufunc = simple_reducer(comp)
-        if ufunc is not None:
-            return _ufunc_reduce(ufunc, inputs[0], inits[0], axes, interp.flush)
+    e8m0 = interp.flush and any(from_numpy(x.dtype).name == "f8e8m0fnu" for x in inputs)
+    ufuncs = [simple_reducer(comp)] if n == 1 else parallel_reducers(comp)
+    if ufuncs is not None and None not in ufuncs and not e8m0:
+        outs = [_ufunc_reduce(u, x, i, axes, interp.flush)
+                for u, x, i in zip(ufuncs, inputs, inits, strict=True)]
+        return tuple(outs) if isinstance(instr.shape, TupleShape) else outs[0]
     x0 = inputs[0]
     keep = [d for d in range(x0.ndim) if d not in axes]
     out_dims = [x0.shape[d] for d in keep]
     m = math.prod(out_dims)
     k = math.prod(x0.shape[d] for d in axes)
     columns = [np.transpose(x, keep + list(axes)).reshape(m, k) for x in inputs]
-    if interp.is_vectorizable(comp) and any(in_order(x.dtype) for x in inputs):
+    if e8m0 and k > 0 and interp.is_vectorizable(comp) and e8m0_init_last(instr):
+        outs = init_last_reduce(interp, comp, columns, inits)
+    elif interp.is_vectorizable(comp) and (e8m0 or any(in_order(x.dtype) for x in inputs)):
         outs = ordered_reduce(interp, comp, columns, inits)
     elif interp.is_vectorizable(comp):
         outs = tree_reduce(interp, comp, columns, inits)
@@ -361,7 +394,8 @@ def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> A
     axes = [_Axis(d, w) for d, w in zip(inputs[0].shape, window, strict=True)]
     out_dims = [a.out for a in axes]
     comp = _reducer(instr)
-    ufunc = simple_reducer(comp) if n == 1 else None
+    e8m0 = interp.flush and any(from_numpy(x.dtype).name == "f8e8m0fnu" for x in inputs)
+    ufunc = simple_reducer(comp) if n == 1 and not e8m0 else None
     # the init is the reducer's identity: folding it where a position reads padding changes
     # nothing, so no mask is needed
     identity = ufunc is not None and \

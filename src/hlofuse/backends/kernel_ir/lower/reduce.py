@@ -49,9 +49,10 @@ from hlofuse.backends.kernel_ir.lower.builder import (
     where,
 )
 from hlofuse.backends.kernel_ir.lower.index import Index
+from hlofuse.backends.subnormals import e8m0_init_last
 from hlofuse.backends.window_order import peeled_offset
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.dtypes import F32, DType
+from hlofuse.ir.dtypes import F32, PRED, DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import leaves
@@ -84,20 +85,34 @@ class Accumulators:
         # it a reshape: the init and the reducer are not applied)
         self.single = instr.opcode is Opcode.REDUCE and all(
             dims_of(self.inputs[0])[int(d)] == 1 for d in instr.dimensions)
+        # e8m0 from the constant 2^-127: the init is folded last (`results`), a flag per
+        # accumulator says whether an element has been folded yet
+        self.started = b.local(PRED, row, "started") \
+            if not self.single and e8m0_init_last(instr) else None
 
     def init(self, at: Affine = ir.ZERO) -> None:
         b = self.b
         for buf, i in zip(self.bufs, self.inits, strict=True):
             b.emit(ir.Store(buf, at, b.value(i, ix.zero(dims_of(i)))))
+        if self.started is not None:
+            b.emit(ir.Store(self.started, at, b.g.const(False, PRED)))
 
     def fold(self, xs: list[Val], at: Affine = ir.ZERO) -> None:
-        """acc[at] = reducer(acc[at], xs) (acc[at] = xs for a reduce of one element)."""
+        """acc[at] = reducer(acc[at], xs) (acc[at] = xs for a reduce of one element, and for
+        the first element of an init-last reduce)."""
         b = self.b
         if self.single:
             b.assign([(buf, at, v) for buf, v in zip(self.bufs, xs, strict=True)])
             return
         accs = [b.g.load(buf, at) for buf in self.bufs]
         new = scalar.inline(b.g, self.comp, accs + xs)
+        if self.started is not None:
+            started = b.g.load(self.started, at)
+            new = [b.cases(t, [(started, lambda v=v: v), (None, lambda x=x: x)])
+                   for t, v, x in zip(self.dtypes, new, xs, strict=True)]
+            b.assign([*((buf, at, v) for buf, v in zip(self.bufs, new, strict=True)),
+                      (self.started, at, b.g.const(True, PRED))])
+            return
         b.assign([(buf, at, v) for buf, v in zip(self.bufs, new, strict=True)])
 
     def fold_where(self, inside: Val, xs: list[Callable[[], Val]], at: Affine = ir.ZERO) -> None:
@@ -127,7 +142,15 @@ class Accumulators:
         return self.b.g.const(value, self.dtypes[0])
 
     def results(self, at: Affine = ir.ZERO) -> list[Val]:
-        return [self.b.g.load(buf, at) for buf in self.bufs]
+        b = self.b
+        accs = [b.g.load(buf, at) for buf in self.bufs]
+        if self.started is None:
+            return accs
+        started = b.g.load(self.started, at)
+        inits = [b.value(i, ix.zero(dims_of(i))) for i in self.inits]
+        last = scalar.inline(b.g, self.comp, accs + inits)
+        return [b.cases(t, [(started, lambda v=v: v), (None, lambda a=a: a)])
+                for t, v, a in zip(self.dtypes, last, accs, strict=True)]
 
 
 def _split(instr: Instruction) -> tuple[tuple[int, ...], list[int]]:
