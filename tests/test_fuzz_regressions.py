@@ -793,3 +793,15 @@ def test_whole_loop_carries_a_narrow_float_next_to_an_array(dt: Any) -> None:
 
     a = np.linspace(-1, 1, 5, dtype=np.float32)
     check(f, a, np.asarray(0.5, dt), exact=True)
+
+
+@pytest.mark.parametrize("n", [4, 64])
+def test_bf16_compare_with_constant_zero_reads_bits(n: int) -> None:
+    """20k run class convert[bfloat16->bool]: jax lowers it to compare(x, constant 0) NE, which
+    XLA's CPU evaluates as a bit test (a bf16 subnormal is True), while x > 0 and a compare with
+    a zero array read the subnormal flushed (False). Scalar and vectorized kernels."""
+    x = np.resize(np.array([1e-40, -1e-40, 0, -0.0, 1, np.nan], np.float32), n).astype(
+        ml_dtypes.bfloat16)
+    check(lambda v: v.astype(bool), x, exact=True)
+    check(lambda v: (v != 0, v == 0, v > 0), x, exact=True)
+    check(lambda v: v != v * 0, x, exact=True)

@@ -138,6 +138,11 @@ def rule(instr: Instruction) -> Rule | None:
         return None
     if op is Opcode.COMPARE and str(instr.attrs.get("type", "")).upper() == "TOTALORDER":
         return None
+    if op is Opcode.COMPARE and src is not None and src.name == "bf16" and \
+            str(instr.attrs.get("direction", "")) in ("EQ", "NE") and any(
+                (c := _scalar_constant(o)) is not None and float(c.reshape(())) == 0.0
+                for o in instr.operands):
+        return None  # == / != a constant zero: a bit test in XLA, a bf16 subnormal is nonzero
     shape0 = instr.operand(0).shape if instr.operand_count else None
     if op is Opcode.REDUCE and isinstance(shape0, ArrayShape) and all(
             shape0.dims[int(d)] == 1 for d in instr.dimensions):

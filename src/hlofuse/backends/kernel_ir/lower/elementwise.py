@@ -4,8 +4,11 @@ bitcast, transpose, tuple, get-tuple-element, map.
 An elementwise instruction becomes one `alu` value of its `ScalarOp` (the opcode, the result type
 and the attributes that change the meaning: comparison direction and type, reduce-precision
 bits); `copy` is its operand. Constants with one element are `const` values; larger ones are
-`const` buffers read by index. Broadcast/reshape/transpose map the result index to the operand
-index (reshape passes the linear index through, so it costs nothing).
+`const` buffers read by index. One op lowers to other ops (`alu_of`): a bf16 == / != a constant
+zero tests the bits, as XLA's CPU does (LLVM folds the compare of the extended bf16 into a bit
+test, so a subnormal is nonzero there, under DAZ; interpreter/flush.py `rule`).
+Broadcast/reshape/transpose map the result index to the operand index (reshape passes the
+linear index through, so it costs nothing).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from hlofuse.backends.kernel_ir.lower.builder import (
     where,
 )
 from hlofuse.backends.kernel_ir.lower.index import Index
+from hlofuse.ir.dtypes import PRED, U16
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import TupleShape, leaves
@@ -43,6 +47,22 @@ def scalar_op(instr: Instruction) -> ir.ScalarOp:
     return ir.ScalarOp(instr.opcode, array_shape(instr).dtype, tuple(attrs))
 
 
+def alu_of(g: ir.Graph, instr: Instruction, args: list[Val]) -> Val:
+    """The value of elementwise `instr` on `args`: one `alu`, or, for a bf16 compared equal
+    or unequal to a constant zero, the bit test of the module docstring."""
+    op = scalar_op(instr)
+    zero = [a.op == "const" and float(ir.const_value(a)) == 0.0 for a in args]
+    if instr.opcode is Opcode.COMPARE and args[0].dtype.name == "bf16" and any(zero) \
+            and op.attr("direction") in ("EQ", "NE") and op.attr("type") != "TOTALORDER":
+        x = args[1] if zero[0] else args[0]
+        bits = g.alu(ir.ScalarOp(Opcode.BITCAST_CONVERT, U16), x)
+        magnitude = g.alu(ir.ScalarOp(Opcode.AND, U16), bits, g.const(0x7FFF, U16))
+        return g.alu(ir.ScalarOp(Opcode.COMPARE, PRED, (("direction", op.attr("direction")),
+                                                        ("type", "UNSIGNED"))),
+                     magnitude, g.const(0, U16))
+    return g.alu(op, *args)
+
+
 def elementwise(b: Builder, instr: Instruction, idx: Index) -> Val:
     args = []
     for o in instr.operands:
@@ -50,7 +70,7 @@ def elementwise(b: Builder, instr: Instruction, idx: Index) -> Val:
         args.append(b.value(o, idx if od == idx.dims else ix.zero(od)))
     if instr.opcode is Opcode.COPY:
         return args[0]
-    return b.g.alu(scalar_op(instr), *args)
+    return alu_of(b.g, instr, args)
 
 
 @handles(Opcode.PARAMETER)

@@ -79,7 +79,7 @@ def _flat(value: Value) -> list[Val]:
 
 def _evaluate(g: Graph, comp: Computation, args: list[Value], depth: int = 0,
               root: Instruction | None = None) -> Value:
-    from hlofuse.backends.kernel_ir.lower.elementwise import scalar_op
+    from hlofuse.backends.kernel_ir.lower.elementwise import alu_of
 
     if depth > MAX_CALL_DEPTH:
         raise ScalarComputationError(
@@ -116,7 +116,7 @@ def _evaluate(g: Graph, comp: Computation, args: list[Value], depth: int = 0,
             if any(isinstance(o, tuple) for o in operands):
                 raise ScalarComputationError(f"{_where(comp, instr)}: tuple-shaped operand")
             value = operands[0] if op is Opcode.COPY else \
-                g.alu(scalar_op(instr), *operands)  # type: ignore[arg-type]
+                alu_of(g, instr, operands)  # type: ignore[arg-type]
         else:
             raise ScalarComputationError(
                 f"cannot compile {_where(comp, instr)} ({op.value}) as scalar code: only "
