@@ -198,3 +198,34 @@ def test_a_failed_status_becomes_the_executables_error() -> None:
                                      "the compiled function failed"))
     assert isinstance(err, AllocationError) and "work arena" in str(err)
     assert jax_ffi.failure(ValueError("INTERNAL: something else")) is None
+
+
+def test_xla_call_path_keeps_freed_heap_memory_unless_told_not_to(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """XLA runs hlofuse.jit's custom call inline (a custom call is "cheap" to its cost model),
+    so its result buffers come from glibc's main arena, which trims and re-faults them every
+    call unless freed memory is kept (backends/cpu/heap.py). Loading the handler sets glibc's
+    thresholds; HLOFUSE_MALLOC=default leaves them; a bad value is a ConfigError."""
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    from hlofuse.backends.cpu import heap
+    from hlofuse.errors import ConfigError
+
+    code = ("import hlofuse, jax.numpy as jnp\n"
+            "from hlofuse.backends.cpu import heap\n"
+            "f = hlofuse.jit(lambda x: x * 2)\n"
+            "f(jnp.ones(4))\n"
+            "print(heap._done)\n")
+    for value, want in (("", platform.libc_ver()[0] == "glibc"), ("default", False)):
+        env = {**os.environ, "HLOFUSE_MALLOC": value}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip() == f"[{want}]", (value, out.stdout, out.stderr[-2000:])
+    monkeypatch.setenv("HLOFUSE_MALLOC", "sometimes")
+    monkeypatch.setattr(heap, "_done", [])
+    with pytest.raises(ConfigError, match="HLOFUSE_MALLOC"):
+        heap.keep_freed_memory()

@@ -4,7 +4,8 @@
     threads()             HLOFUSE_THREADS: None, or a positive integer (ASCII digits)
     cc_opt()              HLOFUSE_CC_OPT: None, or one optimisation level of `OPT_LEVELS`
     compiler()            CC: None, or its words (split like a shell), no flag of `FP_FLAGS`
-    choice(name, known)   HLOFUSE_TARGET, HLOFUSE_BLAS: None, or one of the known words
+    choice(name, known)   HLOFUSE_TARGET, HLOFUSE_BLAS, HLOFUSE_MALLOC: None, or one of the
+                          known words
     path(name)            HLOFUSE_CACHE_DIR, HLOFUSE_BENCHMARKS: None, or an absolute path
 
 A variable that is unset or empty (blank) means its default everywhere. Any other value that

@@ -12,7 +12,9 @@ call to jax.jit itself: a thin wrapper, traced once per signature, whose body is
 (`jax.ffi.ffi_call`) of the target `hlofuse_entry`. jax's C++ fast path then takes the
 arguments and makes the outputs exactly as for jax.jit; XLA passes the argument buffers and
 fresh result buffers to our handler, which runs the module's `hf_entry` on them: no copy either
-way, no Python per call beyond jax's own.
+way, no Python per call beyond jax's own. XLA runs such a call inline on the caller's thread (it
+rates a custom call "cheap"), so loading the handler also sets glibc's malloc to keep freed
+memory (`backends/cpu/heap.py`; HLOFUSE_MALLOC=default opts out).
 
 The handler is a small C library (compiled and cached like any module, against the XLA FFI
 header jaxlib ships: `jax.ffi.include_dir()`, whose digest is part of the source, so a new
@@ -48,6 +50,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from hlofuse.backends.cpu import heap
 from hlofuse.backends.cpu.executable import CpuExecutable
 
 TARGET = "hlofuse_entry"
@@ -281,6 +284,7 @@ def _load() -> ctypes.CDLL | None:
     except (HloError, OSError, AttributeError, TypeError, ValueError) as exc:
         _state["failed"] = f"{type(exc).__name__}: {exc}"
         return None
+    heap.keep_freed_memory()  # XLA runs our calls inline: keep their buffers' pages
     return lib
 
 

@@ -51,9 +51,10 @@ def alu_of(g: ir.Graph, instr: Instruction, args: list[Val]) -> Val:
     """The value of elementwise `instr` on `args`: one `alu`, or, for a bf16 compared equal
     or unequal to a constant zero, the bit test of the module docstring."""
     op = scalar_op(instr)
+    if instr.opcode is not Opcode.COMPARE or args[0].dtype.name != "bf16":
+        return g.alu(op, *args)
     zero = [a.op == "const" and float(ir.const_value(a)) == 0.0 for a in args]
-    if instr.opcode is Opcode.COMPARE and args[0].dtype.name == "bf16" and any(zero) \
-            and op.attr("direction") in ("EQ", "NE") and op.attr("type") != "TOTALORDER":
+    if any(zero) and op.attr("direction") in ("EQ", "NE") and op.attr("type") != "TOTALORDER":
         x = args[1] if zero[0] else args[0]
         bits = g.alu(ir.ScalarOp(Opcode.BITCAST_CONVERT, U16), x)
         magnitude = g.alu(ir.ScalarOp(Opcode.AND, U16), bits, g.const(0x7FFF, U16))
