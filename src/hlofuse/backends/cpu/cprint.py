@@ -15,9 +15,10 @@ What it guarantees:
 - Values print once per scope, as `const` locals, at their first use; a value is never reused
   across a store to a buffer it reads (the memo drops it), and a loop starts without values that
   read buffers the loop writes. `cond` values compute each side only in its branch. In a
-  vector loop, a select with a large side of its own computes that side only when some lane
-  takes it (`_lazy_cond`), one branch per condition. What both sides of a `cond` compute on
-  every path is computed once, before its branch (`kernel_ir/conds.py`).
+  vector loop, the selects the lazy plan names (`Loop.lazy`, `kernel_ir/passes/lazy.py`)
+  compute their side only when some lane takes it (`_lazy_cond`), one branch per condition.
+  What both sides of a `cond` compute on every path is computed once, before its branch
+  (`kernel_ir/conds.py`).
 - Inside a vector loop every value that depends on the loop variable (or reads a `lanes`
   buffer) is a vector of W lanes; others stay scalar and are splatted where combined. Loads and
   stores whose index has coefficient 1 on the loop variable are whole vectors; `tile` values and
@@ -33,9 +34,12 @@ What it guarantees:
   pass named alike (the partial accumulators `acc0p` of the two pieces `split` cut a reduction
   into) are two C variables, never a redeclaration nor one shadowing the other. Values are
   `v<N>` (a counter; the pattern is kept out of the namespace), helpers `hf_*`.
-- Locals are declared in the innermost block that contains all their uses (so accumulators
-  inside a parallel loop are private to each thread); above `STACK_LOCAL_BYTES` they come from
-  `hf_alloc` (never inside a parallel loop: `parallelize` refuses those loops).
+- Locals are declared where the placement says (`Kernel.placement`, `kernel_ir/passes/
+  place.py`: the innermost block that contains all their uses), on the stack or, those it
+  puts on the heap, from `hf_alloc`, freed at the block's end.
+
+The printer decides nothing the IR records: a kernel that did not go through `optimize` gets
+its placement and lazy plan from `kernel_ir.passes.plan` first.
 """
 
 from __future__ import annotations
@@ -49,8 +53,11 @@ from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.cvec import VecLib, compute_short, storage_short
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.conds import Always
-from hlofuse.backends.kernel_ir.ir import STACK_LOCAL_BYTES, Affine, Buffer, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
 from hlofuse.backends.kernel_ir.naming import KernelNames
+from hlofuse.backends.kernel_ir.passes import plan as plan_kernel
+from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MAX_DEPTH, owned
+from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MIN_OPS as LAZY_SELECT_MIN_OPS
 from hlofuse.errors import CompileError
 from hlofuse.ir.opcodes import Opcode
 
@@ -63,14 +70,6 @@ from hlofuse.ir.opcodes import Opcode
 INLINE_LANE_LOOPS = 64
 
 INT64_MAX = (1 << 63) - 1
-
-# A lane-varying select computes a side only when some lane of the vector selects it if that
-# side has at least this many values of its own (`KernelPrinter._lazy_side`): a branch costs
-# a few cycles (a mispredicted one ~15), a side this large 16+. CartPole as the paper wrote it
-# draws four uniforms per environment (a threefry each, ~90 vector ops) for states it keeps
-# only where an episode ended (~5% of environments per step).
-LAZY_SELECT_MIN_OPS = 32
-LAZY_SELECT_MAX_DEPTH = 8  # lazy sides inside lazy sides, at most (deeper ones blend)
 
 
 def c_int(n: int) -> str:
@@ -92,16 +91,18 @@ class KernelPrinter:
         self.depth = 1
         self.scopes: list[dict[Any, tuple[str, frozenset[Buffer]]]] = [{}]
         self.vec: tuple[Var, int] | None = None
-        self.users: dict[int, set[int]] = {}  # in a vector loop: value -> the values using it
-        self.lazy: dict[int, int] = {}  # in a vector loop: select -> its side computed lazily
-        self.groups: dict[tuple[int, int], list[Val]] = {}  # (condition, side) -> its selects
+        self.plan = ir.LazyPlan()  # in a vector loop: its lazy selects (`passes/lazy.py`)
+        self.lazy: dict[int, int] = {}  # in force: select -> its side computed lazily
         self.lazy_depth = 0  # lazy sides being printed, one inside another
         self.n = 0
         self.defs: list[str] = []  # file-scope definitions (constant tables, library helpers)
         self.cname: dict[Buffer, str] = {}
         self.names = KernelNames()
         self.bound: list[str] = []  # C names of the enclosing loops' variables
-        self.decls = _declarations(kernel.body)
+        if kernel.placement is None:  # (not through `optimize`: a test's, a scalar function)
+            plan_kernel(kernel)
+        assert kernel.placement is not None
+        self.placement = kernel.placement
         self.where = kernel.label or kernel.name
 
     # ----- output -------------------------------------------------------------------------
@@ -181,7 +182,7 @@ class KernelPrinter:
         self.n_par = getattr(self, "n_par", 0) + 1
         name = f"{self.k.name}_p{self.n_par}"
         sub = KernelPrinter(self.k, self.lib, self.used)
-        sub.cname, sub.names, sub.decls, sub.defs = self.cname, self.names, self.decls, self.defs
+        sub.cname, sub.names, sub.defs = self.cname, self.names, self.defs
         sub.bound = list(self.bound)
         sub.loop(s, bounds=("hf_lo", "hf_hi"))
         body = "\n".join(sub.lines)
@@ -210,14 +211,14 @@ class KernelPrinter:
 
     def declare(self, key: int) -> list[str]:
         frees = []
-        for b in self.decls.get(key, []):
+        for b in self.placement.blocks.get(key, []):
             ct = cexpr.ctype(b.dtype)
             name = self.buffer_name(b)
             if b.kind == "lanes":
                 self.line(f"{self.lib.t(compute_short(b.dtype), b.size)} {name};")
                 continue
             ct = cexpr.compute_type(b.dtype) if b.size == 1 else ct
-            if b.size * b.dtype.itemsize <= STACK_LOCAL_BYTES:
+            if b not in self.placement.heap:
                 self.line(f"{ct} {name}[{b.size}];")
             else:
                 nbytes = c_int(b.size * b.dtype.itemsize)
@@ -286,16 +287,17 @@ class KernelPrinter:
         step = f"{v} += {ir.step_of(s)}" if ir.step_of(s) > 1 else f"++{v}"
         lo, hi = bounds or (c_int(s.lo), c_int(s.hi))
         self.line(f"for (int64_t {v} = {lo}; {v} < {hi}; {step}) {{")
-        saved = self.vec, self.users, self.lazy, self.groups
+        saved = self.vec, self.plan, self.lazy
         if s.vector:
             self.vec = (s.var, s.vector)
-            self.users, self.lazy, self.groups = self._lazy_plan(s.body)
+            self.plan = s.lazy or ir.LazyPlan()
+            self.lazy = self.plan.sides
             self.lib.types(s.vector)
         self.bound.append(v)
         with self.scope():
             self.block(s.body, id(s.body))
         self.bound.pop()
-        self.vec, self.users, self.lazy, self.groups = saved
+        self.vec, self.plan, self.lazy = saved
         self.line("}")
         self.invalidate(ir.written(s.body))
 
@@ -489,60 +491,11 @@ class KernelPrinter:
         select inside a side of another on the same condition blends there)."""
         return self.lazy if self.lazy_depth < LAZY_SELECT_MAX_DEPTH else {}
 
-    def _lazy_plan(self, body: list[Stmt]) -> tuple[
-            dict[int, set[int]], dict[int, int], dict[tuple[int, int], list[Val]]]:
-        """For a vector loop: which values use each value (empty when the loop has no
-        lane-varying select), the selects (`select` ops and `cond` values) that compute one
-        side only when some lane of the vector takes it (select -> 1: the side taken where the
-        condition holds, 2: the other), and those selects grouped by (condition, side)
-        (`_lazy_group`). A side qualifies with at least `LAZY_SELECT_MIN_OPS` values of its
-        own (nothing else in the loop uses them) and no read of a buffer the loop writes; the
-        larger side if both do."""
-        roots: list[Val] = []
-        for st in ir.walk(body):
-            roots.extend(ir.stmt_vals(st))
-        values = ir.postorder(roots)
-        selects = [v for v in values
-                   if (v.op == "cond" or (v.op == "alu" and v.arg.opcode is Opcode.SELECT))
-                   and self.varies(v.args[0])]
-        if not selects:
-            return {}, {}, {}
-        users: dict[int, set[int]] = {}
-        for v in values:
-            for c in v.children():
-                users.setdefault(c.uid, set()).add(v.uid)
-        self.users = users  # `_owned` reads it
-        stored = ir.written(body)
-        lazy: dict[int, int] = {}
-        groups: dict[tuple[int, int], list[Val]] = {}
-        for v in selects:
-            sizes = [(len(self._owned(v, k, LAZY_SELECT_MIN_OPS)), k) for k in (1, 2)
-                     if not ir.reads(v.args[k]) & stored]
-            size, side = max(sizes, default=(0, 0))
-            if size >= LAZY_SELECT_MIN_OPS:
-                lazy[v.uid] = side
-                groups.setdefault((v.args[0].uid, side), []).append(v)
-        return users, lazy, groups
-
-    def _owned(self, v: Val, k: int, limit: int | None = None) -> set[int]:
-        """The lane-varying values under `v`'s side `k` that only that side uses (every user
-        is `v` or another of them) and are not printed yet, by uid; with `limit`, the search
-        stops once it has found that many."""
-        side = v.args[k]
-        if side in v.args[:k] + v.args[k + 1:] or not self.varies(side) or \
-                self.users.get(side.uid) != {v.uid} or self.find((side.uid, True)):
-            return set()
-        inside = {side.uid}
-        work = [side]
-        while work and (limit is None or len(inside) < limit):
-            x = work.pop()
-            for c in x.children():
-                if c.uid in inside or not self.varies(c) or self.find((c.uid, True)):
-                    continue
-                if self.users.get(c.uid, set()) <= inside:
-                    inside.add(c.uid)
-                    work.append(c)
-        return inside
+    def _owned(self, v: Val, k: int) -> set[int]:
+        """The values only `v`'s lazy side `k` uses that are not printed yet (`lazy.owned`)."""
+        assert self.vec is not None
+        return owned(self.plan, v, k, self.vec[0],
+                     lambda x: self.find((x.uid, True)) is not None)
 
     def _lazy_cond(self, v: Val, ctype: str, sel: str, side: int) -> str:
         """A select whose side `side` is computed only when some lane of the vector takes it,
@@ -572,7 +525,8 @@ class KernelPrinter:
         computed in this scope yet; each result is remembered as ("lazy", select uid)."""
         assert self.vec is not None
         w = self.vec[1]
-        members = [m for m in self.groups[(c.uid, side)] if self.find(("lazy", m.uid)) is None]
+        members = [m for m in self.plan.groups[(c.uid, side)]
+                   if self.find(("lazy", m.uid)) is None]
         for m in members:  # the shared part, before the branch
             own = self._owned(m, side)
             for x in _strict_postorder(m.args[side], self.lazy_now()):
@@ -846,52 +800,6 @@ def _strict_postorder(root: Val, lazy: dict[int, int] | None = None) -> list[Val
         for c in reversed(kids):
             if c.uid not in seen:
                 stack.append((c, False))
-    return out
-
-
-def _declarations(body: list[Stmt]) -> dict[int, list[Buffer]]:
-    """Block (by id of its statement list) -> the local buffers to declare at its top: the
-    innermost block containing every access of the buffer."""
-    paths: dict[Buffer, list[int]] = {}
-    order: list[Buffer] = []
-
-    def touch(b: Buffer, path: list[int]) -> None:
-        if b.kind not in ("local", "lanes"):
-            return
-        if b not in paths:
-            paths[b] = list(path)
-            order.append(b)
-            return
-        p = paths[b]
-        n = 0
-        while n < len(p) and n < len(path) and p[n] == path[n]:
-            n += 1
-        del p[n:]
-
-    def visit(block: list[Stmt], path: list[int]) -> None:
-        path = [*path, id(block)]
-        for s in block:
-            for v in ir.stmt_vals(s):
-                for b in ir.reads(v):
-                    touch(b, path)
-            if isinstance(s, ir.Store | ir.StoreTile):
-                touch(s.buf, path)
-            elif isinstance(s, ir.Copy):
-                touch(s.dst, path)
-                touch(s.src, path)
-            elif isinstance(s, ir.LibCall):
-                for b in s.ins + s.outs:
-                    touch(b, path)
-            elif isinstance(s, ir.Loop):
-                visit(s.body, path)
-            elif isinstance(s, ir.If):
-                visit(s.then, path)
-                visit(s.orelse, path)
-
-    visit(body, [])
-    out: dict[int, list[Buffer]] = {}
-    for b in order:
-        out.setdefault(paths[b][-1], []).append(b)
     return out
 
 

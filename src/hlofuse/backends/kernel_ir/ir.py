@@ -524,6 +524,32 @@ class Loop:
     parallel: bool = False
     vector: int = 0
     step: int = 0
+    lazy: LazyPlan | None = None  # a vector loop's lazy selects (`passes/lazy.py`)
+
+
+@dataclass(eq=False, slots=True)
+class LazyPlan:
+    """Which lane-varying selects of a vector loop compute one side only when some lane of the
+    vector takes it (`passes/lazy.py`): `sides` maps a select's uid (a `select` alu or a `cond`
+    value) to that side (1: taken where the condition holds, 2: the other), in the order the
+    loop's values are computed; `groups` holds those selects by (condition uid, side), one
+    branch per group; `users` maps each value of the loop to the values using it."""
+
+    sides: dict[int, int] = field(default_factory=dict)
+    groups: dict[tuple[int, int], list[Val]] = field(default_factory=dict)
+    users: dict[int, set[int]] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class Placement:
+    """Where a kernel's `local` and `lanes` buffers live (`passes/place.py`): `blocks` maps a
+    block (the id of its statement list: the kernel's body, a loop's, an `If` side) to the
+    buffers declared at its top, the innermost block containing every access; `heap` holds
+    the locals too large for the stack (`Target.stack_local_bytes`), allocated there and freed
+    at the block's end. The others are stack arrays (`lanes`: one vector register)."""
+
+    blocks: dict[int, list[Buffer]] = field(default_factory=dict)
+    heap: set[Buffer] = field(default_factory=set)
 
 
 def step_of(loop: Loop) -> int:
@@ -622,6 +648,7 @@ class Kernel:
     label: str = ""
     summary: str = ""
     threads: int = 1  # threads a `parallel` loop may use (set by the parallelize pass)
+    placement: Placement | None = None  # where locals live (set by the place pass)
 
 
 def walk(body: list[Stmt]) -> Iterator[Stmt]:

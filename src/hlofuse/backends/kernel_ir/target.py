@@ -1,5 +1,5 @@
-"""The target a kernel is generated for: ISA name, vector register size, and the C compiler
-flag that selects it.
+"""The target a kernel is generated for: ISA name, vector register size, the C compiler flag
+that selects it, and how large a local may be on the stack (`passes/place.py`).
 
     Target.detect()            the host, as the C compiler sees it with -march=native
     Target.named("avx2")       x86-64-v3 (AVX2, FMA): 32-byte vectors
@@ -24,6 +24,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
+from hlofuse.backends.kernel_ir.ir import STACK_LOCAL_BYTES
 from hlofuse.errors import HloError
 
 
@@ -32,6 +33,7 @@ class Target:
     name: str
     vector_bytes: int  # 0: no explicit vectorization
     march: str  # the -march flag the generated C is compiled with
+    stack_local_bytes: int = STACK_LOCAL_BYTES  # larger locals live on the heap (passes/place)
 
     @staticmethod
     def named(name: str) -> Target:

@@ -8,9 +8,13 @@
     vectorize   explicit SIMD for innermost loops (tiles, privatised locals, partial sums)
     parallelize mark big, safe top-level loops parallel
     hoist       compute loop invariants once, before their loop
+    place       where locals are declared, stack or heap (`Kernel.placement`)
+    lazy        which selects of a vector loop compute a side in a branch (`Loop.lazy`)
 
 Each is `pass(kernel)` (mutating the kernel's statement lists) and keeps the kernel's results
-identical, except that `vectorize` may reassociate reductions whose reducer allows it. Under
+identical, except that `vectorize` may reassociate reductions whose reducer allows it. `place`
+and `lazy` change no statement: they record decisions printers read (`plan`, which a printer
+runs itself on a kernel that did not go through `optimize`). Under
 `HLOFUSE_VERIFY=1` (or `optimize(..., check=True)`) the kernel IR verifier (`verify.py`) runs
 after the lowering and after each pass.
 """
@@ -22,14 +26,16 @@ from hlofuse.backends.kernel_ir.passes.collapse import collapse
 from hlofuse.backends.kernel_ir.passes.fission import fission
 from hlofuse.backends.kernel_ir.passes.hoist import hoist
 from hlofuse.backends.kernel_ir.passes.jam import jam
+from hlofuse.backends.kernel_ir.passes.lazy import lazy
 from hlofuse.backends.kernel_ir.passes.narrow import narrow
 from hlofuse.backends.kernel_ir.passes.parallel import parallelize
+from hlofuse.backends.kernel_ir.passes.place import place
 from hlofuse.backends.kernel_ir.passes.split import split
 from hlofuse.backends.kernel_ir.passes.vectorize import vectorize
 from hlofuse.backends.kernel_ir.target import Target
 
-__all__ = ["collapse", "fission", "hoist", "jam", "narrow", "optimize", "parallelize", "split",
-           "vectorize"]
+__all__ = ["collapse", "fission", "hoist", "jam", "lazy", "narrow", "optimize", "parallelize",
+           "place", "plan", "split", "vectorize"]
 
 
 def optimize(kernel: ir.Kernel, target: Target, threads: int = 1,
@@ -43,7 +49,8 @@ def optimize(kernel: ir.Kernel, target: Target, threads: int = 1,
         check = env.flag("HLOFUSE_VERIFY")
     steps = [("split", split), ("jam", jam), ("collapse", collapse), ("fission", fission),
              ("narrow", narrow), ("vectorize", lambda k: vectorize(k, target)),
-             ("parallelize", lambda k: parallelize(k, threads)), ("hoist", hoist)]
+             ("parallelize", lambda k: parallelize(k, threads)), ("hoist", hoist),
+             ("place", lambda k: place(k, target.stack_local_bytes)), ("lazy", lazy)]
     if check:
         verify(kernel, "lowering")
     for name, step in steps:
@@ -51,3 +58,11 @@ def optimize(kernel: ir.Kernel, target: Target, threads: int = 1,
         if check:
             verify(kernel, name)
     return kernel
+
+
+def plan(kernel: ir.Kernel, target: Target | None = None) -> ir.Kernel:
+    """The decisions printers read (`place`, `lazy`), for a kernel built or transformed without
+    `optimize` (tests, scalar functions); `target` gives the stack limit (default: the usual
+    one, `ir.STACK_LOCAL_BYTES`)."""
+    place(kernel, target.stack_local_bytes if target else ir.STACK_LOCAL_BYTES)
+    return lazy(kernel)
