@@ -93,6 +93,7 @@ class KernelPrinter:
         self.vec: tuple[Var, int] | None = None
         self.plan = ir.LazyPlan()  # in a vector loop: its lazy selects (`passes/lazy.py`)
         self.lazy: dict[int, int] = {}  # in force: select -> its side computed lazily
+        self.forms = ir.LaneForms()  # in a vector loop: its cheaper lane forms (`passes/lanes`)
         self.lazy_depth = 0  # lazy sides being printed, one inside another
         self.n = 0
         self.defs: list[str] = []  # file-scope definitions (constant tables, library helpers)
@@ -287,17 +288,18 @@ class KernelPrinter:
         step = f"{v} += {ir.step_of(s)}" if ir.step_of(s) > 1 else f"++{v}"
         lo, hi = bounds or (c_int(s.lo), c_int(s.hi))
         self.line(f"for (int64_t {v} = {lo}; {v} < {hi}; {step}) {{")
-        saved = self.vec, self.plan, self.lazy
+        saved = self.vec, self.plan, self.lazy, self.forms
         if s.vector:
             self.vec = (s.var, s.vector)
             self.plan = s.lazy or ir.LazyPlan()
             self.lazy = self.plan.sides
+            self.forms = s.forms or ir.LaneForms()
             self.lib.types(s.vector)
         self.bound.append(v)
         with self.scope():
             self.block(s.body, id(s.body))
         self.bound.pop()
-        self.vec, self.plan, self.lazy = saved
+        self.vec, self.plan, self.lazy, self.forms = saved
         self.line("}")
         self.invalidate(ir.written(s.body))
 
@@ -655,15 +657,15 @@ class KernelPrinter:
             return self._local(vt, f"{self.vexpr(v.args[0])} {sym} "
                                    f"{self.lib.splat('i64', w)}({c_int(v.arg)})")
         if op == "alu":
-            narrow = self._narrow_index(v, w)
-            if narrow is not None:
-                return self._local(vt, narrow)
+            if v.uid in self.forms.narrow:
+                return self._local(vt, self._narrow_index(v, w))
             if v.uid in self.lazy_now():
                 return self._lazy_cond(v, vt, self.lib.select(compute_short(v.dtype), w),
                                        self.lazy[v.uid])
-            blend = self._blend_on_compare(v, w) or self._convert_of_compare(v, w)
-            if blend is not None:
-                return self._local(vt, blend)
+            if v.uid in self.forms.blend:
+                blend = self._blend_on_compare(v, w)
+                if blend is not None:
+                    return self._local(vt, blend)
             args = [self.vexpr(a) for a in v.args]
             expr = cvec.vector_op(self.lib, v.arg, [a.dtype for a in v.args], args, w)
             if expr is not None:
@@ -674,41 +676,21 @@ class KernelPrinter:
         raise CompileError(f"{self.where}: cannot print a {op} value in a vector loop")
 
     def _blend_on_compare(self, v: Val, w: int) -> str | None:
-        """A select on a lane-varying comparison of a type as wide as the select's: a blend on
-        the comparison's mask, not on pred lanes (bytes) widened back to a mask."""
-        if v.arg.opcode is not Opcode.SELECT:
-            return None
-        p, a, b = v.args
-        mask = self._compare_mask(p, v.dtype, w)
-        if mask is None:
-            return None
-        short = compute_short(v.dtype)
-        return f"{self.lib.blend(short, w)}({mask}, {self.vexpr(a)}, {self.vexpr(b)})"
-
-    def _convert_of_compare(self, v: Val, w: int) -> str | None:
-        """A lane-varying comparison converted to a number type as wide as the compared one
-        (`(x < 0).astype(f32)`): a blend of 1 and 0 on the comparison's mask, not pred lanes
-        (bytes) narrowed from the mask and widened back. Exact: convert(pred) is 1 or 0."""
-        if v.arg.opcode is not Opcode.CONVERT or v.dtype.is_pred:
-            return None
-        mask = self._compare_mask(v.args[0], v.dtype, w)
-        if mask is None:
+        """A select (or a convert to a number) on a comparison the lane forms blend
+        (`passes/lanes.py`): a blend on the comparison's mask (between 1 and 0 for a convert),
+        not on pred lanes (bytes) widened back to a mask; None where the comparison has no
+        mask form after all."""
+        p = v.args[0]
+        found = cvec.compare_mask(self.lib, p.arg, p.args[0].dtype,
+                                  [self.vexpr(x) for x in p.args], w)
+        if found is None:
             return None
         short = compute_short(v.dtype)
+        if v.arg.opcode is Opcode.SELECT:  # (helpers register in the order they print)
+            blend = self.lib.blend(short, w)
+            return f"{blend}({found[0]}, {self.vexpr(v.args[1])}, {self.vexpr(v.args[2])})"
         splat = self.lib.splat(short, w)
-        return f"{self.lib.blend(short, w)}({mask}, {splat}(1), {splat}(0))"
-
-    def _compare_mask(self, p: Val, dtype: Any, w: int) -> str | None:
-        """The vector mask of `p` when it is a lane-varying comparison of a type with `dtype`'s
-        lane width (so the mask can select `dtype` lanes directly), else None."""
-        if not (self.varies(p) and p.op == "alu" and p.arg.opcode is Opcode.COMPARE):
-            return None
-        src = p.args[0].dtype
-        if src.is_pred or cvec.CTYPES[compute_short(src)][1] != \
-                cvec.CTYPES[compute_short(dtype)][1]:
-            return None
-        found = cvec.compare_mask(self.lib, p.arg, src, [self.vexpr(x) for x in p.args], w)
-        return None if found is None else found[0]
+        return f"{self.lib.blend(short, w)}({found[0]}, {splat}(1), {splat}(0))"
 
     def _lane_loop(self, v: Val, vt: str, w: int) -> str:
         dtypes = [a.dtype for a in v.args]
@@ -729,21 +711,12 @@ class KernelPrinter:
         self.line(f"for (int hf_l = 0; hf_l < {w}; ++hf_l) {name}[hf_l] = {expr};")
         return name
 
-    def _narrow_index(self, v: Val, w: int) -> str | None:
-        """A 32-bit convert of a 64-bit index (an s32 iota, a position compared with another):
-        the index computed in 32-bit lanes, not in 64-bit ones converted. Exact: sums and
-        products modulo 2^32 are the low bits of the 64-bit ones, and the arithmetic is
-        unsigned (no overflow); half the vector work, no conversion."""
-        if v.arg.opcode is not Opcode.CONVERT or v.dtype.name not in ("s32", "u32"):
-            return None
-        (src,) = v.args
-        if src.op != "index" or src.dtype.name not in ("s64", "u64"):
-            return None
-        if self.varying_terms(src.arg):
-            return None
+    def _narrow_index(self, v: Val, w: int) -> str:
+        """A 32-bit convert of a 64-bit index the lane forms narrow (`passes/lanes.py`): the
+        index computed in 32-bit lanes (unsigned: no overflow), not in 64-bit ones converted."""
         assert self.vec is not None
         var, _w = self.vec
-        a: Affine = src.arg
+        a: Affine = v.args[0].arg
         c = a.coef(var)
         rest = Affine(tuple((t, k) for t, k in a.terms if not (
             isinstance(t, Val) and self.varies(t))), a.const)

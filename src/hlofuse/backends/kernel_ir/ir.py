@@ -525,6 +525,7 @@ class Loop:
     vector: int = 0
     step: int = 0
     lazy: LazyPlan | None = None  # a vector loop's lazy selects (`passes/lazy.py`)
+    forms: LaneForms | None = None  # a vector loop's cheaper lane forms (`passes/lanes.py`)
 
 
 @dataclass(eq=False, slots=True)
@@ -538,6 +539,17 @@ class LazyPlan:
     sides: dict[int, int] = field(default_factory=dict)
     groups: dict[tuple[int, int], list[Val]] = field(default_factory=dict)
     users: dict[int, set[int]] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class LaneForms:
+    """The values of a vector loop printed in a cheaper form than their op's generic vector
+    form (`passes/lanes.py`), by uid: `narrow`, 32-bit converts of 64-bit indices computed in
+    32-bit lanes; `blend`, selects (and converts to numbers) of a lane-varying comparison
+    computed as a blend on the comparison's mask."""
+
+    narrow: set[int] = field(default_factory=set)
+    blend: set[int] = field(default_factory=set)
 
 
 @dataclass(eq=False, slots=True)

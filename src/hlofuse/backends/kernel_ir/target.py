@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from hlofuse.backends.kernel_ir.ir import STACK_LOCAL_BYTES
 from hlofuse.errors import HloError
+from hlofuse.ir.dtypes import DType
 
 
 @dataclass(frozen=True)
@@ -126,3 +127,14 @@ def _ask_target(argv: tuple[str, ...]) -> str:
     if "__SSE2__" in macros:
         return "sse2"
     return "scalar" if out else "none"
+
+
+def compute_lane_bytes(dtype: DType) -> int | None:
+    """The width of the vector lane a value of `dtype` is computed in (the vector targets'
+    compute types: f16, bf16 and narrower floats in f32 lanes, pred in bytes); None for a type
+    without one (sub-byte integers)."""
+    if dtype.is_float:
+        return 8 if dtype.bits == 64 else 4
+    if dtype.is_pred:
+        return 1
+    return dtype.bits // 8 if dtype.bits in (8, 16, 32, 64) else None

@@ -10,10 +10,11 @@
     hoist       compute loop invariants once, before their loop
     place       where locals are declared, stack or heap (`Kernel.placement`)
     lazy        which selects of a vector loop compute a side in a branch (`Loop.lazy`)
+    lanes       which values of a vector loop take a cheaper lane form (`Loop.forms`)
 
 Each is `pass(kernel)` (mutating the kernel's statement lists) and keeps the kernel's results
-identical, except that `vectorize` may reassociate reductions whose reducer allows it. `place`
-and `lazy` change no statement: they record decisions printers read (`plan`, which a printer
+identical, except that `vectorize` may reassociate reductions whose reducer allows it. `place`,
+`lazy` and `lanes` change no statement: they record decisions printers read (`plan`, which a printer
 runs itself on a kernel that did not go through `optimize`). Under
 `HLOFUSE_VERIFY=1` (or `optimize(..., check=True)`) the kernel IR verifier (`verify.py`) runs
 after the lowering and after each pass.
@@ -26,6 +27,7 @@ from hlofuse.backends.kernel_ir.passes.collapse import collapse
 from hlofuse.backends.kernel_ir.passes.fission import fission
 from hlofuse.backends.kernel_ir.passes.hoist import hoist
 from hlofuse.backends.kernel_ir.passes.jam import jam
+from hlofuse.backends.kernel_ir.passes.lanes import lanes
 from hlofuse.backends.kernel_ir.passes.lazy import lazy
 from hlofuse.backends.kernel_ir.passes.narrow import narrow
 from hlofuse.backends.kernel_ir.passes.parallel import parallelize
@@ -34,8 +36,8 @@ from hlofuse.backends.kernel_ir.passes.split import split
 from hlofuse.backends.kernel_ir.passes.vectorize import vectorize
 from hlofuse.backends.kernel_ir.target import Target
 
-__all__ = ["collapse", "fission", "hoist", "jam", "lazy", "narrow", "optimize", "parallelize",
-           "place", "plan", "split", "vectorize"]
+__all__ = ["collapse", "fission", "hoist", "jam", "lanes", "lazy", "narrow", "optimize",
+           "parallelize", "place", "plan", "split", "vectorize"]
 
 
 def optimize(kernel: ir.Kernel, target: Target, threads: int = 1,
@@ -50,7 +52,8 @@ def optimize(kernel: ir.Kernel, target: Target, threads: int = 1,
     steps = [("split", split), ("jam", jam), ("collapse", collapse), ("fission", fission),
              ("narrow", narrow), ("vectorize", lambda k: vectorize(k, target)),
              ("parallelize", lambda k: parallelize(k, threads)), ("hoist", hoist),
-             ("place", lambda k: place(k, target.stack_local_bytes)), ("lazy", lazy)]
+             ("place", lambda k: place(k, target.stack_local_bytes)), ("lazy", lazy),
+             ("lanes", lanes)]
     if check:
         verify(kernel, "lowering")
     for name, step in steps:
@@ -61,8 +64,9 @@ def optimize(kernel: ir.Kernel, target: Target, threads: int = 1,
 
 
 def plan(kernel: ir.Kernel, target: Target | None = None) -> ir.Kernel:
-    """The decisions printers read (`place`, `lazy`), for a kernel built or transformed without
-    `optimize` (tests, scalar functions); `target` gives the stack limit (default: the usual
-    one, `ir.STACK_LOCAL_BYTES`)."""
+    """The decisions printers read (`place`, `lazy`, `lanes`), for a kernel built or transformed
+    without `optimize` (tests, scalar functions); `target` gives the stack limit (default: the
+    usual one, `ir.STACK_LOCAL_BYTES`)."""
     place(kernel, target.stack_local_bytes if target else ir.STACK_LOCAL_BYTES)
-    return lazy(kernel)
+    lazy(kernel)
+    return lanes(kernel)

@@ -1,0 +1,84 @@
+"""Lane forms: in a vector loop, the values a printer computes in a cheaper form than their op's
+generic vector form (`ir.LaneForms`, stored as `Loop.forms`). Printers read the forms; they
+decide nothing about them.
+
+    lanes(kernel)        Loop.forms of every vector loop
+
+- `narrow`: a 32-bit convert of a 64-bit index (an s32 iota, a position compared with another)
+  whose terms other than the loop variable do not vary across lanes: the index computed in
+  32-bit lanes, not in 64-bit ones converted. Exact: sums and products modulo 2^32 are the low
+  bits of the 64-bit ones, and the arithmetic is unsigned (no overflow); half the vector work,
+  no conversion.
+- `blend`: a select on a lane-varying comparison of a type whose compute lane is as wide as
+  the select's (`target.compute_lane_bytes`), or such a comparison converted to a number type
+  (`(x < 0).astype(f32)`: exact, convert(pred) is 1 or 0): a blend on the comparison's mask,
+  not on pred lanes (bytes) narrowed from the mask and widened back. A comparison in the
+  total order of a float narrower than f32 has no mask form (its keys are its own bits).
+A select the lazy plan computes lazily (`passes/lazy.py`) is printed lazily, not blended.
+"""
+
+from __future__ import annotations
+
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.ir import Val, Var
+from hlofuse.backends.kernel_ir.passes.lazy import varies
+from hlofuse.backends.kernel_ir.target import compute_lane_bytes
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.opcodes import Opcode
+
+
+def lanes(kernel: ir.Kernel) -> ir.Kernel:
+    """Set `Loop.forms` on every vector loop of `kernel`."""
+    for s in ir.walk(kernel.body):
+        if isinstance(s, ir.Loop) and s.vector:
+            s.forms = forms(s)
+    return kernel
+
+
+def forms(loop: ir.Loop) -> ir.LaneForms:
+    """The lane forms of the vector loop `loop`'s values (see the module docstring)."""
+    roots: list[Val] = []
+    for st in ir.walk(loop.body):
+        roots.extend(ir.stmt_vals(st))
+    out = ir.LaneForms()
+    var = loop.var
+    for v in ir.postorder(roots):
+        if v.op != "alu":
+            continue
+        if narrow_index(v, var):
+            out.narrow.add(v.uid)
+        elif blend_on_compare(v, var):
+            out.blend.add(v.uid)
+    return out
+
+
+def narrow_index(v: Val, var: Var) -> bool:
+    """Whether `v` is a 32-bit convert of a 64-bit index whose other terms do not vary."""
+    if v.arg.opcode is not Opcode.CONVERT or v.dtype.name not in ("s32", "u32"):
+        return False
+    (src,) = v.args
+    if src.op != "index" or src.dtype.name not in ("s64", "u64"):
+        return False
+    return not any(isinstance(t, Val) and varies(t, var) for t, _c in src.arg.terms)
+
+
+def blend_on_compare(v: Val, var: Var) -> bool:
+    """Whether `v` (a select, or a convert to a number type) blends on its comparison's mask."""
+    if v.arg.opcode is Opcode.SELECT:
+        return _compare_mask(v.args[0], v.dtype, var)
+    if v.arg.opcode is Opcode.CONVERT and not v.dtype.is_pred:
+        return _compare_mask(v.args[0], v.dtype, var)
+    return False
+
+
+def _compare_mask(p: Val, dtype: DType, var: Var) -> bool:
+    """Whether `p` is a lane-varying comparison with a mask as wide as `dtype`'s lanes."""
+    if not (p.op == "alu" and p.arg.opcode is Opcode.COMPARE and varies(p, var)):
+        return False
+    src = p.args[0].dtype
+    width = compute_lane_bytes(src)
+    if src.is_pred or width is None or width != compute_lane_bytes(dtype):
+        return False
+    total = p.arg.attr("type")
+    return not (src.is_float and total is not None and str(total) == "TOTALORDER"
+                and src.name not in ("f32", "f64"))
