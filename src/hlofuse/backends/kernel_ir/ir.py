@@ -562,6 +562,7 @@ class Placement:
 
     blocks: dict[int, list[Buffer]] = field(default_factory=dict)
     heap: set[Buffer] = field(default_factory=set)
+    stack_bytes: int = STACK_LOCAL_BYTES  # the limit it placed by
 
 
 def step_of(loop: Loop) -> int:

@@ -14,14 +14,28 @@ Conditions checked:
 - bounds: a store's or load's index, over its loop variables' ranges (a vector loop's lanes
   included), lies inside its buffer wherever its range is known (`Affine.bounds`); accesses
   under a `cond` side or inside an `If` are not checked (a guarded access may be out of bounds
-  where its condition is false: a scatter's, a concatenate piece's).
+  where its condition is false: a scatter's, a concatenate piece's);
+- placement (`passes/place.py`, once run): every `local` and `lanes` buffer a statement or
+  value accesses is declared once, in a block enclosing every access; a stack local fits the
+  placement's stack limit, a heap one does not, only `local`s are on the heap, and none is
+  declared inside a parallel loop (heap scratch is allocated outside parallel regions);
+- lazy selects (`passes/lazy.py`): each is a lane-varying select of its vector loop, its lazy
+  side reads no buffer the loop writes, the values only that side owns (`lazy.owned`) are
+  used by no statement of the loop and by no value outside the side (so computing them in
+  the branch loses nothing), and the groups are exactly the lazy selects by (condition, side);
+- lane forms (`passes/lanes.py`): each `narrow` and `blend` value is an alu value of its loop
+  that qualifies (`lanes.narrow_index`, `lanes.blend_on_compare`).
 The walk is iterative over statements and values.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.passes.lanes import blend_on_compare, narrow_index
+from hlofuse.backends.kernel_ir.passes.lazy import is_select, owned, varies
 from hlofuse.errors import CompileError
 
 
@@ -152,4 +166,105 @@ class _Verifier:
 
 def verify(kernel: ir.Kernel, after: str = "") -> None:
     """Raise `KernelIRError` if `kernel` breaks an invariant (see the module docstring)."""
-    _Verifier(kernel, after).block(kernel.body)
+    v = _Verifier(kernel, after)
+    v.block(kernel.body)
+    _check_plans(kernel, v.fail)
+
+
+# ----- the printers' decisions (passes/place.py, lazy.py, lanes.py) -----------------------------
+
+
+def _check_plans(k: ir.Kernel, fail: Callable[[str], Exception]) -> None:
+    if k.placement is not None:
+        _placement(k, k.placement, fail)
+    for s in ir.walk(k.body):
+        if isinstance(s, ir.Loop) and s.vector and (s.lazy is not None or s.forms is not None):
+            _vector_loop(s, fail)
+
+
+def _accessed(s: Stmt) -> list[Buffer]:
+    bufs = [b for v in ir.stmt_vals(s) for b in ir.reads(v)]
+    if isinstance(s, ir.Store | ir.StoreTile):
+        bufs.append(s.buf)
+    elif isinstance(s, ir.Copy):
+        bufs += [s.dst, s.src]
+    elif isinstance(s, ir.LibCall):
+        bufs += s.ins + s.outs
+    return [b for b in bufs if b.kind in ("local", "lanes")]
+
+
+def _placement(k: ir.Kernel, pl: ir.Placement, fail: Callable[[str], Exception]) -> None:
+    where: dict[Buffer, int] = {}
+    for block, bufs in pl.blocks.items():
+        for b in bufs:
+            if b in where:
+                raise fail(f"local {b.name} declared twice")
+            where[b] = block
+            nbytes = b.size * b.dtype.itemsize
+            if b in pl.heap and (b.kind != "local" or nbytes <= pl.stack_bytes):
+                raise fail(f"{b.kind} {b.name} ({nbytes} bytes) placed on the heap")
+            if b not in pl.heap and b.kind == "local" and nbytes > pl.stack_bytes:
+                raise fail(f"local {b.name} ({nbytes} bytes) on the stack, over its limit "
+                           f"of {pl.stack_bytes}")
+    # (block list, enclosing block ids, inside a parallel loop)
+    work: list[tuple[list[Stmt], tuple[int, ...], bool]] = [(k.body, (id(k.body),), False)]
+    while work:
+        stmts, path, par = work.pop()
+        if par and any(b in pl.heap for b in pl.blocks.get(path[-1], [])):
+            raise fail("a heap local declared inside a parallel loop")
+        for s in stmts:
+            for b in _accessed(s):
+                if b not in where:
+                    raise fail(f"local {b.name} is used but never declared")
+                if where[b] not in path:
+                    raise fail(f"local {b.name} used outside the block that declares it")
+            if isinstance(s, ir.Loop):
+                work.append((s.body, (*path, id(s.body)), par or s.parallel))
+            elif isinstance(s, ir.If):
+                work.append((s.then, (*path, id(s.then)), par))
+                work.append((s.orelse, (*path, id(s.orelse)), par))
+
+
+def _vector_loop(loop: ir.Loop, fail: Callable[[str], Exception]) -> None:
+    roots: list[Val] = []
+    for st in ir.walk(loop.body):
+        roots.extend(ir.stmt_vals(st))
+    values = {v.uid: v for v in ir.postorder(roots)}
+    name = loop.var.name
+    forms = loop.forms
+    if forms is not None:
+        for uid in forms.narrow:
+            v = values.get(uid)
+            if v is None or v.op != "alu" or not narrow_index(v, loop.var):
+                raise fail(f"value %{uid} narrowed in loop {name} does not qualify")
+        for uid in forms.blend:
+            v = values.get(uid)
+            if v is None or v.op != "alu" or not blend_on_compare(v, loop.var):
+                raise fail(f"value %{uid} blended in loop {name} does not qualify")
+    plan = loop.lazy
+    if plan is None or not plan.sides:
+        return
+    stored = ir.written(loop.body)
+    root_uids = {v.uid for v in roots}
+    grouped: dict[tuple[int, int], list[int]] = {}
+    for uid, side in plan.sides.items():
+        v = values.get(uid)
+        if v is None or not is_select(v) or not varies(v.args[0], loop.var) \
+                or side not in (1, 2):
+            raise fail(f"lazy select %{uid} of loop {name} is not a lane-varying select "
+                       f"of it")
+        if ir.reads(v.args[side]) & stored:
+            raise fail(f"lazy side of %{uid} reads a buffer loop {name} writes")
+        own = owned(plan, v, side, loop.var)
+        for x in own:
+            if x in root_uids:
+                raise fail(f"value %{x} of the lazy side of %{uid} is used by a statement "
+                           f"of loop {name}")
+            outside = plan.users.get(x, set()) - own - {uid}
+            if outside:
+                raise fail(f"value %{x} of the lazy side of %{uid} is used outside its "
+                           f"branch (by %{min(outside)})")
+        grouped.setdefault((v.args[0].uid, side), []).append(uid)
+    if grouped != {key: [m.uid for m in ms] for key, ms in plan.groups.items()}:
+        raise fail(f"the lazy groups of loop {name} are not its lazy selects by condition "
+                   f"and side")

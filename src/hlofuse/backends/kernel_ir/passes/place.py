@@ -25,7 +25,7 @@ def place(kernel: ir.Kernel, stack_bytes: int = ir.STACK_LOCAL_BYTES) -> ir.Kern
     blocks = declarations(kernel.body)
     heap = {b for bufs in blocks.values() for b in bufs
             if b.kind == "local" and b.size * b.dtype.itemsize > stack_bytes}
-    kernel.placement = ir.Placement(blocks, heap)
+    kernel.placement = ir.Placement(blocks, heap, stack_bytes)
     return kernel
 
 
