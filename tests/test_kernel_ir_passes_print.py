@@ -219,3 +219,14 @@ def test_the_verifier_rejects_a_lane_form_that_does_not_qualify() -> None:
     loop.forms.narrow.add(-1)  # no value of the loop
     with pytest.raises(KernelIRError, match="narrowed in loop"):
         verify(k, "test")
+
+
+def test_the_readable_form_shows_the_decisions() -> None:
+    from hlofuse.backends.kernel_ir.printer import format_kernel
+
+    (k,) = _kernels(_lazy_module(3 * LAZY_SELECT_MIN_OPS))
+    assert "\n    lazy %" in format_kernel(k)
+    k, _small, _big = _two_locals()
+    plan(k)
+    text = format_kernel(k)
+    assert "  decl big: f32[8192] heap\n" in text and "    decl acc: f32[1] stack\n" in text

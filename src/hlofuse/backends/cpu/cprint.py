@@ -56,7 +56,7 @@ from hlofuse.backends.kernel_ir.conds import Always
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
 from hlofuse.backends.kernel_ir.naming import KernelNames
 from hlofuse.backends.kernel_ir.passes import plan as plan_kernel
-from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MAX_DEPTH, owned
+from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MAX_DEPTH, owned, varies
 from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MIN_OPS as LAZY_SELECT_MIN_OPS
 from hlofuse.errors import CompileError
 from hlofuse.ir.opcodes import Opcode
@@ -358,9 +358,8 @@ class KernelPrinter:
     # ----- values ---------------------------------------------------------------------------
 
     def varies(self, v: Val) -> bool:
-        if self.vec is None:
-            return False
-        return self.vec[0] in ir.deps(v) or any(b.kind == "lanes" for b in ir.reads(v))
+        """Whether `v` is a vector in the current vector loop (`lazy.varies`)."""
+        return self.vec is not None and varies(v, self.vec[0])
 
     def depends(self, a: Affine) -> bool:
         assert self.vec is not None

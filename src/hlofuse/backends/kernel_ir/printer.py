@@ -7,6 +7,9 @@
         out0[i0] = add(multiply(sine(in1[i0]), 2), in0[i0])
 
 Values used more than once in a statement are printed once as `%N = ...` lines before it.
+The printers' decisions, once made (`passes/place.py`, `lazy.py`, `lanes.py`), are lines of
+their own: `decl t: f32[4096] stack` (or `heap`, `register`) at the top of the block declaring
+a local, `lazy %12 side 1` and `forms narrow %7; blend %9` at the top of a vector loop.
 Input text (labels) is not printed: the form is made only of names the lowering derived.
 """
 
@@ -27,9 +30,10 @@ def format_affine(a: Affine, name: dict[int, str] | None = None) -> str:
 
 
 class _Fmt:
-    def __init__(self) -> None:
+    def __init__(self, placement: ir.Placement | None = None) -> None:
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
+        self.placement = placement
 
     def val(self, v: Val, shared: set[int]) -> str:
         if v.uid in self.names:
@@ -81,8 +85,25 @@ class _Fmt:
                 self.lines.append("  " * depth + f"%{v.uid} = {text}")
         return shared
 
-    def block(self, body: list[Stmt], depth: int) -> None:
+    def decisions(self, body: list[Stmt], loop: ir.Loop | None, depth: int) -> None:
         pad = "  " * depth
+        pl = self.placement
+        for b in pl.blocks.get(id(body), []) if pl is not None else []:
+            where = "register" if b.kind == "lanes" else "heap" if b in pl.heap else "stack"
+            self.lines.append(f"{pad}decl {b.name}: {b.dtype}[{b.size}] {where}")
+        if loop is not None and loop.lazy is not None and loop.lazy.sides:
+            sides = ", ".join(f"%{u} side {k}" for u, k in loop.lazy.sides.items())
+            self.lines.append(f"{pad}lazy {sides}")
+        forms = loop.forms if loop is not None else None
+        if forms is not None and (forms.narrow or forms.blend):
+            parts = [f"{what} {', '.join(f'%{u}' for u in sorted(uids))}"
+                     for what, uids in (("narrow", forms.narrow), ("blend", forms.blend))
+                     if uids]
+            self.lines.append(f"{pad}forms {'; '.join(parts)}")
+
+    def block(self, body: list[Stmt], depth: int, loop: ir.Loop | None = None) -> None:
+        pad = "  " * depth
+        self.decisions(body, loop, depth)
         for s in body:
             shared = self.shared_of(ir.stmt_vals(s), depth)
             if isinstance(s, ir.Loop):
@@ -90,7 +111,7 @@ class _Fmt:
                     (f" vector {s.vector}" if s.vector else "") + \
                     (f" step {s.step}" if s.step else "")
                 self.lines.append(f"{pad}for {s.var.name} in [{s.lo}, {s.hi}){tags}:")
-                self.block(s.body, depth + 1)
+                self.block(s.body, depth + 1, s)
             elif isinstance(s, ir.Store):
                 self.lines.append(f"{pad}{s.buf.name}[{self.aff(s.index, shared)}] = "
                                   f"{self.val(s.value, shared)}")
@@ -118,7 +139,7 @@ class _Fmt:
 
 
 def format_kernel(k: ir.Kernel) -> str:
-    f = _Fmt()
+    f = _Fmt(k.placement)
     ins = ", ".join(f"{b.name}: {b.dtype}[{b.size}]" for b in k.inputs)
     outs = ", ".join(f"{b.name}: {b.dtype}[{b.size}]" for b in k.outputs)
     f.lines.append(f"kernel {k.name}({ins}) -> ({outs})")
