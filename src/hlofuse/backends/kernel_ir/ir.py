@@ -5,8 +5,10 @@ jam, collapse, fission, narrow, vectorize, parallelize, hoist: `passes/`), then 
 (`backends/cpu/cprint.py`).
 
     Kernel ─ inputs/outputs/locals: Buffer          (name, element type, size, kind)
-           └ body: [Stmt]
-    Stmt  = Loop(var, lo, hi, body, parallel, vector, step) | Store(buf, index, value)
+           ├ body: [Stmt]
+           └ placement: Placement                   (passes/place.py: where locals live)
+    Stmt  = Loop(var, lo, hi, body, parallel, vector, step, lazy, forms)
+          | Store(buf, index, value)
           | If(cond, then, orelse) | Let(value) | Copy(dst, src) | LibCall(op, ins, outs)
           | Comment(text)
     Val   = const | load(buf, Affine) | index(Affine) | alu(ScalarOp, args)
@@ -32,6 +34,10 @@ Design (after tinygrad's UOps, TorchInductor's LoopBody, TVM's TIR BufferLoad/Fo
   it are vectors of W lanes, everything else stays scalar. Tails run as a second, scalar loop.
   `step` (a multiple of W) is how far the variable advances per iteration when the body holds
   several copies of the vector body (unrolled reductions: one partial accumulator per copy).
+
+The last passes change no statement: they record what printers would otherwise decide
+(`Kernel.placement`, a vector loop's `LazyPlan` and `LaneForms`), so every printer reads one
+set of decisions; a pass that changes statements after them must run them again.
 
 Conditions every pass keeps: a `Var` is bound by exactly one enclosing `Loop`; a `Store`'s index
 stays in its buffer (lowering guarantees it, passes only substitute equal expressions); `In`
