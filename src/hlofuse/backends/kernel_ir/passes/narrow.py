@@ -14,7 +14,8 @@ into two 32-bit words this way, on every element of every draw. Two rewrites, ea
   subtractions, multiplications and bitwise operations down to indices, constants and
   conversions from narrower types: the low bits of a wrapping sum or product depend only on
   the low bits of its operands, so the result is the same value computed in the narrow type
-  (the printer's 32-bit index lanes then compute the converted index, `cprint._narrow_index`).
+  (the printer's 32-bit index lanes then compute the converted index: `passes/lanes.py`
+  decides them, `cprint._narrow_index` spells them).
   Only expressions reached within `DEPTH` operations are rewritten; others stay as they are.
 """
 
