@@ -13,7 +13,7 @@ import pytest
 from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends import cpu, interpreter
 from hlofuse.backends.cpu.kernels import lower_kernel
-from hlofuse.backends.kernel_ir.passes import lazy
+from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MIN_OPS
 from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
@@ -71,14 +71,14 @@ def _source(text: str, target: str = "avx2") -> str:
 
 @pytest.mark.parametrize("side", ["true", "false"])
 def test_a_long_side_is_computed_under_a_branch(side: str) -> None:
-    src = _source(_module(side, 3 * lazy.LAZY_SELECT_MIN_OPS))
+    src = _source(_module(side, 3 * LAZY_SELECT_MIN_OPS))
     tests = re.findall(r"if \(hf_any_v8\((.*?)\)\) \{", src)
     assert len(tests) == 1, src
     assert tests[0].endswith("^ 1") == (side == "false")  # the false side tests !p
 
 
 def test_selects_on_one_condition_share_one_branch() -> None:
-    src = _source(_module("true", 3 * lazy.LAZY_SELECT_MIN_OPS, two=True))
+    src = _source(_module("true", 3 * LAZY_SELECT_MIN_OPS, two=True))
     assert len(re.findall(r"if \(hf_any_v8\(", src)) == 1, src
 
 
@@ -93,7 +93,7 @@ def test_short_sides_stay_blends() -> None:
 @pytest.mark.parametrize("threshold", [10.0, 2.5, 0.0, -10.0])  # no lane .. every lane
 def test_results_are_the_interpreters_whatever_the_lanes_select(
         side: str, two: bool, threshold: float) -> None:
-    text = _module(side, 3 * lazy.LAZY_SELECT_MIN_OPS, two)
+    text = _module(side, 3 * LAZY_SELECT_MIN_OPS, two)
     assert "hf_any_v" in _source(text, "avx512")
     rng = np.random.default_rng(0)
     x = rng.standard_normal(N).astype(np.float32)
@@ -111,7 +111,7 @@ def test_a_select_inside_a_lazy_side_on_the_same_condition_blends_there() -> Non
     """select(p, select(p, A, B), C) with A long, B and C short: both selects compute their
     true side lazily, one group; the inner one, inside the outer's branch, blends there (not
     a branch per nesting level); the interpreter's values."""
-    a, la = _chain("a", "x", 2 * lazy.LAZY_SELECT_MIN_OPS)
+    a, la = _chain("a", "x", 2 * LAZY_SELECT_MIN_OPS)
     b, lb = _chain("b", "y", 4)
     c, lc = _chain("c", "x", 5)
     text = "\n".join([
