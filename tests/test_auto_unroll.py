@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from hlo_loops import mlp_scan, scan, stacked
+from hlofuse.api import optimise
 from hlofuse.backends import interpreter
+from hlofuse.ir.module import Module
+from hlofuse.passes.base import Context
 from hlofuse.passes.fusion.trace import TraceEvent, trace_of
 from hlofuse.passes.pipelines import run_pipeline
 from hlofuse.text import parse
@@ -16,9 +19,13 @@ from hlofuse.text import parse
 HOST_LOOPS = "hlofuse{whole_loop_fusion=false"
 
 
-def _event(text: str, pipeline: str) -> tuple[object, TraceEvent]:
+def _event(text: str, pipeline: str, context: Context | None = None,
+           through_api: bool = False) -> tuple[object, TraceEvent]:
     module = parse(text)
-    run_pipeline(module, pipeline)
+    if through_api:  # (api's pass context carries the backends' timer)
+        optimise(module, pipeline, context=context)
+    else:
+        run_pipeline(module, pipeline, context=context)
     (event,) = [e for e in trace_of(module) if e.pass_name == "auto-unroll"]
     return module, event
 
@@ -72,13 +79,34 @@ def test_autotune_measures_once_then_reads_the_cache(tmp_path: object,
     pytest.importorskip("hlofuse.backends.cpu.build").find_compiler()
     monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path))
     pipeline = HOST_LOOPS + ",autotune=true,max_unroll=4}"
-    _, first = _event(stacked(32, 16), pipeline)
+    _, first = _event(stacked(32, 16), pipeline, through_api=True)
     assert first.figures["cached"] is False
     assert sorted(int(k) for k in first.figures["measured_ns"]) == [1, 2, 4]
-    _, again = _event(stacked(32, 16), pipeline)
+    _, again = _event(stacked(32, 16), pipeline, through_api=True)
     assert again.figures["cached"] is True
     assert again.figures["factor"] == first.figures["factor"]
     assert again.figures["measured_ns"] == first.figures["measured_ns"]
+
+
+def test_the_timer_comes_from_the_pass_context() -> None:
+    """Passes never call a backend: autotune times through `Context.timer` (here a fake that
+    makes factor 2 fastest), and a run whose context has no timer decides by the model."""
+    asked: list[tuple[str, list[int]]] = []
+
+    def fake(key: str, candidates: dict[int, Module]) -> tuple[dict[int, float], bool]:
+        asked.append((key, sorted(candidates)))
+        return {k: 100.0 if k == 2 else 1000.0 for k in candidates}, False
+
+    pipeline = HOST_LOOPS + ",autotune=true,max_unroll=4}"
+    _, event = _event(stacked(32, 16), pipeline, Context(timer=fake))
+    assert [factors for _, factors in asked] == [[1, 2, 4]]
+    assert event.figures["factor"] == 2 and event.figures["measured_ns"] == {
+        "1": 1000, "2": 100, "4": 1000}
+    _, event = _event(stacked(32, 16), pipeline, through_api=True, context=Context(timer=fake))
+    assert len(asked) == 2 and event.figures["factor"] == 2  # (api keeps the caller's timer)
+    _, alone = _event(stacked(32, 16), pipeline)
+    assert alone.figures["autotune"] == "not measured: nothing here times these candidates"
+    assert "measured_ns" in event.figures and "measured_ns" not in alone.figures
 
 
 def test_autotune_option_on_compile(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -183,7 +183,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
-    from hlofuse.passes.pipelines import PIPELINES, run_pipeline
+    from hlofuse.api import optimise
+    from hlofuse.passes.pipelines import PIPELINES
     from hlofuse.text import print_module
 
     if args.passes is None and args.pipeline not in PIPELINES:
@@ -194,7 +195,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
     module = _read_module(args.file)
     spec = args.passes if args.passes is not None else args.pipeline
     t0 = time.perf_counter()
-    report = run_pipeline(module, spec, verify=args.verify, dump_dir=args.dump_dir)
+    _, report = optimise(module, spec, verify=args.verify, dump_dir=args.dump_dir)
     elapsed = time.perf_counter() - t0
     if args.trace:
         trace = module.annotations.get("fusion_trace")
@@ -250,13 +251,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
+    from hlofuse.api import optimise
     from hlofuse.backends import registry
-    from hlofuse.passes.pipelines import run_pipeline
 
-    module = _read_module(args.file)
-    pipeline = _pipeline(args.pipeline)
-    if pipeline is not None:
-        run_pipeline(module, pipeline)
+    module, _ = optimise(_read_module(args.file), _pipeline(args.pipeline))
     if args.kernel_ir:
         from hlofuse.backends.cpu import one_device
         from hlofuse.backends.kernel_ir.dump import module_text

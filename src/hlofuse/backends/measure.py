@@ -1,6 +1,6 @@
-"""The default timer passes measure with (`passes/measure.py`): compile each candidate module
-with the default backend, run it on random inputs, time the runs interleaved and keep the best;
-cache the times on disk.
+"""The timer `api` puts in the pass context (`Context.timer`, `passes/measure.py`): compile each
+candidate module with the default backend, run it on random inputs, time the runs interleaved
+and keep the best; cache the times on disk.
 
     time_candidates(key, {choice: module}) -> ({choice: ns}, cached) or None
 
@@ -62,7 +62,7 @@ def measured(candidates: dict[int, Module]) -> dict[int, float] | None:
 
 def time_candidates(key: str, candidates: dict[int, Module]
                     ) -> tuple[dict[int, float], bool] | None:
-    """The timer `passes.measure` hands passes: cached times, else measured and cached."""
+    """The timer `api` installs in the pass context: cached times, else measured and cached."""
     from hlofuse.backends.cpu import cachefs
 
     path = cachefs.directory("autotune") / key

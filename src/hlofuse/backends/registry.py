@@ -6,10 +6,15 @@
 
 A `Backend` says whether it can run here (`require` raises the error that says why not, e.g. no
 C compiler), turns an optimised module into a runner, and optionally: compiles HLO text through
-a cache (`compile_text`: (module, or a function making it on first use; runner) or None to
-compile normally), prints the code it
-generates (`generate`), and profiles (`profiles`: runners have `.profile(*arrays)`). Adding a
-backend (Triton, say) is one `register` call; nothing else dispatches on backend names.
+a cache (`compile_text`: (module, or a function making it on first use; runner)), prints the
+code it generates (`generate`), profiles (`profiles`: runners have `.profile(*arrays)`), makes
+runners a host framework can call natively (`native_entry`: jax's custom call), and names the
+backend a module it refuses runs on instead (`fallback`, for the errors `refuses` accepts).
+Adding a backend (Triton, say) is one `register` call; nothing else dispatches on backend names.
+
+Backends never parse HLO nor run a pipeline: `api` does both and hands them the optimised
+module, or, for `compile_text`, the function that makes it from the text when the cache
+misses (`docs/layout.md`, "The compile route").
 """
 
 from __future__ import annotations
@@ -18,13 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hlofuse.backends import measure as _measure
 from hlofuse.backends.host_callbacks import HostCallbacks
 from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.errors import HloError
 from hlofuse.ir.module import Module
 from hlofuse.passes import evaluator as _pass_evaluator
-from hlofuse.passes import measure as _pass_measure
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,17 @@ class Backend:
     # callbacks index, or None: `backends/host_callbacks.py`; a module with host callbacks and
     # no table is refused, naming the instruction)
     compile: Callable[..., Any]
-    # (text, pipeline, threads, subnormals, host_callbacks) -> (the module, or a function
-    # making it on first use; runner)
-    compile_text: Callable[..., tuple[Module | Callable[[], Module], Any] | None] | None = None
+    # (text, pipeline, threads, subnormals, host_callbacks, prepare) -> (the module, or a
+    # function making it on first use; runner). `prepare()` makes the optimised module from
+    # the text (api's route: parse, check, run the pipeline) where the cache cannot answer.
+    compile_text: Callable[..., tuple[Module | Callable[[], Module], Any]] | None = None
     generate: Callable[..., str] | None = None  # (module, subnormals=) -> the source
     profiles: bool = False  # runners have .profile(*arrays, repeat=)
+    native_entry: bool = False  # runners may run as one native call (jax's custom call)
+    # where a module this backend refuses runs instead when no backend was asked for
+    # (`hlofuse.jit`), and which errors are refusals (an op it cannot run), not failures
+    fallback: str | None = None
+    refuses: Callable[[Exception], bool] = lambda exc: False
 
     def available(self) -> bool:
         try:
@@ -122,30 +131,23 @@ def _cpu_compile(module: Module, threads: int | None = None,
     return cpu.compile_module(module, threads, subnormals, host_callbacks=host_callbacks)
 
 
-def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = None,
-                      subnormals: str = DEFAULT_SUBNORMALS,
-                      host_callbacks: HostCallbacks | None = None
-                      ) -> tuple[Module, Any] | None:
-    """HLO text through the compile cache (`backends.cpu.artifacts`): a warm compile skips the
-    pipeline and the C generation; a cold one compiles and stores."""
+def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None,
+                      subnormals: str, host_callbacks: HostCallbacks | None,
+                      prepare: Callable[[], Module]) -> tuple[Module | Callable[[], Module], Any]:
+    """HLO text through the compile cache (`backends.cpu.artifacts`), keyed by the text, the
+    pipeline and the settings: a warm compile skips `prepare` (the parse and the pipeline) and
+    the C generation; a cold one compiles `prepare()`'s module and stores it."""
+    from hlofuse.backends import cpu
     from hlofuse.backends.cpu import artifacts, runtime
     from hlofuse.backends.cpu.executable import CpuExecutable
 
     threads = threads or runtime.default_threads()
-    hit = artifacts.lookup(text, pipeline, threads, subnormals)
+    hit = artifacts.lookup(text, pipeline, threads, subnormals, remake=prepare)
     if hit is not None:
         make_module, program, signature, library = hit
         exe = CpuExecutable(make_module, program, signature, library, host_callbacks)
         return (lambda: exe.module), exe  # parsed only if asked for
-    from hlofuse.backends import cpu
-    from hlofuse.backends.static_shapes import require_static
-    from hlofuse.passes.pipelines import run_pipeline
-    from hlofuse.text import parse
-
-    module = parse(text)
-    require_static(module)
-    if pipeline is not None:
-        run_pipeline(module, pipeline)
+    module = prepare()
     made: list[artifacts.Entry] = []  # the cache entry, made while the library builds
 
     def entry(program: Any) -> None:
@@ -157,6 +159,16 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None = Non
     return module, exe
 
 
+def _cpu_refuses(exc: Exception) -> bool:
+    """An op (or type, or shape) the generated C cannot handle: the module runs on the
+    interpreter instead. A C compiler that fails or is missing is a failure, not a refusal."""
+    from hlofuse.backends.cpu import build
+    from hlofuse.errors import CompileError
+
+    return isinstance(exc, CompileError) and not isinstance(
+        exc, (build.CCompileError, build.CompilerNotFoundError))
+
+
 def _cpu_generate(module: Module, subnormals: str = DEFAULT_SUBNORMALS) -> str:
     from hlofuse.backends import cpu
 
@@ -164,14 +176,10 @@ def _cpu_generate(module: Module, subnormals: str = DEFAULT_SUBNORMALS) -> str:
 
 
 register(Backend("cpu", "generated C with explicit SIMD and a native driver (needs a C compiler)",
-                 _cpu_require, _cpu_compile, _cpu_compile_text, _cpu_generate, profiles=True))
+                 _cpu_require, _cpu_compile, _cpu_compile_text, _cpu_generate, profiles=True,
+                 native_entry=True, fallback="interpreter", refuses=_cpu_refuses))
 register(Backend("interpreter", "the numpy reference (always available)", lambda: None,
                  _interpreter_compile))
-
-
-# Passes that measure (auto-unroll's autotune) time with this package's backends unless their
-# caller chose otherwise (passes/measure.py); the passes themselves import no backend.
-_pass_measure.register_default(_measure.time_candidates)
 
 
 def _interpret(instr: Any, operands: list[Any]) -> Any:

@@ -40,15 +40,15 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.api import load, with_autotune
 from hlofuse.backends import host_callbacks
 from hlofuse.backends.cpu.runtime import arm
 from hlofuse.backends.host_callbacks import HostCallbacks
 from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.backends.subnormals import check as check_subnormals
-from hlofuse.errors import CompileError, HloError, InputError
+from hlofuse.errors import HloError, InputError
 from hlofuse.ir.module import Module
 from hlofuse.ir.shape import ArrayShape, TokenShape, leaves
-from hlofuse.text import parse
 
 try:
     import jax
@@ -100,7 +100,7 @@ def from_jax(fn: Callable[..., Any], *args: Any,
     name = getattr(fn, "__name__", "fn")
     text = hlo_text(fn, *args, static_argnums=static_argnums, static_argnames=static_argnames,
                     **kwargs)
-    return parse(text, source_name=f"<jax:{name}>")
+    return load(text, source_name=f"<jax:{name}>")
 
 
 @dataclass
@@ -129,48 +129,35 @@ def _build(
     threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS,
     host_callbacks: HostCallbacks | None = None, warned: set[str] | None = None,
 ) -> tuple[Module, Callable[..., list[np.ndarray]], str]:
-    """Optimise and bind `module`; with backend None, pick one and fall back to the interpreter
-    when the cpu backend cannot run an op of the module, with a warning (once per reason when
-    `warned` collects them)."""
-    from hlofuse.api import build_runner, check_backend
+    """Optimise and bind `module` (`api.bind`); with backend None, the default backend, which
+    falls back (to the interpreter) when it cannot run an op of the module, with a warning
+    (once per reason when `warned` collects them)."""
+    from hlofuse.api import bind
 
-    if backend is not None:
-        check_backend(backend)
-        module, run = build_runner(module, pipeline=pipeline, backend=backend, threads=threads,
-                                   subnormals=subnormals, host_callbacks=host_callbacks)
-        return module, run, backend
-    backend = default_backend()
-    if backend == "interpreter":
-        module, run = build_runner(module, pipeline=pipeline, backend=backend,
-                                   subnormals=subnormals, host_callbacks=host_callbacks)
-        return module, run, backend
-    from hlofuse.backends.cpu import build
-
-    if pipeline is not None:
-        from hlofuse.passes.pipelines import run_pipeline
-
-        run_pipeline(module, pipeline)
-    try:
-        module, run = build_runner(module, pipeline=None, backend="cpu", threads=threads,
-                                   subnormals=subnormals, host_callbacks=host_callbacks)
-        return module, run, "cpu"
-    except (build.CCompileError, build.CompilerNotFoundError):
-        raise
-    except CompileError as exc:
+    def refused(tried: str, instead: str, exc: HloError) -> None:
         reason = str(exc)
         if warned is None or reason not in warned:
             if warned is not None:
                 warned.add(reason)
             warnings.warn(
-                f"hlofuse.jit({name}): the cpu backend cannot run this function ({reason}); "
-                "it runs on the numpy interpreter instead, typically 100-1000x slower. Pass "
-                "backend='cpu' to make this an error, or backend='interpreter' to choose it",
+                f"hlofuse.jit({name}): the {tried} backend cannot run this function ({reason}); "
+                f"it runs on the numpy {instead} instead, typically 100-1000x slower. Pass "
+                f"backend='{tried}' to make this an error, or backend='{instead}' to choose it",
                 RuntimeWarning,
-                stacklevel=5,
+                stacklevel=7,  # (the caller of hlofuse.jit's function, as before api.bind)
             )
-    module, run = build_runner(module, pipeline=None, backend="interpreter",
-                               subnormals=subnormals, host_callbacks=host_callbacks)
-    return module, run, "interpreter"
+
+    return bind(module, pipeline, backend, threads=threads, subnormals=subnormals,
+                host_callbacks=host_callbacks, refused=refused)
+
+
+def _native_entry(backend: str | None) -> bool:
+    """Whether the backend (None: the default) makes runners that can run as one XLA custom
+    call (`Backend.native_entry`). A name no backend has is left to the call to refuse."""
+    from hlofuse.backends import registry
+
+    name = backend if backend is not None else registry.default()
+    return name not in registry.names() or registry.get(name).native_entry
 
 
 def _host_table(lowered: Any, module: Module, name: str) -> list[Callable[..., Any]] | None:
@@ -226,7 +213,7 @@ class JittedFunction:
         self._cache: dict[Any, _Compiled] = {}
         self._warned: set[str] = set()  # the interpreter fallbacks already reported
         # The path through XLA (jax.jit of `_traced`), made on the first call; False: not here
-        self._xla: Callable[..., Any] | bool | None = None if backend != "interpreter" else False
+        self._xla: Callable[..., Any] | bool | None = None
         self._direct: set[Any] | None = None  # signatures on the direct path, once there are any
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
@@ -281,7 +268,7 @@ class JittedFunction:
             *args, **kwargs)
         lowered = traced.lower()
         text = str(lowered.as_text(dialect="hlo", debug_info=True))
-        module = parse(text, source_name=f"<jax:{name}>")
+        module = load(text, source_name=f"<jax:{name}>")
         params = _param_plan(module, specs, name)
         table = _host_table(lowered, module, name)
         module, run, backend = _build(module, self.pipeline, self.backend, name, self.threads,
@@ -312,7 +299,7 @@ class JittedFunction:
         """jax.jit of `_traced` (the wrapper has `fn`'s signature, for jax's static argument
         checks), or False where the custom-call handler cannot be built."""
         if self._xla is None:
-            if self.backend is None and default_backend() != "cpu":
+            if not _native_entry(self.backend):
                 self._xla = False
             else:
                 jax_ffi.prepare()
@@ -416,9 +403,7 @@ def jit(
     """
     check_subnormals(subnormals)
     if autotune:
-        from hlofuse.passes.pipelines import with_settings
-
-        pipeline = with_settings(pipeline or "hlofuse", autotune=True)
+        pipeline = with_autotune(pipeline)
 
     def wrap(f: Callable[..., Any]) -> JittedFunction:
         return JittedFunction(f, static_argnums=static_argnums,

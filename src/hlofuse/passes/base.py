@@ -22,6 +22,10 @@ What a run guarantees:
   reads back;
 * observers registered on the `Context` are told when each pass starts and ends (the fusion
   trace hooks in here); nothing is global: the context travels with the run;
+* a pass that measures (auto-unroll's autotune) asks the context of the run in progress for
+  its timer (`passes/measure.py`: `Context.timer`, installed by whoever runs the pipeline:
+  `api` installs the backends' one); a pipeline run inside a pass without a context of its
+  own keeps the outer run's timer;
 * a `Fixpoint` that hits its iteration limit still returns normally, with a warning in the
   report and on the `hlofuse.passes` logger;
 * a `Fixpoint` equal (by value) to one that converged earlier in the same run, with no pass
@@ -43,13 +47,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from hlofuse import env, gcpause
 from hlofuse.errors import HloVerifyError, KeptFactError, PassError
 from hlofuse.ir.module import Module
+
+if TYPE_CHECKING:
+    from hlofuse.passes.measure import Timer
 
 logger = logging.getLogger("hlofuse.passes")
 
@@ -109,6 +117,9 @@ class Context:
     verify: bool = False
     dump_dir: Path | str | None = None
     observers: list[Observer] = field(default_factory=list)
+    # what passes that measure time candidates with (`passes/measure.py`); None: nothing times
+    # here, and they decide by their cost model
+    timer: Timer | None = None
 
     def notify(self, event: PassEvent) -> None:
         for observer in self.observers:
@@ -117,6 +128,15 @@ class Context:
     @property
     def verify_enabled(self) -> bool:
         return self.verify or env.flag(VERIFY_ENV)
+
+
+_ACTIVE: ContextVar[Context | None] = ContextVar("hlofuse_pass_context", default=None)
+
+
+def active_context() -> Context | None:
+    """The context of the pipeline run in progress (in this thread or task), None outside one:
+    how a pass reaches what its run was given (`passes/measure.py`)."""
+    return _ACTIVE.get()
 
 
 # ----- reports ----------------------------------------------------------------------------
@@ -338,9 +358,12 @@ def _execute_top(
     context: Context | None,
     dump_dir: Path | str | None,
 ) -> PipelineReport:
-    ctx = context if context is not None else Context()
+    outer_ctx = _ACTIVE.get()
+    if context is None:  # (a run inside a pass keeps the outer run's timer, nothing else)
+        context = Context(timer=outer_ctx.timer if outer_ctx is not None else None)
     # a private copy: nested pipelines toggle `verify` on it while they run
-    ctx = Context(verify=ctx.verify or verify, dump_dir=ctx.dump_dir, observers=ctx.observers)
+    ctx = Context(verify=context.verify or verify, dump_dir=context.dump_dir,
+                  observers=context.observers, timer=context.timer)
     directory = dump_dir if dump_dir is not None else ctx.dump_dir
     report = PipelineReport(name)
     run = _Run(ctx, report, Path(directory) if directory is not None else None)
@@ -353,10 +376,12 @@ def _execute_top(
     outer = module.caches  # (a pipeline run inside a pass shares the outer run's caches)
     if outer is None:
         module.caches = {}
+    token = _ACTIVE.set(ctx)
     try:
         with gcpause.paused():
             _run_one(p, module, run, "")
     finally:
+        _ACTIVE.reset(token)
         if outer is None:
             module.caches = None
     report.seconds = time.perf_counter() - t0

@@ -23,7 +23,9 @@ JSON on every warm compile). Conditions enforced:
   with the ordinary HLO parser and every field is type-checked. An entry that is missing,
   damaged, of another format or inconsistent is ignored and rebuilt, never trusted half-way.
   A module entry that is missing or damaged when the module is asked for is made again from
-  the text by the same pipeline (the key covers the code, so the pipeline is the same one).
+  the text by the same pipeline (the key covers the code, so the pipeline is the same one),
+  through the function `api` hands `lookup` (`remake`): this module parses only its own
+  entries and runs no pipeline.
 - Entries are written atomically (temporary file + `os.replace`); a cache that cannot be written
   falls back to a private temporary directory (`cachefs.unwritable`, one warning).
 - Only text input is cached this way (a Module given by the caller may be edited later).
@@ -299,12 +301,14 @@ def _split(value: list[Any], size: int) -> tuple[int, int]:
 
 
 def lookup(text: str, pipeline: str | None, threads: int | None = None,
-           subnormals: str = DEFAULT_SUBNORMALS
+           subnormals: str = DEFAULT_SUBNORMALS, *, remake: Callable[[], Module] | None = None
            ) -> tuple[Callable[[], Module], Program, Signature, str | None] | None:
     """What was compiled earlier from this text, or None: a function that makes the
     optimised module (called only when the module itself is asked for: a call needs only the
     signature), the program, the entry's signature, and the key of the program's library when
-    one is recorded under this build context (`library`)."""
+    one is recorded under this build context (`library`). `remake()` makes the optimised
+    module from the text again (api's route: parse and run `pipeline`) where its entry is
+    missing or damaged; this module never parses the text nor runs a pipeline itself."""
     k = key(text, pipeline, threads, subnormals)
     payload = cachefs.read_entry(_path(k), KIND)
     if payload is None:
@@ -317,13 +321,14 @@ def lookup(text: str, pipeline: str | None, threads: int | None = None,
         signature = signature_from_data(_get(data, "signature", dict))
     except (ValueError, RecursionError, _Bad, HloError):
         return None
-    return functools.partial(_module, k, text, pipeline), program, signature, _recorded_library(k)
+    return functools.partial(_module, k, remake), program, signature, _recorded_library(k)
 
 
-def _module(k: str, text: str, pipeline: str | None) -> Module:
+def _module(k: str, remake: Callable[[], Module] | None) -> Module:
     """The optimised module of entry `k`: parsed from its module entry, or, where that is
-    missing or damaged, made again from `text` by `pipeline` (and its entry written again)."""
-    from hlofuse.text import parse  # (imported only when the module is asked for)
+    missing or damaged, made again by `remake` (the key covers the code, so the pipeline is
+    the same one) and its entry written again."""
+    from hlofuse.text import parse, print_module  # (imported only when the module is asked for)
 
     payload = cachefs.read_entry(_module_path(k), MODULE_KIND)
     if payload is not None:
@@ -331,12 +336,10 @@ def _module(k: str, text: str, pipeline: str | None) -> Module:
             return parse(payload.decode())
         except (UnicodeDecodeError, RecursionError, HloError):
             pass
-    from hlofuse.passes.pipelines import run_pipeline
-    from hlofuse.text import print_module
-
-    module = parse(text)
-    if pipeline is not None:
-        run_pipeline(module, pipeline)
+    if remake is None:
+        raise HloError(f"compile cache entry {k}: the optimised module is missing or damaged "
+                       "(compile the text again: hlofuse.compile)")
+    module = remake()
     _store(_module_path(k), MODULE_KIND, print_module(module).encode())
     return module
 

@@ -13,9 +13,10 @@ per run (`analysis.kernels`, `analysis.cost`: kernels, bytes moved and weighted 
 run, loops times their trip counts; ops count what fusion duplicates). The smallest
 time wins; a factor must beat no unroll by `min_unroll_gain` or the loop is left alone (less
 code, the same speed). With `autotune=true` the candidates are timed instead, by the timer the
-pass context provides (`passes/measure.py`; by default the backends' one, `backends/measure.py`:
-compiled with the default backend, run on random inputs, the times cached in the cache
-directory per module, loop and machine setting); where none can time them, the model decides.
+pass context carries (`passes/measure.py`; through `api`, the backends' one,
+`backends/measure.py`: compiled with the default backend, run on random inputs, the times cached
+in the cache directory per module, loop and machine setting); where none can time them (a
+pipeline run with no timer in its context), the model decides.
 
 Conditions (each refusal names its rule):
 
@@ -266,7 +267,8 @@ def _cache_key(module: Module, name: str, factors: list[int], config: FusionConf
 def autotuned(module: Module, name: str, factors: list[int], config: FusionConfig
               ) -> tuple[int, dict[int, float], bool] | None:
     """(the fastest factor, ns per factor, whether the times came from the timer's cache);
-    None when nothing times here (`passes.measure.timer`) or a candidate cannot run."""
+    None when nothing times here (no `Context.timer`: `passes.measure.timer`) or a candidate
+    cannot run."""
     timer = measure.timer()
     if timer is None:
         return None
