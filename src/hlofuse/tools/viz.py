@@ -458,7 +458,7 @@ def viz(module_or_text: Module | str, pipeline: str = DEFAULT_PIPELINE, *, title
         with_c: bool = True) -> str:
     """Render `module_or_text` (a Module, not modified, or HLO text) before fusion (pipeline
     `none`: simplification only) and after `pipeline`."""
-    from hlofuse.passes.pipelines import run_pipeline
+    from hlofuse.api import optimise
 
     if isinstance(module_or_text, str):
         from hlofuse.text import parse
@@ -467,7 +467,7 @@ def viz(module_or_text: Module | str, pipeline: str = DEFAULT_PIPELINE, *, title
     else:
         module = module_or_text
     before = module.clone()
-    run_pipeline(before, "none")
+    optimise(before, "none")
     explanation, notes = None, []
     try:
         from hlofuse.tools.explain.analyse import analyse
@@ -484,8 +484,7 @@ def viz(module_or_text: Module | str, pipeline: str = DEFAULT_PIPELINE, *, title
     if explanation is not None:
         after = explanation.fused_module
     else:
-        after = module.clone()
-        run_pipeline(after, pipeline)
+        after, _ = optimise(module.clone(), pipeline)
     sources = generated_c(after) if with_c else {}
     return render(before, after, title=title or f"{module.name} ({pipeline})",
                   kernel_sources=sources, explanation=explanation, notes=notes,

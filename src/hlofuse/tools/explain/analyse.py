@@ -429,7 +429,8 @@ def config_for(pipeline: str) -> FusionConfig:
 def analyse(module: Module, pipeline: str = DEFAULT_PIPELINE, *, verify_fixes: bool = False
             ) -> Explanation:
     """Run `pipeline` on `module` (in place: pass a copy) and explain the result."""
-    from hlofuse.passes.pipelines import build, run_pipeline
+    from hlofuse.api import optimise
+    from hlofuse.passes.pipelines import build
     from hlofuse.tools.explain import beyond
 
     beyond_xla = beyond.has_beyond_passes(build(pipeline))
@@ -437,7 +438,7 @@ def analyse(module: Module, pipeline: str = DEFAULT_PIPELINE, *, verify_fixes: b
     inherit_call_site_locations(module)
     tag_origins(module)
     history = NameHistory()
-    run_pipeline(module, pipeline, context=Context(observers=[history]))
+    optimise(module, pipeline, context=Context(observers=[history]))  # (api: with its timer)
     an = _Analysis(module, pipeline, history, config_for(pipeline))
     sections: list[Section] = []
     _walk(an, module.entry, "entry", "execution", sections)
