@@ -97,6 +97,21 @@ def test_a_damaged_module_entry_is_made_again_from_the_text(cache, damage):
         first.module).encode()  # and its entry was written again
 
 
+def test_the_cache_remakes_a_module_only_through_the_route_it_is_given(cache):
+    """The cache parses only its own entries and runs no pipeline: a damaged module entry is
+    made again by the `remake` api hands `lookup`, and without one it is an error."""
+    hlofuse.compile(TEXT)
+    (module_entry,) = (cache / "programs").glob("*.hlo")
+    module_entry.unlink()
+    hit = artifacts.lookup(TEXT, "hlofuse")
+    assert hit is not None
+    with pytest.raises(hlofuse.HloError, match="missing or damaged"):
+        hit[0]()
+    made = hlofuse.parse(TEXT)
+    hit = artifacts.lookup(TEXT, "hlofuse", remake=lambda: made)
+    assert hit is not None and hit[0]() is made
+
+
 SITES = """HloModule m
 ENTRY e {
   a = f32[16] parameter(0)
