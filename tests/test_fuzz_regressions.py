@@ -805,3 +805,22 @@ def test_bf16_compare_with_constant_zero_reads_bits(n: int) -> None:
     check(lambda v: v.astype(bool), x, exact=True)
     check(lambda v: (v != 0, v == 0, v > 0), x, exact=True)
     check(lambda v: v != v * 0, x, exact=True)
+
+
+@pytest.mark.parametrize("k", [2, 64])
+def test_integral_operands_of_a_float_dot_are_rounded_to_its_type_first(k: int) -> None:
+    """20k run (seeds 3001/3002) class dot-batch[uint16xuint16->float16]: XLA converts the
+    integral operands of a dot with a float result to that type before multiplying (u16 65535 is
+    f16 inf, so 65535 * 0 is NaN; 2049 is 2048; i32 16777217 is f32 16777216). Small dots (the
+    strength-reduced multiply and reduce) and large ones (the GEMM)."""
+    def dot(t: Any) -> Callable[[Any, Any], Any]:
+        return lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ())),
+                                            preferred_element_type=t)
+
+    rng = np.random.default_rng(0)
+    a = rng.choice(np.array([65535, 2049, 0, 1, 3], np.uint16), (3, k))
+    b = rng.choice(np.array([0, 1, 3, 2049], np.uint16), (k, 4))
+    check(dot(np.float16), a, b, rtol=2e-3)
+    check(dot(np.float16), a.astype(np.int16) % 4096, b.astype(np.int16), rtol=2e-3)
+    c = rng.choice(np.array([16777217, 1, -3], np.int32), (3, k))
+    check(dot(np.float32), c, np.ones((k, 2), np.int32), rtol=1e-7 if k == 2 else 1e-6)

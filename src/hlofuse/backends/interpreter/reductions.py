@@ -490,8 +490,13 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, dims: Sequence[Sequence[int]],
     spec = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out_sub)}"
     if any(from_numpy(d).is_complex for d in (lhs.dtype, rhs.dtype, out)):
         return complex_dot(spec, lhs, rhs, from_numpy(out))
-    floats = [from_numpy(x.dtype) for x in (lhs, rhs) if from_numpy(x.dtype).is_float]
     dt = from_numpy(out)
+    if dt.is_float:  # XLA converts integral operands to a float result's type first
+        from hlofuse.backends.interpreter.conversions import convert as to_type
+
+        lhs, rhs = (to_type(x, dt) if not from_numpy(x.dtype).is_float else x
+                    for x in (lhs, rhs))
+    floats = [from_numpy(x.dtype) for x in (lhs, rhs) if from_numpy(x.dtype).is_float]
     if floats and not (dt.is_float or dt.is_complex):
         # XLA multiplies and sums float operands as floats (in the widest operand type) and
         # converts the sum to an integral result (truncating, saturating, NaN -> 0)

@@ -21,7 +21,8 @@ Conditions (each rewrite keeps the dot's value up to the summation order):
   element has at most `small_dot_limit` multiply-adds; free dimensions keep their order, so
   the result is [batch..., lhs free..., rhs free...] as the dot's;
 * real element types (no complex, no pred, no f64 result); operands of another type than the
-  result are converted to it first (the dot's preferred element type); float products and
+  result are converted to it first (the dot's preferred element type; an integral operand of a
+  float dot is rounded to the result type, as XLA: u16 65535 is f16 inf); float products and
   sums are computed in f64 and rounded once to the result type, as the interpreter computes a
   dot, so the rewrite keeps its values (integers wrap alike either way). XLA sums in f32
   (f16/bf16 promoted to f32); f64 keeps this rewrite exact, and the kernels it becomes are
@@ -154,7 +155,12 @@ class _Builder:
         c = _dims(self.dot, f"{side}_contracting_dims")
         f = [d for d in range(shape.rank) if d not in b and d not in c]
         perm = {"batch": b, "free": f, "contracting": c}
-        return self.convert(self.transpose(x, [d for kind in order for d in perm[kind]]), work)
+        x = self.transpose(x, [d for kind in order for d in perm[kind]])
+        out = self.dot.shape
+        assert isinstance(out, ArrayShape)
+        if out.dtype.is_float and not shape.dtype.is_float:
+            x = self.convert(x, out.dtype)  # XLA: an integral operand becomes the result type
+        return self.convert(x, work)
 
     def rewrite(self) -> Instruction:
         """[batch, lhs free, rhs free, contracting] products, summed over the contracting

@@ -382,9 +382,10 @@ def _group_stride(dims: tuple[int, ...], group: list[int]) -> tuple[int, int] | 
 
 def _copy_canonical(
     name: str, src: str, src_ct: str, dtype: DType, dims: tuple[int, ...],
-    order: list[int], acc_t: str,
+    order: list[int], acc_t: str, via: DType | None = None,
 ) -> list[str]:
-    """Statements copying `src` (row-major `dims`) into `name` (acc_t), axes in `order`."""
+    """Statements copying `src` (row-major `dims`) into `name` (acc_t), axes in `order`; each
+    element converted to `via` first where given (an integral operand of a float dot)."""
     strides = [math.prod(dims[a + 1 :]) for a in range(len(dims))]
     lines = [f"{acc_t} *{name} = hf_alloc(0, sizeof({acc_t}) * {max(1, math.prod(dims))});",
              "{", f"    {acc_t} *dst = {name};"]
@@ -394,6 +395,8 @@ def _copy_canonical(
         indent += "    "
     offset = " + ".join(f"i{lv} * {strides[a]}" for lv, a in enumerate(order)) or "0"
     value = cexpr.load(dtype, f"((const {src_ct} *)({src}))[{offset}]")
+    if via is not None:
+        value = cexpr.elementwise_op(ScalarOp(Opcode.CONVERT, via), [dtype], [value], name)
     lines.append(f"{indent}*dst++ = ({acc_t})({value});")
     lines.append("}")
     return lines
@@ -444,12 +447,16 @@ def emit_dot(
         ct = cexpr.ctype(shape.dtype)
         strides = [_group_stride(shape.dims, g) for g in groups]
         same_repr = ct == acc_t or _same_integer(shape.dtype, acc_t)
-        if same_repr and all(s is not None for s in strides):
+        # XLA converts an integral operand to a float result's type first (u16 65535 is f16
+        # inf, 2049 is 2048; measured against jax.jit)
+        via = out_shape.dtype if out_shape.dtype.is_float and not shape.dtype.is_float \
+            else None
+        if same_repr and via is None and all(s is not None for s in strides):
             sb, sr, sc = (s[1] for s in strides)  # type: ignore[index]
             return f"(const {acc_t} *)({src})", sb, sr, sc
         name = fresh(f"{role}_packed", names)
         body.extend(_copy_canonical(name, src, ct, shape.dtype, shape.dims,
-                                    [a for g in groups for a in g], acc_t))
+                                    [a for g in groups for a in g], acc_t, via))
         scratch.append(name)
         e = [math.prod(shape.dims[a] for a in g) for g in groups]
         return name, e[1] * e[2], e[2], 1

@@ -423,6 +423,8 @@ def dot_value(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
     b.emit(ir.Store(acc, ir.ZERO, g.const(0, acc_t)))
 
     def cvt(v: Val) -> Val:
+        if out.is_float and not v.dtype.is_float:  # XLA: integral operands become `out` first
+            v = g.alu(ir.ScalarOp(Opcode.CONVERT, out), v)
         return v if v.dtype == acc_t else g.alu(ir.ScalarOp(Opcode.CONVERT, acc_t), v)
 
     def fold(k: int) -> None:
