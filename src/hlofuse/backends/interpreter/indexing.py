@@ -20,6 +20,7 @@ import itertools
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from hlofuse.backends.interpreter.core import (
@@ -128,7 +129,9 @@ def combine_at(
     if len(flat_index) == 0:
         return
     flats = [t.reshape(-1) for t in targets]  # views: targets are contiguous
-    ufunc = simple_reducer(comp) if len(targets) == 1 else None
+    # (an e8m0 combiner runs as XLA's f32 op under DAZ: through the reducer, flush.Via)
+    e8m0 = interp.flush and flats[0].dtype == np.dtype(ml_dtypes.float8_e8m0fnu)
+    ufunc = simple_reducer(comp) if len(targets) == 1 and not e8m0 else None
     if ufunc is not None:
         work = flats[0]
         if work.dtype.kind not in "iub":  # floats: in the type, rounding every application
