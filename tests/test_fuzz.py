@@ -172,3 +172,23 @@ def test_recorded_jax_behaviours_are_set_aside_and_nothing_else() -> None:
     assert recorded(dot, [np.array(1 + 1j, np.complex64)], [np.array(2 + 1j, np.complex64)]) == ""
     mm = Program("dot", lambda a, b: a, [], "accum", "dot-mm[complex64xcomplex64->None]")
     assert recorded(mm, g, w) == ""
+
+
+def test_recorded_product_lane_overflow_and_nothing_else() -> None:
+    """Fuzz run 3001 class reduce-mul-jnp[bfloat16]: jax.jit multiplies a product in the host's
+    vector lanes (a partial product overflows to inf where the product in order is 2.6e33);
+    hlofuse multiplies in order. Recorded only where one result is inf or 0 and the other is
+    not; a finite difference, a NaN, or another op is still a disagreement."""
+    from hlofuse.frontends.fuzz.base import Program
+    from hlofuse.frontends.fuzz.recorded import recorded
+
+    prod = Program("reduce", lambda v: v, [], "accum", "reduce-mul-jnp[bfloat16][3, 4, 3](0,)")
+    ours = np.array([2.6e33, 1.0, 3.0], np.float32)
+    theirs = np.array([np.inf, 1.0, 3.0], np.float32)
+    assert "lanes" in recorded(prod, [ours], [theirs])
+    assert "lanes" in recorded(prod, [np.array([0.0, 2.0], np.float32)],
+                               [np.array([1e-30, 2.0], np.float32)])
+    assert recorded(prod, [ours], [np.array([np.inf, 1.5, 3.0], np.float32)]) == ""
+    assert recorded(prod, [ours], [np.array([np.nan, 1.0, 3.0], np.float32)]) == ""
+    add = Program("reduce", lambda v: v, [], "accum", "reduce-add-jnp[bfloat16][3, 4, 3](0,)")
+    assert recorded(add, [ours], [theirs]) == ""

@@ -17,6 +17,13 @@ Conditions enforced, per kind; every other difference in the program's outputs m
   to a multiply and reduce and on the host's vector width (Eigen's scalar path for few rows);
   hlofuse keeps Eigen's gemm rule on every host. Set aside: elements not finite (a part inf or
   NaN) in both results.
+- products of floats (`reduce-mul-*` of a real float type): XLA's CPU multiplies a product
+  reduction in vector lanes whose count is the host's vector width (8 f32 lanes with AVX2, 16
+  with AVX-512) and combines the lanes at the end, so a lane's partial product can overflow to
+  inf (or underflow to 0) where the product in order does not, or the other way round (measured:
+  36 bf16 values with one near the f32 maximum, 2.6e33 in order and with 4 lanes, inf with 8 or
+  16). hlofuse multiplies in order on every host. Set aside: elements where exactly one of the
+  two results is inf or 0 and neither is NaN.
 """
 
 from __future__ import annotations
@@ -49,11 +56,21 @@ def _complex_vector_dot(p: Program, g: np.ndarray, w: np.ndarray) -> np.ndarray 
     return ~np.isfinite(g) & ~np.isfinite(w)
 
 
+def _product_lanes(p: Program, g: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    if not p.desc.startswith("reduce-mul-") or g.dtype.kind == "c" or g.dtype.kind in "iub":
+        return None
+    gf, wf = g.astype(np.float64), w.astype(np.float64)
+    edge = lambda v: np.isinf(v) | (v == 0)  # noqa: E731
+    return (edge(gf) != edge(wf)) & ~np.isnan(gf) & ~np.isnan(wf)
+
+
 _KINDS = (
     (_log_of_subnormal, "jax.jit's f32 log of a subnormal depends on the array's size "
                         "(-103.97 or -inf); hlofuse gives -inf"),
     (_complex_vector_dot, "jax.jit's NaN/inf pattern of a complex vector-form dot depends on "
                           "the host and on strength reduction; hlofuse keeps one rule"),
+    (_product_lanes, "jax.jit multiplies a product in the host's vector lanes, whose partial "
+                     "products overflow or underflow where the product in order does not"),
 )
 
 
