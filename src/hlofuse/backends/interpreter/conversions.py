@@ -28,7 +28,8 @@ import numpy as np
 from hlofuse.backends.interpreter import numerics
 from hlofuse.backends.interpreter.core import Interpreter, handles, unsupported
 from hlofuse.backends.interpreter.elementwise import dtype_of, result_dtype
-from hlofuse.ir.dtypes import DTYPES, DType, int_range, int_saturation_bounds
+from hlofuse.backends.xla_facts import reduce_precision_is_identity
+from hlofuse.ir.dtypes import DTYPES, DType, from_numpy, int_range, int_saturation_bounds
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
@@ -187,7 +188,10 @@ def _reduce_precision(interp: Interpreter, instr: Instruction, ops: list[Any]) -
         raise unsupported(instr, "reduce-precision needs exponent_bits and mantissa_bits")
     if int(e) < 1:
         raise unsupported(instr, "exponent_bits must be at least 1")
-    return reduce_precision(np.asarray(ops[0]), int(e), int(m))
+    x = np.asarray(ops[0])
+    if reduce_precision_is_identity(from_numpy(x.dtype), int(e), int(m)):
+        return x.copy()
+    return reduce_precision(x, int(e), int(m))
 
 
 @handles(Opcode.STOCHASTIC_CONVERT)

@@ -4,7 +4,8 @@ bitcast, transpose, tuple, get-tuple-element, map.
 An elementwise instruction becomes one `alu` value of its `ScalarOp` (the opcode, the result type
 and the attributes that change the meaning: comparison direction and type, reduce-precision
 bits); `copy` is its operand. Constants with one element are `const` values; larger ones are
-`const` buffers read by index. One op lowers to other ops (`alu_of`): a bf16 == / != a constant
+`const` buffers read by index. Two ops lower to other values (`alu_of`): a reduce-precision XLA
+leaves unchanged is its operand (`xla_facts.py`), and a bf16 == / != a constant
 zero tests the bits, as XLA's CPU does (LLVM folds the compare of the extended bf16 into a bit
 test, so a subnormal is nonzero there, under DAZ; interpreter/flush.py `rule`).
 Broadcast/reshape/transpose map the result index to the operand index (reshape passes the
@@ -29,6 +30,7 @@ from hlofuse.backends.kernel_ir.lower.builder import (
     where,
 )
 from hlofuse.backends.kernel_ir.lower.index import Index
+from hlofuse.backends.xla_facts import reduce_precision_is_identity
 from hlofuse.ir.dtypes import PRED, U16
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
@@ -51,6 +53,10 @@ def alu_of(g: ir.Graph, instr: Instruction, args: list[Val]) -> Val:
     """The value of elementwise `instr` on `args`: one `alu`, or, for a bf16 compared equal
     or unequal to a constant zero, the bit test of the module docstring."""
     op = scalar_op(instr)
+    if instr.opcode is Opcode.REDUCE_PRECISION and reduce_precision_is_identity(
+            args[0].dtype, int(instr.attrs.get("exponent_bits", -1)),  # type: ignore[call-overload]
+            int(instr.attrs.get("mantissa_bits", -1))):  # type: ignore[call-overload]
+        return args[0]  # XLA's CPU leaves it unchanged (xla_facts.py)
     if instr.opcode is not Opcode.COMPARE or args[0].dtype.name != "bf16":
         return g.alu(op, *args)
     zero = [a.op == "const" and float(ir.const_value(a)) == 0.0 for a in args]
