@@ -89,7 +89,8 @@ def generation_context() -> str:
     """What the generated C depends on besides the module and the settings above: the target
     it is generated for (`Target.detect()`: HLOFUSE_TARGET, else the host as the compiler sees
     it; the vector width of every kernel, the largest local kept on the stack), the kernels'
-    flags (HLOFUSE_CC_OPT) and the build context (the compiler's command and identity, every flag, this CPU: `build.build_context`).
+    flags (HLOFUSE_CC_OPT) and the build context (the compiler's command and identity, every
+    flag, this CPU: `build.build_context`).
     A program generated for AVX-512 is never reused for an SSE2 build, nor one generated under
     one compiler for another."""
     from hlofuse.backends.cpu import build
