@@ -192,3 +192,21 @@ def test_recorded_product_lane_overflow_and_nothing_else() -> None:
     assert recorded(prod, [ours], [np.array([np.nan, 1.0, 3.0], np.float32)]) == ""
     add = Program("reduce", lambda v: v, [], "accum", "reduce-add-jnp[bfloat16][3, 4, 3](0,)")
     assert recorded(add, [ours], [theirs]) == ""
+
+
+def test_complex_dot_into_a_wider_float_is_compared_at_its_compute_precision() -> None:
+    """Fuzz run 3201 class dot-mm[complex64xcomplex64->float64]: XLA sums the dot in c64 and
+    returns f32-rounded values in an f64 (jax.jit -1.2507234812, the interpreter -1.2507233620:
+    one f32 ulp apart), so the fuzzer compares it with f32's eps (`accum@float32`); a real f32
+    x f32 -> f64 dot is computed in f64 and keeps f64's."""
+    from hlofuse.frontends.fuzz.compare import compare
+    from hlofuse.frontends.fuzz.ops_array import _dot_tolerance
+
+    c64, f32, f64 = np.dtype(np.complex64), np.dtype(np.float32), np.dtype(np.float64)
+    assert _dot_tolerance(c64, c64, f64) == "accum@float32"
+    assert _dot_tolerance(f32, f32, f64) == "accum"
+    assert _dot_tolerance(c64, c64, None) == "accum"
+    g, w = np.array([-1.2507233619689941]), np.array([-1.2507234811782837])
+    assert compare([g], [w], "accum@float32") == ""
+    assert compare([g], [w], "accum") != ""
+    assert compare([g], [w + 1e-3], "accum@float32") != ""

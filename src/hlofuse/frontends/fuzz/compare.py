@@ -10,6 +10,8 @@ Conditions enforced (`compare(got, want, tol)` returns '' or the first differenc
   runtime does; a flushed-vs-kept subnormal is not a disagreement);
 * accum (sums of products: reductions, dots, convolutions, fft): |got - want| <=
   64 eps max(1, max|want|), relative to the output's scale (summation order is free in XLA);
+  `accum@<type>` takes eps of <type>, the type the op computes in where that is narrower than
+  the output (a c64 x c64 dot into f64 is summed in c64: f32 rounding, f64 output);
 * complex numbers: real and imaginary parts each, with the ulp of the larger part (trans:
   256 ulps, as complex functions compose several real ones).
 """
@@ -33,6 +35,9 @@ def _float_diff(g: np.ndarray, w: np.ndarray, dt: np.dtype, tol: str,
                 scale: np.ndarray | None = None, complex_: bool = False) -> np.ndarray:
     """Mask of elements that disagree (float64 views `g`, `w` of type `dt`)."""
     eps, tiny, nmant = _finfo(dt)
+    if tol.startswith("accum@"):  # the compute type's precision, the output's range
+        eps = float(ml_dtypes.finfo(np.dtype(tol.split("@", 1)[1])).eps)
+        tol = "accum"
     nan_g, nan_w = np.isnan(g), np.isnan(w)
     inf_bad = (np.isinf(g) | np.isinf(w)) & (g != w)
     with np.errstate(all="ignore"):
