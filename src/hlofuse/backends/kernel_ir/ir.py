@@ -699,6 +699,14 @@ def stmt_vals(s: Stmt) -> list[Val]:
     return []
 
 
+def body_values(body: list[Stmt]) -> list[Val]:
+    """Every value the statements of `body` (nested ones included) use, operands first."""
+    roots: list[Val] = []
+    for s in walk(body):
+        roots.extend(stmt_vals(s))
+    return postorder(roots)
+
+
 def written(body: list[Stmt]) -> set[Buffer]:
     """Buffers stored to anywhere in `body`."""
     out: set[Buffer] = set()

@@ -226,10 +226,7 @@ def _placement(k: ir.Kernel, pl: ir.Placement, fail: Callable[[str], Exception])
 
 
 def _vector_loop(loop: ir.Loop, fail: Callable[[str], Exception]) -> None:
-    roots: list[Val] = []
-    for st in ir.walk(loop.body):
-        roots.extend(ir.stmt_vals(st))
-    values = {v.uid: v for v in ir.postorder(roots)}
+    values = {v.uid: v for v in ir.body_values(loop.body)}
     name = loop.var.name
     forms = loop.forms
     if forms is not None:
@@ -245,7 +242,7 @@ def _vector_loop(loop: ir.Loop, fail: Callable[[str], Exception]) -> None:
     if plan is None or not plan.sides:
         return
     stored = ir.written(loop.body)
-    root_uids = {v.uid for v in roots}
+    root_uids = {v.uid for st in ir.walk(loop.body) for v in ir.stmt_vals(st)}
     grouped: dict[tuple[int, int], list[int]] = {}
     for uid, side in plan.sides.items():
         v = values.get(uid)

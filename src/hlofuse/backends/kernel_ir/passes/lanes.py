@@ -37,12 +37,9 @@ def lanes(kernel: ir.Kernel) -> ir.Kernel:
 
 def forms(loop: ir.Loop) -> ir.LaneForms:
     """The lane forms of the vector loop `loop`'s values (see the module docstring)."""
-    roots: list[Val] = []
-    for st in ir.walk(loop.body):
-        roots.extend(ir.stmt_vals(st))
     out = ir.LaneForms()
     var = loop.var
-    for v in ir.postorder(roots):
+    for v in ir.body_values(loop.body):
         if v.op != "alu":
             continue
         if narrow_index(v, var):

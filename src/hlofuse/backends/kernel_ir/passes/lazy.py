@@ -52,10 +52,7 @@ def lazy(kernel: ir.Kernel) -> ir.Kernel:
 def plan(loop: ir.Loop) -> ir.LazyPlan:
     """The lazy selects of the vector loop `loop` (see the module docstring); `users` is empty
     when the loop has no lane-varying select."""
-    roots: list[Val] = []
-    for st in ir.walk(loop.body):
-        roots.extend(ir.stmt_vals(st))
-    values = ir.postorder(roots)
+    values = ir.body_values(loop.body)
     var = loop.var
     selects = [v for v in values if is_select(v) and varies(v.args[0], var)]
     if not selects:

@@ -19,7 +19,7 @@ import math
 from fractions import Fraction
 
 from hlofuse.backends.kernel_ir import ir
-from hlofuse.backends.kernel_ir.ir import Graph, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.ir import Graph, Stmt, Var
 from hlofuse.backends.kernel_ir.rewrite import _COMPARE, Rewriter, as_affine
 from hlofuse.ir.opcodes import Opcode
 
@@ -64,12 +64,9 @@ def _loop(g: Graph, loop: ir.Loop, budget: int) -> list[Stmt]:
 
 def _points(loop: ir.Loop) -> set[int]:
     """Points p where a comparison involving only `loop.var` may differ between p-1 and p."""
-    roots: list[Val] = []
-    for s in ir.walk(loop.body):
-        roots.extend(ir.stmt_vals(s))
     out: set[int] = set()
     v = loop.var
-    for x in ir.postorder(roots):
+    for x in ir.body_values(loop.body):
         if x.op != "alu" or x.arg.opcode is not Opcode.COMPARE or len(x.args) != 2:
             continue
         a, b = (as_affine(y) for y in x.args)

@@ -144,19 +144,12 @@ class _Vectorizer:
         return plan if plan is not None else [loop]
 
     def width(self, loop: ir.Loop) -> int:
-        sizes = [compute_bytes(v.dtype) for v in self.body_vals(loop.body)
+        sizes = [compute_bytes(v.dtype) for v in ir.body_values(loop.body)
                  if v.op in ("load", "alu", "cond", "tile")]
         sizes += [compute_bytes(s.buf.dtype) for s in ir.walk(loop.body)
                   if isinstance(s, ir.Store)]
         narrow = min(sizes, default=4)
         return self.target.vector_bytes // (4 if narrow <= 4 else 8)
-
-    @staticmethod
-    def body_vals(body: list[Stmt]) -> list[Val]:
-        roots: list[Val] = []
-        for s in ir.walk(body):
-            roots.extend(ir.stmt_vals(s))
-        return ir.postorder(roots)
 
     def unroll(self, body: list[Stmt], keep: int = 0) -> list[Stmt]:
         """Inner loops fully unrolled, except short reductions when `keep` (the vector width)
@@ -230,7 +223,7 @@ class _Vectorizer:
                 see(st.buf, st.index)
             elif isinstance(st, ir.StoreTile):
                 other.add(st.buf)
-        for x in self.body_vals(body):
+        for x in ir.body_values(body):
             if x.op == "load":
                 see(x.buffer, x.index)
             elif x.op in ("tile", "lanes_reduce"):
@@ -269,7 +262,7 @@ class _Vectorizer:
         if any(not isinstance(s, ir.Store | ir.Let | ir.Comment) and not (
                 isinstance(s, ir.Loop) and _sequential(s)) for s in body):
             return None
-        vals = self.body_vals(body)
+        vals = ir.body_values(body)
         if not self.conds_ok(vals, v):
             return None
         stores = [s for s in ir.walk(body) if isinstance(s, ir.Store)]
@@ -350,7 +343,7 @@ class _Vectorizer:
                 elif isinstance(s, ir.LibCall):
                     for b in s.ins + s.outs:
                         count[b] = count.get(b, 0) + 1
-            for x in self.body_vals(stmts):
+            for x in ir.body_values(stmts):
                 if x.op in ("load", "tile", "lanes_reduce"):
                     for b in x.buffers:
                         count[b] = count.get(b, 0) + 1
