@@ -394,6 +394,12 @@ class Via:
         return f32_to_e8m0(value)
 
 
+def runs_e8m0_ops(flushing: bool, arrays: Any) -> bool:
+    """Under `subnormals="flush"`, is any of `arrays` f8e8m0fnu? (Its ops then run as XLA's f32
+    ops under DAZ, through `Via`, never as numpy's e8m0 arithmetic.)"""
+    return flushing and any(np.asarray(a).dtype == E8M0 for a in arrays)
+
+
 def f32_to_e8m0(x: Any) -> np.ndarray:
     """f32 -> f8e8m0fnu as XLA converts: an f32 subnormal by its bits (2^-127 and below:
     encoding 0, above: 1), zero, negatives, inf and NaN to NaN, the rest rounded as ml_dtypes

@@ -20,7 +20,6 @@ import itertools
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from hlofuse.backends.interpreter.core import (
@@ -29,7 +28,7 @@ from hlofuse.backends.interpreter.core import (
     out_np,
     unsupported,
 )
-from hlofuse.backends.interpreter.flush import flush
+from hlofuse.backends.interpreter.flush import flush, runs_e8m0_ops
 from hlofuse.backends.interpreter.reductions import simple_reducer
 from hlofuse.backends.interpreter.shaping import pad_array
 from hlofuse.ir.computation import Computation
@@ -130,7 +129,7 @@ def combine_at(
         return
     flats = [t.reshape(-1) for t in targets]  # views: targets are contiguous
     # (an e8m0 combiner runs as XLA's f32 op under DAZ: through the reducer, flush.Via)
-    e8m0 = interp.flush and flats[0].dtype == np.dtype(ml_dtypes.float8_e8m0fnu)
+    e8m0 = runs_e8m0_ops(interp.flush, flats[:1])
     ufunc = simple_reducer(comp) if len(targets) == 1 and not e8m0 else None
     if ufunc is not None:
         work = flats[0]

@@ -47,6 +47,7 @@ from hlofuse.backends.interpreter.core import (
     unsupported,
     where,
 )
+from hlofuse.backends.interpreter.flush import runs_e8m0_ops
 from hlofuse.backends.interpreter.numerics import wrap
 from hlofuse.backends.interpreter.products import multiply_step, product
 from hlofuse.backends.interpreter.shaping import pad_array
@@ -261,7 +262,7 @@ def _reduce(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
         # init and the reducer are not applied: sum([-0.0]) is -0.0, prod([0.5+infj]) keeps it)
         out = [x.reshape([x.shape[d] for d in range(x.ndim) if d not in axes]) for x in inputs]
         return tuple(out) if isinstance(instr.shape, TupleShape) else out[0]
-    e8m0 = interp.flush and any(from_numpy(x.dtype).name == "f8e8m0fnu" for x in inputs)
+    e8m0 = runs_e8m0_ops(interp.flush, inputs)
     ufuncs = [simple_reducer(comp)] if n == 1 else parallel_reducers(comp)
     if ufuncs is not None and None not in ufuncs and not e8m0:
         outs = [_ufunc_reduce(u, x, i, axes, interp.flush)
@@ -394,7 +395,7 @@ def _reduce_window(interp: Interpreter, instr: Instruction, ops: list[Any]) -> A
     axes = [_Axis(d, w) for d, w in zip(inputs[0].shape, window, strict=True)]
     out_dims = [a.out for a in axes]
     comp = _reducer(instr)
-    e8m0 = interp.flush and any(from_numpy(x.dtype).name == "f8e8m0fnu" for x in inputs)
+    e8m0 = runs_e8m0_ops(interp.flush, inputs)
     ufunc = simple_reducer(comp) if n == 1 and not e8m0 else None
     # the init is the reducer's identity: folding it where a position reads padding changes
     # nothing, so no mask is needed
