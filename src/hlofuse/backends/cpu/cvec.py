@@ -109,9 +109,12 @@ class VecLib:
         return key
 
     def types(self, w: int) -> None:
+        key = f"types_v{w}"
+        if key in self.defs:  # (asked for every vector type printed)
+            return
         lines = [f"typedef {ct} {vtype(s, w)} __attribute__((vector_size({w * n})));"
                  for s, (ct, n) in CTYPES.items()]
-        self._add(f"types_v{w}", "\n".join(lines))
+        self._add(key, "\n".join(lines))
 
     def t(self, short: str, w: int) -> str:
         self.types(w)

@@ -266,19 +266,26 @@ def reevaluated_ops(consumer: Instruction) -> int:
 
 
 def rereads_operand(consumer: Instruction, i: int) -> bool:
-    """Would operand i of `consumer`, fused in, sit below an op that re-reads it?"""
+    """Would operand i of `consumer`, fused in, sit below an op that re-reads it? (Walked up
+    from the operands re-read inside the fusion, which most fusions have none of, so the
+    question costs a scan of the fusion's opcodes, not a walk per operand.)"""
     if consumer.opcode is not Opcode.FUSION:
         return _rereads(consumer, i)
-    param = consumer.fused_computation.parameter(i)
-    stack, seen = [param], {param}
+    comp = consumer.fused_computation
+    stack = [o for h in comp.instructions if h.opcode in _REREADING
+             for j, o in enumerate(h.operands) if _rereads(h, j)]
+    if not stack:
+        return False
+    param = comp.parameter(i)
+    seen = set(stack)
     while stack:
         x = stack.pop()
-        for u in x.users:
-            if any(o is x and _rereads(u, j) for j, o in enumerate(u.operands)):
-                return True
-            if u not in seen:
-                seen.add(u)
-                stack.append(u)
+        if x is param:
+            return True
+        for o in x.operands:
+            if o not in seen:
+                seen.add(o)
+                stack.append(o)
     return False
 
 
