@@ -1,0 +1,499 @@
+"""A second printer of the kernel IR: one optimized `Kernel` -> Python source (a function of
+flat numpy arrays, inputs then outputs), compiled and run. Used by tests as a third oracle
+beside the C backend and the interpreter (`tests/test_kernel_ir_pyprint.py`), and as the test
+of the IR's design: a printer reads the decisions the lowering and the passes recorded and
+makes none of its own.
+
+    def kernel(b0, b1, b2):                       # in0, in1 -> out0 (flat arrays)
+        b3 = np.zeros(8, _D[0])                   # locals and lanes buffers
+        for x0 in range(0, 2048, 8):              # a vector loop: statement by statement,
+            X0 = x0 + _LW8                        #   all lanes of a value as one array
+            v17 = _A[0](b0[_ix(X0)])              # an alu: the interpreter's definition
+            b2[_ix(X0)] = _A[1](v17, _K[0])
+        for x1 in range(2048, 2051, 1):           # the scalar tail
+            ...
+
+What it relies on, and nothing else:
+- Element ops (`alu`) run the interpreter's handler of their opcode (`interpreter/core.py`
+  HANDLERS) on a scalar instruction made from the `ScalarOp` (opcode, result type, attrs), so
+  op semantics are written once. Values are numpy scalars/arrays of their element type.
+- A vector loop (`Loop.vector` = W) runs its body once per step on arrays of W lanes (the
+  vectorizer's legality is the IR's promise that this is exact); `step` is read, not derived.
+  Whether a value is a vector is `passes.lazy.varies` (the IR's definition, also cprint's).
+  A `cond` with a lane-varying condition is a `where` of both sides (the vectorizer allows such
+  a cond only on values that read no memory); any other `cond` computes one side in a branch.
+- `lanes` buffers are W-element arrays every access reads or writes whole; `tile`/`StoreTile`
+  address lane l at base(lane 0) + stride*l + k; `lanes_reduce` combines the partial buffers
+  pairwise, then halves of the lanes, like the C printer (the order the vectorizer recorded).
+- A value computed once is reused until a statement writes a buffer it reads (the IR's rule:
+  reads and writes of a buffer happen in statement order), as in `cprint`.
+- `Kernel.placement`, `Loop.lazy`, `Loop.forms` and `parallel` are ignored: they choose where
+  and how, never what (locals are allocated once, at the top, zeroed).
+- A library call (`LibCall`) runs the interpreter's handler of its op on the whole buffers:
+  `op` is the HLO instruction itself, not plain data (see the report in the test module).
+
+Generated text is made only of numbers and names derived here (`b3`, `x0`, `v17`, `_A[0]`);
+no IR string (buffer or kernel names, labels, comments) is printed, so nothing from the input
+reaches `compile()`. Every array index is checked (`_ix`): a negative one raises instead of
+wrapping around as numpy would. Anything the printer cannot run raises `PyPrintError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.passes.lazy import varies
+from hlofuse.errors import CompileError
+from hlofuse.ir.dtypes import DType
+
+MAX_NESTING = 80  # Python's parser refuses about 100 nested blocks
+
+
+class PyPrintError(CompileError):
+    """A kernel the Python printer cannot print or run (names the kernel's label)."""
+
+
+def _ix(i: Any) -> Any:
+    """An index, checked non-negative (numpy would wrap a negative one around)."""
+    if (i < 0).any() if isinstance(i, np.ndarray) else i < 0:
+        raise IndexError(f"negative index {i}")
+    return i
+
+
+def _int(x: Any, where: str) -> str:
+    """An integer of the IR (a bound, coefficient, stride, divisor) as text: nothing else is
+    printed into the source."""
+    if type(x) is not int:
+        raise PyPrintError(f"{where}: expected an integer in the IR, got {type(x).__name__}")
+    return str(x)
+
+
+def _lane0(x: Any) -> Any:
+    return x.flat[0] if isinstance(x, np.ndarray) else x
+
+
+def _alu_fn(op: ir.ScalarOp, where: str) -> Callable[..., Any]:
+    """The interpreter's definition of `op` as a function of numpy values."""
+    from hlofuse.backends.interpreter.core import HANDLERS, Interpreter
+    from hlofuse.ir.instruction import Instruction
+    from hlofuse.ir.shape import ArrayShape
+
+    handler = HANDLERS.get(op.opcode)
+    if handler is None:
+        raise PyPrintError(f"{where}: the interpreter has no rule for {op.opcode.value}")
+    instr = Instruction.create(op.opcode, ArrayShape(op.dtype, ()), name="alu",
+                               attrs=dict(op.attrs))
+    interp = Interpreter()
+    out = op.dtype.np
+
+    def run(*xs: Any) -> Any:
+        with np.errstate(all="ignore"):
+            r = handler(interp, instr, [np.asarray(x) for x in xs])
+        r = np.asarray(r)
+        return r if r.dtype == out else r.astype(out)
+
+    return run
+
+
+def _hreduce(fn: Callable[..., Any], bufs: Sequence[np.ndarray]) -> Any:
+    """A vector reduction's partial accumulators combined as the vectorizer recorded: the
+    buffers pairwise (a tree), then halves of the lanes, down to lane 0."""
+    parts = [b.copy() for b in bufs]
+    while len(parts) > 1:
+        parts = [fn(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                 for i in range(0, len(parts), 2)]
+    cur = parts[0]
+    while cur.shape[0] > 1:
+        half = cur.shape[0] // 2
+        cur = fn(cur[:half], cur[half:])
+    return cur[0]
+
+
+def _libcall_fn(instr: Any, where: str) -> Callable[..., None]:
+    """A library call: the interpreter's handler of the HLO op on the whole buffers (operand
+    leaves in order, reshaped), its result leaves written into the output buffers."""
+    from hlofuse.backends.interpreter.core import HANDLERS, Interpreter
+    from hlofuse.ir.literal import flatten
+    from hlofuse.ir.shape import ArrayShape, leaves
+
+    handler = HANDLERS.get(instr.opcode)
+    if handler is None:
+        raise PyPrintError(f"{where}: the interpreter has no rule for {instr.opcode.value}")
+    shapes = [leaves(o.shape) for o in instr.operands]
+    tupled = [not isinstance(o.shape, ArrayShape) for o in instr.operands]
+    outs = leaves(instr.shape)
+    interp = Interpreter()
+
+    def run(*bufs: np.ndarray) -> None:
+        it = iter(bufs)
+        args: list[Any] = []
+        for ls, tup in zip(shapes, tupled, strict=True):
+            arrs = [next(it).reshape(tuple(s.dims)) for s in ls]
+            args.append(tuple(arrs) if tup else arrs[0])
+        targets = list(it)
+        with np.errstate(all="ignore"):
+            value = handler(interp, instr, args)
+        for dst, v, s in zip(targets, flatten(value), outs, strict=True):
+            dst[:] = np.asarray(v, dtype=s.dtype.np).reshape(-1)
+
+    return run
+
+
+class _Printer:
+    def __init__(self, kernel: ir.Kernel) -> None:
+        self.k = kernel
+        self.where = f"kernel {kernel.label or kernel.name}"
+        self.lines: list[str] = []
+        self.depth = 1
+        self.bufs: dict[int, str] = {}  # buffer uid -> Python name
+        self.allocs: list[Buffer] = []
+        self.vars: dict[int, tuple[str, str | None]] = {}  # var uid -> (scalar, lanes) names
+        self.vec: tuple[Var, int] | None = None
+        self.scopes: list[dict[int, str]] = [{}]  # value uid -> name, per block
+        self.vals: dict[int, Val] = {}
+        self.alu: list[Callable[..., Any]] = []
+        self.alu_index: dict[ir.ScalarOp, int] = {}
+        self.consts: list[Any] = []
+        self.const_index: dict[int, int] = {}
+        self.dtypes: list[Any] = []
+        self.libs: list[Callable[..., None]] = []
+        self.lane_widths: set[int] = set()
+        self.nvar = 0
+
+    # ----- names ---------------------------------------------------------------------------
+
+    def line(self, text: str) -> None:
+        if self.depth > MAX_NESTING:
+            raise PyPrintError(f"{self.where}: nests deeper than {MAX_NESTING} blocks")
+        self.lines.append("    " * self.depth + text)
+
+    def buf(self, b: Buffer) -> str:
+        name = self.bufs.get(b.uid)
+        if name is None:
+            if b.kind in ("in", "out"):
+                raise PyPrintError(f"{self.where}: a {b.kind} buffer that is not a parameter")
+            name = self.bufs[b.uid] = f"b{len(self.bufs)}"
+            self.allocs.append(b)
+        return name
+
+    def dtype(self, dt: DType) -> str:
+        self.dtypes.append(dt.np)
+        return f"_D[{len(self.dtypes) - 1}]"
+
+    def alu_ref(self, op: ir.ScalarOp) -> str:
+        n = self.alu_index.get(op)
+        if n is None:
+            n = self.alu_index[op] = len(self.alu)
+            self.alu.append(_alu_fn(op, self.where))
+        return f"_A[{n}]"
+
+    def const_ref(self, v: Val) -> str:
+        n = self.const_index.get(v.uid)
+        if n is None:
+            tag, value = v.arg
+            if v.dtype.is_float or v.dtype.is_complex:  # the exact bits
+                x = np.frombuffer(bytes.fromhex(tag), dtype=v.dtype.np)[0]
+            else:
+                x = np.asarray(value).astype(v.dtype.np)[()]
+            n = self.const_index[v.uid] = len(self.consts)
+            self.consts.append(x)
+        return f"_K[{n}]"
+
+    # ----- memo ----------------------------------------------------------------------------
+
+    def find(self, v: Val) -> str | None:
+        for s in reversed(self.scopes):
+            if v.uid in s:
+                return s[v.uid]
+        return None
+
+    def invalidate(self, bufs: set[Buffer]) -> None:
+        if not bufs:
+            return
+        for s in self.scopes:
+            for uid in [u for u in s if ir.reads(self.vals[u]) & bufs]:
+                del s[uid]
+
+    def remember(self, v: Val, name: str) -> str:
+        self.vals[v.uid] = v
+        self.scopes[-1][v.uid] = name
+        return name
+
+    # ----- the kernel ----------------------------------------------------------------------
+
+    def print(self) -> str:
+        k = self.k
+        params = []
+        for b in k.inputs + k.outputs:
+            params.append(self.bufs.setdefault(b.uid, f"b{len(self.bufs)}"))
+        for b in k.consts:
+            self.bufs[b.uid] = f"b{len(self.bufs)}"
+        self.block(k.body)
+        pre = []
+        for b in k.consts:
+            self.consts.append(np.asarray(b.data).astype(b.dtype.np).reshape(-1))
+            pre.append(f"    {self.bufs[b.uid]} = _K[{len(self.consts) - 1}]")
+        for b in self.allocs:
+            pre.append(f"    {self.bufs[b.uid]} = np.zeros({_int(max(1, b.size), self.where)}, "
+                       f"{self.dtype(b.dtype)})")
+        for w in sorted(self.lane_widths):
+            pre.append(f"    _LW{w} = np.arange({w}, dtype=np.int64)")
+        self.lines[:0] = pre
+        body = "\n".join(self.lines) if self.lines else "    pass"
+        return f"def kernel({', '.join(params)}):\n{body}\n    return None\n"
+
+    def block(self, body: list[Stmt]) -> None:
+        for s in body:
+            self.stmt(s)
+
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, ir.Comment):
+            return
+        if isinstance(s, ir.Loop):
+            self.loop(s)
+        elif isinstance(s, ir.Store):
+            self.store(s)
+        elif isinstance(s, ir.StoreTile):
+            self.store_tile(s)
+        elif isinstance(s, ir.If):
+            self.line(f"if {self.value(s.cond)}:")
+            self.nested(s.then)
+            if s.orelse:
+                self.line("else:")
+                self.nested(s.orelse)
+            self.invalidate(ir.written(s.then + s.orelse))
+        elif isinstance(s, ir.Let):
+            self.value(s.value)
+        elif isinstance(s, ir.Copy):
+            d, src = self.buf(s.dst), self.buf(s.src)
+            guard = f"if {d} is not {src}: " if s.if_distinct else ""
+            self.line(f"{guard}{d}[:] = {src}")
+            self.invalidate({s.dst})
+        elif isinstance(s, ir.LibCall):
+            self.libs.append(_libcall_fn(s.op, self.where))
+            args = ", ".join(self.buf(b) for b in s.ins + s.outs)
+            self.line(f"_L[{len(self.libs) - 1}]({args})")
+            self.invalidate(set(s.outs))
+        else:
+            raise PyPrintError(f"{self.where}: cannot print {type(s).__name__}")
+
+    def nested(self, body: list[Stmt]) -> None:
+        self.scopes.append({})
+        self.depth += 1
+        n = len(self.lines)
+        self.block(body)
+        if len(self.lines) == n:
+            self.line("pass")
+        self.depth -= 1
+        self.scopes.pop()
+
+    def loop(self, s: ir.Loop) -> None:
+        self.invalidate(ir.written(s.body))
+        step = ir.step_of(s)
+        lo, hi, w = (_int(x, self.where) for x in (s.lo, s.hi, s.vector))
+        if s.vector and (s.hi - s.lo) % step:
+            raise PyPrintError(f"{self.where}: vector loop [{s.lo}, {s.hi}) is not a whole "
+                               f"number of steps of {step}")
+        name = f"x{self.nvar}"
+        self.nvar += 1
+        self.line(f"for {name} in range({lo}, {hi}, {_int(step, self.where)}):")
+        saved = self.vec
+        lanes = None
+        if s.vector:
+            if self.vec is not None:
+                raise PyPrintError(f"{self.where}: a vector loop inside a vector loop")
+            lanes = "X" + name[1:]
+            self.lane_widths.add(s.vector)
+            self.depth += 1
+            self.line(f"{lanes} = {name} + _LW{w}")
+            self.depth -= 1
+            self.vec = (s.var, s.vector)
+        self.vars[s.var.uid] = (name, lanes)
+        self.nested(s.body)
+        del self.vars[s.var.uid]
+        self.vec = saved
+        self.invalidate(ir.written(s.body))
+
+    def store(self, s: ir.Store) -> None:
+        val = self.value(s.value)
+        name = self.buf(s.buf)
+        if s.buf.kind == "lanes":
+            self.line(f"{name}[:] = {val}")
+        else:
+            self.line(f"{name}[_ix({self.aff(s.index)})] = {val}")
+        self.invalidate({s.buf})
+
+    def store_tile(self, s: ir.StoreTile) -> None:
+        if self.vec is None:
+            raise PyPrintError(f"{self.where}: a tile store outside a vector loop")
+        w = self.vec[1]
+        vals = [self.value(v) for v in s.values]
+        base = self.aff(s.base)
+        name = self.buf(s.buf)
+        stride = _int(s.stride, self.where)
+        for k, v in enumerate(vals):
+            self.line(f"{name}[_ix(_lane0({base}) + {stride} * _LW{w} + {k})] = {v}")
+        self.invalidate({s.buf})
+
+    # ----- values --------------------------------------------------------------------------
+
+    def aff(self, a: Affine) -> str:
+        parts = []
+        for t, c in a.terms:
+            if isinstance(t, Var):
+                names = self.vars.get(t.uid)
+                if names is None:
+                    raise PyPrintError(f"{self.where}: loop variable {t.uid} used outside "
+                                       "its loop")
+                x = names[1] or names[0]
+            else:
+                x = self.value(t)
+            parts.append(x if c == 1 else f"{x} * {_int(c, self.where)}")
+        if a.const or not parts:
+            parts.append(_int(a.const, self.where))
+        return "(" + " + ".join(parts) + ")"
+
+    def varies(self, v: Val) -> bool:
+        return self.vec is not None and varies(v, self.vec[0])
+
+    def value(self, v: Val) -> str:
+        """The name of `v`, computing what is not computed yet (operands first; a `cond`'s
+        sides inside its branches)."""
+        found = self.find(v)
+        if found is not None:
+            return found
+        for x in _strict_postorder(v):
+            if self.find(x) is None:
+                self.compute(x)
+        found = self.find(v)
+        assert found is not None
+        return found
+
+    def compute(self, v: Val) -> None:
+        op = v.op
+        if op == "const":
+            self.remember(v, self.const_ref(v))
+            return
+        name = f"v{v.uid}"
+        if op == "cond":
+            self.cond(v, name)
+        elif op == "load":
+            b = v.buffer
+            if b.kind == "lanes":
+                if self.vec is None:
+                    raise PyPrintError(f"{self.where}: a vector register read outside its "
+                                       "loop")
+                self.line(f"{name} = {self.buf(b)}.copy()")
+            else:
+                self.line(f"{name} = {self.buf(b)}[_ix({self.aff(v.index)})]")
+        elif op == "index":
+            self.line(f"{name} = np.int64(0) + {self.aff(v.arg)}")
+        elif op in ("idiv", "imod"):
+            sym = "//" if op == "idiv" else "%"
+            self.line(f"{name} = {self.value(v.args[0])} {sym} {_int(v.arg, self.where)}")
+        elif op == "alu":
+            args = ", ".join(self.value(a) for a in v.args)
+            self.line(f"{name} = {self.alu_ref(v.arg)}({args})")
+        elif op == "tile":
+            if self.vec is None:
+                raise PyPrintError(f"{self.where}: a tile read outside a vector loop")
+            b, base, stride, k = v.arg
+            self.line(f"{name} = {self.buf(b)}[_ix(_lane0({self.aff(base)}) + "
+                      f"{_int(stride, self.where)} * _LW{self.vec[1]} + {_int(k, self.where)})]")
+        elif op == "lanes_reduce":
+            sop, *bufs = v.arg
+            names = ", ".join(self.buf(b) for b in bufs)
+            self.line(f"{name} = _hreduce({self.alu_ref(sop)}, [{names}])")
+        else:
+            raise PyPrintError(f"{self.where}: cannot print a {op} value")
+        self.remember(v, name)
+
+    def cond(self, v: Val, name: str) -> None:
+        c, a, b = v.args
+        cv = self.value(c)
+        if self.varies(c):  # lane by lane: both sides read no memory (the vectorizer's rule)
+            av, bv = self.value(a), self.value(b)
+            self.line(f"{name} = np.where({cv}, {av}, {bv}).astype({self.dtype(v.dtype)})")
+            return
+        self.line(f"if {cv}:")
+        for side, keyword in ((a, None), (b, "else:")):
+            if keyword:
+                self.line(keyword)
+            self.scopes.append({})
+            self.depth += 1
+            self.line(f"{name} = {self.value(side)}")
+            self.depth -= 1
+            self.scopes.pop()
+
+
+def _strict_postorder(root: Val) -> list[Val]:
+    """Values to compute for `root`, operands first; a `cond`'s sides are not entered (they
+    are computed in its branches)."""
+    out: list[Val] = []
+    seen: set[int] = set()
+    stack: list[tuple[Val, bool]] = [(root, False)]
+    while stack:
+        v, done = stack.pop()
+        if done:
+            out.append(v)
+            continue
+        if v.uid in seen:
+            continue
+        seen.add(v.uid)
+        stack.append((v, True))
+        kids = v.args[:1] if v.op == "cond" else v.children()
+        for c in reversed(kids):
+            if c.uid not in seen:
+                stack.append((c, False))
+    return out
+
+
+class PyKernel:
+    """A kernel printed as Python and compiled: `source` is the text, `run(ins)` the outputs
+    (fresh arrays, flat), `run(ins, alias=True)` passes each input the kernel may update in
+    place (`Kernel.inplace`) as the output it pairs with."""
+
+    def __init__(self, kernel: ir.Kernel) -> None:
+        p = _Printer(kernel)
+        self.kernel = kernel
+        self.source = p.print()
+        scope: dict[str, Any] = {
+            "np": np, "_ix": _ix, "_lane0": _lane0, "_hreduce": _hreduce,
+            "_A": p.alu, "_K": p.consts, "_D": p.dtypes, "_L": p.libs,
+        }
+        try:
+            code = compile(self.source, "<kernel_ir.pyprint>", "exec")
+        except (SyntaxError, RecursionError, MemoryError) as exc:  # nests too deep for Python
+            raise PyPrintError(f"kernel {kernel.label or kernel.name}: Python cannot compile "
+                               f"its text ({type(exc).__name__}: {exc})") from None
+        exec(code, scope)
+        self.fn: Callable[..., None] = scope["kernel"]
+
+    def run(self, ins: Sequence[np.ndarray], alias: bool = False) -> list[np.ndarray]:
+        k = self.kernel
+        if len(ins) != len(k.inputs):
+            raise PyPrintError(f"kernel {k.name} takes {len(k.inputs)} inputs, got {len(ins)}")
+        flat = []
+        for b, x in zip(k.inputs, ins, strict=True):
+            a = np.ascontiguousarray(x, dtype=b.dtype.np).reshape(-1)
+            if a.size != b.size:
+                raise PyPrintError(f"kernel {k.name}: input {b.index} has {a.size} elements, "
+                                   f"not {b.size}")
+            flat.append(a.copy())
+        outs = [np.zeros(max(1, b.size), b.dtype.np) for b in k.outputs]
+        if alias:
+            for o, i in k.inplace.items():
+                outs[o] = flat[i]
+        self.fn(*flat, *outs)
+        return [o[:b.size] for o, b in zip(outs, k.outputs, strict=True)]
+
+
+def print_kernel(kernel: ir.Kernel) -> str:
+    """The Python source of `kernel` (a function `kernel(in0, ..., out0, ...)`)."""
+    return _Printer(kernel).print()
+
