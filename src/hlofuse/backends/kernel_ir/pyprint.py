@@ -30,7 +30,8 @@ What it relies on, and nothing else:
 - `Kernel.placement`, `Loop.lazy`, `Loop.forms` and `parallel` are ignored: they choose where
   and how, never what (locals are allocated once, at the top, zeroed).
 - A library call (`LibCall`) runs the interpreter's handler of its op on the whole buffers:
-  `op` is the HLO instruction itself, not plain data (see the report in the test module).
+  `op` is the HLO instruction itself, not plain data (issue 31 wants plain data), so the
+  routines and `Kernel.funcs` (their comparators) are the interpreter's, never printed.
 
 Generated text is made only of numbers and names derived here (`b3`, `x0`, `v17`, `_A[0]`);
 no IR string (buffer or kernel names, labels, comments) is printed, so nothing from the input
