@@ -850,3 +850,46 @@ def test_reduce_precision_e4m11_of_an_8_bit_float_as_xla(name: str) -> None:
     for e, m in ((4, 11), (4, 10), (4, 12), (3, 11)):
         check(lambda v, e=e, m=m: lax.reduce_precision(v, exponent_bits=e, mantissa_bits=m), x,
               exact=True)
+
+
+# ----- 20k run (seeds 3301, 3302): complex division and products in the component type -------
+# XLA's CPU divides complex numbers by Smith's method in the component type (f32 for c64, so
+# a step past 2^128 is inf), its steps contracted to fused multiply-adds, under DAZ/FTZ (3302:
+# (-4.3e37+5.7e7j) / (1.4e-28-1.9e-6j) has an infinite imaginary part in jax.jit, finite in f64).
+
+def _extreme(rng: np.random.Generator, n: int, ft: Any, lim: float) -> np.ndarray:
+    v = (rng.choice([-1, 1], n) * 10.0 ** rng.uniform(-lim, lim, n)).astype(ft)
+    pick = rng.random(n)
+    return np.where(pick < 0.02, 0, np.where(pick < 0.04, np.inf, np.where(
+        pick < 0.05, np.nan, v))).astype(ft)
+
+
+@pytest.mark.parametrize("ct,ft,lim", [(np.complex64, np.float32, 38.5),
+                                       (np.complex128, np.float64, 308.0)],
+                         ids=["c64", "c128"])
+def test_complex_divide_is_xla_smith_in_the_component_type(ct: Any, ft: Any,
+                                                           lim: float) -> None:
+    rng = np.random.default_rng(3302)
+    n = 4000
+    a, b = (_parts(_extreme(rng, n, ft, lim), _extreme(rng, n, ft, lim), ct) for _ in range(2))
+    a[:2] = _parts(np.array([-4.261286e+37, 2.0]), np.array([5.6758252e+07, 1.0]), ct)
+    b[:2] = _parts(np.array([1.3627239e-28, 0.0]), np.array([-1.8758261e-06, 0.0]), ct)
+    check(lambda x, y: x / y, a, b, exact=True)
+
+
+# A c64 matrix product whose f32 products overflow (3301: -3.4e38 * -15.3 is inf in f32, not
+# in f64): Eigen's gemm sums ar*br and ai*bi apart in f32, so inf - inf, then the 1 + 0i
+# scaling, gives nan+nanj where summing in f64 gave inf-infj.
+
+def test_complex_matrix_dot_sums_in_the_component_type() -> None:
+    a = _parts(np.array([[-3.4028235e+38, -1.5216645], [1.5260417, -0.23631634]]),
+               np.array([[5.8859766e-02, -11.424629], [0.69523495, -0.39616197]]), np.complex64)
+    a = np.concatenate([a, a[::-1]])
+    b = _parts(np.array([[1.1754944e-38, -15.296859, 8.6771927], [-0.9659183, -0.9792158,
+                                                                    0.81408006]]),
+               np.array([[-0.33089605, 3.4294353, 1.8221718], [7.6402621, -0.5260039,
+                                                               5.9606237e-03]]), np.complex64)
+    f = lambda x, y: lax.dot_general(x, y, (((1,), (0,)), ((), ())))  # noqa: E731
+    want = np.asarray(jax.jit(f)(a, b))
+    assert np.isnan(want[0, 1].real) and np.isnan(want[0, 2].imag)  # (jax.jit's pattern)
+    check(f, a, b, rtol=1e-5)

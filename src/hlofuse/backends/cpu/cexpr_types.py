@@ -209,6 +209,8 @@ def complex_op(op: Opcode, dt: DType, arg_dtypes: tuple[DType, ...], ops: list[s
         return f"hf_crsqrt_c64({ops[0]})"
     if op is Op.MULTIPLY and dt.name == "c64":  # XLA's fused formula in f32
         return f"hf_cmul_c64({ops[0]}, {ops[1]})"
+    if op is Op.DIVIDE and dt.name == "c64":  # XLA's fused Smith's method in f32
+        return f"hf_cdiv_c64({ops[0]}, {ops[1]})"
     if op is Op.POWER:  # XLA's formula in the component type (daz_math.py)
         return f"hf_cpow_xla_{dt.name}({ops[0]}, {ops[1]})"
     fn = COMPLEX_FUNCTIONS.get(op.value)

@@ -15,8 +15,8 @@ said.
   here is rounded once (24 > 2 * 4 + 2 bits: double rounding is innocuous).
 - complex (C99 `_Complex`; the parts are `__real__` / `__imag__`): multiplication by the naive
   formula and division by Smith's method with XLA's recovery of a NaN+NaNj result (zero or
-  infinite divisor, infinite numerator: `interpreter/numerics.complex_divide`), both in double and
-  rounded once for c64 (as numpy on complex128, which the interpreter uses, bit for bit); abs is
+  infinite divisor, infinite numerator: `interpreter/numerics.complex_divide`), both XLA's steps
+  contracted to fused multiply-adds in the component type (c64 in float); abs is
   `hypot`; sign is each part divided by `|z|` (0 for 0), as XLA's; rsqrt is XLA's polar form
   (`interpreter/numerics.complex_rsqrt`); expm1 and log1p are numpy's
   formulas; power is XLA's formula in the component type (`daz_math.py`, after mathlib in the
@@ -233,16 +233,35 @@ _COMPLEX_CORE = r"""
 typedef float _Complex hf_c64;
 typedef double _Complex hf_c128;
 static inline double hf_cunit(double v) { return copysign(isinf(v) ? 1.0 : 0.0, v); }
+static inline hf_c128 hf_cdiv_recover(double ar, double ai, double br, double bi, double r,
+                                      double i);
 static inline hf_c128 hf_cdiv_c128(hf_c128 a, hf_c128 b) {
-  double ar = __real__ a, ai = __imag__ a, br = __real__ b, bi = __imag__ b;
-  double abr = fabs(br), abi = fabs(bi), r, i;
-  if (abr >= abi) {
-    double rat = bi / br, den = br + bi * rat;  /* divided, as XLA: 1 / den may be subnormal */
-    r = (ar + ai * rat) / den; i = (ai - ar * rat) / den;
+  double ar = __real__ a, ai = __imag__ a, br = __real__ b, bi = __imag__ b, r, i;
+  double abr = fabs(br), abi = fabs(bi);
+  if (abr >= abi) {  /* XLA's steps, fused (numerics.complex_divide) */
+    double rat = bi / br, den = fma(bi, rat, br);  /* divided, as XLA: 1 / den may be subnormal */
+    r = fma(ai, rat, ar) / den; i = fma(-ar, rat, ai) / den;
   } else {
-    double rat = br / bi, den = bi + br * rat;
-    r = (ar * rat + ai) / den; i = (ai * rat - ar) / den;
+    double rat = br / bi, den = fma(br, rat, bi);
+    r = fma(ar, rat, ai) / den; i = fma(ai, rat, -ar) / den;
   }
+  return hf_cdiv_recover(ar, ai, br, bi, r, i);
+}
+static inline hf_c64 hf_cdiv_c64(hf_c64 a, hf_c64 b) {  /* in f32: steps overflow at 2^128 */
+  float ar = __real__ a, ai = __imag__ a, br = __real__ b, bi = __imag__ b, r, i;
+  if (fabsf(br) >= fabsf(bi)) {
+    float rat = bi / br, den = fmaf(bi, rat, br);
+    r = fmaf(ai, rat, ar) / den; i = fmaf(-ar, rat, ai) / den;
+  } else {
+    float rat = br / bi, den = fmaf(br, rat, bi);
+    r = fmaf(ar, rat, ai) / den; i = fmaf(ai, rat, -ar) / den;
+  }
+  hf_c128 w = hf_cdiv_recover(ar, ai, br, bi, r, i);
+  return __builtin_complex((float)__real__ w, (float)__imag__ w);
+}
+static inline hf_c128 hf_cdiv_recover(double ar, double ai, double br, double bi, double r,
+                                      double i) {
+  double abr = fabs(br), abi = fabs(bi);
   if (isnan(r) && isnan(i)) {  /* XLA's recovery (C99 Annex G), as jax.jit */
     int fin_a = fabs(ar) < __builtin_inf() && fabs(ai) < __builtin_inf();
     int fin_b = fabs(br) < __builtin_inf() && fabs(bi) < __builtin_inf();

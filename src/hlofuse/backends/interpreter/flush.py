@@ -31,7 +31,8 @@ jax.jit on CPU, `backends/subnormals.py` says which types flush):
 - complex `power` reads its operands flushed except in the argument of the base, atan2(imag,
   real), which follows `daz_atan2` on the unflushed parts ((-2+1e-310j)^0.5 is -1.414j in
   c128: atan2 gives -pi; +1.414j in c64: atan2f gives +pi); its result is flushed; so does
-  complex `rsqrt` (XLA's polar form, `numerics.complex_rsqrt`);
+  complex `rsqrt` (XLA's polar form, `numerics.complex_rsqrt`); complex `divide` reads its
+  operands flushed and flushes each step of Smith's method (`numerics.complex_divide`);
 - real `sin`, `tan`, `expm1` (f32, bf16, f64) and `tanh` (f32, bf16) return a subnormal
   operand unflushed (`subnormals.PASSTHROUGH`; jax.jit on every size measured, 4,000 subnormal
   bit patterns of each sign); the rest of their operands are read flushed;
@@ -62,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from hlofuse.backends.interpreter.numerics import complex_power, complex_rsqrt
+from hlofuse.backends.interpreter.numerics import complex_divide, complex_power, complex_rsqrt
 from hlofuse.backends.subnormals import E8M0_FOLDED, E8M0_UNFLUSHED, FLUSH_TYPES, PASSTHROUGH
 from hlofuse.ir.dtypes import DTYPES, F32, DType, from_numpy
 from hlofuse.ir.instruction import Instruction
@@ -167,6 +168,8 @@ def rule(instr: Instruction) -> Rule | None:
         return Rule((), True, _complex_power_step)
     if op is Opcode.RSQRT and src is not None and src.is_complex:
         return Rule((), True, _complex_rsqrt_step)
+    if op is Opcode.DIVIDE and src is not None and src.is_complex:
+        return Rule(operands, True, _complex_divide_step)
     if op is Opcode.REMAINDER:
         operands = tuple(i for i in operands if i == 1)
         result = False
@@ -460,6 +463,12 @@ def _complex_rsqrt_step(args: list[Any]) -> Any:
     a = np.asarray(args[0])
     angle = daz_atan2(np.ascontiguousarray(a.imag), np.ascontiguousarray(a.real))
     return complex_rsqrt(flush(a), angle).astype(a.dtype).reshape(a.shape)
+
+
+def _complex_divide_step(args: list[Any]) -> Any:
+    a, b = np.asarray(args[0]), np.asarray(args[1])  # (flushed by the rule)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    return complex_divide(a, b, a.real.dtype.type, flush).astype(a.dtype).reshape(shape)
 
 
 def _complex_power_step(args: list[Any]) -> Any:

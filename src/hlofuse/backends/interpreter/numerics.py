@@ -200,7 +200,8 @@ def fma(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
         r = np.where(np.isinf(z) & np.isfinite(x) & np.isfinite(y), z, r)
     big = np.isfinite(x) & np.isfinite(y) & np.isfinite(z) & (
         (np.abs(x) > 2.0 ** 995) | (np.abs(y) > 2.0 ** 995) | ~np.isfinite(p)
-        | ((p != 0) & (np.abs(p) < 2.0 ** -960) & (np.abs(z) < 2.0 ** -900)))
+        | ((p != 0) & (np.abs(p) < 2.0 ** -960) & (np.abs(z) < 2.0 ** -900))
+        | ((p == 0) & (x != 0) & (y != 0) & (z == 0)))  # underflowed: the zero's sign is x*y's
     if np.any(big):  # outside Dekker's range: exactly, in rationals
         flat = np.array(r, dtype=np.float64).reshape(-1)
         xs, ys, zs = (v.reshape(-1) for v in (x, y, z))
@@ -255,9 +256,15 @@ def complex_multiply(a: np.ndarray, b: np.ndarray, part: type = np.float64) -> n
     return _pack(re, im)
 
 
-def complex_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Smith's method as XLA's (the parts divided by the denominator: a reciprocal of a huge
-    one would be subnormal, flushed on cpu), then XLA's recovery (`EmitComplexDivide`, C99
+def complex_divide(a: np.ndarray, b: np.ndarray, part: type = np.float64,
+                   flush: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """Smith's method as XLA's CPU computes it: in the component type `part` (c64: f32, whose
+    steps overflow at 2^128), the steps contracted to fused multiply-adds (den = fma(d, r, c);
+    the numerators fma(b, r, a), fma(-a, r, b) or fma(a, r, b), fma(b, r, -a)), the parts divided by
+    the denominator (a reciprocal of a huge one would be subnormal, flushed on cpu), each step
+    passed through `flush` (the DAZ/FTZ emulation, `flush.py`; None keeps subnormals); measured
+    bit for bit against jax.jit on 200,000 c64 pairs of magnitudes 1e-38 to 1e38. Then XLA's
+    recovery (`EmitComplexDivide`, C99
     Annex G) where both parts are NaN: a zero divisor (numerator not all NaN) multiplies each
     part by copysign(inf, re b) ((1+1j) / (-0-0j) = -inf-infj); an infinite numerator over a
     finite divisor is inf times the divisor against the numerator's infinite parts reduced to
@@ -265,15 +272,17 @@ def complex_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     is 0 times the numerator against the divisor's infinite parts reduced to +-1 (others
     +-0): 1 / (inf+infj) = 0."""
     (ar, ai), (br, bi) = _parts(a), _parts(b)
-    ar, ai, br, bi = np.broadcast_arrays(ar, ai, br, bi)
+    ar, ai, br, bi = (np.asarray(v, part) for v in np.broadcast_arrays(ar, ai, br, bi))
+    f = flush if flush is not None else (lambda v: v)
     big = np.abs(br) >= np.abs(bi)
     with np.errstate(all="ignore"):
-        rat1 = bi / br
-        den1 = br + bi * rat1
-        rat2 = br / bi
-        den2 = bi + br * rat2
-        re = np.where(big, (ar + ai * rat1) / den1, (ar * rat2 + ai) / den2)
-        im = np.where(big, (ai - ar * rat1) / den1, (ai * rat2 - ar) / den2)
+        rat1 = f(bi / br)
+        den1 = f(fma(bi, rat1, br))
+        rat2 = f(br / bi)
+        den2 = f(fma(br, rat2, bi))
+        re = np.where(big, f(fma(ai, rat1, ar)) / den1, f(fma(ar, rat2, ai)) / den2)
+        im = np.where(big, f(fma(-ar, rat1, ai)) / den1, f(fma(ai, rat2, -ar)) / den2)
+        ar, ai, br, bi, re, im = (np.asarray(v, np.float64) for v in (ar, ai, br, bi, re, im))
         nan = np.isnan(re) & np.isnan(im)
         if np.any(nan):
             inf = np.inf
