@@ -3,10 +3,11 @@
 XLA's ResultCaster and OperandUpcaster give such a dot one complex type `t`: c128 where an
 operand or the result is c128, else c64 (XLA's HigherPrecisionElementType puts any complex
 type above every real one). Each operand is converted to `t` first (an f64 operand of a c64
-dot is rounded to f32 parts, so 1e39 becomes inf), the products are summed in `t` (here in
-f64 parts, rounded once), and the sum is converted to the result type. Products use the
-plain formula (re = ar*br - ai*bi, im = ar*bi + ai*br; numpy's and C's complex `*` recover
-infinities as C99 Annex G does, XLA's dot does not) and the sum is scaled by 1 + 0i, a plain
+dot is rounded to f32 parts, so 1e39 becomes inf), the products are summed in `t`'s
+component type (f32 for c64: a product or a sum past 2^128 is inf) as Eigen's gemm sums them,
+four real sums combined at the end (re = sum ar*br - sum ai*bi, im = sum ar*bi + sum ai*br;
+numpy's and C's complex `*` recover infinities as C99 Annex G does, XLA's dot does not), and
+the sum is converted to the result type. The sum is scaled by 1 + 0i, a plain
 complex multiply, as Eigen's gemm (XLA's CPU dot) does: a part that is not finite makes the
 other part NaN (inf - 2i -> inf + nan i). jax.jit differs where XLA does not call Eigen's
 gemm: dots it strength-reduces to multiply and reduce (vector . vector: no scaling) and
@@ -64,17 +65,20 @@ def complex_dot(spec: str, lhs: np.ndarray, rhs: np.ndarray, out: DType) -> np.n
     wide = any(d.is_complex and d.bits == 128
                for d in (from_numpy(lhs.dtype), from_numpy(rhs.dtype), out))
     t = np.dtype(np.complex128 if wide else np.complex64)
-    a, b = lhs.astype(t).astype(np.complex128), rhs.astype(t).astype(np.complex128)
+    a, b = lhs.astype(t), rhs.astype(t)
 
     def dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.asarray(np.einsum(spec, x, y, optimize=True))
 
     with np.errstate(all="ignore"):  # products as XLA forms them: no C99 Annex G recovery
+        # in the component type, four sums combined at the end, as Eigen's gemm (XLA's CPU
+        # dot): a c64 product or sum past 2^128 is inf, inf - inf NaN
         re = dot(a.real, b.real) - dot(a.imag, b.imag)
         im = dot(a.real, b.imag) + dot(a.imag, b.real)
-        # Eigen's gemm (XLA's CPU dot) scales the sum by alpha = 1 + 0i, a plain complex
-        # multiply: a part that is not finite makes the other part NaN (inf-2i -> inf+nan i)
-        re, im = re - im * 0.0, re * 0.0 + im
+        # Eigen's gemm scales the sum by alpha = 1 + 0i, a plain complex multiply: a part
+        # that is not finite makes the other part NaN (inf-2i -> inf+nan i)
+        zero = re.dtype.type(0)
+        re, im = re - im * zero, re * zero + im
     value = np.empty(re.shape, np.complex128)
     value.real, value.imag = re, im
     value = value.astype(t)

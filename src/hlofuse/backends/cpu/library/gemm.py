@@ -511,14 +511,16 @@ def _complex_dot(
     """Statements of a dot with a complex result: each operand converted to XLA's complex
     type for the dot (c128 where an operand or the result is c128, else c64: an f64 operand
     of a c64 dot is rounded to f32 parts) and copied as c128 in canonical order
-    (A[batch, M, K], B[batch, K, N]); the products summed in double with the plain formula
-    (re = ar*br - ai*bi, im = ar*bi + ai*br: C's `*` on _Complex values recovers infinities
-    by C99 Annex G, XLA's dot does not), the sum scaled by 1 + 0i as Eigen's gemm does (a part
-    that is not finite makes the other one NaN), rounded once (interpreter/complex_dot.py)."""
+    (A[batch, M, K], B[batch, K, N]); the products summed as Eigen's gemm (XLA's CPU dot)
+    sums them: in the component type (f32 for c64: a product past 2^128 is inf), four sums
+    (ar*br, ai*bi, ar*bi, ai*br) combined at the end (re = sum ar*br - sum ai*bi: C's `*` on
+    _Complex values recovers infinities by C99 Annex G, XLA's dot does not), the result
+    scaled by 1 + 0i (a part that is not finite makes the other one NaN)
+    (interpreter/complex_dot.py)."""
     batch, m, n, k = sizes
     wide = any(d.is_complex and d.bits == 128 for d in (lhs.dtype, rhs.dtype, out.dtype))
     part = "double" if wide else "float"
-    body = [comment(f"dot: [{batch} x] ({m} x {k}) * ({k} x {n}) in complex double")]
+    body = [comment(f"dot: [{batch} x] ({m} x {k}) * ({k} x {n}) in complex {part}")]
     packed = []
     for src, shape, group, role in ((ins[0], lhs, groups[0], "lhs"),
                                     (ins[1], rhs, groups[1], "rhs")):
@@ -549,14 +551,17 @@ def _complex_dot(
         f"for (int64_t bi = 0; bi < {batch}; bi++)",
         f"    for (int64_t i = 0; i < {m}; i++)",
         f"        for (int64_t j = 0; j < {n}; j++) {{",
-        "            double re = 0, im = 0;",
+        f"            {part} rr = 0, ii = 0, ri = 0, ir = 0;",
         f"            for (int64_t p = 0; p < {k}; p++) {{",
         f"                hf_c128 x = {a}[(bi * {m} + i) * {k} + p];",
         f"                hf_c128 y = {b}[(bi * {k} + p) * {n} + j];",
-        "                re += __real__ x * __real__ y - __imag__ x * __imag__ y;",
-        "                im += __real__ x * __imag__ y + __imag__ x * __real__ y;",
+        f"                {part} xr = __real__ x, xi = __imag__ x, yr = __real__ y, "
+        "yi = __imag__ y;",
+        "                rr += xr * yr; ii += xi * yi; ri += xr * yi; ir += xi * yr;",
         "            }",
-        "            hf_c128 acc = __builtin_complex(re - im * 0.0, re * 0.0 + im);",
+        f"            {part} re = rr - ii, im = ri + ir;",
+        f"            hf_c128 acc = __builtin_complex((double)(re - im * ({part})0), "
+        f"(double)(re * ({part})0 + im));",
         f"            (({out_ct} *)({outs[0]}))[(bi * {m} + i) * {n} + j] = {result};",
         "        }",
         f"free({a});", f"free({b});"]
