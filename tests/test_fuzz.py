@@ -148,7 +148,7 @@ def test_compare_tolerances() -> None:
 
 def test_recorded_jax_behaviours_are_set_aside_and_nothing_else() -> None:
     """jax.jit's size-dependent f32 log of a subnormal and the host-dependent NaN/inf pattern
-    of complex vector-form dots are recorded (frontends/fuzz/recorded.py); a finite difference
+    of complex dots are recorded (frontends/fuzz/recorded.py); a finite difference
     beside them is still a disagreement, and other programs are never recorded."""
     from hlofuse.frontends.fuzz.base import Program
     from hlofuse.frontends.fuzz.recorded import recorded
@@ -171,7 +171,10 @@ def test_recorded_jax_behaviours_are_set_aside_and_nothing_else() -> None:
     assert "host" in recorded(dot, g, w)
     assert recorded(dot, [np.array(1 + 1j, np.complex64)], [np.array(2 + 1j, np.complex64)]) == ""
     mm = Program("dot", lambda a, b: a, [], "accum", "dot-mm[complex64xcomplex64->None]")
-    assert recorded(mm, g, w) == ""
+    assert "shape" in recorded(mm, g, w)  # matrix . matrix too: the pattern depends on the shape
+    assert recorded(mm, [np.array(1 + 1j, np.complex64)], [np.array(2 + 1j, np.complex64)]) == ""
+    add = Program("binary", lambda a, b: a, [], "ulp", "add[complex64]")
+    assert recorded(add, g, w) == ""
 
 
 def test_recorded_product_lane_overflow_and_nothing_else() -> None:
@@ -210,3 +213,16 @@ def test_complex_dot_into_a_wider_float_is_compared_at_its_compute_precision() -
     assert compare([g], [w], "accum@float32") == ""
     assert compare([g], [w], "accum") != ""
     assert compare([g], [w + 1e-3], "accum@float32") != ""
+
+
+def test_loops_squaring_a_complex_value_compare_with_the_trans_tolerance() -> None:
+    """XLA contracts a complex multiply to fused multiply-adds or not by the array's shape (c128
+    [4,3] squared: the plain formula), one ulp that each squaring of a loop doubles (seed 3301:
+    4 squarings, 7 ulps); real state and other complex steps keep the ulp class."""
+    from hlofuse.frontends.fuzz.ops_control import _tol
+
+    c = np.zeros((4, 3), np.complex128)
+    f = np.zeros(3, np.float32)
+    assert _tol([c, f], ["complex128:sq", "float32:*2+1"]) == "trans"
+    assert _tol([c, f], ["complex128:neg", "float32:sq"]) == "ulp"
+    assert _tol([np.zeros(2, np.int32)], ["int32:+1"]) == "exact"

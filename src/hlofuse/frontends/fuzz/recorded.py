@@ -12,11 +12,14 @@ Conditions enforced, per kind; every other difference in the program's outputs m
   4, 8-10, 12, 16 and more; every 2-D shape measured). hlofuse gives -inf, the flushed
   operand's log, at every size. Set aside: elements whose input is a nonzero f32 subnormal,
   where hlofuse has -inf and jax.jit -103.97208 or NaN.
-- complex dots in the vector forms (vector . vector, matrix . vector, N = 1 batches): where a
-  product is not finite, XLA's NaN/inf pattern depends on whether it strength-reduces the dot
-  to a multiply and reduce and on the host's vector width (Eigen's scalar path for few rows);
-  hlofuse keeps Eigen's gemm rule on every host. Set aside: elements not finite (a part inf or
-  NaN) in both results.
+- complex dots, every form: where a product is not finite, XLA's NaN/inf pattern depends on
+  the route its CPU backend takes for the shape. Vector forms (vector . vector,
+  matrix . vector, N = 1 batches): whether it strength-reduces the dot to a multiply and
+  reduce, and the host's vector width (Eigen's scalar path for few rows). Matrix . matrix:
+  Eigen's gemm scales the sum by 1 + 0i (an inf part makes the other NaN: c64 [4,2] x [2,3]
+  gives nan+nanj), while other small shapes keep inf+infj or -inf+nanj ([2,2] x [2,5], [3,5] x
+  [5,3], measured on AVX2). hlofuse keeps Eigen's gemm rule on every host and shape.
+  Set aside: elements not finite (a part inf or NaN) in both results.
 - products of floats (`reduce-mul-*` of a real float type): XLA's CPU multiplies a product
   reduction in vector lanes whose count is the host's vector width (8 f32 lanes with AVX2, 16
   with AVX-512) and combines the lanes at the end, so a lane's partial product can overflow to
@@ -36,7 +39,7 @@ from hlofuse.frontends.fuzz.base import Program
 from hlofuse.frontends.fuzz.compare import compare
 
 LOG_OF_SUBNORMAL = np.float32(-103.97208)
-VECTOR_DOT_FORMS = ("dot-vv[", "dot-mv[", "dot-batch[")
+DOT_FORMS = "dot-"
 
 
 def _log_of_subnormal(p: Program, g: np.ndarray, w: np.ndarray) -> np.ndarray | None:
@@ -50,8 +53,8 @@ def _log_of_subnormal(p: Program, g: np.ndarray, w: np.ndarray) -> np.ndarray | 
     return sub & (g == -np.inf) & jaxs
 
 
-def _complex_vector_dot(p: Program, g: np.ndarray, w: np.ndarray) -> np.ndarray | None:
-    if not p.desc.startswith(VECTOR_DOT_FORMS) or g.dtype.kind != "c":
+def _complex_dot(p: Program, g: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    if not p.desc.startswith(DOT_FORMS) or g.dtype.kind != "c":
         return None
     return ~np.isfinite(g) & ~np.isfinite(w)
 
@@ -67,8 +70,8 @@ def _product_lanes(p: Program, g: np.ndarray, w: np.ndarray) -> np.ndarray | Non
 _KINDS = (
     (_log_of_subnormal, "jax.jit's f32 log of a subnormal depends on the array's size "
                         "(-103.97 or -inf); hlofuse gives -inf"),
-    (_complex_vector_dot, "jax.jit's NaN/inf pattern of a complex vector-form dot depends on "
-                          "the host and on strength reduction; hlofuse keeps one rule"),
+    (_complex_dot, "jax.jit's NaN/inf pattern of a complex dot depends on the host, the shape "
+                   "and strength reduction; hlofuse keeps one rule"),
     (_product_lanes, "jax.jit multiplies a product in the host's vector lanes, whose partial "
                      "products overflow or underflow where the product in order does not"),
 )
