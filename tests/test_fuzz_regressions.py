@@ -893,3 +893,25 @@ def test_complex_matrix_dot_sums_in_the_component_type() -> None:
     want = np.asarray(jax.jit(f)(a, b))
     assert np.isnan(want[0, 1].real) and np.isnan(want[0, 2].imag)  # (jax.jit's pattern)
     check(f, a, b, rtol=1e-5)
+
+
+# A one-term complex dot (K = 1) is XLA's complex multiply, not Eigen's gemm: no 1 + 0i
+# scaling, so (5.43-9.40j) * (9.73+3.4e38j), inf+infj in f32, keeps a real part of inf
+# (seed 3401; an [M, 1] x [1, N] batch of 3, into f64).
+
+def test_one_term_complex_dot_is_a_multiply() -> None:
+    a = _parts(np.array([[[4.2297215], [4.9747243]], [[5.43232], [-0.11310826]]]),
+               np.array([[[0.06401335], [0.77980316]], [[-9.39625], [-0.5997974]]]), np.complex64)
+    b = _parts(np.array([[[-8.766132, 1.6805917, -2.4944577]], [[0.5, 9.729892, -3.208878]]]),
+               np.array([[[5.2655611, -0.18903843, 0.01905312]], [[1.0, 3.4028235e+38,
+                                                                   5.4127212]]]), np.complex64)
+    dn = (((2,), (1,)), ((0,), (0,)))
+    for pt in (None, np.float64):
+        f = lambda x, y, pt=pt: lax.dot_general(x, y, dn, preferred_element_type=pt)  # noqa: E731
+        want = np.asarray(jax.jit(f)(a, b))
+        assert np.isinf(want[1, 0, 1].real)  # (jax.jit's: unscaled)
+        if pt is None:
+            check(f, a, b, rtol=1e-5)
+        else:  # a complex dot into a real type: the interpreter only (cpu refuses it)
+            got = run_on("interpreter", f, (a, b), pipeline="hlofuse")[0]
+            np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -9,7 +9,9 @@ four real sums combined at the end (re = sum ar*br - sum ai*bi, im = sum ar*bi +
 numpy's and C's complex `*` recover infinities as C99 Annex G does, XLA's dot does not), and
 the sum is converted to the result type. The sum is scaled by 1 + 0i, a plain
 complex multiply, as Eigen's gemm (XLA's CPU dot) does: a part that is not finite makes the
-other part NaN (inf - 2i -> inf + nan i). jax.jit differs where XLA does not call Eigen's
+other part NaN (inf - 2i -> inf + nan i). A dot of one term per result (K = 1) is XLA's
+complex multiply instead (the fused formula, unscaled: inf+infj stays; measured on every
+[B,] M x 1 x N shape). jax.jit differs where XLA does not call Eigen's
 gemm: dots it strength-reduces to multiply and reduce (vector . vector: no scaling) and
 Eigen's scalar path for c64 matrix-vector products with few rows (Annex G products; how
 many rows take it depends on the host's vector width). The converted sum:
@@ -29,6 +31,8 @@ many rows take it depends on the host's vector width). The converted sum:
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -70,6 +74,44 @@ def complex_dot(spec: str, lhs: np.ndarray, rhs: np.ndarray, out: DType) -> np.n
     def dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.asarray(np.einsum(spec, x, y, optimize=True))
 
+    if _contracted_size(spec, a) == 1:
+        value = _multiply(dot, a, b)  # XLA rewrites the dot as a multiply
+    else:
+        value = _gemm(dot, a, b)
+    value = value.astype(t)
+    if out.is_complex:
+        return value.astype(out.np)
+    if out.is_pred:
+        return np.asarray(value != 0)
+    if out.is_float:
+        return value.real.astype(out.np)
+    return np.asarray(_float_to_int(value.real, out))
+
+
+def _contracted_size(spec: str, a: np.ndarray) -> int:
+    """The number of terms each result element sums: the lhs axes the einsum `spec` drops."""
+    lhs, out = spec.split("->")
+    lhs = lhs.split(",")[0]
+    return int(np.prod([n for c, n in zip(lhs, a.shape, strict=True) if c not in out]))
+
+
+def _multiply(dot: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A dot of one term per result, which XLA's CPU computes as a complex multiply (its
+    fused formula, `numerics.complex_multiply`; no 1 + 0i scaling: (inf+infj) stays, measured
+    on every [B,] M x 1 x N shape): the products exact in f64 for c64, each part fused."""
+    part = a.real.dtype.type
+    w = np.float64
+    with np.errstate(all="ignore"):
+        ar, ai, br, bi = (np.asarray(v, w) for v in (a.real, a.imag, b.real, b.imag))
+        re = dot(ar, br) - dot(ai, bi).astype(part).astype(w)
+        im = dot(ai, br) + dot(ar, bi).astype(part).astype(w)
+    value = np.empty(re.shape, np.complex128)
+    value.real, value.imag = re.astype(part), im.astype(part)
+    return value
+
+
+def _gemm(dot: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Eigen's gemm (module docstring)."""
     with np.errstate(all="ignore"):  # products as XLA forms them: no C99 Annex G recovery
         # in the component type, four sums combined at the end, as Eigen's gemm (XLA's CPU
         # dot): a c64 product or sum past 2^128 is inf, inf - inf NaN
@@ -81,11 +123,4 @@ def complex_dot(spec: str, lhs: np.ndarray, rhs: np.ndarray, out: DType) -> np.n
         re, im = re - im * zero, re * zero + im
     value = np.empty(re.shape, np.complex128)
     value.real, value.imag = re, im
-    value = value.astype(t)
-    if out.is_complex:
-        return value.astype(out.np)
-    if out.is_pred:
-        return np.asarray(value != 0)
-    if out.is_float:
-        return value.real.astype(out.np)
-    return np.asarray(_float_to_int(value.real, out))
+    return value

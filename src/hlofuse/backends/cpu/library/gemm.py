@@ -515,8 +515,8 @@ def _complex_dot(
     sums them: in the component type (f32 for c64: a product past 2^128 is inf), four sums
     (ar*br, ai*bi, ar*bi, ai*br) combined at the end (re = sum ar*br - sum ai*bi: C's `*` on
     _Complex values recovers infinities by C99 Annex G, XLA's dot does not), the result
-    scaled by 1 + 0i (a part that is not finite makes the other one NaN)
-    (interpreter/complex_dot.py)."""
+    scaled by 1 + 0i (a part that is not finite makes the other one NaN). A one-term dot
+    (K = 1) is XLA's complex multiply instead, unscaled (interpreter/complex_dot.py)."""
     batch, m, n, k = sizes
     wide = any(d.is_complex and d.bits == 128 for d in (lhs.dtype, rhs.dtype, out.dtype))
     part = "double" if wide else "float"
@@ -547,6 +547,19 @@ def _complex_dot(
     a, b = packed
     out_ct = cexpr.ctype(out.dtype)
     result = complex_convert(C128, out.dtype, "acc")
+    if k == 1:  # XLA computes a one-term dot as a complex multiply (its fused formula)
+        mul = "hf_cmul_c128" if wide else "hf_cmul_c64"
+        ct = "hf_c128" if wide else "hf_c64"
+        body += [
+            f"for (int64_t bi = 0; bi < {batch}; bi++)",
+            f"    for (int64_t i = 0; i < {m}; i++)",
+            f"        for (int64_t j = 0; j < {n}; j++) {{",
+            f"            hf_c128 acc = (hf_c128){mul}(({ct}){a}[bi * {m} + i], "
+            f"({ct}){b}[bi * {n} + j]);",
+            f"            (({out_ct} *)({outs[0]}))[(bi * {m} + i) * {n} + j] = {result};",
+            "        }",
+            f"free({a});", f"free({b});"]
+        return "{\n" + "\n".join("    " + line for line in body) + "\n}\n"
     body += [
         f"for (int64_t bi = 0; bi < {batch}; bi++)",
         f"    for (int64_t i = 0; i < {m}; i++)",
