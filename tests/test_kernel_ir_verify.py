@@ -95,3 +95,57 @@ def test_guarded_reads_and_inplace_inputs_pass() -> None:
                                   ir.Store(x, ir.affine(i), g.const(2.0, F32))])]
 
     verify(_kernel(body, inplace={0: 0}), "test")
+
+
+def _tile(g: ir.Graph, x: ir.Buffer, base: ir.Affine, stride: int, k: int) -> ir.Val:
+    return g.make("tile", x.dtype, (), (x, base, stride, k))
+
+
+def test_tiles_read_a_block_of_lanes() -> None:
+    """A vector loop of 2 lanes over i0 in [0, 4) reading in0[2*i0 + k] as tiles of stride 2
+    (lane l at 2*i0 + 2*l + k) and storing them back as a tile store: the block is in0[0, 8),
+    in bounds; the verifier accepts it."""
+    def body(g, x, out, i):
+        cols = [_tile(g, x, ir.affine(i) * 2, 2, k) for k in (0, 1)]
+        return [ir.Loop(i, 0, 4, [
+            ir.StoreTile(out, ir.affine(i) * 2, 2, [cols[1], cols[0]])], vector=2)]
+
+    verify(_kernel(body), "test")
+
+
+@pytest.mark.parametrize("case,message", [
+    (lambda g, x, out, i: [ir.Loop(i, 0, 4, [ir.Store(out, ir.affine(i), _tile(
+        g, x, ir.affine(i) * 2, 2, 0))])], "tile %"),
+    (lambda g, x, out, i: [ir.Loop(i, 0, 4, [ir.Store(out, ir.affine(i), _tile(
+        g, x, ir.affine(i), 2, 0))], vector=2)], "does not advance by its stride 2"),
+    (lambda g, x, out, i: [ir.Loop(i, 0, 4, [ir.Store(out, ir.affine(i), _tile(
+        g, x, ir.affine(i) * 2, 2, 2))], vector=2)], "reads column 2 of 2"),
+    (lambda g, x, out, i: [ir.Loop(i, 0, 4, [ir.Store(out, ir.affine(i), _tile(
+        g, x, ir.affine(i) * 2 + 1, 2, 0))], vector=2)], "index 2*i0 + 2 of in0[8] spans"),
+    (lambda g, x, out, i: [ir.Loop(i, 0, 4, [ir.StoreTile(
+        out, ir.affine(i) * 2, 2, [g.const(0.0, F32)])], vector=2)], "has 1 values for stride"),
+    (lambda g, x, out, i: [ir.Loop(i, 0, 8, [ir.StoreTile(
+        out, ir.affine(i) * 2, 2, [g.const(0.0, F32)] * 2)])], "tile store of out0 outside"),
+])
+def test_broken_tiles_are_named(case, message: str) -> None:
+    with pytest.raises(KernelIRError) as info:
+        verify(_kernel(case), "test")
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("width,kind,ok", [(4, "lanes", True), (6, "lanes", False),
+                                           (4, "local", False)])
+def test_lanes_reduce_combines_power_of_two_lanes_buffers(width: int, kind: str,
+                                                           ok: bool) -> None:
+    """`lanes_reduce` halves the lanes down to lane 0 (`ir.py`), so its buffers are `lanes`
+    buffers of one power-of-two width."""
+    k = _kernel(lambda g, x, out, i: [])
+    parts = [ir.Buffer(f"p{j}", F32, width, kind) for j in range(3)]  # type: ignore[arg-type]
+    k.locals += parts
+    red = k.graph.make("lanes_reduce", F32, (), (ir.ScalarOp(Opcode.ADD, F32), *parts))
+    k.body = [ir.Store(k.outputs[0], ir.ZERO, red)]
+    if ok:
+        verify(k, "test")
+    else:
+        with pytest.raises(KernelIRError, match="lanes_reduce %"):
+            verify(k, "test")

@@ -14,9 +14,10 @@ explicit SIMD for vector loops (`cvec.py`).
 What it guarantees:
 - Values print once per scope, as `const` locals, at their first use; a value is never reused
   across a store to a buffer it reads (the memo drops it), and a loop starts without values that
-  read buffers the loop writes. `cond` values compute each side only in its branch. In a
-  vector loop, the selects the lazy plan names (`Loop.lazy`, `kernel_ir/passes/lazy.py`)
-  compute their side only when some lane takes it (`_lazy_cond`), one branch per condition.
+  read buffers the loop writes (the IR's reuse rule, `kernel_ir/ir.py`). `cond` values
+  compute each side only in its branch. In a vector loop, the selects the lazy plan names
+  (`Loop.lazy`, `kernel_ir/passes/lazy.py`) compute their side only when some lane takes it
+  (`_lazy_cond`), one branch per condition.
   What both sides of a `cond` compute on every path is computed once, before its branch
   (`kernel_ir/conds.py`).
 - Inside a vector loop every value that depends on the loop variable (or reads a `lanes`
@@ -56,8 +57,9 @@ from hlofuse.backends.kernel_ir.conds import Always
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
 from hlofuse.backends.kernel_ir.naming import KernelNames
 from hlofuse.backends.kernel_ir.passes import plan as plan_kernel
-from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MAX_DEPTH, owned, varies
+from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MAX_DEPTH, owned
 from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MIN_OPS as LAZY_SELECT_MIN_OPS
+from hlofuse.backends.kernel_ir.query import varies
 from hlofuse.errors import CompileError
 from hlofuse.ir.opcodes import Opcode
 
@@ -358,7 +360,7 @@ class KernelPrinter:
     # ----- values ---------------------------------------------------------------------------
 
     def varies(self, v: Val) -> bool:
-        """Whether `v` is a vector in the current vector loop (`lazy.varies`)."""
+        """Whether `v` is a vector in the current vector loop (`query.varies`)."""
         return self.vec is not None and varies(v, self.vec[0])
 
     def depends(self, a: Affine) -> bool:

@@ -13,7 +13,7 @@ jam, collapse, fission, narrow, vectorize, parallelize, hoist: `passes/`), then 
           | Comment(text)
     Val   = const | load(buf, Affine) | index(Affine) | alu(ScalarOp, args)
           | cond(c, a, b) | idiv/imod(x, n) | param(k)
-          | tile(buf, Affine, stride, k) | lanes_reduce(op, lanes buffers...)
+          | tile(buf, base, stride, k) | lanes_reduce(op, lanes buffers...)
     Affine = const + Σ coef·term,   term = Var (a loop index) | Val (an s64 value: a clamped
              dynamic start, a gathered index, a delinearised coordinate)
 
@@ -24,8 +24,14 @@ Design (after tinygrad's UOps, TorchInductor's LoopBody, TVM's TIR BufferLoad/Fo
   Nothing hashes a DAG recursively: keys are built from operand ids, so 10,000-deep chains cost
   nothing special, and every traversal here is iterative.
 - Loads are pure reads; the order of a read and a write of the same buffer is the statement
-  order (the printer never moves a read across a store of the buffer it reads; hoisting only
-  moves a value out of a loop that writes none of the buffers it reads).
+  order: a value means what it computes when the statement using it runs (a load sees every
+  earlier write). Reuse, the rule every printer follows: a computed value is reused, in the
+  block (statement list, or branch of a `cond`) that computed it and the blocks nested there,
+  until a statement writes a buffer it reads: a `Store`, `StoreTile`, `Copy` (`dst`),
+  `LibCall` (`outs`), or a `Loop` or `If` whose body writes one (a loop also drops them
+  before it starts: its later iterations follow its writes). A use after that computes the
+  value again, reading the buffer anew. Hoisting only moves a value out of a loop that writes
+  none of the buffers it reads, so a hoisted `Let` stays reused throughout the loop.
 - A `cond` value reads `a` only where `c` holds (guarded reads: pad, concatenate,
   dynamic-update-slice, windows). Lowering keeps conditions on loop indices affine, so `split`
   can cut a loop's range where they change and fold them.
@@ -34,6 +40,20 @@ Design (after tinygrad's UOps, TorchInductor's LoopBody, TVM's TIR BufferLoad/Fo
   it are vectors of W lanes, everything else stays scalar. Tails run as a second, scalar loop.
   `step` (a multiple of W) is how far the variable advances per iteration when the body holds
   several copies of the vector body (unrolled reductions: one partial accumulator per copy).
+  Whether a value is a vector is `query.varies`.
+- The vector forms (the vectorizer makes them, in a vector loop of W lanes over `var`):
+  `tile(buf, base, stride, k)` is, in lane l, `buf[base + stride*l + k]`, `base` evaluated
+  at lane 0 (the loop variable's value for the step; an unrolled copy's offset is in `base`,
+  whose coefficient on `var` is `stride`; 0 <= k < stride). The `stride` tiles of one `base`
+  read the block `buf[base, base + stride*W)` once; `StoreTile(buf, base, stride, values)`
+  writes that block: `buf[base + stride*l + k]` = lane l of `values[k]`.
+  `lanes_reduce(op, p0, .., pn-1)` reduces partial accumulators (`lanes` buffers of W lanes,
+  W a power of two) to one scalar in this order: first the buffers, lane-wise, as a pairwise
+  tree: each round replaces the list by `op(p0, p1), op(p2, p3), ...`, an odd last one kept
+  as it is, until one vector v is left (p0, p1, p2 -> op(op(p0, p1), p2)); then the lanes, by
+  halves: while v has n > 1 lanes, lane i becomes `op(v[i], v[i + n/2])` for i < n/2; the
+  result is lane 0 (W = 4: op(op(v0, v2), op(v1, v3))). Operands keep that order (left: the
+  lower buffer or lane), which decides the result of a non-associative float `op`.
 
 The last passes change no statement: they record what printers would otherwise decide
 (`Kernel.placement`, a vector loop's `LazyPlan` and `LaneForms`), so every printer reads one
@@ -593,7 +613,8 @@ class If:
 @dataclass(eq=False, slots=True)
 class Let:
     """Compute `value` here (a hoisted invariant); later uses in this block and inside it read
-    the result."""
+    the result until a statement writes a buffer `value` reads (then a use computes it again:
+    the reuse rule of the module docstring)."""
 
     value: Val
 
@@ -610,8 +631,10 @@ class Copy:
 
 @dataclass(eq=False, slots=True)
 class StoreTile:
-    """A vectorized group store: `buf[base + stride*(lane) + k] = values[k]` for every k in
-    [0, stride) and every lane of the enclosing vector loop (an interleaving store)."""
+    """A vectorized group store: `buf[base + stride*l + k]` = lane l of `values[k]` for every
+    k in [0, stride) and every lane l of the enclosing vector loop, `base` evaluated at lane 0
+    (an interleaving store of the block `buf[base, base + stride*W)`; see the module
+    docstring)."""
 
     buf: Buffer
     base: Affine

@@ -19,14 +19,14 @@ What it relies on, and nothing else:
   op semantics are written once. Values are numpy scalars/arrays of their element type.
 - A vector loop (`Loop.vector` = W) runs its body once per step on arrays of W lanes (the
   vectorizer's legality is the IR's promise that this is exact); `step` is read, not derived.
-  Whether a value is a vector is `passes.lazy.varies` (the IR's definition, also cprint's).
+  Whether a value is a vector is `query.varies` (the IR's definition, also cprint's).
   A `cond` with a lane-varying condition is a `where` of both sides (the vectorizer allows such
   a cond only on values that read no memory); any other `cond` computes one side in a branch.
 - `lanes` buffers are W-element arrays every access reads or writes whole; `tile`/`StoreTile`
   address lane l at base(lane 0) + stride*l + k; `lanes_reduce` combines the partial buffers
-  pairwise, then halves of the lanes, like the C printer (the order the vectorizer recorded).
-- A value computed once is reused until a statement writes a buffer it reads (the IR's rule:
-  reads and writes of a buffer happen in statement order), as in `cprint`.
+  pairwise, then halves of the lanes (both as `ir.py` states them, like the C printer).
+- A value computed once is reused until a statement writes a buffer it reads (the IR's reuse
+  rule, `ir.py`: reads and writes of a buffer happen in statement order), as in `cprint`.
 - `Kernel.placement`, `Loop.lazy`, `Loop.forms` and `parallel` are ignored: they choose where
   and how, never what (locals are allocated once, at the top, zeroed).
 - A library call (`LibCall`) runs the interpreter's handler of its op on the whole buffers:
@@ -48,7 +48,7 @@ import numpy as np
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
-from hlofuse.backends.kernel_ir.passes.lazy import varies
+from hlofuse.backends.kernel_ir.query import varies
 from hlofuse.errors import CompileError
 from hlofuse.ir.dtypes import DType
 

@@ -24,7 +24,14 @@ Conditions checked:
   used by no statement of the loop and by no value outside the side (so computing them in
   the branch loses nothing), and the groups are exactly the lazy selects by (condition, side);
 - lane forms (`passes/lanes.py`): each `narrow` and `blend` value is an alu value of its loop
-  that qualifies (`lanes.narrow_index`, `lanes.blend_on_compare`).
+  that qualifies (`lanes.narrow_index`, `lanes.blend_on_compare`);
+- vector forms (`ir.py`'s docstring states what they mean): a `tile` value or `StoreTile` lies
+  in a vector loop, its `base` advances by `stride` per lane (coefficient `stride` on the
+  innermost vector loop's variable, no value term that varies with it), a tile's column `k`
+  is in [0, stride) and a `StoreTile` has `stride` values; unguarded, its block `[base,
+  base + stride*W)` lies in its buffer over the loop's range; a `lanes_reduce` combines
+  `lanes` buffers of one width, a power of two (its halving order needs one), of its type,
+  by a `ScalarOp` of that type.
 The walk is iterative over statements and values.
 """
 
@@ -35,7 +42,8 @@ from collections.abc import Callable
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
 from hlofuse.backends.kernel_ir.passes.lanes import blend_on_compare, narrow_index
-from hlofuse.backends.kernel_ir.passes.lazy import is_select, owned, varies
+from hlofuse.backends.kernel_ir.passes.lazy import is_select, owned
+from hlofuse.backends.kernel_ir.query import varies
 from hlofuse.errors import CompileError
 
 
@@ -54,6 +62,7 @@ class _Verifier:
         # id(var) -> (first, last value it takes, lanes per value): a loop stepping by s over
         # [lo, hi) starts its last iteration at hi - s; a vector loop's W lanes run from there
         self.ranges: dict[int, tuple[int, int, int]] = {}
+        self.widths: dict[int, int] = {}  # id(var) -> W, for the variables of vector loops
 
     def fail(self, what: str) -> KernelIRError:
         return KernelIRError(f"{self.where}: {what}")
@@ -115,11 +124,40 @@ class _Verifier:
                 self.scoped(v.index, bound)
                 if v.op == "load" and not g:
                     self.in_bounds(v.buffer, v.index)
+            if v.op == "tile":
+                _b, base, stride, k = v.arg
+                self.tile(v.buffer, base, stride, bound, g, f"tile %{v.uid}")
+                if not 0 <= k < stride:
+                    raise self.fail(f"tile %{v.uid} of {v.buffer.name} reads column {k} of "
+                                    f"{stride}")
+            elif v.op == "lanes_reduce":
+                self.lanes_reduce(v)
             if v.op == "cond":
                 stack.append((v.args[0], g))
                 stack.extend((x, True) for x in v.args[1:])
             else:
                 stack.extend((x, g) for x in v.children())
+
+    def tile(self, b: Buffer, base: Affine, stride: int, bound: list[Var], guarded: bool,
+             what: str) -> None:
+        """A tile's or tile store's block: lane l at `base + stride*l` (`base` at lane 0)."""
+        var = next((x for x in reversed(bound) if self.widths.get(id(x))), None)
+        if var is None:
+            raise self.fail(f"{what} of {b.name} outside a vector loop")
+        if stride < 1 or base.coef(var) != stride or \
+                any(var in ir.deps(t) for t in base.vals()):
+            raise self.fail(f"{what} of {b.name} at {base!r} does not advance by its stride "
+                            f"{stride} per lane of {var.name}")
+        if not guarded:
+            self.in_bounds(b, base)
+            self.in_bounds(b, base + (stride - 1))
+
+    def lanes_reduce(self, v: Val) -> None:
+        op, bufs, w = v.arg[0], v.buffers, v.buffers[0].size if v.buffers else 0
+        if not isinstance(op, ir.ScalarOp) or op.dtype != v.dtype or w < 1 or w & (w - 1) \
+                or any(b.kind != "lanes" or b.size != w or b.dtype != v.dtype for b in bufs):
+            raise self.fail(f"lanes_reduce %{v.uid} does not combine lanes buffers of one "
+                            f"power-of-two width and its type")
 
     def block(self, body: list[Stmt]) -> None:
         work: list[tuple[list[Stmt], list[Var], bool]] = [(body, [], False)]
@@ -135,6 +173,8 @@ class _Verifier:
                         raise self.fail(f"vector loop {s.var.name} over [{s.lo}, {s.hi}) "
                                         f"does not divide into steps of {ir.step_of(s)}")
                     self.ranges[id(s.var)] = (s.lo, s.hi - ir.step_of(s), s.vector or 1)
+                    if s.vector:
+                        self.widths[id(s.var)] = s.vector
                     work.append((s.body, [*scope, s.var], guarded))
                     continue
                 if isinstance(s, ir.Store):
@@ -146,6 +186,10 @@ class _Verifier:
                 elif isinstance(s, ir.StoreTile):
                     self.buffer(s.buf, write=True)
                     self.affine(s.base, scope, guarded)
+                    self.tile(s.buf, s.base, s.stride, scope, guarded, "tile store")
+                    if len(s.values) != s.stride:
+                        raise self.fail(f"tile store of {s.buf.name} has {len(s.values)} "
+                                        f"values for stride {s.stride}")
                     for v in s.values:
                         self.value(v, scope, guarded)
                 elif isinstance(s, ir.If):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Val, Var
-from hlofuse.backends.kernel_ir.passes.lazy import varies
+from hlofuse.backends.kernel_ir.query import varies
 from hlofuse.backends.kernel_ir.target import compute_lane_bytes
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.opcodes import Opcode

@@ -24,16 +24,11 @@ from collections.abc import Callable
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Val, Var
+from hlofuse.backends.kernel_ir.query import varies
 from hlofuse.ir.opcodes import Opcode
 
 LAZY_SELECT_MIN_OPS = 32
 LAZY_SELECT_MAX_DEPTH = 8  # lazy sides inside lazy sides, at most (deeper ones blend)
-
-
-def varies(v: Val, var: Var) -> bool:
-    """Whether `v` is a vector in the vector loop over `var` (it depends on `var` or reads a
-    `lanes` buffer)."""
-    return var in ir.deps(v) or any(b.kind == "lanes" for b in ir.reads(v))
 
 
 def is_select(v: Val) -> bool:
