@@ -148,7 +148,7 @@ def test_library_consumer_has_a_reason() -> None:
 def test_none_pipeline_says_it_does_not_fuse() -> None:
     expl = ex.explain(STACKED, pipeline="none")
     bounds = expl.section("entry").boundaries
-    assert bounds and all(b.why == "the `none` pipeline does not fuse" for b in bounds)
+    assert bounds and all(b.why == "the `none` pipeline runs no fusion pass" for b in bounds)
 
 
 def test_input_module_is_not_modified() -> None:
@@ -237,3 +237,42 @@ def test_explain_a_jax_function() -> None:
     (k,) = expl.section("entry").kernels
     assert k.kind == "kInput" and k.ops["reduce"] == 1 and k.ops["exponential"] == 1
     assert k.sources and k.sources[0].endswith(f":{f.__code__.co_firstlineno + 1}")
+
+
+def test_trace_records_resolved_settings_and_round_trips(tmp_path) -> None:
+    from hlofuse.passes.fusion.trace import FusionTrace, trace_of
+    from hlofuse.passes.pipelines import run_pipeline
+
+    module = parse(STACKED)
+    run_pipeline(module, "hlofuse{max_operands_and_outputs=96,whole_loop_fusion=false}")
+    trace = trace_of(module)
+    fusion = trace.settings["instruction-fusion"]
+    # the override, the pipeline's own settings (BEYOND_XLA) and the pass's own switch
+    assert fusion.max_operands_and_outputs == 96 and not fusion.whole_loop_fusion
+    assert fusion.unstack_loop_state and fusion.may_duplicate
+    assert set(trace.settings) >= {"instruction-fusion", "fusion-merger", "multi-output-fusion",
+                                   "horizontal-loop-fusion", "auto-unroll"}
+    path = tmp_path / "trace.jsonl"
+    trace.write(path)
+    assert FusionTrace.read(path) == trace
+    plain = parse(STACKED)
+    run_pipeline(plain, "simplify")
+    assert trace_of(plain).settings == {}
+
+
+def test_explain_reasks_with_the_settings_the_run_used() -> None:
+    from hlofuse.passes.fusion.trace import trace_of
+    from hlofuse.tools.explain.analyse import asked_config
+
+    module = parse(STACKED)
+    ex.analyse(module, "xla{max_code_duplication=3}")
+    assert asked_config(module).max_code_duplication == 3
+    assert trace_of(module).settings["instruction-fusion"].max_code_duplication == 3
+
+
+def test_setting_fixes_are_measured_under_the_default_pipeline() -> None:
+    expl = ex.explain(STACKED, pipeline="hlofuse", verify_fixes=True)
+    fixes = [f for s in expl.sections for b in s.boundaries for f in b.fixes
+             if f.kind == "setting" and f.value is not None]
+    assert fixes, "the stacked select has a setting fix under hlofuse too"
+    assert all(f.verified.startswith("measured: ") for f in fixes), fixes

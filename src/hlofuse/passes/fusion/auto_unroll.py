@@ -289,7 +289,7 @@ class AutoUnroll(FusionOptions):  # type: ignore[misc]
     name: ClassVar[str] = PASS
 
     def run(self, module: Module) -> bool:
-        config: FusionConfig = self.config()
+        config: FusionConfig = self.run_config(module)
         if not config.auto_unroll:
             return False
         trace = trace_of(module)

@@ -29,7 +29,7 @@ class InstructionFusion(FusionOptions):  # type: ignore[misc]
     exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
-        config: FusionConfig = self.config()
+        config: FusionConfig = self.run_config(module)
         return run_instruction_fusion(module, self.name, config)
 
 
@@ -42,5 +42,5 @@ class MultiOutputFusion(FusionOptions):  # type: ignore[misc,valid-type]
     exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
-        config: FusionConfig = self.config()
+        config: FusionConfig = self.run_config(module)
         return run_multi_output_fusion(module, config)

@@ -256,7 +256,7 @@ class FusionMerger(FusionOptions):  # type: ignore[misc]
     exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
-        config: FusionConfig = self.config()
+        config: FusionConfig = self.run_config(module)
         trace = trace_of(module)
         kept = Kept.resume(module, config)
         changed = False

@@ -452,7 +452,7 @@ class HorizontalLoopFusion(FusionOptions):  # type: ignore[misc,valid-type]
     exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
-        config: FusionConfig = self.config()
+        config: FusionConfig = self.run_config(module)
         comps = (non_fusion_computations(module) if config.horizontal_all_computations
                  else [module.entry])
         changed = False
@@ -470,7 +470,7 @@ class HorizontalInputFusion(FusionOptions):  # type: ignore[misc,valid-type]
     exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
     def run(self, module: Module) -> bool:
-        config: FusionConfig = self.config()
+        config: FusionConfig = self.run_config(module)
         changed = False
         for comp in non_fusion_computations(module):
             changed |= horizontal_input_fusion(comp, config, _recorder(module, INPUT_PASS,

@@ -369,7 +369,7 @@ class WholeLoopFusion(FusionOptions):  # type: ignore[misc]
     name: ClassVar[str] = PASS
 
     def run(self, module: Module) -> bool:
-        config: FusionConfig = self.config()
+        config: FusionConfig = self.run_config(module)
         if not config.whole_loop_fusion:
             return False
         trace = trace_of(module)

@@ -156,7 +156,7 @@ class UnrollSmallLoops(FusionOptions):  # type: ignore[misc]
     name: ClassVar[str] = PASS
 
     def run(self, module: Module) -> bool:
-        config: FusionConfig = self.config()
+        config: FusionConfig = self.run_config(module)
         if config.unroll_small_loops <= 0:
             return False
         trace = trace_of(module)

@@ -10,6 +10,12 @@ fixed rule).
 Passes find the trace on `module.annotations["fusion_trace"]` (created on first use, so it
 travels with the module and needs no global state); `explain` and `viz` read it back. Written
 and read as JSON lines.
+
+The trace also keeps the resolved settings each fusion pass ran with (`settings`, pass name ->
+`FusionConfig` of its last run, recorded by `FusionOptions.run_config`), so `explain` asks
+instruction fusion again with the rules the run used, whatever the pipeline or its
+`{setting=value}` overrides. Written as one `{"settings": ...}` line per pass (the values that
+differ from `FusionConfig`'s defaults).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hlofuse.ir.module import Module
+from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.rules import setting_of
 
@@ -68,10 +75,16 @@ class FusionTrace:
     to build, and a pass records one event per edge it looks at); events are made from them,
     in order, when the trace is read."""
 
-    def __init__(self, events: list[TraceEvent] | None = None) -> None:
+    def __init__(self, events: list[TraceEvent] | None = None,
+                 settings: dict[str, FusionConfig] | None = None) -> None:
         self._entries: list[TraceEvent | _Fields | Callable[[], list[TraceEvent]]] = (
             list(events) if events is not None else [])
         self._made = len(self._entries)  # the entries before this one are all events
+        self.settings: dict[str, FusionConfig] = dict(settings or {})
+
+    def note_settings(self, pass_name: str, config: FusionConfig) -> None:
+        """Record the settings `pass_name` runs with (its last run's win)."""
+        self.settings[pass_name] = config
 
     @property
     def events(self) -> list[TraceEvent]:
@@ -91,7 +104,8 @@ class FusionTrace:
         return entries  # type: ignore[return-value]
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, FusionTrace) and self.events == other.events
+        return (isinstance(other, FusionTrace) and self.events == other.events
+                and self.settings == other.settings)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -128,15 +142,41 @@ class FusionTrace:
         return [e for e in self.events if name in (e.producer, e.consumer)]
 
     def to_jsonl(self) -> str:
-        return "".join(e.to_json() + "\n" for e in self.events)
+        settings = "".join(json.dumps({"settings": _changed(c), "pass_name": name},
+                                      default=_text, sort_keys=True) + "\n"
+                           for name, c in self.settings.items())
+        return settings + "".join(e.to_json() + "\n" for e in self.events)
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(self.to_jsonl())
 
     @staticmethod
     def read(path: str | Path) -> FusionTrace:
-        lines = Path(path).read_text().splitlines()
-        return FusionTrace([TraceEvent.from_json(line) for line in lines if line.strip()])
+        events: list[TraceEvent] = []
+        settings: dict[str, FusionConfig] = {}
+        for line in Path(path).read_text().splitlines():
+            if not line.strip():
+                continue
+            obj = json.loads(line)
+            if "settings" in obj:
+                settings[obj["pass_name"]] = FusionConfig.from_options(obj["settings"])
+            else:
+                events.append(TraceEvent(**obj))
+        return FusionTrace(events, settings)
+
+
+def _changed(config: FusionConfig) -> dict[str, Any]:
+    """The settings of `config` that differ from the defaults."""
+    default = FusionConfig()
+    return {k: getattr(config, k) for k in FusionConfig.field_names()
+            if getattr(config, k) != getattr(default, k)}
+
+
+def _text(value: Any) -> Any:
+    """JSON for a set-valued setting: the text `FusionConfig.from_options` reads back."""
+    if isinstance(value, frozenset):
+        return "{" + ",".join(sorted(getattr(v, "value", str(v)) for v in value)) + "}"
+    return str(value)
 
 
 def source_figure(module: Module, instr: Any) -> dict[str, str]:

@@ -280,7 +280,7 @@ class UnstackLoopState(FusionOptions):  # type: ignore[misc]
 
     def run(self, module: Module) -> bool:
 
-        config: FusionConfig = self.config()
+        config: FusionConfig = self.run_config(module)
         if not config.unstack_loop_state:
             return False
         trace = trace_of(module)

@@ -37,7 +37,7 @@ from hlofuse.ir.shape import ArrayShape, format_shape, leaves
 from hlofuse.passes.base import Context
 from hlofuse.passes.defaults import DEFAULT_PIPELINE
 from hlofuse.passes.fusion.config import FusionConfig
-from hlofuse.passes.fusion.pipelines import BEYOND_PASSES, BEYOND_XLA, RELAXATIONS
+from hlofuse.passes.fusion.pipelines import BEYOND_PASSES
 from hlofuse.passes.fusion.rules import setting_of
 from hlofuse.passes.fusion.trace import TraceEvent, trace_of
 from hlofuse.tools.explain import fixes as fx
@@ -209,6 +209,7 @@ class _Analysis:
         self.pipeline = pipeline
         self.history = history
         self.config = config
+        self.fuses = bool(trace_of(module).settings)  # did any fusion pass run?
         self.events: dict[str, list[tuple[int, TraceEvent]]] = {}
         for index, e in enumerate(trace_of(module)):
             if e.verdict == "refused" and e.pass_name not in BEYOND_PASSES:
@@ -261,8 +262,8 @@ class _Analysis:
         if history:
             b.rule, b.earlier = history[-1], history[:-1]
             b.why = fx.reading(b.rule.rule)
-        elif self.pipeline == "none":
-            b.origin, b.why = "structure", "the `none` pipeline does not fuse"
+        elif not self.fuses:
+            b.origin, b.why = "structure", f"the `{self.pipeline}` pipeline runs no fusion pass"
         else:
             self._reask(b, pk, k, operand_index)
         self._add_fixes(b, pk, k, history)
@@ -417,13 +418,10 @@ def _bytes(sections: list[Section]) -> dict[str, int | None]:
     return {s.title: total(s) for s in sections}
 
 
-def config_for(pipeline: str) -> FusionConfig:
-    """The XLA rules `pipeline` fuses with (for asking instruction fusion again)."""
-    if pipeline == "xla-relaxed":
-        return FusionConfig(**RELAXATIONS)
-    if pipeline == "hlofuse":
-        return FusionConfig(**BEYOND_XLA)
-    return FusionConfig()
+def asked_config(module: Module) -> FusionConfig:
+    """The rules instruction fusion ran with (its last run's settings, from the trace), for
+    asking it again; XLA's defaults when no instruction fusion ran (`none`, a pass list)."""
+    return trace_of(module).settings.get("instruction-fusion") or FusionConfig()
 
 
 def analyse(module: Module, pipeline: str = DEFAULT_PIPELINE, *, verify_fixes: bool = False
@@ -439,7 +437,7 @@ def analyse(module: Module, pipeline: str = DEFAULT_PIPELINE, *, verify_fixes: b
     tag_origins(module)
     history = NameHistory()
     optimise(module, pipeline, context=Context(observers=[history]))  # (api: with its timer)
-    an = _Analysis(module, pipeline, history, config_for(pipeline))
+    an = _Analysis(module, pipeline, history, asked_config(module))
     sections: list[Section] = []
     _walk(an, module.entry, "entry", "execution", sections)
     expl = Explanation(module.name, pipeline, sections, _bytes(sections), fused_module=module)
