@@ -202,7 +202,8 @@ def test_tests_that_patch_the_core() -> None:
         [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider",
          "-p", "no:xdist",
          "-m", "pure_core", str(tests / "test_fusion_incremental.py"),
-         str(tests / "test_compile_scaling.py"), str(tests / "test_text.py")],
+         str(tests / "test_compile_scaling.py"), str(tests / "test_text.py"),
+         str(tests / "test_fusion_options.py")],
         env=env, capture_output=True, text=True, timeout=600, check=False, cwd=tests.parent)
     assert out.returncode == 0, out.stdout[-3000:]
     summary = out.stdout.strip().splitlines()[-1]

@@ -262,6 +262,7 @@ ENTRY e {
 def test_cse_of_the_fusion_fixpoints_merges_only_inside_fusions() -> None:
     """XLA's fusion and horizontal-fusion fixpoints run HloCSE(only_fusion_computations=true):
     the kernels' bodies are cleaned up, the computation that calls them is left alone."""
+    from hlofuse.passes.fusion.config import FusionConfig
     from hlofuse.passes.fusion.pipelines import fusion_fixpoint, horizontal_fixpoint
     from hlofuse.passes.simplify.cse import Cse
 
@@ -289,7 +290,7 @@ ENTRY e {
     fused = next(c for c in module.computations if c.is_fusion_computation)
     assert sum(i.opcode is Opcode.EXP for i in fused.instructions) == 1
     check_outputs(parse(text), module, random_args(module))
-    for fixpoint in (fusion_fixpoint(), horizontal_fixpoint()):
+    for fixpoint in (fusion_fixpoint(FusionConfig()), horizontal_fixpoint(FusionConfig())):
         (cse,) = [p for p in fixpoint.pipeline.passes if isinstance(p, Cse)]
         assert cse.only_fusion_computations
 

@@ -1,9 +1,10 @@
-"""The `hlofuse` command line: parse | opt | run | emit | demo.
+"""The `hlofuse` command line: parse | opt | passes | run | emit | demo.
 
     hlofuse run FILE [--backend cpu|interpreter] [--pipeline xla] [--profile]
                      [--subnormals flush|keep]
     hlofuse emit FILE [--pipeline xla] [-o out.c]      the C the cpu backend generates
     hlofuse emit FILE --kernel-ir [--target avx2]      each kernel's kernel IR instead
+    hlofuse passes [NAME ...]                           the passes and their options
 
 Every error a user can cause (bad HLO, missing files, bad inputs, unknown passes) is printed as
 one clear message on stderr with a non-zero exit status, never as a traceback. `report_error`
@@ -182,6 +183,27 @@ def cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_passes(args: argparse.Namespace) -> int:
+    """Every registered pass (or those named) with its options: type, default and, for a
+    fusion setting, its kind (switch, limit, choice, set) and the figures its rule compares."""
+    from hlofuse.passes.fusion.config import setting_text
+    from hlofuse.passes.fusion.options import ALL_SETTINGS, option_info
+    from hlofuse.passes.registry import available_passes, pass_class, pass_options
+
+    for name in args.names or available_passes():
+        cls = pass_class(name)
+        options = pass_options(cls)
+        print(name if options else f"{name} (no options)")
+        for key, t in options.items():
+            text = f"  {key}: {getattr(t, '__name__', str(t))}"
+            if key in ALL_SETTINGS and hasattr(cls, "OPTIONS"):
+                info = option_info(key)
+                text += f" = {setting_text(info.default)} [{info.kind}"
+                text += f", compares {', '.join(info.figures)}]" if info.figures else "]"
+            print(text)
+    return 0
+
+
 def cmd_opt(args: argparse.Namespace) -> int:
     from hlofuse.api import optimise
     from hlofuse.passes.pipelines import PIPELINES
@@ -314,6 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--long", action="store_true", help="print XLA's long dump form")
     p.set_defaults(func=cmd_parse)
+
+    p = sub.add_parser("passes", help="list the passes and their options")
+    p.add_argument("names", nargs="*", help="passes to show (default: all)")
+    p.set_defaults(func=cmd_passes)
 
     p = sub.add_parser("opt", help="run a pipeline or a list of passes and print the result")
     p.add_argument("file")

@@ -342,6 +342,15 @@ class Fixpoint:
         return changed_any
 
 
+def leaf_passes(p: Pass) -> list[Pass]:
+    """The passes `p` runs, in order, nested pipelines and fixpoints flattened."""
+    if isinstance(p, Pipeline):
+        return [leaf for q in p.passes for leaf in leaf_passes(q)]
+    if isinstance(p, Fixpoint):
+        return leaf_passes(p.pipeline)
+    return [p]
+
+
 def _hashable(p: object) -> bool:
     try:
         hash(p)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from hlofuse.errors import PassError
 from hlofuse.ir.module import Module
-from hlofuse.passes.base import Context, Fixpoint, Pass, Pipeline, PipelineReport
+from hlofuse.passes.base import Context, Fixpoint, Pass, Pipeline, PipelineReport, leaf_passes
 from hlofuse.passes.defaults import DEFAULT_PIPELINE  # noqa: F401  (re-exported)
 from hlofuse.passes.fusion import pipelines as fusion_pipelines
-from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.config import FusionConfig, setting_text
 from hlofuse.passes.registry import parse_pass_spec
 from hlofuse.passes.simplify.algebraic import AlgebraicSimplifier
 from hlofuse.passes.simplify.constant_fold import ConstantFolding
@@ -95,9 +95,9 @@ def with_settings(spec: str, **settings: object) -> str:
     if m is None or m.group(1) not in PIPELINES or m.group(1) in ("none", "simplify"):
         raise PassError(f"settings {sorted(settings)} need one fusing pipeline (xla, "
                         f"xla-relaxed, hlofuse), not {spec!r}")
-    items = [x.strip() for x in (m.group(2) or "").split(",") if x.strip()]
+    items = [x.strip() for x in _spec_items(m.group(2) or "") if x.strip()]
     for key, value in settings.items():
-        text = str(value).lower() if isinstance(value, bool) else str(value)
+        text = setting_text(value)
         items = [x for x in items if x.partition("=")[0].strip() != key] + [f"{key}={text}"]
     return f"{m.group(1)}{{{','.join(items)}}}"
 
@@ -112,7 +112,7 @@ def _pipeline_item(text: str) -> Pass | None:
     if not body or not body.strip():
         return PIPELINES[name]()
     settings: dict[str, str] = {}
-    for opt in body.split(","):
+    for opt in _spec_items(body):
         key, eq, value = opt.partition("=")
         if not eq or not key.strip():
             raise PassError(f"setting {opt.strip()!r} of pipeline {name!r} needs the form "
@@ -121,7 +121,13 @@ def _pipeline_item(text: str) -> Pass | None:
     if name in ("none", "simplify"):
         raise PassError(f"pipeline {name!r} takes no settings (it does not fuse)")
     config = FusionConfig.from_options(settings)  # unknown settings and bad values fail here
-    return PIPELINES[name](**{k: getattr(config, k) for k in settings})
+    built = PIPELINES[name](**{k: getattr(config, k) for k in settings})
+    read = {o for p in leaf_passes(built) for o in getattr(p, "OPTIONS", ())}
+    unread = [k for k in settings if k not in read]
+    if unread:
+        raise PassError(f"pipeline {name!r} runs no pass that reads the setting {unread[0]!r} "
+                        "(each fusion pass's options: `hlofuse passes`)")
+    return built
 
 
 def _spec_items(spec: str) -> list[str]:

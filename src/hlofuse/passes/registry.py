@@ -5,14 +5,16 @@
             WhileLoopUnroller(factor=4)]
 
 A pass registers itself with the `register(name, *aliases)` class decorator. Its options are
-its dataclass fields; option text is converted to the field's type (int, float, bool as
-`true`/`false`, str; `none` for optional fields). Unknown passes and unknown or malformed
-options raise `PassError` with the list of valid names, so the CLI's message says what to type.
+its dataclass fields, or those it declares (`option_types()`: the fusion passes' settings);
+option text is converted to the option's type (int, float, bool as `true`/`false`, str; `none`
+for optional fields). Unknown passes and unknown or malformed options raise `PassError` with
+the list of valid names, so the CLI's message says what to type.
 
 Conditions enforced:
 
 * names are kebab-case and unique (aliases included);
-* every option is a field of the pass's dataclass; each appears at most once;
+* every option is a field of the pass's dataclass (or one it declares); each appears at most
+  once;
 * braces balance; commas inside `{...}` separate options, commas outside separate passes.
 """
 
@@ -81,7 +83,11 @@ def pass_class(name: str) -> type:
 
 
 def pass_options(cls: type) -> dict[str, Any]:
-    """Option name -> resolved type, for a registered pass class."""
+    """Option name -> resolved type, for a registered pass class: a class that declares its
+    options (`option_types()`, the fusion passes) or a dataclass's init fields."""
+    declared = getattr(cls, "option_types", None)
+    if declared is not None:
+        return dict(declared())
     hints = typing.get_type_hints(cls)
     return {f.name: hints.get(f.name, str) for f in dataclasses.fields(cls) if f.init}
 

@@ -51,7 +51,7 @@ from hlofuse.ir.shape import TupleShape, leaves
 from hlofuse.passes import measure
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
-from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.options import ALL_SETTINGS, FusionPass
 from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
 from hlofuse.passes.simplify.growth import budget_limit, growth_of
@@ -228,9 +228,8 @@ def unrolled(module: Module, name: str, factor: int, config: FusionConfig) -> Mo
     if factor > 1:
         unroll(m, m.entry, w, factor)
     simplify().run(m)
-    settings = _settings(config)
-    fusion_fixpoint(**settings).run(m)
-    horizontal_fixpoint(**settings).run(m)
+    fusion_fixpoint(config).run(m)
+    horizontal_fixpoint(config).run(m)
     return m
 
 
@@ -281,11 +280,12 @@ def autotuned(module: Module, name: str, factors: list[int], config: FusionConfi
 
 
 @register(PASS)
-@dataclass(frozen=True)
-class AutoUnroll(FusionOptions):  # type: ignore[misc]
+class AutoUnroll(FusionPass):
     """Unroll host loops by the factor the cost model (or autotuning) picks; off unless
     `auto_unroll` is on (module docstring)."""
 
+    # every setting: it runs the fusion passes on each candidate
+    OPTIONS: ClassVar[tuple[str, ...]] = ALL_SETTINGS
     name: ClassVar[str] = PASS
 
     def run(self, module: Module) -> bool:

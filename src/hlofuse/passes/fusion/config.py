@@ -196,6 +196,16 @@ class FusionConfig:
         return cfg
 
 
+def setting_text(value: Any) -> str:
+    """A setting's value as a `{setting=value}` spec writes it, which `from_options` reads back:
+    a set as `{a,b}` (opcodes by name, sorted), a bool as true/false."""
+    if isinstance(value, (set, frozenset)):
+        return "{" + ",".join(sorted(getattr(v, "value", str(v)) for v in value)) + "}"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
 def _coerce(key: str, raw: Any, current: Any) -> Any:
     if not isinstance(raw, str):
         return raw

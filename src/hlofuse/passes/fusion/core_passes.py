@@ -2,29 +2,27 @@
 
 Their algorithms (`instruction_fusion.run_instruction_fusion`,
 `multi_output.run_multi_output_fusion`) belong to the compiled pass core (`hlofuse/native.py`).
-A pass class is a dataclass of the `FusionOptions` settings, a class made at run time
-(`options.py`), and such a class cannot be compiled to a native one; so the two classes live
-here, in plain Python, and call in.
+A pass class is a `FusionPass` (`options.py`: the options it declares, a `FusionConfig`), which
+stays a Python class; so the two classes live here, in plain Python, and call in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hlofuse.ir.module import Module
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.instruction_fusion import run_instruction_fusion
 from hlofuse.passes.fusion.multi_output import PASS_NAME, run_multi_output_fusion
-from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.options import FUSIBLE, INDEXING, PERF_MODEL, FusionPass
 from hlofuse.passes.registry import register
 
 
 @register("instruction-fusion")
-@dataclass(frozen=True)
-class InstructionFusion(FusionOptions):  # type: ignore[misc]
-    """XLA's (Gpu)InstructionFusion; options are the FusionConfig settings."""
+class InstructionFusion(FusionPass):
+    """XLA's (Gpu)InstructionFusion; its options are the settings in OPTIONS."""
 
+    OPTIONS: ClassVar[tuple[str, ...]] = ("may_duplicate", *FUSIBLE, *INDEXING)
     name: ClassVar[str] = "instruction-fusion"
     exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
@@ -34,10 +32,11 @@ class InstructionFusion(FusionOptions):  # type: ignore[misc]
 
 
 @register(PASS_NAME)
-@dataclass(frozen=True)
-class MultiOutputFusion(FusionOptions):  # type: ignore[misc,valid-type]
+class MultiOutputFusion(FusionPass):
     """GpuMultiOutputFusion: sibling then producer-consumer multi-output fusion."""
 
+    OPTIONS: ClassVar[tuple[str, ...]] = ("mof_skip_scalar_operands", "mof_use_cost_model",
+                                          *FUSIBLE, *PERF_MODEL)
     name: ClassVar[str] = PASS_NAME
     exact_versions: ClassVar[bool] = True  # (passes/base.py)
 

@@ -28,7 +28,6 @@ fused"; perf_model.py) instead of 5-7.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hlofuse.ir.fusion import (
@@ -54,7 +53,7 @@ from hlofuse.passes.fusion.gpu_fusible import (
 )
 from hlofuse.passes.fusion.indexing import FusionNodeIndexingEvaluation
 from hlofuse.passes.fusion.instruction_fusion import fusible_computations
-from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.options import FUSIBLE, INDEXING, FusionPass
 from hlofuse.passes.fusion.perf_model import fusion_is_faster, producer_consumer_merged_too_large
 from hlofuse.passes.fusion.predicates import (
     is_expensive,
@@ -248,10 +247,12 @@ def fuse_into_all_users(fusion: Instruction, config: FusionConfig,
 
 
 @register("fusion-merger")
-@dataclass(frozen=True)
-class FusionMerger(FusionOptions):  # type: ignore[misc]
-    """XLA's GPU FusionMerger; options are the FusionConfig settings."""
+class FusionMerger(FusionPass):
+    """XLA's GPU FusionMerger; its options are the settings in OPTIONS."""
 
+    OPTIONS: ClassVar[tuple[str, ...]] = ("merger_bytes_ratio", "merger_expensive_escape_bytes",
+                                          "merger_expensive_escape_ratio", "merger_version",
+                                          "transposes_most_data", *FUSIBLE, *INDEXING)
     name: ClassVar[str] = "fusion-merger"
     exact_versions: ClassVar[bool] = True  # (passes/base.py)
 

@@ -41,7 +41,6 @@ compatible and the fusion fits the budget, otherwise j becomes the anchor.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hlofuse.ir.computation import Computation
@@ -64,7 +63,7 @@ from hlofuse.passes.fusion.mof_fusible import (
     shapes_compatible_for_multi_output_fusion,
 )
 from hlofuse.passes.fusion.multi_output import read_whole
-from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.options import FUSIBLE, HORIZONTAL, FusionPass
 from hlofuse.passes.fusion.order import PostOrderKeeper
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.passes.registry import register
@@ -444,10 +443,10 @@ def _recorder(module: Module, pass_name: str, comp: Computation) -> Recorder:
 
 
 @register(LOOP_PASS)
-@dataclass(frozen=True)
-class HorizontalLoopFusion(FusionOptions):  # type: ignore[misc,valid-type]
+class HorizontalLoopFusion(FusionPass):
     """GpuHorizontalLoopFusion (E2 sliced-input mode)."""
 
+    OPTIONS: ClassVar[tuple[str, ...]] = (*HORIZONTAL, *FUSIBLE)
     name: ClassVar[str] = LOOP_PASS
     exact_versions: ClassVar[bool] = True  # (passes/base.py)
 
@@ -462,10 +461,10 @@ class HorizontalLoopFusion(FusionOptions):  # type: ignore[misc,valid-type]
 
 
 @register(INPUT_PASS)
-@dataclass(frozen=True)
-class HorizontalInputFusion(FusionOptions):  # type: ignore[misc,valid-type]
+class HorizontalInputFusion(FusionPass):
     """GpuHorizontalInputFusion: sibling-free reductions into one multi-output kInput."""
 
+    OPTIONS: ClassVar[tuple[str, ...]] = (*HORIZONTAL, *FUSIBLE)
     name: ClassVar[str] = INPUT_PASS
     exact_versions: ClassVar[bool] = True  # (passes/base.py)
 

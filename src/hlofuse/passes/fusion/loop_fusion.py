@@ -76,7 +76,7 @@ from hlofuse.ir.shape import ArrayShape, TupleShape
 from hlofuse.passes.fusion import batch_axes
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
-from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.options import HOST_MODEL, FusionPass
 from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
 
@@ -361,11 +361,13 @@ def fused_loop(fusion: Instruction) -> Instruction:
 
 
 @register(PASS)
-@dataclass(frozen=True)
-class WholeLoopFusion(FusionOptions):  # type: ignore[misc]
+class WholeLoopFusion(FusionPass):
     """Fuse per-element while loops into one kernel each (see the module docstring); off
     unless the `whole_loop_fusion` setting is on (the `hlofuse` pipeline)."""
 
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "whole_loop_fusion", "whole_loop_min_trips", "whole_loop_max_uniform_elements",
+        "whole_loop_scalar_slowdown", "whole_loop_dot_slowdown", *HOST_MODEL)
     name: ClassVar[str] = PASS
 
     def run(self, module: Module) -> bool:

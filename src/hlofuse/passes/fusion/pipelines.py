@@ -23,8 +23,9 @@
 
 This is XLA's GPU pass order of era E2 (spec section 9, `FusionPipeline` and
 `HorizontalFusionPipeline` in gpu_compiler.cc / fusion_pipeline.cc), each fixpoint limited to 25
-iterations like `HloPassFix`. Every fusion pass takes the same `FusionConfig` settings, so
-`xla(max_operands_and_outputs=96)` changes the rule in all of them at once.
+iterations like `HloPassFix`. A pipeline builds one `FusionConfig` from its settings and hands
+it to every fusion pass whole, so `xla(max_operands_and_outputs=96)` changes the rule in all of
+them at once (each pass declares the settings it reads: `options.py`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from hlofuse.passes.base import Fixpoint, Pipeline
+from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.core_passes import InstructionFusion, MultiOutputFusion
 from hlofuse.passes.fusion.fusion_merger import FusionMerger
 from hlofuse.passes.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
@@ -58,24 +60,23 @@ def _simplify() -> Fixpoint:
     return simplify()
 
 
-def fusion_fixpoint(**settings: Any) -> Fixpoint:
+def fusion_fixpoint(config: FusionConfig) -> Fixpoint:
     """XLA's HloPassFix "fusion" (vertical, merger, multi-output, cleanup)."""
-    vertical = {k: v for k, v in settings.items() if k != "may_duplicate"}
     return Fixpoint(Pipeline("fusion", [
-        InstructionFusion(**{**vertical, "may_duplicate": False}),
-        InstructionFusion(**{**vertical, "may_duplicate": True}),
-        FusionMerger(**settings),
-        MultiOutputFusion(**settings),
+        InstructionFusion(config.replace(may_duplicate=False)),
+        InstructionFusion(config.replace(may_duplicate=True)),
+        FusionMerger(config),
+        MultiOutputFusion(config),
         Cse(only_fusion_computations=True),
         Dce(),
     ]))
 
 
-def horizontal_fixpoint(**settings: Any) -> Fixpoint:
+def horizontal_fixpoint(config: FusionConfig) -> Fixpoint:
     """XLA's HloPassFix "horizontal fusion"."""
     return Fixpoint(Pipeline("horizontal-fusion", [
-        HorizontalLoopFusion(**settings),
-        HorizontalInputFusion(**settings),
+        HorizontalLoopFusion(config),
+        HorizontalInputFusion(config),
         Cse(only_fusion_computations=True),
         Dce(),
     ]))
@@ -91,8 +92,9 @@ def xla(name: str = "xla", **settings: Any) -> Pipeline:
     a vector operand or tiny per-batch products become multiplies and sums before fusion, as
     XLA's algebraic simplifier strength-reduces them (`dot-strength-reduction`; the `none`
     pipeline, the eager baseline, keeps them dots)."""
-    return Pipeline(name, [_simplify(), DotStrengthReduction(), fusion_fixpoint(**settings),
-                           horizontal_fixpoint(**settings)])
+    config = FusionConfig.from_options(settings)
+    return Pipeline(name, [_simplify(), DotStrengthReduction(), fusion_fixpoint(config),
+                           horizontal_fixpoint(config)])
 
 
 def xla_relaxed(**settings: Any) -> Pipeline:
@@ -108,9 +110,9 @@ def hlofuse(**settings: Any) -> Pipeline:
     from hlofuse.passes.fusion.small_loops import UnrollSmallLoops
     from hlofuse.passes.fusion.unstack import UnstackLoopState
 
-    s = {**BEYOND_XLA, **settings}
-    return Pipeline("hlofuse", [_simplify(), DotStrengthReduction(), UnrollSmallLoops(**s),
+    c = FusionConfig.from_options({**BEYOND_XLA, **settings})
+    return Pipeline("hlofuse", [_simplify(), DotStrengthReduction(), UnrollSmallLoops(c),
                                 _simplify(),
-                                UnstackLoopState(**s), _simplify(), AutoUnroll(**s),
-                                _simplify(), fusion_fixpoint(**s), horizontal_fixpoint(**s),
-                                WholeLoopFusion(**s)])
+                                UnstackLoopState(c), _simplify(), AutoUnroll(c),
+                                _simplify(), fusion_fixpoint(c), horizontal_fixpoint(c),
+                                WholeLoopFusion(c)])

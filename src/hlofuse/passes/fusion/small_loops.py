@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hlofuse.analysis.loops import condition_of, trip_count
@@ -47,7 +46,7 @@ from hlofuse.ir.opcodes import Category, Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
-from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.options import FusionPass
 from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
 from hlofuse.passes.simplify.growth import budget_limit, growth_of
@@ -147,12 +146,14 @@ def small_loop_profitable(w: Instruction, config: FusionConfig) -> FusionDecisio
 
 
 @register(PASS)
-@dataclass(frozen=True)
-class UnrollSmallLoops(FusionOptions):  # type: ignore[misc]
+class UnrollSmallLoops(FusionPass):
     """Unroll loops of at most `unroll_small_loops` iterations completely (module docstring).
     Only loops it unrolls, loops it leaves for their cost, and random-number loops it does not
     unroll are recorded."""
 
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "unroll_small_loops", "small_loop_max_instructions", "unroll_budget",
+        "unroll_budget_per_instruction")
     name: ClassVar[str] = PASS
 
     def run(self, module: Module) -> bool:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hlofuse.ir.module import Module
-from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.config import FusionConfig, setting_text
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.rules import setting_of
 
@@ -143,7 +143,7 @@ class FusionTrace:
 
     def to_jsonl(self) -> str:
         settings = "".join(json.dumps({"settings": _changed(c), "pass_name": name},
-                                      default=_text, sort_keys=True) + "\n"
+                                      default=setting_text, sort_keys=True) + "\n"
                            for name, c in self.settings.items())
         return settings + "".join(e.to_json() + "\n" for e in self.events)
 
@@ -170,13 +170,6 @@ def _changed(config: FusionConfig) -> dict[str, Any]:
     default = FusionConfig()
     return {k: getattr(config, k) for k in FusionConfig.field_names()
             if getattr(config, k) != getattr(default, k)}
-
-
-def _text(value: Any) -> Any:
-    """JSON for a set-valued setting: the text `FusionConfig.from_options` reads back."""
-    if isinstance(value, frozenset):
-        return "{" + ",".join(sorted(getattr(v, "value", str(v)) for v in value)) + "}"
-    return str(value)
 
 
 def source_figure(module: Module, instr: Any) -> dict[str, str]:

@@ -30,7 +30,6 @@ remove. Values are unchanged: every row is computed by the same ops on the same 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from hlofuse.analysis.loops import body_of, condition_of, gte_index
@@ -41,7 +40,7 @@ from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
-from hlofuse.passes.fusion.options import FusionOptions
+from hlofuse.passes.fusion.options import FusionPass
 from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
 from hlofuse.passes.simplify.while_loops import own_computation
@@ -272,10 +271,10 @@ def unstack(w: Instruction, k: int, axis: int) -> int:
 
 
 @register(PASS)
-@dataclass(frozen=True)
-class UnstackLoopState(FusionOptions):  # type: ignore[misc]
+class UnstackLoopState(FusionPass):
     """Carry stacked loop state as rows (module docstring); off unless `unstack_loop_state`."""
 
+    OPTIONS: ClassVar[tuple[str, ...]] = ("unstack_loop_state", "unstack_max_rows")
     name: ClassVar[str] = PASS
 
     def run(self, module: Module) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from hlofuse.ir.module import Module
-from hlofuse.passes.base import Fixpoint, Pass, Pipeline
+from hlofuse.passes.base import Pass, leaf_passes
 from hlofuse.passes.fusion.pipelines import BEYOND_PASSES
 from hlofuse.passes.fusion.trace import trace_of
 from hlofuse.tools.explain.model import Transformation
@@ -27,16 +27,7 @@ from hlofuse.tools.explain.model import Transformation
 
 def has_beyond_passes(p: Pass) -> bool:
     """Does pipeline `p` (nested pipelines and fixpoints included) run a beyond-XLA pass?"""
-    stack: list[Any] = [p]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Pipeline):
-            stack.extend(x.passes)
-        elif isinstance(x, Fixpoint):
-            stack.append(x.pipeline)
-        elif getattr(x, "name", "") in BEYOND_PASSES:
-            return True
-    return False
+    return any(leaf.name in BEYOND_PASSES for leaf in leaf_passes(p))
 
 
 def transformations(module: Module) -> list[Transformation]:

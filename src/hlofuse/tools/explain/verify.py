@@ -11,14 +11,13 @@ kept) plus that setting (`pipelines.with_settings`). A pass list, which takes no
 
 from __future__ import annotations
 
-from typing import Any
-
 from hlofuse.analysis.kernels import is_kernel, kernels_per_run
 from hlofuse.errors import PassError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.base import Context
+from hlofuse.passes.fusion.config import setting_text
 from hlofuse.passes.pipelines import run_pipeline, with_settings
 from hlofuse.tools.explain.model import Explanation
 from hlofuse.tools.explain.origins import origins, tag_origins
@@ -29,13 +28,6 @@ def _rerun(original: Module, spec: str) -> Module:
     tag_origins(module)
     run_pipeline(module, spec, context=Context())
     return module
-
-
-def _setting_text(value: Any) -> Any:
-    """`value` as a `{setting=value}` spec writes it (a set as `{a,b}`)."""
-    if isinstance(value, (set, frozenset)):
-        return "{" + ",".join(sorted(getattr(v, "value", str(v)) for v in value)) + "}"
-    return value
 
 
 def _kernel_map(comp: Computation) -> dict[str, set[str]]:
@@ -71,7 +63,7 @@ def verify_setting_fixes(expl: Explanation, original: Module, pipeline: str) -> 
                 key = (fix.setting, repr(fix.value))
                 if key not in runs:
                     try:
-                        spec = with_settings(pipeline, **{fix.setting: _setting_text(fix.value)})
+                        spec = with_settings(pipeline, **{fix.setting: setting_text(fix.value)})
                         runs[key] = _rerun(original, spec)
                     except PassError as e:
                         fix.verified = f"not measured: {e}"
