@@ -915,3 +915,63 @@ def test_one_term_complex_dot_is_a_multiply() -> None:
         else:  # a complex dot into a real type: the interpreter only (cpu refuses it)
             got = run_on("interpreter", f, (a, b), pipeline="hlofuse")[0]
             np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# ----- the eighth 20k run (seeds 3501, 3502) -------------------------------------------------
+# tanh of a complex number with a zero real part and an infinite or NaN imaginary part is
+# NaN + NaN i in XLA (C99 and numpy: +-0 + NaN i); seed 3501 had 1e-45 - inf i, flushed.
+
+def test_complex_tanh_of_zero_real_part_and_infinite_imaginary_part() -> None:
+    for dt in (np.complex64, np.complex128):
+        x = np.zeros(8, dt)
+        x.real = [1.4e-45, 0.0, -0.0, 0.0, 1.0, 0.5, np.inf, 0.0]
+        x.imag = [-np.inf, np.inf, np.nan, 3.0, np.inf, 0.25, np.nan, -np.inf]
+        want = np.asarray(jax.jit(jnp.tanh)(x))
+        assert np.isnan(want[1].real)  # (jax.jit's, not C99's 0 + NaN i)
+        check(jnp.tanh, x, rtol=1e-5)
+
+
+# A complex sum is XLA's scalar loop: in order, init first, in the type. With -max and +max in
+# the imaginary parts, numpy's pairwise sum cancels them with other terms absorbed (seed 3501:
+# 48.8j for jax.jit's -35.4j).
+
+def test_complex_sum_in_order_cancels_as_xla() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(40) + 1j * rng.standard_normal(40)
+    big = np.finfo(np.float64).max
+    x[10], x[12] = 1 - big * 1j, 1 + big * 1j
+    assert abs(np.sum(x).imag - np.asarray(jax.jit(jnp.sum)(x)).imag) > 1  # pairwise differs
+    check(jnp.sum, x, rtol=1e-12)
+    check(jnp.sum, x.reshape(5, 8).astype(np.complex64), rtol=1e-5)
+
+
+# A complex scatter-add rounds to the type after every update, as XLA's CPU (seed 3501: c128
+# then rounding once differed in the last bit of a c64 part): 1 + 16 x 4e-8 stays 1 in f32.
+
+def test_complex_scatter_add_rounds_every_update() -> None:
+    y = np.ones(2, np.complex64)
+    u = np.full(16, 4e-8 + 4e-8j, np.complex64)
+    f = lambda a, b: a.at[np.zeros(16, np.int32)].add(b)  # noqa: E731
+    assert np.asarray(jax.jit(f)(y, u))[0].real == 1.0
+    check(f, y, u, exact=True)
+    g = lambda a, b: a.at[np.zeros(16, np.int32)].multiply(b)  # noqa: E731
+    check(g, y * (1 + 1j), np.full(16, 1.01 - 0.02j, np.complex64), rtol=1e-6)
+
+
+# A variadic e8m0 reduce of independent outputs is one reduce per output: the sum from 2^-127
+# folds its init last (2^-127 + 2^-127 first would be 0 under DAZ, NaN in e8m0) while the
+# product beside it starts from 1 (seed 3501).
+
+def test_variadic_e8m0_reduce_decides_init_last_per_output() -> None:
+    bits = [[127, 126, 124, 255, 127, 255, 255, 254], [255, 255, 0, 125, 122, 2, 123, 255],
+            [255, 255, 255, 121, 120, 130, 255, 125]]
+    a, b, c = (np.array(v, np.uint8).view(E8).reshape(1, 2, 4) for v in bits)
+    tiny, one = E8(2.0 ** -127), E8(1.0)
+
+    def f(a: Any, b: Any, c: Any) -> Any:
+        return lax.reduce((a, b, c), (tiny, tiny, one),
+                          lambda x, y: (jnp.maximum(x[0], y[0]), x[1] + y[1], x[2] * y[2]),
+                          (1,))
+
+    assert float(np.asarray(jax.jit(f)(a, b, c)[1])[0, 2]) == 0.0625
+    check(f, a, b, c, exact=True)

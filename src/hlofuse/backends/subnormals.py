@@ -71,20 +71,49 @@ E8M0_FOLDED: Final = frozenset({Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY, Op
                                 Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.CLAMP, Opcode.POWER})
 
 
-def e8m0_init_last(instr: Instruction) -> bool:
-    """Does XLA's CPU fold this reduce's init value last? A reduce (not a reduce-window) with an
-    f8e8m0fnu input whose e8m0 init values are all the constant 2^-127 (what jax's sums and
-    maxima of e8m0 start from): XLA computes it in f32, where the constant is a subnormal that
-    LLVM folds away (init + x is x), so the elements come first and the init last, each step
-    rounded to e8m0 (2^-127 + 2 is 2, where init + 2^-127 first would make it NaN). Any other
-    init is folded first. Measured against jax.jit on add, multiply, maximum and minimum of
-    2-16 elements, rows and columns; reduce-window folds its init first (300 random windows)."""
-    if instr.opcode is not Opcode.REDUCE:
-        return False
+def e8m0_init_last(instr: Instruction) -> tuple[bool, ...]:
+    """Which of this reduce's outputs XLA's CPU folds the init value into last (all False:
+    none). A reduce (not a reduce-window) with an f8e8m0fnu input whose e8m0 init value is the
+    constant 2^-127 (what jax's sums and maxima of e8m0 start from): XLA computes it in f32,
+    where the constant is a subnormal that LLVM folds away (init + x is x), so the elements
+    come first and the init last, each step rounded to e8m0 (2^-127 + 2 is 2, where init +
+    2^-127 first would make it NaN). Any other init is folded first. Measured against jax.jit
+    on add, multiply, maximum and minimum of 2-16 elements, rows and columns; reduce-window
+    folds its init first (300 random windows).
+
+    A variadic reducer whose outputs are independent (output k reads only parameters k and
+    n + k: max, add and multiply side by side) is one reduce per output, each deciding for
+    itself (fuzz seed 3501: the sum from 2^-127 beside a product from 1); one whose outputs
+    are coupled (argmax) folds every init last when every e8m0 init is 2^-127."""
     n = instr.operand_count // 2
-    e8 = [k for k in range(n) if getattr(instr.operands[k].shape, "dtype", None) is not None
-          and instr.operands[k].shape.dtype.name == "f8e8m0fnu"]  # type: ignore[union-attr]
-    return bool(e8) and all(_is_e8m0_min(instr.operands[n + k]) for k in e8)
+    if instr.opcode is not Opcode.REDUCE or n == 0:
+        return ()
+    e8 = [getattr(instr.operands[k].shape, "dtype", None) is not None
+          and instr.operands[k].shape.dtype.name == "f8e8m0fnu"  # type: ignore[union-attr]
+          for k in range(n)]
+    last = [e8[k] and _is_e8m0_min(instr.operands[n + k]) for k in range(n)]
+    if n > 1 and not _independent(instr.attrs.get("to_apply"), n):
+        every = any(e8) and all(last[k] for k in range(n) if e8[k])
+        return (every,) * n
+    return tuple(last)
+
+
+def _independent(comp: object, n: int) -> bool:
+    """Does each output k of the variadic reducer `comp` read only parameters k and n + k?"""
+    root = getattr(comp, "root", None)
+    if root is None or root.opcode is not Opcode.TUPLE or root.operand_count != n:
+        return False
+    for k, out in enumerate(root.operands):
+        stack, seen = [out], set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            if x.opcode is Opcode.PARAMETER and x.parameter_number not in (k, n + k):
+                return False
+            stack.extend(x.operands)
+    return True
 
 
 def _is_e8m0_min(init: Instruction) -> bool:

@@ -100,7 +100,7 @@ _FLOAT_UNARY: dict[Opcode, Callable[[np.ndarray], np.ndarray]] = {
     Opcode.SIN: np.sin,
     Opcode.SQRT: np.sqrt,
     Opcode.TAN: np.tan,
-    Opcode.TANH: np.tanh,
+    Opcode.TANH: numerics.tanh,
     **numerics.UNARY_MATH,
 }
 _NOT_COMPLEX = (Opcode.CBRT, Opcode.CEIL, Opcode.FLOOR, Opcode.ROUND_AFZ, Opcode.ROUND_EVEN,

@@ -11,7 +11,9 @@ scatter_indices_batching_dims). XLA semantics:
   run as `ufunc.at`; others run vectorised in rounds, one round per repeat of an index. A real
   float combiner rounds to the type after every application, as XLA's CPU backend (a bf16 or
   f16 add computed in f32 and rounded, each time: measured against jax.jit, where combining in
-  f64 and rounding once differed in the last bits); complex ones combine in c128, round once.
+  f64 and rounding once differed in the last bits); a complex add too (each part in the
+  component type: c128 then rounding once differed from jax.jit in the last bit of a c64 sum,
+  fuzz seed 3501), and a complex multiply applies XLA's fused product once per update.
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ def combine_at(
     # (an e8m0 combiner runs as XLA's f32 op under DAZ: through the reducer, flush.Via)
     e8m0 = runs_e8m0_ops(interp.flush, flats[:1])
     ufunc = simple_reducer(comp) if len(targets) == 1 and not e8m0 else None
+    if ufunc is not None and flats[0].dtype.kind == "c" and ufunc is not np.add:
+        ufunc = None  # a complex product is XLA's fused multiply: applied in rounds below
     if ufunc is not None:
         work = flats[0]
         if work.dtype.kind not in "iub":  # floats: in the type, rounding every application
@@ -138,12 +142,9 @@ def combine_at(
             if interp.flush:  # the combined elements read and write flushed values
                 work[flat_index] = flush(work[flat_index])
                 value = flush(value)
-            if work.dtype.kind == "c":  # complex: combined in c128, rounded once
-                wide = work.astype(np.complex128)
-                ufunc.at(wide, flat_index, value.astype(np.complex128))
-                work[...] = wide.astype(work.dtype)
-            else:  # numpy / ml_dtypes compute each application in f32 or wider, then round
-                ufunc.at(work, flat_index, value.astype(work.dtype, copy=False))
+            # numpy / ml_dtypes compute each application in f32 or wider, then round (a
+            # complex add: each part in the component type, as XLA)
+            ufunc.at(work, flat_index, value.astype(work.dtype, copy=False))
             if interp.flush:
                 work[flat_index] = flush(work[flat_index])
         else:

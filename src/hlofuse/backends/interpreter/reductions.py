@@ -5,7 +5,8 @@ add/multiply/maximum/minimum/and/or/xor of the two parameters) run as a numpy `u
 any other reducer that is elementwise (argmax-style variadic reducers, for example) is applied
 vectorised in a pairwise tree over the reduced elements (XLA leaves the order unspecified, and
 requires an associative reducer). f32/f64 sums accumulate in f64 and round once at the end, so
-they may differ from XLA's (which accumulates in the type) in the last bits. Products of floats
+they may differ from XLA's (which accumulates in the type) in the last bits. Complex sums are
+XLA's exactly: in the type, in order (init first), as its CPU backend's scalar loop. Products of floats
 and complex numbers are XLA's exactly: in the type, in order, each partial product flushed under
 `subnormals="flush"` (products.py). A reduce of one element per output (every reduced dimension
 of size 1) is that element, neither the init nor the reducer applied, as XLA's algebraic
@@ -122,18 +123,18 @@ def _ufunc_of(root: Instruction, p: Instruction, q: Instruction) -> np.ufunc | N
 
 
 def in_order(dtype: np.dtype) -> bool:
-    """A float narrower than f32: accumulated in its own type, in order."""
+    """A float narrower than f32, or a complex type: accumulated in its own type, in order
+    (XLA's CPU reduces complex numbers in a scalar loop, init first: with +-max in the parts,
+    any other order cancels differently, fuzz seed 3501)."""
     dt = from_numpy(dtype)
-    return dt.is_float and dt.bits < 32
+    return (dt.is_float and dt.bits < 32) or dt.is_complex
 
 
 def _accumulator(dtype: np.dtype) -> np.dtype:
-    """Accumulate f32/f64 in f64 and complex numbers in c128 (rounded once at the end);
-    integers and floats narrower than f32 in their own type. (Products of floats and complex
-    numbers are computed in their type instead: products.py.)"""
+    """Accumulate f32/f64 in f64 (rounded once at the end); integers, complex numbers and
+    floats narrower than f32 in their own type. (Products of floats and complex numbers are
+    computed in their type too: products.py.)"""
     dt = from_numpy(dtype)
-    if dt.is_complex:
-        return np.dtype(np.complex128)
     return np.dtype(np.float64) if dt.is_float and not in_order(dtype) else dtype
 
 
@@ -217,16 +218,23 @@ def ordered_reduce(
 
 
 def init_last_reduce(
-    interp: Interpreter, comp: Computation, columns: list[np.ndarray], inits: list[np.ndarray]
+    interp: Interpreter, comp: Computation, columns: list[np.ndarray], inits: list[np.ndarray],
+    last: tuple[bool, ...],
 ) -> list[np.ndarray]:
-    """Reduce (M, K>0) arrays along axis 1 in order with the init value folded last, as XLA's
-    CPU reduces f8e8m0fnu from the constant 2^-127 (`subnormals.e8m0_init_last`); each step is
-    the reducer's e8m0 op (on f32 values under DAZ/FTZ, rounded back: flush.py)."""
+    """Reduce (M, K>0) arrays along axis 1 in order, output k's init folded last where
+    `last[k]` (else first), as XLA's CPU reduces f8e8m0fnu from the constant 2^-127
+    (`subnormals.e8m0_init_last`: mixed flags only for independent outputs, so one tuple of
+    steps serves them all); each step is the reducer's e8m0 op (on f32 values under DAZ/FTZ,
+    rounded back: flush.py)."""
     m = columns[0].shape[0]
-    acc = [c[:, 0] for c in columns]
-    for j in range(1, columns[0].shape[1]):
-        acc = interp.apply_scalar(comp, acc + [c[:, j] for c in columns])
-    return interp.apply_scalar(comp, acc + [np.broadcast_to(i, (m,)) for i in inits])
+    full = [np.broadcast_to(i, (m,)) for i in inits]
+    seqs = [[c[:, j] for j in range(c.shape[1])] + [i] if lst else [i] +
+            [c[:, j] for j in range(c.shape[1])]
+            for c, i, lst in zip(columns, full, last, strict=True)]
+    acc = [seq[0] for seq in seqs]
+    for j in range(1, len(seqs[0])):
+        acc = interp.apply_scalar(comp, acc + [seq[j] for seq in seqs])
+    return acc
 
 
 def _sequential_reduce(
@@ -274,8 +282,9 @@ def _reduce(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
     m = math.prod(out_dims)
     k = math.prod(x0.shape[d] for d in axes)
     columns = [np.transpose(x, keep + list(axes)).reshape(m, k) for x in inputs]
-    if e8m0 and k > 0 and interp.is_vectorizable(comp) and e8m0_init_last(instr):
-        outs = init_last_reduce(interp, comp, columns, inits)
+    last = e8m0_init_last(instr)
+    if e8m0 and k > 0 and interp.is_vectorizable(comp) and any(last):
+        outs = init_last_reduce(interp, comp, columns, inits, last)
     elif interp.is_vectorizable(comp) and (e8m0 or any(in_order(x.dtype) for x in inputs)):
         outs = ordered_reduce(interp, comp, columns, inits)
     elif interp.is_vectorizable(comp):

@@ -85,10 +85,11 @@ class Accumulators:
         # it a reshape: the init and the reducer are not applied)
         self.single = instr.opcode is Opcode.REDUCE and all(
             dims_of(self.inputs[0])[int(d)] == 1 for d in instr.dimensions)
-        # e8m0 from the constant 2^-127: the init is folded last (`results`), a flag per
-        # accumulator says whether an element has been folded yet
-        self.started = b.local(PRED, row, "started") \
-            if not self.single and e8m0_init_last(instr) else None
+        # e8m0 from the constant 2^-127: the init is folded last (`results`) for the outputs
+        # `last` names (independent outputs decide each for itself), a flag per accumulator
+        # says whether an element has been folded yet
+        self.last = e8m0_init_last(instr) if not self.single else ()
+        self.started = b.local(PRED, row, "started") if any(self.last) else None
 
     def init(self, at: Affine = ir.ZERO) -> None:
         b = self.b
@@ -108,8 +109,8 @@ class Accumulators:
         new = scalar.inline(b.g, self.comp, accs + xs)
         if self.started is not None:
             started = b.g.load(self.started, at)
-            new = [b.cases(t, [(started, lambda v=v: v), (None, lambda x=x: x)])
-                   for t, v, x in zip(self.dtypes, new, xs, strict=True)]
+            new = [b.cases(t, [(started, lambda v=v: v), (None, lambda x=x: x)]) if lst else v
+                   for t, v, x, lst in zip(self.dtypes, new, xs, self.last, strict=True)]
             b.assign([*((buf, at, v) for buf, v in zip(self.bufs, new, strict=True)),
                       (self.started, at, b.g.const(True, PRED))])
             return
@@ -149,8 +150,8 @@ class Accumulators:
         started = b.g.load(self.started, at)
         inits = [b.value(i, ix.zero(dims_of(i))) for i in self.inits]
         last = scalar.inline(b.g, self.comp, accs + inits)
-        return [b.cases(t, [(started, lambda v=v: v), (None, lambda a=a: a)])
-                for t, v, a in zip(self.dtypes, last, accs, strict=True)]
+        return [b.cases(t, [(started, lambda v=v: v), (None, lambda a=a: a)]) if lst else a
+                for t, v, a, lst in zip(self.dtypes, last, accs, self.last, strict=True)]
 
 
 def _split(instr: Instruction) -> tuple[tuple[int, ...], list[int]]:
