@@ -16,7 +16,7 @@ from hlofuse import cli, examples
 from hlofuse.errors import PassError
 from hlofuse.passes.base import leaf_passes
 from hlofuse.passes.fusion.config import FusionConfig
-from hlofuse.passes.fusion.core_passes import InstructionFusion, MultiOutputFusion
+from hlofuse.passes.fusion.core_passes import InstructionFusion
 from hlofuse.passes.fusion.fusion_merger import FusionMerger
 from hlofuse.passes.fusion.options import ALL_SETTINGS, FusionPass, option_info
 from hlofuse.passes.pipelines import build, run_pipeline

@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def test_crafted_findings_lines_fixes_costs() -> None:
-    report = lt.lint(CRAFTED)
+    report = lt.lint(CRAFTED, "xla")
     kinds = sorted(f.kind for f in report.findings)
     assert kinds == ["concatenate-multi-user", "gather-as-slice", "rng-in-loop"]
     (cat,) = report.of_kind("concatenate-multi-user")
@@ -124,7 +124,7 @@ def test_crafted_findings_lines_fixes_costs() -> None:
 
 
 def test_swapped_loop_state_forces_copies() -> None:
-    report = lt.lint(SWAP)
+    report = lt.lint(SWAP, "xla")
     (copy,) = report.of_kind("copy-in-loop")
     assert copy.location == "swap.py:8"  # slot 1 <- slot 2 (b) comes first
     assert copy.measured == {"bytes_per_iteration": 128, "slots": 2}
@@ -136,7 +136,7 @@ def test_irregular_gather_is_not_a_slice() -> None:
 
 
 def test_cartpole_baseline_rng_and_stack() -> None:
-    report = lt.lint(examples.text("cartpole_baseline"))
+    report = lt.lint(examples.text("cartpole_baseline"), "xla")
     # the threefry loops rotate their key words: JAX's lowering, not reported
     assert sorted({f.kind for f in report.findings}) == [
         "concatenate-multi-user", "rng-in-loop", "stacked-loop-state"]
@@ -155,7 +155,7 @@ def test_cartpole_baseline_rng_and_stack() -> None:
 
 
 def test_cartpole_precomputed_and_separate() -> None:
-    pre = lt.lint(examples.text("cartpole_precomputed"))
+    pre = lt.lint(examples.text("cartpole_precomputed"), "xla")
     assert [f.kind for f in pre.findings] == ["stacked-loop-state"]
     assert pre.findings[0].measured["kernels_touching"] == 2
     assert pre.findings[0].measured["kernels_per_run"] == 5
@@ -171,3 +171,17 @@ def test_cli(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     assert lt.main(_parser().parse_args(["--example", "cartpole_separate", "--json"])) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["findings"] == [] and data["module"] == "jit_cartpole_separate"
+
+
+def test_default_pipeline_is_what_compile_runs() -> None:
+    """Without a pipeline, costs are measured under hlofuse (compile's): CartPole's time loop is
+    one whole-loop kernel there, so its patterns live in that one kernel, and the shipped
+    rewrites change no kernel count."""
+    report = lt.lint(examples.text("cartpole_baseline"))
+    rng = report.of_kind("rng-in-loop")
+    assert len(rng) == 3
+    for f in rng:
+        assert f.measured["kernels_touching"] == 1 and "under hlofuse" in f.kernels
+        assert len(f.measured["kernel_names"]) == 1
+        assert "each run their time loop as one kernel" in f.kernels
+    assert "under xla" in lt.lint(examples.text("cartpole_baseline"), "xla").findings[0].kernels

@@ -1,10 +1,12 @@
 """`hlofuse lint`: frontend patterns that cost kernels, with the source line, the fix and the
 measured kernel cost.
 
-    hlofuse lint FILE | --example NAME [--json]
+    hlofuse lint FILE | --example NAME [--pipeline hlofuse] [--json]
 
 Patterns are looked for on the module after `simplify` (unfused, so the ops are as the
-frontend wrote them); the cost is measured on the same module after `xla`:
+frontend wrote them); the cost is measured on the same module after the pipeline (default:
+the one `compile` runs, `DEFAULT_PIPELINE`; `--pipeline xla` for XLA's rules), run through
+`api.optimise` as every compile is:
 
 * `concatenate-multi-user`: a concatenate/stack whose result has several users. XLA refuses to
   duplicate it into its users (code-duplication rule, `allow_multi_user_concatenate`).
@@ -20,10 +22,11 @@ frontend wrote them); the cost is measured on the same module after `xla`:
 * `gather-as-slice`: a gather whose indices are an iota or a constant arithmetic progression.
 
 The cost is what was measured, stated as such: the kernels (per run of the loop or the entry)
-that hold the pattern's instructions or read their results under `xla` ("2 of 74 kernels per
-iteration"), for an RNG loop its kernels times its trip count plus the kernels that only prepare
-its inputs. For the built-in CartPole variants the shipped rewrite (`cartpole_precomputed`,
-`cartpole_separate`) is also run and its kernels per iteration reported beside.
+that hold the pattern's instructions or read their results under the pipeline ("2 of 74
+kernels per iteration under xla"), for an RNG loop its kernels times its trip count plus the
+kernels that only prepare its inputs. For the built-in CartPole variants the shipped rewrite
+(`cartpole_precomputed`, `cartpole_separate`) is also run and its kernels per iteration
+reported beside.
 
 The text report quotes the input (names, source locations), so `to_text` returns it through
 `escape.terminal`. Walks along user chains are iterative.
@@ -47,9 +50,15 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, format_shape
-from hlofuse.passes.pipelines import run_pipeline
+from hlofuse.passes.defaults import DEFAULT_PIPELINE
 from hlofuse.tools.explain import load_input
-from hlofuse.tools.explain.origins import origin, origins, strip_origins, tag_origins
+from hlofuse.tools.explain.origins import (
+    origin,
+    origins,
+    origins_inside,
+    strip_origins,
+    tag_origins,
+)
 from hlofuse.tools.explain.patterns import (
     CONTROL,
     inherit_call_site_locations,
@@ -124,19 +133,41 @@ class LintReport:
 # ----- the fused module: where each original instruction ended up ---------------------------
 
 
-class _Fused:
-    """The `xla`-fused copy: kernels holding each original instruction, per computation."""
+def _inside_kernels(module: Module) -> set[str]:
+    """Names of the computations that run inside a kernel: those a fusion computation's
+    loops, branches and calls reach (whole-loop fusion)."""
+    out: set[str] = set()
+    stack = [c for c in module.computations if c.is_fusion_computation]
+    while stack:
+        comp = stack.pop()
+        for instr in comp.instructions:
+            if instr.opcode in CONTROL:
+                for called in instr.called_computations():
+                    if called.name not in out:
+                        out.add(called.name)
+                        stack.append(called)
+    return out
 
-    def __init__(self, module: Module) -> None:
+
+class _Fused:
+    """The fused copy: kernels holding each original instruction, per computation. What runs
+    inside a kernel (a whole-loop kernel's loop: its body and condition) is that kernel's: its
+    instructions are found in the kernel, not as kernels of their own."""
+
+    def __init__(self, module: Module, pipeline: str) -> None:
         self.module = module
+        self.pipeline = pipeline
+        inside = _inside_kernels(module)
         self.loops: dict[str, Instruction] = {}  # body computation name -> while
         for comp in module.computations:
+            if comp.name in inside:
+                continue
             for instr in comp.instructions:
                 if instr.opcode is Opcode.WHILE:
                     self.loops[instr.attrs["body"].name] = instr
         self.where: dict[str, tuple[Computation, list[Instruction]]] = {}
         for comp in module.computations:
-            if comp.is_fusion_computation:
+            if comp.is_fusion_computation or comp.name in inside:
                 continue
             for k in comp.instructions:
                 if is_kernel(k) or k.opcode in CONTROL:
@@ -167,13 +198,14 @@ class _Fused:
     def cost(self, names: set[str]) -> tuple[str, dict[str, Any]]:
         comp, kernels = self.touching(names)
         if comp is None:
-            return ("under xla no kernel holds these instructions (folded away)",
+            return (f"under {self.pipeline} no kernel holds these instructions (folded, or "
+                    "unrolled and fused away)",
                     {"kernels_touching": 0})
         title, total = self.section(comp)
         unit = "per iteration" if title.endswith(" body") else "per run"
         listed = ", ".join(k.name for k in kernels[:6]) + (", ..." if len(kernels) > 6 else "")
-        return (f"{len(kernels)} of {total} kernels {unit} of {title} under xla hold or read it"
-                f" ({listed})", {"section": title, "kernels_touching": len(kernels),
+        return (f"{len(kernels)} of {total} kernels {unit} of {title} under {self.pipeline} "
+                f"hold or read it ({listed})", {"section": title, "kernels_touching": len(kernels),
                                  "kernels_per_run": total,
                                  "kernel_names": [k.name for k in kernels]})
 
@@ -272,13 +304,16 @@ def _find_rng(m: Module, fused: _Fused) -> list[Finding]:
                 total = (kernels_per_run(outer_fused.attrs["body"],
                                          outer_fused.attrs["condition"])
                          if outer_fused is not None else None)
-                text = (f"{own} of {total} kernels per iteration of {loop_title} under xla: its "
-                        f"loop {per} x {trips} trips + {len(feeders)} kernel(s) preparing its "
-                        "inputs")
+                text = (f"{own} of {total} kernels per iteration of {loop_title} under "
+                        f"{fused.pipeline}: its loop {per} x {trips} trips + {len(feeders)} "
+                        "kernel(s) preparing its inputs")
                 measured = {"section": loop_title, "kernels": own, "kernels_per_run": total,
                             "loop_kernels": per, "trips": trips, "feeders": len(feeders)}
-            else:
-                text, measured = fused.cost({origin(instr)})
+            else:  # an op, or a loop the pipeline unrolled: where its instructions went
+                names = {origin(instr)}
+                if instr.opcode is Opcode.WHILE:
+                    names |= origins_inside(instr.attrs["body"])
+                text, measured = fused.cost(names)
             what = ("a threefry2x32 random-number loop" if instr.opcode is Opcode.WHILE
                     else f"a {instr.opcode.value}")
             out.append(Finding(
@@ -397,18 +432,18 @@ def _find_gathers(m: Module, fused: _Fused) -> list[Finding]:
 
 
 @functools.cache
-def _time_loop_kernels(example: str) -> int | None:
-    """Kernels per iteration of the first (time) loop of a built-in example under xla."""
+def _time_loop_kernels(example: str, pipeline: str) -> int | None:
+    """Kernels per iteration of the first (time) loop of a built-in example under `pipeline`
+    (None where the pipeline left no loop: whole-loop fusion made it one kernel)."""
     from hlofuse import examples
-    from hlofuse.text import parse
+    from hlofuse.api import optimise
 
-    mod = parse(examples.text(example))
-    run_pipeline(mod, "xla")
-    loop = next(i for i in mod.entry.instructions if i.opcode is Opcode.WHILE)
-    return kernels_per_run(loop.attrs["body"], loop.attrs["condition"])
+    mod, _ = optimise(examples.text(example), pipeline)
+    loop = next((i for i in mod.entry.instructions if i.opcode is Opcode.WHILE), None)
+    return kernels_per_run(loop.attrs["body"], loop.attrs["condition"]) if loop else None
 
 
-def _shipped_rewrite(module_name: str, finding: Finding) -> None:
+def _shipped_rewrite(module_name: str, finding: Finding, pipeline: str) -> None:
     """For the built-in CartPole variants: measure the shipped rewrite that removes the
     pattern and add its kernels per iteration to the finding."""
     table = REWRITES.get(module_name, {})
@@ -416,30 +451,36 @@ def _shipped_rewrite(module_name: str, finding: Finding) -> None:
         return
 
     before, after, what = table[finding.kind]
-    counts = [_time_loop_kernels(name) for name in (before, after)]
-    finding.kernels += (f"; measured on the shipped rewrite ({what}): {before} {counts[0]} -> "
-                        f"{after} {counts[1]} kernels per time-loop iteration under xla")
+    counts = [_time_loop_kernels(name, pipeline) for name in (before, after)]
+    if counts == [None, None]:
+        finding.kernels += (f"; the shipped rewrite ({what}) changes no kernel count under "
+                            f"{pipeline}: {before} and {after} each run their time loop as one "
+                            "kernel")
+    else:
+        finding.kernels += (f"; measured on the shipped rewrite ({what}): {before} "
+                            f"{counts[0]} -> {after} {counts[1]} kernels per time-loop "
+                            f"iteration under {pipeline}")
     finding.measured["rewrite"] = {"from": before, "to": after, "kernels": counts}
 
 
-def lint(target: Module | str) -> LintReport:
-    """Lint `target` (a Module or HLO text); the input is not modified."""
+def lint(target: Module | str, pipeline: str = DEFAULT_PIPELINE) -> LintReport:
+    """Lint `target` (a Module or HLO text), costs measured under `pipeline`; the input is not
+    modified."""
+    from hlofuse.api import optimise
     from hlofuse.tools.explain.analyse import to_module
 
     base = to_module(target)
     inherit_call_site_locations(base)
     tag_origins(base)
-    simplified = base.clone()
-    run_pipeline(simplified, "simplify")
-    fused_module = base.clone()
-    run_pipeline(fused_module, "xla")
-    fused = _Fused(fused_module)
+    simplified, _ = optimise(base.clone(), "simplify")
+    fused_module, _ = optimise(base.clone(), pipeline)
+    fused = _Fused(fused_module, pipeline)
     findings: list[Finding] = []
     for detect in (_find_concatenates, _find_rng, _find_stacked_state, _find_copies,
                    _find_gathers):
         findings.extend(detect(simplified, fused))
     for f in findings:
-        _shipped_rewrite(base.name, f)
+        _shipped_rewrite(base.name, f, pipeline)
     strip_origins(simplified)
     return LintReport(base.name, findings)
 
@@ -450,11 +491,14 @@ def lint(target: Module | str) -> LintReport:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", nargs="?", help="HLO text file")
     parser.add_argument("--example", metavar="NAME", help="a built-in example instead of FILE")
+    parser.add_argument("--pipeline", default=DEFAULT_PIPELINE,
+                        help=f"pipeline the costs are measured under (default {DEFAULT_PIPELINE},"
+                             " what compile runs)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def main(args: argparse.Namespace) -> int:
-    report = lint(load_input(args))
+    report = lint(load_input(args), args.pipeline)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:

@@ -6,11 +6,12 @@ any other reducer that is elementwise (argmax-style variadic reducers, for examp
 vectorised in a pairwise tree over the reduced elements (XLA leaves the order unspecified, and
 requires an associative reducer). f32/f64 sums accumulate in f64 and round once at the end, so
 they may differ from XLA's (which accumulates in the type) in the last bits. Complex sums are
-XLA's exactly: in the type, in order (init first), as its CPU backend's scalar loop. Products of floats
-and complex numbers are XLA's exactly: in the type, in order, each partial product flushed under
-`subnormals="flush"` (products.py). A reduce of one element per output (every reduced dimension
-of size 1) is that element, neither the init nor the reducer applied, as XLA's algebraic
-simplifier makes it a reshape (sum([-0.0]) is -0.0, a subnormal stays: it is not flushed).
+XLA's exactly: in the type, in order (init first), as its CPU backend's scalar loop. Products
+of floats and complex numbers are XLA's exactly: in the type, in order, each partial product
+flushed under `subnormals="flush"` (products.py). A reduce of one element per output (every
+reduced dimension of size 1) is that element, neither the init nor the reducer applied, as
+XLA's algebraic simplifier makes it a reshape (sum([-0.0]) is -0.0, a subnormal stays: it is
+not flushed).
 
 Floats narrower than f32 (f16, bf16, the 8-bit floats) accumulate in their own type, one
 rounding per reducer application, in order: the init value first, then the reduced elements in

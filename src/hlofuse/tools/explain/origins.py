@@ -16,9 +16,10 @@ map a refusal to the final kernels two things are kept:
 
 from __future__ import annotations
 
+from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction, Metadata
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 from hlofuse.passes.base import PassEvent
 from hlofuse.passes.fusion.trace import trace_of
 
@@ -47,12 +48,29 @@ def origin(instr: Instruction) -> str:
 
 
 def origins(instr: Instruction) -> set[str]:
-    """The original names `instr` stands for: itself, and for a fusion everything inside."""
+    """The original names `instr` stands for: itself, and for a fusion everything inside,
+    including the loops, branches and calls inside it (a whole-loop kernel's loop body and
+    condition)."""
     out = {origin(instr)}
     if instr.opcode is Opcode.FUSION:
         for inner in instr.fused_computation.instructions:
             if inner.opcode is not Opcode.PARAMETER:
                 out |= origins(inner) if inner.opcode is Opcode.FUSION else {origin(inner)}
+                if inner.opcode in CONTROL_FLOW_OPS:
+                    for called in inner.called_computations():
+                        out |= origins_inside(called)
+    return out
+
+
+def origins_inside(comp: Computation) -> set[str]:
+    """The original names of everything `comp` (and what it calls) computes."""
+    out: set[str] = set()
+    for inner in comp.instructions:
+        if inner.opcode is not Opcode.PARAMETER:
+            out |= origins(inner)
+            if inner.opcode in CONTROL_FLOW_OPS:
+                for called in inner.called_computations():
+                    out |= origins_inside(called)
     return out
 
 
