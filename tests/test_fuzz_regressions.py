@@ -975,3 +975,16 @@ def test_variadic_e8m0_reduce_decides_init_last_per_output() -> None:
 
     assert float(np.asarray(jax.jit(f)(a, b, c)[1])[0, 2]) == 0.0625
     check(f, a, b, c, exact=True)
+
+
+# tan(z) = -i tanh(iz) in XLA: an infinite or NaN real part with a zero imaginary part gives
+# NaN + NaN i (C99 and numpy: NaN +- 0 i); seed 3601.
+
+def test_complex_tan_of_infinite_real_part_and_zero_imaginary_part() -> None:
+    for dt in (np.complex64, np.complex128):
+        x = np.zeros(6, dt)
+        x.real = [np.inf, -np.inf, np.nan, 1.0, np.inf, 0.3]
+        x.imag = [0.0, -0.0, 0.0, np.inf, 1.0, 0.2]
+        want = np.asarray(jax.jit(jnp.tan)(x))
+        assert np.isnan(want[0].imag)  # (jax.jit's, not C99's NaN + 0 i)
+        check(jnp.tan, x, rtol=1e-5)

@@ -318,6 +318,11 @@ static inline hf_c128 hf_crsqrt_c128(hf_c128 z) {
 static inline hf_c128 hf_clogistic_c128(hf_c128 z) {
   return hf_cdiv_c128(__builtin_complex(1.0, 0.0), __builtin_complex(1.0, 0.0) + cexp(-z));
 }
+static inline hf_c128 hf_ctan_c128(hf_c128 z) {  /* XLA: tan(inf/NaN +- 0 i) = NaN + NaN i */
+  if (__imag__ z == 0 && !isfinite(__real__ z))
+    return __builtin_complex(__builtin_nan(""), __builtin_nan(""));
+  return ctan(z);
+}
 static inline hf_c128 hf_ctanh_c128(hf_c128 z) {  /* XLA: tanh(+-0 + i inf/NaN) = NaN + NaN i */
   if (__real__ z == 0 && !isfinite(__imag__ z))
     return __builtin_complex(__builtin_nan(""), __builtin_nan(""));
@@ -356,7 +361,8 @@ COMPLEX_FUNCTIONS = {
     "sign": "hf_csign_c128", "exponential-minus-one": "hf_cexpm1_c128",
     "log-plus-one": "hf_clog1p_c128", "rsqrt": "hf_crsqrt_c128",
     "logistic": "hf_clogistic_c128", "exponential": "cexp", "log": "clog", "sqrt": "csqrt",
-    "sine": "csin", "cosine": "ccos", "tan": "ctan", "tanh": "hf_ctanh_c128", "acos": "cacos",
+    "sine": "csin", "cosine": "ccos", "tan": "hf_ctan_c128", "tanh": "hf_ctanh_c128",
+    "acos": "cacos",
     "asin": "casin", "atan": "catan", "acosh": "cacosh", "asinh": "casinh", "atanh": "catanh",
     "cosh": "ccosh", "sinh": "csinh",
 }

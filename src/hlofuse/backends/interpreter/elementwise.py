@@ -99,7 +99,7 @@ _FLOAT_UNARY: dict[Opcode, Callable[[np.ndarray], np.ndarray]] = {
     Opcode.RSQRT: lambda x: 1 / np.sqrt(x),
     Opcode.SIN: np.sin,
     Opcode.SQRT: np.sqrt,
-    Opcode.TAN: np.tan,
+    Opcode.TAN: numerics.tan,
     Opcode.TANH: numerics.tanh,
     **numerics.UNARY_MATH,
 }

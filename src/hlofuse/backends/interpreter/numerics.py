@@ -38,7 +38,7 @@ Op = Opcode
 __all__ = ["DTYPES", "UNARY_MATH", "complex_abs", "complex_divide", "complex_multiply",
            "complex_power", "complex_rsqrt", "complex_sign", "fma", "from_bits", "log1p_f64",
            "make_complex", "mulhi", "narrow_binary", "narrow_unary", "raw_bits",
-           "tanh", "total_order_key", "wrap"]
+           "tan", "tanh", "total_order_key", "wrap"]
 
 
 def wrap(x: np.ndarray, dt: DType) -> np.ndarray:
@@ -399,10 +399,23 @@ def tanh(x: np.ndarray) -> np.ndarray:
     """tanh; for a complex operand, XLA's CPU result where C99's differs: a zero real part
     with an infinite or NaN imaginary part gives NaN + NaN i (C99 and numpy: +-0 + NaN i;
     jax.jit measured on c64 and c128, fuzz seed 3501). Everything else is the C library's."""
-    out = np.tanh(x)
+    return _complex_nan_where(np.tanh(x), x, real_zero=True)
+
+
+def tan(x: np.ndarray) -> np.ndarray:
+    """tan; for a complex operand, XLA's CPU result where C99's differs (tan(z) is
+    -i tanh(iz)): an infinite or NaN real part with a zero imaginary part gives NaN + NaN i
+    (C99 and numpy: NaN +- 0 i; jax.jit measured on c64 and c128, fuzz seed 3601)."""
+    return _complex_nan_where(np.tan(x), x, real_zero=False)
+
+
+def _complex_nan_where(out: np.ndarray, x: np.ndarray, real_zero: bool) -> np.ndarray:
+    """`out` with NaN + NaN i where `x`'s real (`real_zero`; else imaginary) part is zero and
+    the other part is not finite; real operands unchanged."""
     if np.iscomplexobj(x):
         re, im = _parts(x)
-        bad = (re == 0) & ~np.isfinite(im)
+        zero, other = (re, im) if real_zero else (im, re)
+        bad = (zero == 0) & ~np.isfinite(other)
         if bad.any():
             out = np.where(bad, np.array(complex(np.nan, np.nan), dtype=out.dtype), out)
     return np.asarray(out)
