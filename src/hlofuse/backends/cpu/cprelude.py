@@ -53,6 +53,11 @@ _ALLOC = r"""
 #ifndef HF_KERNEL
 #define HF_KERNEL static
 #endif
+#if defined(__GNUC__) && !defined(__clang__)  /* kernels with guarded loads (cpu/units.py) */
+#define HF_NO_IFCONV __attribute__((optimize("no-tree-loop-if-convert")))
+#else
+#define HF_NO_IFCONV
+#endif
 #define HF_HIDDEN __attribute__((visibility("hidden")))
 #ifdef HF_EXTERN_STATE
 extern HF_HIDDEN __thread sigjmp_buf *hf_oom_jmp;

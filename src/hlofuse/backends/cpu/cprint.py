@@ -59,7 +59,7 @@ from hlofuse.backends.kernel_ir.naming import KernelNames
 from hlofuse.backends.kernel_ir.passes import plan as plan_kernel
 from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MAX_DEPTH, owned
 from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MIN_OPS as LAZY_SELECT_MIN_OPS
-from hlofuse.backends.kernel_ir.query import varies
+from hlofuse.backends.kernel_ir.query import guarded_load, varies
 from hlofuse.errors import CompileError
 from hlofuse.ir.opcodes import Opcode
 
@@ -102,6 +102,9 @@ class KernelPrinter:
         self.cname: dict[Buffer, str] = {}
         self.names = KernelNames()
         self.bound: list[str] = []  # C names of the enclosing loops' variables
+        # GCC's loop if-conversion off where the kernel loads under a condition (the kernel
+        # IR's `guarded_load`; GCC 12.2 miscompiles such a load: cpu/units.py)
+        self.attrs = "HF_NO_IFCONV " if guarded_load(kernel) else ""
         if kernel.placement is None:  # (not through `optimize`: a test's, a scalar function)
             plan_kernel(kernel)
         assert kernel.placement is not None
@@ -163,7 +166,7 @@ class KernelPrinter:
         head = [comment(k.summary or k.name)]
         self.block(k.body, id(k.body))
         body = "\n".join(self.lines)
-        sig = f"HF_KERNEL void {k.name}({', '.join(self.args)})"
+        sig = f"HF_KERNEL {self.attrs}void {k.name}({', '.join(self.args)})"
         return "".join(self.defs) + "\n".join(head) + f"\n{sig}\n{{\n{body}\n}}\n"
 
     def parameters(self) -> list[str]:
@@ -193,7 +196,8 @@ class KernelPrinter:
         casts = ", ".join(f"({'const ' if b.kind == 'in' else ''}{cexpr.ctype(b.dtype)} *)a[{i}]"
                           for i, b in enumerate(bufs))
         self.defs.append(
-            f"static void {name}({', '.join([*self.args, 'int64_t hf_lo', 'int64_t hf_hi'])})\n"
+            f"static {self.attrs}void {name}"
+            f"({', '.join([*self.args, 'int64_t hf_lo', 'int64_t hf_hi'])})\n"
             f"{{\n{body}\n}}\n"
             f"static void {name}_t(void *const *a, int64_t lo, int64_t hi) "
             f"{{ {name}({casts}{', ' if casts else ''}lo, hi); }}\n")

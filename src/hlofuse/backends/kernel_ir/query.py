@@ -2,6 +2,7 @@
 of the IR (issue 31: a second printer needs no analysis of its own).
 
     varies(v, var)      is `v` a vector in the vector loop over `var` (varies per lane)
+    guarded_load(k)     does kernel `k` read a buffer only under a condition
 
 The rule: inside a vector loop over `var`, a value varies per lane (is a vector of W lanes)
 exactly when it depends on `var` (through operands or index expressions, `ir.deps`) or reads
@@ -20,3 +21,15 @@ def varies(v: Val, var: Var) -> bool:
     """Whether `v` is a vector in the vector loop over `var` (it depends on `var` or reads a
     `lanes` buffer)."""
     return var in ir.deps(v) or any(b.kind == "lanes" for b in ir.reads(v))
+
+
+def guarded_load(kernel: ir.Kernel) -> bool:
+    """Does `kernel` read a buffer only under a condition: a `cond` value whose branch reads
+    one, or an `If` whose statements do (a padded window's tap, a lazy select)? Native
+    printers whose compiler miscompiles such loads in some form (GCC 12.2 if-converts them
+    into masked loads of the wrong address: cpu/units.py) compile these kernels apart."""
+    for v in ir.body_values(kernel.body):
+        if v.op == "cond" and any(ir.reads(a) for a in v.args[1:]):
+            return True
+    return any(isinstance(s, ir.If) and any(ir.reads(v) for v in ir.body_values(s.then + s.orelse))
+               for s in ir.walk(kernel.body))
