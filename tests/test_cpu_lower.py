@@ -515,8 +515,14 @@ def test_kernel_names_and_signatures(built) -> None:
     assert h.entries[kid].kernel.name.startswith("fused_reduce_add")
     (kid,) = ids["dus_inplace"]
     assert h.entries[kid].kernel.name.startswith("dynamic_update_slice")
-    for e in h.entries:
-        assert f"HF_KERNEL void {e.kernel.name}(" in e.kernel.source
+    for e in h.entries:  # (if-conversion off where the kernel loads under a condition)
+        src = e.kernel.source
+        assert f"HF_KERNEL void {e.kernel.name}(" in src or \
+            f"HF_KERNEL HF_NO_IFCONV void {e.kernel.name}(" in src
+    (kid,) = ids["reduce_row"]  # no guarded load: compiled with GCC's if-conversion
+    assert "HF_NO_IFCONV" not in h.entries[kid].kernel.source
+    padded = [e for e in h.entries if e.kernel.name.startswith("fused_negate_pad")]
+    assert padded and all("HF_KERNEL HF_NO_IFCONV void" in e.kernel.source for e in padded)
 
 
 def test_elementwise_is_one_flat_loop_and_nests_when_needed(lowered) -> None:
