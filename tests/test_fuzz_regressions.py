@@ -988,3 +988,25 @@ def test_complex_tan_of_infinite_real_part_and_zero_imaginary_part() -> None:
         want = np.asarray(jax.jit(jnp.tan)(x))
         assert np.isnan(want[0].imag)  # (jax.jit's, not C99's NaN + 0 i)
         check(jnp.tan, x, rtol=1e-5)
+
+
+# An fp8 dot into an integer type is normalized by XLA through f16: f8 -> f16 -> f32 operands,
+# the f32 sum -> f16 -> f8 -> integer. Rounding the sum to f16 first can make a tie: 7.499687
+# is f16 7.5, then f8e5m2fnuz 8, where rounding straight to f8 gives 7 (seed 3702).
+
+@pytest.mark.parametrize("name", ["float8_e5m2fnuz", "float8_e5m2", "float8_e4m3fn",
+                                  "float8_e4m3fnuz"])
+def test_fp8_dot_into_integer_rounds_through_f16(name: str) -> None:
+    t = getattr(ml_dtypes, name)
+    if "e5m2" in name:  # 5*1.5 - 3.05e-5*5 - 7*2.29e-5 = 7.499687
+        a = np.array([[5.0, -3.0517578e-05, -7.0]], np.float32)
+        b = np.array([[1.5], [5.0], [2.2888184e-05]], np.float32)
+    else:  # 4 + 2.75 - 2^-9/16 = 6.749878: f16 6.75, a tie -> 7; straight to f8: 6.5
+        a = np.array([[4.0, 2.75, 2.0 ** -9]], np.float32)
+        b = np.array([[1.0], [1.0], [-0.0625]], np.float32)
+    a, b = a.astype(t), b.astype(t)
+    f = lambda x, y: lax.dot(x, y, preferred_element_type=jnp.int32)  # noqa: E731
+    direct = int(np.float32(a.astype(np.float32) @ b.astype(np.float32)).astype(t)
+                 .astype(np.float32)[0, 0])
+    assert int(np.asarray(jax.jit(f)(a, b))[0, 0]) != direct  # (the case bites)
+    check(f, a, b, exact=True)
