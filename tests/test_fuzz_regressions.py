@@ -1010,3 +1010,16 @@ def test_fp8_dot_into_integer_rounds_through_f16(name: str) -> None:
                  .astype(np.float32)[0, 0])
     assert int(np.asarray(jax.jit(f)(a, b))[0, 0]) != direct  # (the case bites)
     check(f, a, b, exact=True)
+
+
+# expm1 of a complex number with a zero imaginary part is XLA's expm1 of the real part, with a
+# +0 imaginary part: expm1(inf + 0i) = inf + 0i (numpy and exp(x) * sin(y): NaN); seed 3801.
+
+def test_complex_expm1_of_a_real_operand() -> None:
+    for dt in (np.complex64, np.complex128):
+        x = np.zeros(8, dt)
+        x.real = [np.inf, -np.inf, np.nan, -0.0, -1.0, 0.5, 1.0, 0.0]
+        x.imag = [0.0, 0.0, 0.0, 0.0, -0.0, 0.0, 0.25, np.inf]
+        want = np.asarray(jax.jit(jnp.expm1)(x))
+        assert want[0].imag == 0  # (jax.jit's: not NaN)
+        check(jnp.expm1, x, rtol=1e-5)

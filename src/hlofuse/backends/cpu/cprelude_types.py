@@ -294,6 +294,8 @@ static inline hf_c128 hf_csign_c128(hf_c128 z) {
 }
 static inline hf_c128 hf_cexpm1_c128(hf_c128 z) {
   double x = __real__ z, y = __imag__ z, a = sin(y / 2);
+  if (y == 0)  /* XLA: a real operand stays real (expm1(inf + 0i) = inf + 0i, not inf*0 = NaN) */
+    return __builtin_complex(expm1(x) + 0.0, 0.0);
   return __builtin_complex(expm1(x) * cos(y) - 2 * a * a, exp(x) * sin(y));
 }
 static inline hf_c128 hf_clog1p_c128(hf_c128 z) {

@@ -89,7 +89,7 @@ _FLOAT_UNARY: dict[Opcode, Callable[[np.ndarray], np.ndarray]] = {
     Opcode.COS: np.cos,
     Opcode.ERF: _erf,
     Opcode.EXP: np.exp,
-    Opcode.EXPM1: np.expm1,
+    Opcode.EXPM1: numerics.expm1,
     Opcode.FLOOR: np.floor,
     Opcode.LOG: np.log,
     Opcode.LOG1P: np.log1p,

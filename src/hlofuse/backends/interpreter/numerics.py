@@ -35,10 +35,29 @@ from hlofuse.ir.dtypes import DTYPES, DType, from_numpy
 from hlofuse.ir.opcodes import Opcode
 
 Op = Opcode
-__all__ = ["DTYPES", "UNARY_MATH", "complex_abs", "complex_divide", "complex_multiply",
-           "complex_power", "complex_rsqrt", "complex_sign", "fma", "from_bits", "log1p_f64",
-           "make_complex", "mulhi", "narrow_binary", "narrow_unary", "raw_bits",
-           "tan", "tanh", "total_order_key", "wrap"]
+__all__ = [
+    "DTYPES",
+    "UNARY_MATH",
+    "complex_abs",
+    "complex_divide",
+    "complex_multiply",
+    "complex_power",
+    "complex_rsqrt",
+    "complex_sign",
+    "expm1",
+    "fma",
+    "from_bits",
+    "log1p_f64",
+    "make_complex",
+    "mulhi",
+    "narrow_binary",
+    "narrow_unary",
+    "raw_bits",
+    "tan",
+    "tanh",
+    "total_order_key",
+    "wrap",
+]
 
 
 def wrap(x: np.ndarray, dt: DType) -> np.ndarray:
@@ -407,6 +426,21 @@ def tan(x: np.ndarray) -> np.ndarray:
     -i tanh(iz)): an infinite or NaN real part with a zero imaginary part gives NaN + NaN i
     (C99 and numpy: NaN +- 0 i; jax.jit measured on c64 and c128, fuzz seed 3601)."""
     return _complex_nan_where(np.tan(x), x, real_zero=False)
+
+
+def expm1(x: np.ndarray) -> np.ndarray:
+    """expm1; for a complex operand with a zero imaginary part, XLA's: expm1 of the real part
+    (+ 0, so -0 gives +0) and a +0 imaginary part (expm1(inf + 0i) = inf + 0i and
+    expm1(NaN + 0i) = NaN + 0i, where numpy gives NaN imaginary parts; fuzz seed 3801)."""
+    out = np.expm1(x)
+    if np.iscomplexobj(x):
+        re, im = _parts(x)
+        real = im == 0
+        if real.any():
+            with np.errstate(all="ignore"):
+                fixed = _pack(np.expm1(re) + 0.0, np.zeros_like(re)).astype(out.dtype)
+            out = np.where(real, fixed, out)
+    return np.asarray(out)
 
 
 def _complex_nan_where(out: np.ndarray, x: np.ndarray, real_zero: bool) -> np.ndarray:
