@@ -102,9 +102,6 @@ class KernelPrinter:
         self.cname: dict[Buffer, str] = {}
         self.names = KernelNames()
         self.bound: list[str] = []  # C names of the enclosing loops' variables
-        # GCC's loop if-conversion off where the kernel loads under a condition (the kernel
-        # IR's `guarded_load`; GCC 12.2 miscompiles such a load: cpu/units.py)
-        self.attrs = "HF_NO_IFCONV " if guarded_load(kernel) else ""
         if kernel.placement is None:  # (not through `optimize`: a test's, a scalar function)
             plan_kernel(kernel)
         assert kernel.placement is not None
@@ -163,6 +160,10 @@ class KernelPrinter:
                              f"__attribute__((aligned(64))) = "
                              f"{cexpr.array_initializer(b.data, b.dtype)};\n")
         self.args = self.parameters()
+        # GCC's loop if-conversion off where the kernel loads under a condition (the kernel
+        # IR's `guarded_load`; GCC 12.2 miscompiles such a load: cpu/units.py); asked once
+        # per kernel, read by its parallel loops' functions too
+        self.attrs = "HF_NO_IFCONV " if guarded_load(k) else ""
         head = [comment(k.summary or k.name)]
         self.block(k.body, id(k.body))
         body = "\n".join(self.lines)
@@ -189,6 +190,7 @@ class KernelPrinter:
         name = f"{self.k.name}_p{self.n_par}"
         sub = KernelPrinter(self.k, self.lib, self.used)
         sub.cname, sub.names, sub.defs = self.cname, self.names, self.defs
+        sub.attrs = self.attrs
         sub.bound = list(self.bound)
         sub.loop(s, bounds=("hf_lo", "hf_hi"))
         body = "\n".join(sub.lines)

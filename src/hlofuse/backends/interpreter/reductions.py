@@ -55,6 +55,7 @@ from hlofuse.backends.interpreter.products import multiply_step, product
 from hlofuse.backends.interpreter.shaping import pad_array
 from hlofuse.backends.subnormals import e8m0_init_last
 from hlofuse.backends.window_order import window_order
+from hlofuse.backends.xla_facts import dot_rounds_through_f16
 from hlofuse.errors import InterpreterLimitError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import from_numpy
@@ -518,9 +519,8 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, dims: Sequence[Sequence[int]],
         value = np.asarray(value).astype(wide)
         if len(floats) == 2 and len({f.name for f in floats}) == 1 and floats[0].bits < 32:
             # an f16/bf16/fp8 sum is rounded to the operand type before the conversion
-            # (jax.jit, measured on f16/bf16/f8e5m2/f8e4m3fn to s8..u64); a float narrower
-            # than 16 bits (not e8m0) through f16, as XLA's normalized dot (fuzz seed 3702)
-            if floats[0].bits < 16 and floats[0].name != "f8e8m0fnu":
+            # (jax.jit, measured on f16/bf16/f8e5m2/f8e4m3fn to s8..u64); fp8 through f16
+            if dot_rounds_through_f16(floats[0]):
                 value = value.astype(np.float16)
             value = value.astype(lhs.dtype)
         return convert(value, dt)

@@ -96,11 +96,9 @@ class FusionPass:
     def option_types(cls) -> dict[str, type]:
         """Option name -> the type its text converts to (sets and choices: str, which
         `FusionConfig.from_options` reads)."""
-        out: dict[str, type] = {}
-        for name in cls.OPTIONS:
-            default = getattr(FusionConfig(), name)
-            out[name] = type(default) if isinstance(default, bool | int | float) else str
-        return out
+        defaults = FusionConfig()
+        return {name: type(value) if isinstance(value, bool | int | float) else str
+                for name in cls.OPTIONS for value in [getattr(defaults, name)]}
 
     def config(self) -> FusionConfig:
         return self._config

@@ -52,6 +52,7 @@ from hlofuse.backends.cpu.library import blas
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.backends.kernel_ir.naming import fresh
+from hlofuse.backends.xla_facts import dot_rounds_through_f16
 from hlofuse.ir.dtypes import C128, F16, F32, F64, DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
@@ -489,10 +490,9 @@ def emit_dot(
             small = lhs_shape.dtype
             if small == rhs_shape.dtype and small.is_float and small.bits < 32:
                 # an f16/bf16/fp8 dot's f32 sum is rounded to the operand type before the
-                # conversion (jax.jit, measured on f16/bf16/f8e5m2/f8e4m3fn/f8e4m3fnuz); a
-                # float narrower than 16 bits (not e8m0) through f16, as XLA's normalized dot
-                # (fuzz seed 3702: 7.499687 -> f16 7.5 -> f8e5m2fnuz 8, not 7)
-                if small.bits < 16 and small.name != "f8e8m0fnu":
+                # conversion (jax.jit, measured on f16/bf16/f8e5m2/f8e4m3fn/f8e4m3fnuz); fp8
+                # through f16 (`xla_facts.dot_rounds_through_f16`)
+                if dot_rounds_through_f16(small):
                     x = cexpr.elementwise_op(ScalarOp(Opcode.CONVERT, F16), [src], [x],
                                              instr.name)
                     src = F16
