@@ -16,17 +16,18 @@ from hlofuse.errors import PassError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.passes.base import Context
 from hlofuse.passes.fusion.config import setting_text
-from hlofuse.passes.pipelines import run_pipeline, with_settings
+from hlofuse.passes.pipelines import with_settings
 from hlofuse.tools.explain.model import Explanation
 from hlofuse.tools.explain.origins import origins, tag_origins
 
 
 def _rerun(original: Module, spec: str) -> Module:
+    from hlofuse.api import optimise  # the one compile route, as `analyse` runs its pipeline
+
     module = original.clone()
     tag_origins(module)
-    run_pipeline(module, spec, context=Context())
+    optimise(module, spec)
     return module
 
 
