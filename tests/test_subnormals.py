@@ -159,6 +159,23 @@ def test_keep_is_ieee(backend: str, dtype: str) -> None:
         np.testing.assert_allclose(got, 4096 * x[0], rtol=1e-3)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_keep_complex_arithmetic(backend: str) -> None:
+    """Complex power, multiply, divide and product-reduce under "keep" take the component
+    type (the interpreter once handed them a numpy dtype where a scalar type was called:
+    power raised TypeError); values as jax.jit's, which computes them in the same type."""
+    a = np.array([1 + 2j, 3j, -0.5 + 0.25j, 2 - 1j], np.complex64)
+    b = np.array([2 + 0j, 0.5 - 1j, 3 + 1j, -1 + 0.5j], np.complex64)
+    cases: list[tuple[str, Callable[..., Any], tuple[np.ndarray, ...]]] = [
+        ("power", jnp.power, (a, b)), ("multiply", jnp.multiply, (a, b)),
+        ("divide", jnp.divide, (a, b)), ("prod", jnp.prod, (a,))]
+    for what, fn, args in cases:
+        got = np.asarray(_run(fn, backend, "keep", *args))
+        want = np.asarray(jax.jit(fn)(*args))
+        assert got.dtype == want.dtype, what
+        np.testing.assert_allclose(got, want, rtol=2e-6, err_msg=what)
+
+
 def test_reductions_of_subnormals() -> None:
     """Sums, maxima and a column reduction of subnormals, both settings, both backends."""
     x = np.full((64, 130), 1e-40, np.float32)

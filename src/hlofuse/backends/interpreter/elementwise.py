@@ -346,11 +346,11 @@ _COMPLEX_BINARY: dict[Opcode, Callable[[np.ndarray, np.ndarray], np.ndarray]] = 
 def binary(op: Opcode, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
     """One binary elementwise op on values of element type `dt`."""
     if dt.is_complex and op is Opcode.POWER:  # in the component type, as XLA
-        return numerics.complex_power(a, b, dt.component.np).astype(dt.np)
+        return numerics.complex_power(a, b, dt.component.np.type).astype(dt.np)
     if dt.is_complex and op is Opcode.MULTIPLY:  # in the component type, as XLA
-        return numerics.complex_multiply(a, b, dt.component.np).astype(dt.np)
+        return numerics.complex_multiply(a, b, dt.component.np.type).astype(dt.np)
     if dt.is_complex and op is Opcode.DIVIDE:  # in the component type, as XLA
-        return numerics.complex_divide(a, b, dt.component.np).astype(dt.np)
+        return numerics.complex_divide(a, b, dt.component.np.type).astype(dt.np)
     if dt.is_complex:
         fn = _COMPLEX_BINARY.get(op)
         if fn is None:

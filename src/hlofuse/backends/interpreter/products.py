@@ -50,7 +50,7 @@ def product(rows: np.ndarray, init: np.ndarray, flush: bool) -> np.ndarray:
     m = rows.shape[0]
     first = np.broadcast_to(np.asarray(init).astype(dtype), (m, 1))
     if from_numpy(dtype).is_complex:
-        part = from_numpy(dtype).component.np
+        part = from_numpy(dtype).component.np.type
         acc = first[:, 0].copy()
         for j in range(rows.shape[1]):
             acc = complex_multiply(acc, rows[:, j], part).astype(dtype)
@@ -87,7 +87,7 @@ def multiply_step(acc: np.ndarray, x: np.ndarray, flush: bool) -> np.ndarray:
     dtype = acc.dtype
     dt = from_numpy(dtype)
     if dt.is_complex:
-        out = complex_multiply(acc, x, dt.component.np).astype(dtype)
+        out = complex_multiply(acc, x, dt.component.np.type).astype(dtype)
     else:
         with np.errstate(all="ignore"):
             wide = _wide(dtype)
