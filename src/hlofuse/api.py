@@ -203,7 +203,7 @@ class Executable:
         if not registry.get(self.backend).profiles:
             raise HloError(f"profile is not available on the {self.backend!r} backend; compile "
                            "with backend='cpu'")
-        return self._runner.profile(*arrays, repeat=repeat)  # type: ignore[no-any-return]
+        return self._runner.profile(*arrays, repeat=repeat)
 
 
 def compile(

@@ -30,6 +30,7 @@ import zipfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -262,7 +263,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     outputs = exe(*inputs)
     elapsed = time.perf_counter() - t0
     if args.output:
-        np.savez(args.output, **{f"out_{i}": o for i, o in enumerate(outputs)})
+        named: dict[str, Any] = {f"out_{i}": o for i, o in enumerate(outputs)}
+        np.savez(args.output, **named)
     for i, o in enumerate(outputs):
         preview = np.array2string(np.asarray(o).reshape(-1)[:6], precision=5, separator=", ")
         print(f"out_{i}: {o.dtype}{list(o.shape)} {preview}{' ...' if o.size > 6 else ''}")

@@ -25,6 +25,7 @@ from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import Shape, leaves
 
 
 @dataclass
@@ -108,10 +109,8 @@ def kernels_per_run(comp: Computation, cond: Computation | None = None,
 _SLICING = frozenset({Opcode.SLICE, Opcode.DYNAMIC_SLICE, Opcode.GATHER})
 
 
-def _leaf_bytes(shape: object) -> int:
-    from hlofuse.ir.shape import leaves
-
-    return sum(s.nbytes for s in leaves(shape))  # type: ignore[arg-type]
+def _leaf_bytes(shape: Shape) -> int:
+    return sum(s.nbytes for s in leaves(shape))
 
 
 _IN_PLACE = frozenset({Opcode.DYNAMIC_UPDATE_SLICE, Opcode.SCATTER})

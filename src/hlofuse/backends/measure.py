@@ -69,9 +69,9 @@ def time_candidates(key: str, candidates: dict[int, Module]
     raw = cachefs.read_entry(path, "autotune")
     if raw is not None:
         try:
-            times = {int(k): float(v) for k, v in json.loads(raw)["ns"].items()}
-            if set(times) >= set(candidates):
-                return {k: times[k] for k in candidates}, True
+            cached = {int(k): float(v) for k, v in json.loads(raw)["ns"].items()}
+            if set(cached) >= set(candidates):
+                return {k: cached[k] for k in candidates}, True
         except (ValueError, KeyError, TypeError, AttributeError):
             pass  # a damaged entry is measured again
     times = measured(candidates)

@@ -164,7 +164,7 @@ class _Dim:
             return "mod", _unit(terms[0][1]), m // terms[0][0]  # (c*a) % ab -> (c % b) * a
         terms = [(coef, v) for coef, v in terms if coef % m]
         c = lhs.c - m * _tdiv(lhs.c, m)
-        new = _Lin(*(sum(k for k, v in terms if v == w) for w in ("d", "s")), c)
+        new = _Lin(sum(k for k, v in terms if v == "d"), sum(k for k, v in terms if v == "s"), c)
         g = 0
         for coef, _ in terms:
             g = gcd(g, coef) if coef != 1 else g

@@ -215,7 +215,7 @@ class JittedFunction:
         # The path through XLA (jax.jit of `_traced`), made on the first call; False: not here
         self._xla: Callable[..., Any] | bool | None = None
         self._direct: set[Any] | None = None  # signatures on the direct path, once there are any
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     @property
     def static_argnums(self) -> tuple[int, ...]:

@@ -47,6 +47,8 @@ import numpy as np
 
 from hlofuse.errors import HloError, InputError
 
+_batched_device_put: Callable[..., Any] | None
+_ShapedArray: type | None
 try:  # the C++ constructor jax's own device_put uses: 5 us instead of 80 per array
     from jax._src import core as _jcore
     from jax._src.lib import xla_client as _xc
@@ -76,7 +78,7 @@ try:  # (0.1 us; jax.config.jax_enable_x64: 0.4 us)
         return bool(_X64.value)
 except (ImportError, AttributeError):  # pragma: no cover - other jax versions
     def _x64() -> bool:
-        return bool(jax.config.jax_enable_x64)
+        return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]
 
 _ArrayImpl = type(jax.numpy.zeros(()))
 _Tracer = jax.core.Tracer
@@ -305,7 +307,8 @@ def _slow_leaf(leaf: Any, ctx: Any) -> tuple[np.ndarray, tuple[Any, ...]]:
             return _key_in(leaf)
         return np.asarray(leaf), (tuple(leaf.shape), dt, bool(getattr(leaf, "weak_type", 0)))
     if type(leaf) in _SCALAR_TYPES or isinstance(leaf, (bool, int, float, complex)):
-        for t in (bool, int, float, complex):  # subclasses (IntEnum, ...): as their base
+        bases: tuple[type, ...] = (bool, int, float, complex)
+        for t in bases:  # subclasses (IntEnum, ...): as their base
             if isinstance(leaf, t):
                 return _python_scalar(t(leaf), t)
     try:
@@ -392,7 +395,8 @@ class Outputs:
 
     def __init__(self, out_info: Any, module_outputs: Sequence[tuple[np.dtype, tuple[int, ...]]],
                  name: str) -> None:
-        leaves, self.tree = jax.tree_util.tree_flatten(out_info)
+        leaves, tree = jax.tree_util.tree_flatten(out_info)
+        self.tree: Any = tree
         if len(leaves) != len(module_outputs):
             raise HloError(f"{name}: the module returns {len(module_outputs)} arrays but the "
                            f"function has {len(leaves)} outputs")

@@ -100,7 +100,7 @@ def attr_int(attrs: Mapping[str, Any], key: str, op: str, default: Any = _MISSIN
     if value is _MISSING or value is None:
         if default is _MISSING:
             fail(f"{op} requires attribute {key}")
-        return default  # type: ignore[no-any-return]
+        return default
     if isinstance(value, bool) or not isinstance(value, int):
         fail(f"{op} attribute {key} must be an integer, found {value!r}")
     return value
@@ -168,7 +168,7 @@ def callee(attrs: Mapping[str, Any], key: str, called: Sequence[Computation], in
         comp = comp[0]
     if not hasattr(comp, "instructions"):
         fail(f"{op} attribute {key} names unknown computation {comp!r}")
-    return comp  # type: ignore[no-any-return]
+    return comp
 
 
 def signature(comp: Computation) -> tuple[list[Shape], Shape]:

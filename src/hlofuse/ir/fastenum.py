@@ -43,5 +43,5 @@ def plain_member_reads(cls: E) -> E:
         return cls
     if any(vars(cls).get(name) is not member for name, member in cls.__members__.items()):
         return cls  # a member the fallback finds: keep EnumType
-    cls.__class__ = _PlainReadsEnumType
+    cls.__class__ = _PlainReadsEnumType  # type: ignore[method-assign,assignment]
     return cls

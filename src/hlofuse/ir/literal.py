@@ -29,7 +29,7 @@ def _format_value(value: object, dt: DType) -> str:
     if dt.is_integral:
         return str(int(value))  # type: ignore[call-overload]
     if dt.is_complex:
-        c = complex(value)  # type: ignore[arg-type]
+        c = complex(value)  # type: ignore[call-overload]
         part = dt.component
         return (f"({_format_value(part.np.type(c.real), part)}, "
                 f"{_format_value(part.np.type(c.imag), part)})")

@@ -115,7 +115,7 @@ class ArrayShape:
         # Computed once per shape object: shapes are dictionary keys in passes' inner loops
         # (CSE, fusion analyses), and the field-by-field hash runs Python code for the dtype.
         try:
-            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+            return self.__dict__["_hash"]
         except KeyError:
             h = hash((self.dtype, self.dims, self.layout, self.layout_attrs, self.dynamic))
             self.__dict__["_hash"] = h  # (not a field: equality ignores it)
@@ -285,6 +285,13 @@ def leaves(shape: Shape) -> list[ArrayShape]:
         elif isinstance(s, TupleShape):
             stack.extend(reversed(s.elements))
     return out
+
+
+def leaf_start(shape: Shape, index: int) -> int:
+    """Where element `index` of a tuple shape starts among `leaves(shape)`."""
+    if not isinstance(shape, TupleShape):
+        raise TypeError(f"element {index} of a non-tuple shape {format_shape(shape)}")
+    return sum(len(leaves(e)) for e in shape.elements[:index])
 
 
 def subshape_count(shape: Shape) -> int:

@@ -142,7 +142,7 @@ def _window(op: str, attrs: Mapping[str, Any], rank: int) -> Sequence[WindowDim]
     window = attrs.get("window")
     if window is None and rank:  # a scalar operand takes the empty window (XLA's parser)
         fail(f"{op} requires attribute window")
-    return window or ()  # type: ignore[no-any-return]
+    return window or ()
 
 
 def reduce_window(ss: Sequence[Shape], attrs: Mapping[str, Any], called: _Called,

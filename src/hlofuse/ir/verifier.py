@@ -294,9 +294,9 @@ def _verify_instruction(instr: Instruction, comp: Computation, comp_ids: Set[int
     elif opcode is Opcode.CONSTANT:
         if instr.literal is None:
             raise _err("constant has no literal", instr, comp)
-        problem = _literal_problem(instr.literal, declared)
-        if problem:
-            raise _err(f"constant literal does not match its shape {fmt(declared)}: {problem}",
+        mismatch = _literal_problem(instr.literal, declared)
+        if mismatch:
+            raise _err(f"constant literal does not match its shape {fmt(declared)}: {mismatch}",
                        instr, comp)
     elif opcode is Opcode.PARAMETER and instr.parameter_number is None:
         raise _err("parameter has no parameter number", instr, comp)

@@ -38,6 +38,7 @@ import numpy as np
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import S32, DType
 from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.literal import Literal
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, Shape, TupleShape
@@ -62,8 +63,7 @@ class _Builder:
         self.module, self.comp, self.anchor = module, comp, anchor
 
     def add(self, op: Opcode, shape: Shape, operands: list[Instruction] = [],  # noqa: B006
-            **attrs: object) -> Instruction:
-        literal = attrs.pop("literal", None)
+            literal: Literal | None = None, **attrs: object) -> Instruction:
         instr = Instruction.create(op, shape, operands, attrs=dict(attrs), literal=literal,
                                    metadata=self.anchor.metadata)
         return self.comp.add(instr, before=self.anchor)

@@ -16,6 +16,7 @@ from hlofuse/examples/cartpole.py by scripts/gen_examples.py) and shows, in orde
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
 from collections.abc import Callable
@@ -110,8 +111,8 @@ def _boundaries(name: str) -> None:
     print(f"  Beyond XLA, the `hlofuse` pipeline on {written} (the paper's program as written):")
     for t in expl.transformations:
         print(f"    {t.pass_name}: {t.subject}: {t.text}")
-    b = expl.baseline
-    print(f"    kernels per run: {b.get('kernels')} under `xla` -> {expl.kernels_per_run}\n")
+    base = expl.baseline
+    print(f"    kernels per run: {base.get('kernels')} under `xla` -> {expl.kernels_per_run}\n")
 
 
 def _run(quick: bool) -> bool:
@@ -145,7 +146,7 @@ def _run(quick: bool) -> bool:
         if not ok:
             return False
     repeat = 3 if quick else 10
-    times = {p: _best(lambda e=e: e(*args), repeat) for p, e in exes.items()}
+    times = {p: _best(functools.partial(e, *args), repeat) for p, e in exes.items()}
     rate = {p: envs * steps / t for p, t in times.items()}
     print(f"  unfused (`none`): {rate['none']:.2e} env-steps/s; fused (`xla`): "
           f"{rate['xla']:.2e} env-steps/s -> {times['none'] / times['xla']:.1f}x from fusion")

@@ -468,19 +468,18 @@ def viz(module_or_text: Module | str, pipeline: str = DEFAULT_PIPELINE, *, title
         module = module_or_text
     before = module.clone()
     optimise(before, "none")
-    explanation, notes = None, []
+    from hlofuse.tools.explain.analyse import analyse
+    from hlofuse.tools.explain.model import Explanation
+
+    explanation: Explanation | None = None
+    notes: list[str] = []
     try:
-        from hlofuse.tools.explain.analyse import analyse
-    except ImportError:
-        analyse = None
-    if analyse is not None:
-        try:
-            explanation = analyse(module.clone(), pipeline)
-        except HloError:
-            raise
-        except Exception as e:  # explain is optional: keep the page, say what is missing
-            notes.append(f"hlofuse explain failed ({type(e).__name__}: {e}); boundaries "
-                         "shown with the fusion trace's reasons only")
+        explanation = analyse(module.clone(), pipeline)
+    except HloError:
+        raise
+    except Exception as e:  # explain is optional: keep the page, say what is missing
+        notes.append(f"hlofuse explain failed ({type(e).__name__}: {e}); boundaries "
+                     "shown with the fusion trace's reasons only")
     if explanation is not None:
         after = explanation.fused_module
     else:

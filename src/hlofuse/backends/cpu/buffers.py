@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import IDENTITY_CUSTOM_CALLS, Opcode
-from hlofuse.ir.shape import leaves
+from hlofuse.ir.shape import leaf_start, leaves
 
 Src = tuple[Instruction, int]  # (defining instruction, leaf index of its result)
 
@@ -144,9 +144,7 @@ class Analyzer:
         op = instr.opcode
         if op is Opcode.GET_TUPLE_ELEMENT:
             tup = instr.operand(0)
-            shape = tup.shape
-            index = int(instr.attrs["index"])
-            start = sum(len(leaves(e)) for e in shape.elements[:index])  # type: ignore[union-attr]
+            start = leaf_start(tup.shape, int(instr.attrs["index"]))
             return an.srcs[tup][start:start + nleaves(instr)]
         if op in _FORWARD_ALL:
             return an.operand_srcs(instr)

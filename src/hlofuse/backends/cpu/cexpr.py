@@ -94,7 +94,7 @@ def _extended(dtype: DType | str) -> bool:
 def load(dtype: DType, expr: str) -> str:
     """Storage value -> compute value."""
     if _extended(dtype):
-        return cexpr_types.load(dtype, expr) or expr  # type: ignore[arg-type]
+        return cexpr_types.load(dtype, expr) or expr
     n = _name(dtype)
     if n == "f16":
         return f"hf_f16_to_f32({expr})"
@@ -106,7 +106,7 @@ def load(dtype: DType, expr: str) -> str:
 def store(dtype: DType, expr: str) -> str:
     """Compute value -> storage value (round to nearest even for f16/bf16)."""
     if _extended(dtype):
-        return cexpr_types.store(dtype, expr) or expr  # type: ignore[arg-type]
+        return cexpr_types.store(dtype, expr) or expr
     n = _name(dtype)
     if n == "f16":
         return f"hf_f32_to_f16({expr})"
@@ -117,8 +117,8 @@ def store(dtype: DType, expr: str) -> str:
 
 def _round(dtype: DType, expr: str) -> str:
     """Round a float expression to `dtype` (identity for f32/f64)."""
-    if _extended(dtype) and cexpr_types.is_small_float(dtype):  # type: ignore[arg-type]
-        return cexpr_types.round_to(dtype, expr)  # type: ignore[arg-type]
+    if _extended(dtype) and cexpr_types.is_small_float(dtype):
+        return cexpr_types.round_to(dtype, expr)
     n = _name(dtype)
     if n == "f16":
         return f"hf_round_f16({expr})"
@@ -135,7 +135,7 @@ def _fsfx(dtype: DType) -> str:
 # ----- literals ------------------------------------------------------------------------------
 
 
-def _float_text(x: np.floating, single: bool) -> str:
+def _float_text(x: np.floating | np.ndarray, single: bool) -> str:
     """Exact C text of an f32 (`single`) or f64 value, NaN sign and payload included."""
     suffix = "f" if single else ""
     v = float(x)

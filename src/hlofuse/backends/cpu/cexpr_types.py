@@ -22,6 +22,9 @@ Every function returns None for an op/type it does not define; `cexpr` turns tha
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from hlofuse.backends.cpu.cprelude_types import COMPLEX_FUNCTIONS, SMALL_FLOATS
@@ -127,7 +130,7 @@ def storage_bits(value: np.ndarray, dt: DType) -> list[int]:
     return (raw & ((1 << dt.bits) - 1)).astype(int).tolist()
 
 
-def complex_literal(value: object, dt: DType, part: type) -> str:
+def complex_literal(value: object, dt: DType, part: Callable[[Any, bool], str]) -> str:
     """`part` formats one component (cexpr's exact float text)."""
     z = complex(np.asarray(value).astype(dt.np))
     single = dt.name == "c64"

@@ -368,12 +368,12 @@ def _shuffle_tree(srcs: list[str], lanes: list[tuple[int, int]], w: int) -> str:
     (`__builtin_shufflevector`), merging halves of the source set recursively."""
     used = sorted({v for v, _ in lanes})
     if len(used) == 1:
-        a = srcs[used[0]]
-        return f"__builtin_shufflevector({a}, {a}, {', '.join(str(x) for _, x in lanes)})"
+        one = srcs[used[0]]
+        return f"__builtin_shufflevector({one}, {one}, {', '.join(str(x) for _, x in lanes)})"
     if len(used) == 2:
-        a, b = used
-        idx = [str(x if v == a else w + x) for v, x in lanes]
-        return f"__builtin_shufflevector({srcs[a]}, {srcs[b]}, {', '.join(idx)})"
+        first, second = used
+        idx = [str(x if v == first else w + x) for v, x in lanes]
+        return f"__builtin_shufflevector({srcs[first]}, {srcs[second]}, {', '.join(idx)})"
     half = set(used[: len(used) // 2])
     left = [(v, x) if v in half else (used[0], 0) for v, x in lanes]
     right = [(v, x) if v not in half else (used[-1], 0) for v, x in lanes]
@@ -445,10 +445,10 @@ def vector_op(lib: VecLib, op: ScalarOp, arg_dtypes: list[DType], args: list[str
     if dt.is_pred:
         if code is Opcode.IS_FINITE and arg_dtypes[0].is_float \
                 and compute_short(arg_dtypes[0]) in ("f32", "f64"):
-            src = compute_short(arg_dtypes[0])  # (f16/bf16/fp8 values are exact in f32)
-            exp = "0x7f800000u" if src == "f32" else "0x7ff0000000000000ull"
-            ut = lib.t(_utype(src), w)
-            return f"{lib.mask_to_pred(src, w)}((({ut}){a[0]} & {exp}) != {exp})"
+            src_short = compute_short(arg_dtypes[0])  # (f16/bf16/fp8 values: exact in f32)
+            exp = "0x7f800000u" if src_short == "f32" else "0x7ff0000000000000ull"
+            ut = lib.t(_utype(src_short), w)
+            return f"{lib.mask_to_pred(src_short, w)}((({ut}){a[0]} & {exp}) != {exp})"
         if code in _PRED_BINARY:
             return f"({a[0]} {_PRED_BINARY[code]} {a[1]})"
         if code is Opcode.NOT:

@@ -372,9 +372,9 @@ class _Printer:
                            + [self._tables.source(len(sched.consts))])
         entry = "\n".join(head + self.lines + tail)
         check_integers(consts + "\n" + entry, f"the driver of module {module.name}")
-        head = _head(self.subnormals)  # (kernels were checked as they were printed)
+        prelude = _head(self.subnormals)  # (kernels were checked as they were printed)
         kernels = _join([k.source for k in sched.kernels])
-        tail = _join([
+        runtime = _join([
             _RUNTIME.format(n=max(1, len(sched.kernels))),
             _HOST if host else "",
             consts,
@@ -383,8 +383,8 @@ class _Printer:
         ])
         big = max(sched.buffers, key=lambda b: b.nbytes, default=None)
         return Program(
-            source=head + kernels + tail,
-            split=(len(head), len(head) + len(kernels)),
+            source=prelude + kernels + runtime,
+            split=(len(prelude), len(prelude) + len(kernels)),
             inputs=tuple(sched.inputs),
             outputs=tuple(sched.outputs),
             kernels=tuple(sched.kernels),

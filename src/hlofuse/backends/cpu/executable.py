@@ -72,7 +72,7 @@ def _address(a: np.ndarray) -> int:
     """The data pointer of a C-contiguous array (`from_buffer` is ~4x faster than `.ctypes.data`
     but needs a writable, non-empty buffer)."""
     try:
-        return _addressof(_c_char_from_buffer(a))
+        return _addressof(_c_char_from_buffer(a))  # type: ignore[arg-type]  # (a buffer)
     except (TypeError, ValueError, BufferError):
         return int(a.ctypes.data)
 
@@ -99,6 +99,9 @@ class _Lease:
     no reference cycle (numpy arrays are not tracked by the cyclic collector)."""
 
     __slots__ = ("__array_interface__", "_entry", "_pool")
+    __array_interface__: dict[str, Any]
+    _entry: tuple[np.ndarray, dict[str, Any]]
+    _pool: list[tuple[np.ndarray, dict[str, Any]]]
 
     def __del__(self) -> None:
         pool = self._pool

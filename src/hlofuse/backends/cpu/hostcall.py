@@ -59,7 +59,8 @@ def _view(address: int | None, spec: _Spec) -> np.ndarray:
     dt, dims, nbytes = spec
     if nbytes == 0 or not address:
         return np.empty(dims, dt)
-    return np.frombuffer((ctypes.c_char * nbytes).from_address(address), dt).reshape(dims)
+    raw = (ctypes.c_char * nbytes).from_address(address)
+    return np.frombuffer(raw, dt).reshape(dims)  # type: ignore[call-overload]  # (a buffer)
 
 
 class HostBridge:

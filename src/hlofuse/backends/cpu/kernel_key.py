@@ -32,7 +32,8 @@ def structural_key(instr: Instruction) -> tuple[Any, ...] | None:
     memo: dict[int, tuple[Any, ...]] = {}
     try:
         head = _row(instr, None, memo)
-        first = {}  # an operand given twice is one buffer to the lowering: keep the pattern
+        # an operand given twice is one buffer to the lowering: keep the pattern
+        first: dict[int, int] = {}
         alias = tuple(first.setdefault(id(o), n) for n, o in enumerate(instr.operands))
         key = (head, tuple(o.shape for o in instr.operands), alias)
         hash(key)

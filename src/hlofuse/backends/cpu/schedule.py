@@ -379,7 +379,7 @@ class _Scheduler:
         key = (instr, k)
         if key not in self._consts:
             shape = leaves(instr.shape)[k]
-            value = instr.literal
+            value: Any = instr.literal
             if isinstance(instr.shape, TupleShape):
                 value = _flat_literal(value)[k]
             label = f"{instr.name}{'' if k == 0 else f' leaf {k}'}: {shape}"
@@ -595,9 +595,10 @@ def _can_write_dest(instr: Instruction) -> bool:
     return is_kernel(instr) and not is_alias(instr)
 
 
-def _flat_literal(value: object) -> list[object]:
+def _flat_literal(value: Any) -> list[Any]:
+    """The arrays of a tuple literal, depth-first."""
     if isinstance(value, tuple):
-        out: list[object] = []
+        out: list[Any] = []
         for v in value:
             out.extend(_flat_literal(v))
         return out

@@ -130,8 +130,8 @@ def check_args(module: Module, args: Sequence[Literal]) -> list[Literal]:
             f"{module.name} takes {len(params)} argument(s) ({listing}), got {len(args)}"
         )
     out: list[Literal] = []
-    for i, (p, a) in enumerate(zip(params, args, strict=True)):
-        a = _normalise(a, p.shape)
+    for i, (p, given) in enumerate(zip(params, args, strict=True)):
+        a = _normalise(given, p.shape)
         if not _check_value(a, p.shape):
             raise InputError(
                 f"parameter {i} ({p.name}): expected {format_shape(p.shape, False)}, "

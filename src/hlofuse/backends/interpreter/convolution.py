@@ -102,7 +102,8 @@ def _convolution(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.
             ]
             index = (slice(None), slice(None), *taps)
             view = lhs[index]
-            tap = rhs[(slice(None), slice(None), *pos)]
+            at: tuple[slice | int, ...] = (slice(None), slice(None), *pos)
+            tap = rhs[at]
             if hits is not None and bad is not None:
                 hits |= bad[index]
             for g in range(groups):

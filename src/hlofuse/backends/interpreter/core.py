@@ -477,6 +477,6 @@ def _custom_call(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Lit
         return _host_callback(interp, instr, ops)
     for accepts, handler in TARGET_HANDLERS:
         if accepts(target):
-            return handler(interp, instr, ops)  # type: ignore[no-any-return]
+            return handler(interp, instr, ops)
     raise unsupported(instr, "custom calls are opaque")
 

@@ -280,7 +280,7 @@ def _lapack_call(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any
     except TargetError as exc:
         raise unsupported(instr, str(exc)) from None
     assert call is not None
-    arrays: list[ArrayShape] = leaves(instr.shape)  # type: ignore[assignment]
+    arrays: list[ArrayShape] = leaves(instr.shape)
     if call.count == 0:
         outs: Arrays = [np.zeros(s.dims, s.dtype.np) for s in arrays]
     else:

@@ -408,8 +408,8 @@ def left_eigenvectors(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
-def _maybe_perturb(perturb: np.generic, pivot: np.generic, row: np.ndarray
-                   ) -> tuple[np.generic, np.ndarray]:
+def _maybe_perturb(perturb: np.number, pivot: np.number, row: np.ndarray
+                   ) -> tuple[np.number, np.ndarray]:
     """jaxlib's MaybePerturbPivot: grow a tiny pivot so neither row / pivot nor 1 / pivot
     overflows."""
     fi = np.finfo(np.real(pivot).dtype)

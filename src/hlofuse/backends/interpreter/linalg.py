@@ -29,6 +29,7 @@ Computed in f64 (c128) and rounded to the result type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -95,7 +96,8 @@ def _triangular_solve(interp: Interpreter, instr: Instruction, ops: list[Any]) -
     return x.reshape(b.shape).astype(out_np(instr))
 
 
-_FFTS = {"FFT": np.fft.fftn, "IFFT": np.fft.ifftn, "RFFT": np.fft.rfftn, "IRFFT": np.fft.irfftn}
+_FFTS: dict[str, Callable[..., Any]] = {
+    "FFT": np.fft.fftn, "IFFT": np.fft.ifftn, "RFFT": np.fft.rfftn, "IRFFT": np.fft.irfftn}
 
 
 @handles(Opcode.FFT)

@@ -336,8 +336,10 @@ def complex_power(a: np.ndarray, b: np.ndarray, part: type = np.float64,
     formula computes (mostly nan+nanj, where C99's cpow has inf+nanj). Returns complex128."""
     a = np.asarray(a)
     b = np.asarray(b)
-    ar, ai = np.real(a).astype(part), np.imag(a).astype(part)
-    br, bi = np.real(b).astype(part), np.imag(b).astype(part)
+    ar: np.ndarray = np.real(a).astype(part)
+    ai: np.ndarray = np.imag(a).astype(part)
+    br: np.ndarray = np.real(b).astype(part)
+    bi: np.ndarray = np.imag(b).astype(part)
     zero, one, inf = part(0), part(1), part(np.inf)
 
     def fn(f: Callable[..., np.ndarray], *xs: np.ndarray) -> np.ndarray:

@@ -273,8 +273,9 @@ def _reduce(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
         out = [x.reshape([x.shape[d] for d in range(x.ndim) if d not in axes]) for x in inputs]
         return tuple(out) if isinstance(instr.shape, TupleShape) else out[0]
     e8m0 = runs_e8m0_ops(interp.flush, inputs)
-    ufuncs = [simple_reducer(comp)] if n == 1 else parallel_reducers(comp)
-    if ufuncs is not None and None not in ufuncs and not e8m0:
+    simple = simple_reducer(comp) if n == 1 else None
+    ufuncs = ([simple] if simple is not None else None) if n == 1 else parallel_reducers(comp)
+    if ufuncs is not None and not e8m0:
         outs = [_ufunc_reduce(u, x, i, axes, interp.flush)
                 for u, x, i in zip(ufuncs, inputs, inits, strict=True)]
         return tuple(outs) if isinstance(instr.shape, TupleShape) else outs[0]

@@ -163,7 +163,7 @@ def _pad(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
     if config is None:
         raise unsupported(instr, "pad needs a padding= attribute")
     value = np.asarray(ops[1]).reshape(())
-    return pad_array(ops[0], value, [tuple(int(v) for v in c) for c in config])
+    return pad_array(ops[0], value, [(int(lo), int(hi), int(mid)) for lo, hi, mid in config])
 
 
 @handles(Opcode.REVERSE)

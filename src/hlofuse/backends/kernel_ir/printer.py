@@ -89,6 +89,7 @@ class _Fmt:
         pad = "  " * depth
         pl = self.placement
         for b in pl.blocks.get(id(body), []) if pl is not None else []:
+            assert pl is not None
             where = "register" if b.kind == "lanes" else "heap" if b in pl.heap else "stack"
             self.lines.append(f"{pad}decl {b.name}: {b.dtype}[{b.size}] {where}")
         if loop is not None and loop.lazy is not None and loop.lazy.sides:

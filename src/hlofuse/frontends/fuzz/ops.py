@@ -129,7 +129,7 @@ def _binary(rng: np.random.Generator) -> Program:
     fn, dts, tol = _BINARY[name]
     dt, shp = pick(rng, dts), shape(rng)
     args = [values(rng, shp, dt), values(rng, shp, dt)]
-    tags = frozenset()
+    tags: frozenset[str] = frozenset()
     if name == "pow" and dt.kind == "f" and any(has_subnormal(a) for a in args):
         tags = frozenset({"pow-subnormal"})
     return Program("binary", fn, args, tol, f"{name}[{dt.name}]{list(shp)}", tags)
@@ -190,6 +190,8 @@ def _reduce_precision(rng: np.random.Generator) -> Program:
 
 _Gen = Callable[[np.random.Generator, frozenset[str]], Program]
 
+# the families a nested jax.jit wraps (single ops whose types span every element type)
+_CALLABLE = ("unary", "binary", "compare", "select", "convert", "shaping")
 # family -> (weight, generator); generators taking `o` get the run's excluded tags
 FAMILIES: dict[str, tuple[float, _Gen]] = {
     "unary": (6, lambda r, o: _unary(r)), "binary": (5, lambda r, o: _binary(r)),
@@ -212,8 +214,6 @@ FAMILIES: dict[str, tuple[float, _Gen]] = {
     "rng": (0.7, lambda r, o: ops_control.rng_bits(r)),
     "call": (1, lambda r, o: ops_control.nested_call(r, _draw(r, o, _CALLABLE))),
 }
-# the families a nested jax.jit wraps (single ops whose types span every element type)
-_CALLABLE = ("unary", "binary", "compare", "select", "convert", "shaping")
 
 
 def _draw(rng: np.random.Generator, exclude: frozenset[str],

@@ -80,10 +80,12 @@ def _dims(rng: np.random.Generator, rank: int) -> tuple[int, ...]:
     return tuple(d for d in range(rank) if rng.random() < 0.6) or (0,)
 
 
-_JNP = {"add": jnp.sum, "mul": jnp.prod, "max": jnp.max, "min": jnp.min, "and": jnp.all,
-        "or": jnp.any}
-_LAX = {"add": lax.reduce_sum, "mul": lax.reduce_prod, "max": lax.reduce_max,
-        "min": lax.reduce_min, "and": lax.reduce_and, "or": lax.reduce_or}
+_JNP: dict[str, Callable[..., Any]] = {
+    "add": jnp.sum, "mul": jnp.prod, "max": jnp.max, "min": jnp.min, "and": jnp.all,
+    "or": jnp.any}
+_LAX: dict[str, Callable[..., Any]] = {
+    "add": lax.reduce_sum, "mul": lax.reduce_prod, "max": lax.reduce_max,
+    "min": lax.reduce_min, "and": lax.reduce_and, "or": lax.reduce_or}
 
 
 def reduce(rng: np.random.Generator) -> Program:

@@ -352,7 +352,7 @@ class AutoUnroll(FusionPass):
         if any(e.ns is None for e in est.values()):
             return FusionDecision.no("the cost of a run is unknown (a nested trip count)",
                                      "auto_unroll.cost_unknown", **figures)
-        best = min(factors, key=lambda k: (est[k].ns, k))  # type: ignore[arg-type, return-value]
+        best = min(factors, key=lambda k: (est[k].ns, k))
         figures.update(factor=best, kernels_before=est[1].kernels, kernels_after=est[best].kernels,
                        bytes_before=est[1].bytes, bytes_after=est[best].bytes,
                        model_ns={str(k): round(e.ns or 0) for k, e in est.items()})

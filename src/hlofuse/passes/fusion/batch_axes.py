@@ -33,7 +33,7 @@ import math
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, leaves
+from hlofuse.ir.shape import ArrayShape, leaf_start, leaves
 from hlofuse.passes.fusion.decision import FusionDecision
 
 Axis = int | None
@@ -112,9 +112,7 @@ def _rule(instr: Instruction, n: int, axes: Axes) -> list[Axis]:
     if op is Opcode.TUPLE:
         return [a for leaf in ops for a in leaf]
     if op is Opcode.GET_TUPLE_ELEMENT:
-        src = instr.operand(0).shape
-        k = int(instr.attrs["index"])
-        start = sum(len(leaves(e)) for e in src.elements[:k])  # type: ignore[union-attr]
+        start = leaf_start(instr.operand(0).shape, int(instr.attrs["index"]))
         return ops[0][start:start + len(leaves(instr.shape))]
     if op is Opcode.FUSION:
         comp = instr.fused_computation

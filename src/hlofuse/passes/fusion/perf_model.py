@@ -242,7 +242,7 @@ def _ir_size_and_splits(instr: Instruction, analyses: FusionAnalyses | None = No
     if not is_fusion(instr):
         return 1, int(instr.opcode in INVALIDATES_CACHE)
     if analyses is not None:  # the run's evaluation of this fusion, and the answer, kept
-        return analyses.memo(  # type: ignore[no-any-return]
+        return analyses.memo(
             _ir_size_and_splits, instr, lambda: _ir_size_and_splits_of(
                 instr, analyses.indexing(instr)))
     return _ir_size_and_splits_of(instr, FusionNodeIndexingEvaluation(instr))

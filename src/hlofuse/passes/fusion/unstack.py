@@ -290,13 +290,13 @@ class UnstackLoopState(FusionPass):
             for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
                 if body_of(w).root.opcode is not Opcode.TUPLE:
                     continue
-                shape = w.shape
-                assert isinstance(shape, TupleShape)
-                for k in range(len(shape.elements)):
+                tup = w.shape
+                assert isinstance(tup, TupleShape)
+                for k in range(len(tup.elements)):
                     axis, decision = unstack_legal(w, k, config)
                     if axis is None and decision.rule == "unstack.writes":
                         continue  # not stacked at all: nothing to report
-                    leaf = shape.elements[k]
+                    leaf = tup.elements[k]
                     figures = {"leaf": k, "shape": str(leaf), **source_figure(module, w)}
                     if axis is None:
                         trace.record(PASS, w.name, w.name, decision.with_figures(**figures),
@@ -305,9 +305,9 @@ class UnstackLoopState(FusionPass):
                     own_computation(module, w, "body", counts)
                     own_computation(module, w, "condition", counts)
                     rows = unstack(w, k, axis)
-                    row_shape = w.shape.elements[-1]  # type: ignore[union-attr]
+                    tup = w.shape  # (the rows are new elements at its end)
+                    assert isinstance(tup, TupleShape)
                     trace.record(PASS, w.name, w.name, decision.with_figures(
-                        **figures, rows=rows, row_shape=str(row_shape)), comp.name, True)
+                        **figures, rows=rows, row_shape=str(tup.elements[-1])), comp.name, True)
                     changed = True
-                    shape = w.shape  # type: ignore[assignment]
         return changed

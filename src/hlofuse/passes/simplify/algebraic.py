@@ -220,7 +220,7 @@ def _dynamic_slice_constant(instr: Instruction) -> Instruction | None:
     starts: list[int] = []
     if len(index_ops) == 1 and index_ops[0].array_shape.rank == 1:  # old form: one vector
         lit = index_ops[0].literal
-        if index_ops[0].opcode is not Opcode.CONSTANT or lit is None:
+        if index_ops[0].opcode is not Opcode.CONSTANT or lit is None or isinstance(lit, tuple):
             return None
         starts = [int(v) for v in lit.reshape(-1)]
     else:

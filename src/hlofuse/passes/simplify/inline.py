@@ -104,11 +104,11 @@ class CallInliner:
                 inline_call(comp, call, sort=False)
                 bodies[id(call)] = comp.instructions[start:]
             # each inlined body goes where its call was (its operands are defined before it)
-            order: list[Instruction] = []
+            placed: list[Instruction] = []
             for instr in comp.instructions[:base]:
-                order.extend(bodies.get(id(instr), ()))
-                order.append(instr)
-            comp.instructions = order
+                placed.extend(bodies.get(id(instr), ()))
+                placed.append(instr)
+            comp.instructions = placed
             sweep(comp, calls, force=True)
         if not callees:
             return False

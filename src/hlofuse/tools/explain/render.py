@@ -29,7 +29,7 @@ def compress_sources(sources: list[str], limit: int = 12) -> str:
         lines = sorted(set(lines))
         runs: list[str] = []
         start = prev = lines[0]
-        for n in [*lines[1:], None]:  # type: ignore[list-item]
+        for n in [*lines[1:], None]:
             if n is not None and n == prev + 1:
                 prev = n
                 continue
@@ -95,8 +95,8 @@ def _header(s: Section, expl: Explanation) -> str:
     detail = " + ".join(parts)
     unit = {"iteration": "per iteration", "execution": "per execution",
             "branch execution": "per branch execution", "call": "per call"}[s.per]
-    trips = f", {s.trip_count} trips" if s.per == "iteration" and s.trip_count else ""
-    return (f"{s.title} ({s.computation}): {count} kernels {unit} ({detail}){trips}"
+    trip_text = f", {s.trip_count} trips" if s.per == "iteration" and s.trip_count else ""
+    return (f"{s.title} ({s.computation}): {count} kernels {unit} ({detail}){trip_text}"
             f"{moved_text}")
 
 

@@ -74,7 +74,7 @@ def emit(
     module, function, takes_threads = entry
     emitter = getattr(importlib.import_module(f"{__name__}.{module}"), function)
     if takes_threads:
-        return emitter(instr, ins, outs, names, max(1, threads))  # type: ignore[no-any-return]
+        return emitter(instr, ins, outs, names, max(1, threads))
     for shape in [*leaves(instr.shape), *(s for o in instr.operands for s in leaves(o.shape))]:
         dt = getattr(shape, "dtype", None)
         if dt is not None and (dt.is_complex or dt.is_narrow_int or dt.is_small_float):
@@ -83,4 +83,4 @@ def emit(
                 f"instruction {instr.name} in {where}: the cpu backend's {instr.opcode.value} "
                 f"does not support element type {dt} (complex, sub-byte and 8-/4-bit float "
                 "library ops are not implemented); the interpreter backend runs it")
-    return emitter(instr, ins, outs, names)  # type: ignore[no-any-return]
+    return emitter(instr, ins, outs, names)

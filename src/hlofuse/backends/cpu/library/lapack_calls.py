@@ -458,7 +458,7 @@ def _plan(call: Call, instr: Instruction) -> Plan:
         return found(call)
     from hlofuse.backends.cpu.library import lapack_eigen
 
-    return lapack_eigen.plan(call, [tuple(s.dims) for s in leaves(instr.shape)])  # type: ignore[union-attr]
+    return lapack_eigen.plan(call, [tuple(s.dims) for s in leaves(instr.shape)])
 
 
 def code_generation_check(instr: Instruction, call: Call) -> None:
@@ -519,7 +519,7 @@ def _hlo_call(instr: Instruction, routine: str, attrs: dict) -> Call:
             raise LibraryOpError(instr, "operand shapes do not agree")
         dims = {"k": k, "m": m, "n": n}
     for s in leaves(instr.shape):
-        if math.prod(s.dims[len(batch):]) > lapack_targets.INT32_MAX:  # type: ignore[union-attr]
+        if math.prod(s.dims[len(batch):]) > lapack_targets.INT32_MAX:
             raise LibraryOpError(instr, "matrices too large for LAPACK's 32-bit indices")
     dtype: DType = a.dtype
     return Call(instr.opcode.value, routine, lapack_targets.lapack_name(routine, dtype), dtype,

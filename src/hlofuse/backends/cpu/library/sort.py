@@ -304,7 +304,7 @@ def emit_topk(
         raise LibraryOpError(instr, f"k={k} out of range for rows of {n}")
     rows = shape.size // n if n else 0
     ct = cexpr.ctype(shape.dtype)
-    idx_ct = cexpr.ctype(res[1].dtype)  # type: ignore[union-attr]
+    idx_ct = cexpr.ctype(res[1].dtype)
     defs = ""
     if shape.dtype.is_small_float:  # by encoding, as a TOTALORDER compare (e8m0 unsigned,
         # the fnuz NaN lowest)

@@ -36,7 +36,9 @@ from hlofuse.ir.shape import ArrayShape, leaves
 
 __all__ = ["LoweringError", "lower_kernel"]
 
-KINDS = {FusionKind.LOOP: "loop", FusionKind.INPUT: "input", FusionKind.OUTPUT: "output"}
+# (keys compare equal to the instruction's kind text: FusionKind is a StrEnum)
+KINDS: dict[str, str] = {FusionKind.LOOP: "loop", FusionKind.INPUT: "input",
+                         FusionKind.OUTPUT: "output"}
 
 
 def _root_leaves(root: Instruction) -> list[tuple[Instruction, int]]:

@@ -34,7 +34,7 @@ from hlofuse.backends.xla_facts import reduce_precision_is_identity
 from hlofuse.ir.dtypes import PRED, U16
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import TupleShape, leaves
+from hlofuse.ir.shape import TupleShape, leaf_start, leaves
 
 _MEANINGFUL_ATTRS = ("direction", "type", "exponent_bits", "mantissa_bits")
 
@@ -54,8 +54,8 @@ def alu_of(g: ir.Graph, instr: Instruction, args: list[Val]) -> Val:
     or unequal to a constant zero, the bit test of the module docstring."""
     op = scalar_op(instr)
     if instr.opcode is Opcode.REDUCE_PRECISION and reduce_precision_is_identity(
-            args[0].dtype, int(instr.attrs.get("exponent_bits", -1)),  # type: ignore[call-overload]
-            int(instr.attrs.get("mantissa_bits", -1))):  # type: ignore[call-overload]
+            args[0].dtype, int(instr.attrs.get("exponent_bits", -1)),
+            int(instr.attrs.get("mantissa_bits", -1))):
         return args[0]  # XLA's CPU leaves it unchanged (xla_facts.py)
     if instr.opcode is not Opcode.COMPARE or args[0].dtype.name != "bf16":
         return g.alu(op, *args)
@@ -182,7 +182,7 @@ def _gte(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
     k = int(instr.attrs["index"])
     shape = src.shape
     assert isinstance(shape, TupleShape)
-    first = sum(len(leaves(s)) for s in shape.elements[:k])
+    first = leaf_start(shape, k)
     count = len(leaves(shape.elements[k]))
     if id(src) in b.params:
         bufs = b.params[id(src)][first:first + count]

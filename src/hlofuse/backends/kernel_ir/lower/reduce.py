@@ -33,6 +33,7 @@ vectorizer takes; any other reducer's fold is itself guarded.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -56,6 +57,12 @@ from hlofuse.ir.dtypes import F32, PRED, DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import leaves
+
+
+def _given(v: Val) -> Callable[[], Val]:
+    """A case value already computed (`Builder.cases` takes thunks)."""
+    return lambda: v
+
 
 ACC_ROW_STACK = 4096  # a row of accumulators up to this long lives on the stack
 COLUMN_MINOR = 8  # contiguous kept elements for a reduce value to be computed whole
@@ -109,7 +116,7 @@ class Accumulators:
         new = scalar.inline(b.g, self.comp, accs + xs)
         if self.started is not None:
             started = b.g.load(self.started, at)
-            new = [b.cases(t, [(started, lambda v=v: v), (None, lambda x=x: x)]) if lst else v
+            new = [b.cases(t, [(started, _given(v)), (None, _given(x))]) if lst else v
                    for t, v, x, lst in zip(self.dtypes, new, xs, self.last, strict=True)]
             b.assign([*((buf, at, v) for buf, v in zip(self.bufs, new, strict=True)),
                       (self.started, at, b.g.const(True, PRED))])
@@ -125,7 +132,7 @@ class Accumulators:
         def folded(k: int) -> Val:
             return scalar.inline(b.g, self.comp, accs + [x() for x in xs])[k]
 
-        new = [b.cases(t, [(inside, lambda k=k: folded(k)), (None, lambda a=a: a)])
+        new = [b.cases(t, [(inside, functools.partial(folded, k)), (None, _given(a))])
                for k, (t, a) in enumerate(zip(self.dtypes, accs, strict=True))]
         b.assign([(buf, at, v) for buf, v in zip(self.bufs, new, strict=True)])
 
@@ -150,7 +157,7 @@ class Accumulators:
         started = b.g.load(self.started, at)
         inits = [b.value(i, ix.zero(dims_of(i))) for i in self.inits]
         last = scalar.inline(b.g, self.comp, accs + inits)
-        return [b.cases(t, [(started, lambda v=v: v), (None, lambda a=a: a)]) if lst else a
+        return [b.cases(t, [(started, _given(v)), (None, _given(a))]) if lst else a
                 for t, v, a, lst in zip(self.dtypes, last, accs, self.last, strict=True)]
 
 
@@ -279,8 +286,10 @@ def _window_loops(b: Builder, acc: Accumulators, in_dims: tuple[int, ...], windo
     inside = b.all_of(conds)
     neutral = acc.neutral()
     if neutral is None:
-        acc.fold_where(inside, [lambda x=x: b.value(x, ix.of_multi(in_dims, src))
-                                for x in acc.inputs])
+        def read(x: Instruction) -> Callable[[], Val]:
+            return lambda: b.value(x, ix.of_multi(in_dims, src))
+
+        acc.fold_where(inside, [read(x) for x in acc.inputs])
         return
     (x,) = acc.inputs
     acc.fold([b.cases(array_shape(x).dtype, [

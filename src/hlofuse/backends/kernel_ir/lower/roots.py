@@ -59,7 +59,8 @@ def emit_roots(b: Builder, roots: list[tuple[Instruction, Outs]],
     """Compute every root leaf into its output buffer. `roots` lists each root instruction once
     with its (leaf, buffer) pairs; `inplace_of` maps a root dynamic-update-slice/scatter (by id)
     to {result leaf: the input buffer it may update in place}."""
-    reduce_groups: dict[tuple[object, ...], list[tuple[Instruction, Outs]]] = {}
+    reduce_groups: dict[tuple[tuple[int, ...], tuple[int, ...], int],
+                        list[tuple[Instruction, Outs]]] = {}
     loop_groups: dict[tuple[int, ...], list[tuple[Instruction, int, Buffer]]] = {}
     for r, outs in roots:
         param = id(r) in b.params
@@ -89,13 +90,13 @@ def emit_roots(b: Builder, roots: list[tuple[Instruction, Outs]],
             for k, buf in outs:
                 dims = tuple(leaves(r.shape)[k].dims)
                 loop_groups.setdefault(dims, []).append((r, k, buf))
-    for key, group in reduce_groups.items():
-        in_dims = key[0]
+    for rkey, rgroup in reduce_groups.items():
+        in_dims = rkey[0]
         assert isinstance(in_dims, tuple)
-        siblings = loop_groups.pop(in_dims, []) if key[1] else []
-        b.comment(f"{len(group)} reduce(s) over dimensions {list(key[1])}"
+        siblings = loop_groups.pop(in_dims, []) if rkey[1] else []
+        b.comment(f"{len(rgroup)} reduce(s) over dimensions {list(rkey[1])}"
                   + (f", and {len(siblings)} root(s) of the input's shape" if siblings else ""))
-        reduce.reduction_nest(b, group, siblings)
+        reduce.reduction_nest(b, rgroup, siblings)
     for dims, group in loop_groups.items():
         def body(idx: Index, group: list[tuple[Instruction, int, Buffer]] = group) -> None:
             for r, k, buf in group:
