@@ -347,6 +347,44 @@ def test_split_program_matches_the_interpreter_and_profiles(
     assert len(prof.rows) == len(program.kernels) and all(r.calls == 1 for r in prof.rows)
 
 
+_GUARDED = """HloModule guarded
+
+ENTRY e {
+  x = f32[6,5] parameter(0)
+  z = f32[] constant(-7)
+  p = f32[12,8] pad(x, z), padding=2_-1_1x-1_4
+  n = f32[12,8] negate(p)
+  y = f32[256,1024] parameter(1)
+  e = f32[256,1024] exponential(y)
+  ROOT r = (f32[12,8], f32[256,1024]) tuple(n, e)
+}
+"""
+
+
+def test_a_kernel_with_attributes_still_splits_the_program(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel compiled without if-conversion (`HF_KERNEL HF_NO_IFCONV void ...`, a guarded
+    load) is a kernel cprint printed like any other: its program is still cut into units and
+    compiled early (the prototype search once wanted `HF_KERNEL void` exactly, so one such
+    kernel made every program that had it a single file)."""
+    monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)
+    seen = _compiles(monkeypatch)
+    exe = hlofuse.compile(_GUARDED, pipeline="xla")
+    program = exe._runner.program
+    printed = [k for k in program.kernels if k.source]
+    assert any("HF_KERNEL HF_NO_IFCONV void" in k.source for k in printed)
+    units = cpu_units.units(program)
+    assert units is not None and len(units) == len(printed) + 1
+    assert all(f" void {k.name}(" in units[-1] for k in printed)  # the driver's prototypes
+    assert len([s for s in seen if s == "guarded (unit, early)"]) == len(printed)
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal((6, 5)).astype(np.float32),
+            rng.standard_normal((256, 1024)).astype(np.float32)]
+    want = interpreter.run(parse(_GUARDED), *args)
+    for g, w in zip(exe(*args), want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
 def test_damaged_unit_object_is_compiled_again(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setattr(cpu_units, "UNIT_BYTES", 1)
     exe = hlofuse.compile(_SPLIT)

@@ -21,7 +21,7 @@ Conditions enforced:
   group is handed to `early` only when the next kernel arrives and the group ends there
   (`_Groups`: never while the kernels so far fit in UNIT_BYTES), or when all of them together
   exceed UNIT_BYTES, so only for a program that `units` cuts. A kernel not printed
-  by cprint (no `HF_KERNEL void NAME(` line) makes the program one file, and stops the
+  by cprint (no `HF_KERNEL [attributes] void NAME(` line) makes the program one file, and stops the
   stream.
 - Kernel functions are hidden globals in kernel units (`HF_KERNEL`), static in the single file;
   the prelude's state (scratch failures, the pool pointer, the BLAS and LAPACK pointers) is
@@ -131,12 +131,11 @@ def _kernel_unit(head: str, group: list[str]) -> str:
 
 
 def _prototype(k: Kernel) -> str | None:
-    """`HF_KERNEL void NAME(...);`, or None for a kernel cprint did not print."""
-    sig = f"HF_KERNEL void {k.name}("
-    start = k.source.find("\n" + sig)
-    if start < 0:
-        return None
-    return k.source[start + 1:k.source.index("\n", start + 1)] + ";"
+    """`HF_KERNEL [HF_ attribute macros] void NAME(...);` (the kernel's signature line, its
+    attributes such as `HF_NO_IFCONV` included), or None for a kernel cprint did not print."""
+    found = re.search(rf"^HF_KERNEL (?:HF_\w+ )*void {re.escape(k.name)}\(.*$", k.source,
+                      re.MULTILINE)
+    return None if found is None else found.group(0) + ";"
 
 
 def units(program: Program, unit_bytes: int | None = None) -> list[str] | None:
