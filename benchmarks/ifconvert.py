@@ -33,8 +33,8 @@ def _host(a: Any) -> Any:
     import jax
     import numpy as np
 
-    try:
-        return np.asarray(a)
+    try:  # (as jax types it: a Python int is s32 under jax's default, not numpy's s64)
+        return np.asarray(jax.numpy.asarray(a))
     except TypeError:  # a typed PRNG key: its raw words
         return np.asarray(jax.random.key_data(a))
 
