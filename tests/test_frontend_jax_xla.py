@@ -226,20 +226,23 @@ def test_xla_call_path_keeps_freed_heap_memory_unless_told_not_to(
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.strip() == f"[{want}]", (value, out.stdout, out.stderr[-2000:])
     # a result of 32 MiB or more: glibc would map it fresh (and fault every page) each call
-    big = ("import resource, jax, jax.numpy as jnp, numpy as np, hlofuse\n"
+    big = ("import resource, jax, jax.numpy as jnp, hlofuse\n"
            "f = hlofuse.jit(lambda x: x * 2)\n"
            "x = jnp.ones(10_000_000, jnp.float32)\n"
            "for _ in range(3): jax.block_until_ready(f(x))\n"
-           "r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
-           "for _ in range(5): jax.block_until_ready(f(x))\n"
-           "print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0) // 5)\n")
+           "def faults():\n"
+           "    r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+           "    for _ in range(5): jax.block_until_ready(f(x))\n"
+           "    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0) // 5\n"
+           "print(min(faults() for _ in range(4)))\n")
     if platform.libc_ver()[0] == "glibc":
         out = subprocess.run([sys.executable, "-c", big], env={**os.environ, "HLOFUSE_MALLOC": ""},
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
-        # without M_MMAP_MAX = 0: 9,766 a call, every page of the result each time; with it,
-        # 0 in most runs (a run where one call of five maps it afresh: 1,953)
-        assert int(out.stdout.strip()) < 6000, out.stdout
+        # faults a call over the best of four windows of five calls: without M_MMAP_MAX = 0,
+        # 9,766 in every window (each call faults every page of the result); with it, 0 (some
+        # runs have a window where one call maps the result afresh: 1,953)
+        assert int(out.stdout.strip()) < 1000, out.stdout
     monkeypatch.setenv("HLOFUSE_MALLOC", "sometimes")
     monkeypatch.setattr(heap, "_done", [])
     with pytest.raises(ConfigError, match="HLOFUSE_MALLOC"):
