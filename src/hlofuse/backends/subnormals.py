@@ -91,9 +91,11 @@ def e8m0_init_last(instr: Instruction) -> tuple[bool, ...]:
     e8 = [getattr(instr.operands[k].shape, "dtype", None) is not None
           and instr.operands[k].shape.dtype.name == "f8e8m0fnu"  # type: ignore[union-attr]
           for k in range(n)]
+    if not any(e8):
+        return (False,) * n
     last = [e8[k] and _is_e8m0_min(instr.operands[n + k]) for k in range(n)]
     if n > 1 and not _independent(instr.attrs.get("to_apply"), n):
-        every = any(e8) and all(last[k] for k in range(n) if e8[k])
+        every = all(last[k] for k in range(n) if e8[k])
         return (every,) * n
     return tuple(last)
 

@@ -273,8 +273,11 @@ def _reduce(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
         out = [x.reshape([x.shape[d] for d in range(x.ndim) if d not in axes]) for x in inputs]
         return tuple(out) if isinstance(instr.shape, TupleShape) else out[0]
     e8m0 = runs_e8m0_ops(interp.flush, inputs)
-    simple = simple_reducer(comp) if n == 1 else None
-    ufuncs = ([simple] if simple is not None else None) if n == 1 else parallel_reducers(comp)
+    if n == 1:
+        simple = simple_reducer(comp)
+        ufuncs = None if simple is None else [simple]
+    else:
+        ufuncs = parallel_reducers(comp)
     if ufuncs is not None and not e8m0:
         outs = [_ufunc_reduce(u, x, i, axes, interp.flush)
                 for u, x, i in zip(ufuncs, inputs, inits, strict=True)]
@@ -285,8 +288,8 @@ def _reduce(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any:
     m = math.prod(out_dims)
     k = math.prod(x0.shape[d] for d in axes)
     columns = [np.transpose(x, keep + list(axes)).reshape(m, k) for x in inputs]
-    last = e8m0_init_last(instr)
-    if e8m0 and k > 0 and interp.is_vectorizable(comp) and any(last):
+    last = e8m0_init_last(instr) if e8m0 else ()
+    if k > 0 and any(last) and interp.is_vectorizable(comp):
         outs = init_last_reduce(interp, comp, columns, inits, last)
     elif interp.is_vectorizable(comp) and (e8m0 or any(in_order(x.dtype) for x in inputs)):
         outs = ordered_reduce(interp, comp, columns, inits)

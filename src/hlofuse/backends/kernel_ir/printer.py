@@ -88,10 +88,10 @@ class _Fmt:
     def decisions(self, body: list[Stmt], loop: ir.Loop | None, depth: int) -> None:
         pad = "  " * depth
         pl = self.placement
-        for b in pl.blocks.get(id(body), []) if pl is not None else []:
-            assert pl is not None
-            where = "register" if b.kind == "lanes" else "heap" if b in pl.heap else "stack"
-            self.lines.append(f"{pad}decl {b.name}: {b.dtype}[{b.size}] {where}")
+        if pl is not None:
+            for b in pl.blocks.get(id(body), []):
+                where = "register" if b.kind == "lanes" else "heap" if b in pl.heap else "stack"
+                self.lines.append(f"{pad}decl {b.name}: {b.dtype}[{b.size}] {where}")
         if loop is not None and loop.lazy is not None and loop.lazy.sides:
             sides = ", ".join(f"%{u} side {k}" for u, k in loop.lazy.sides.items())
             self.lines.append(f"{pad}lazy {sides}")

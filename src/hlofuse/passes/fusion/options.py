@@ -97,8 +97,11 @@ class FusionPass:
         """Option name -> the type its text converts to (sets and choices: str, which
         `FusionConfig.from_options` reads)."""
         defaults = FusionConfig()
-        return {name: type(value) if isinstance(value, bool | int | float) else str
-                for name in cls.OPTIONS for value in [getattr(defaults, name)]}
+        out: dict[str, type] = {}
+        for name in cls.OPTIONS:
+            default = getattr(defaults, name)
+            out[name] = type(default) if isinstance(default, bool | int | float) else str
+        return out
 
     def config(self) -> FusionConfig:
         return self._config

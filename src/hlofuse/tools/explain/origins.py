@@ -53,12 +53,7 @@ def origins(instr: Instruction) -> set[str]:
     condition)."""
     out = {origin(instr)}
     if instr.opcode is Opcode.FUSION:
-        for inner in instr.fused_computation.instructions:
-            if inner.opcode is not Opcode.PARAMETER:
-                out |= origins(inner) if inner.opcode is Opcode.FUSION else {origin(inner)}
-                if inner.opcode in CONTROL_FLOW_OPS:
-                    for called in inner.called_computations():
-                        out |= origins_inside(called)
+        out |= origins_inside(instr.fused_computation)
     return out
 
 

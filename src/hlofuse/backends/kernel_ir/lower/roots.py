@@ -90,11 +90,9 @@ def emit_roots(b: Builder, roots: list[tuple[Instruction, Outs]],
             for k, buf in outs:
                 dims = tuple(leaves(r.shape)[k].dims)
                 loop_groups.setdefault(dims, []).append((r, k, buf))
-    for rkey, rgroup in reduce_groups.items():
-        in_dims = rkey[0]
-        assert isinstance(in_dims, tuple)
-        siblings = loop_groups.pop(in_dims, []) if rkey[1] else []
-        b.comment(f"{len(rgroup)} reduce(s) over dimensions {list(rkey[1])}"
+    for (in_dims, reduced, _n), rgroup in reduce_groups.items():
+        siblings = loop_groups.pop(in_dims, []) if reduced else []
+        b.comment(f"{len(rgroup)} reduce(s) over dimensions {list(reduced)}"
                   + (f", and {len(siblings)} root(s) of the input's shape" if siblings else ""))
         reduce.reduction_nest(b, rgroup, siblings)
     for dims, group in loop_groups.items():
