@@ -76,6 +76,7 @@ def kernel_flags() -> tuple[str, ...]:
 
     return KERNEL_WORKAROUNDS if env.cc_opt() else (*KERNEL_FLAGS, *KERNEL_WORKAROUNDS)
 
+_SIGNATURE = re.compile(r"^HF_KERNEL (?:HF_\w+ )*void (\w+)\(.*$", re.MULTILINE)
 _LIBRARY_GUARD = re.compile(r"^#ifndef (HFLIB_\w+)$", re.MULTILINE)
 _UNIT_DEFINES = "#define HF_KERNEL HF_HIDDEN\n"
 _KERNEL_UNIT_DEFINES = "#define HF_EXTERN_STATE\n"  # the driver's unit defines the state
@@ -133,9 +134,10 @@ def _kernel_unit(head: str, group: list[str]) -> str:
 def _prototype(k: Kernel) -> str | None:
     """`HF_KERNEL [HF_ attribute macros] void NAME(...);` (the kernel's signature line, its
     attributes such as `HF_NO_IFCONV` included), or None for a kernel cprint did not print."""
-    found = re.search(rf"^HF_KERNEL (?:HF_\w+ )*void {re.escape(k.name)}\(.*$", k.source,
-                      re.MULTILINE)
-    return None if found is None else found.group(0) + ";"
+    for found in _SIGNATURE.finditer(k.source):
+        if found.group(1) == k.name:
+            return found.group(0) + ";"
+    return None
 
 
 def units(program: Program, unit_bytes: int | None = None) -> list[str] | None:
