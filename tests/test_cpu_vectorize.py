@@ -483,3 +483,43 @@ ENTRY e {{
     args = (np.uint64(5 << 33),) if offset == "p" else ()
     np.testing.assert_array_equal(cpu.compile_module(module)(*args)[0],
                                   interpreter.run(parse(text), *args)[0])
+
+
+def _column_chain(ops: int) -> str:
+    """[4, 64] in, transposed, [64, 4] out: `ops` multiply-adds per element (distinct
+    constants), a loop over 64 rows around an inner loop over the 4 columns."""
+    lines = ["ENTRY e {", "  p = f32[4,64] parameter(0)",
+             "  x0 = f32[64,4] transpose(p), dimensions={1,0}"]
+    for i in range(ops):
+        lines += [f"  c{i} = f32[] constant({1 + i / 1000})",
+                  f"  b{i} = f32[64,4] broadcast(c{i}), dimensions={{}}",
+                  f"  m{i} = f32[64,4] multiply(x{i}, b{i})",
+                  f"  x{i + 1} = f32[64,4] add(m{i}, x0)"]
+    lines += [f"  ROOT r = f32[64,4] negate(x{ops})", "}"]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("ops,vector", [(8, True), (400, False)])
+def test_inner_loops_unroll_into_a_vector_loop_only_while_the_body_stays_small(
+        ops: int, vector: bool) -> None:
+    """The 4 columns of a [64, 4] layout unroll into a vector loop over the rows while the
+    unrolled body holds at most UNROLL_VALUES_MAX values; a longer chain (4 x 800 values)
+    keeps its loop nest, which GCC compiles in a fraction of the time. Values are the
+    interpreter's either way."""
+    import numpy as np
+
+    from hlofuse.backends import cpu, interpreter
+    from hlofuse.backends.kernel_ir.passes.vectorize import UNROLL_VALUES_MAX
+
+    assert (4 * 2 * ops > UNROLL_VALUES_MAX) is not vector
+    text = _column_chain(ops)
+    (k,) = _kernels(text, "avx2")
+    rows = [lp for lp in _loops(k) if lp.hi - lp.lo == 64]
+    assert rows and all(bool(lp.vector) is vector for lp in rows), ops
+    if not cpu.available():
+        return
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    module = parse(text)
+    run_pipeline(module, "xla")
+    np.testing.assert_array_equal(cpu.compile_module(module)(x)[0],
+                                  interpreter.run(parse(text), x)[0])

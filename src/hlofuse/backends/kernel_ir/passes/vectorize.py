@@ -6,7 +6,8 @@
 
 The width W comes from the target's vector register size (`target.Target`) and the narrowest
 compute type in the loop (4-byte lanes -> vbytes/4 lanes). Before a loop is vectorized, inner
-loops shorter than W (up to `UNROLL_MAX` iterations) are unrolled into it, so an [n, 4] layout
+loops shorter than W (up to `UNROLL_MAX` iterations, and only while the body stays within
+`UNROLL_VALUES_MAX` values) are unrolled into it, so an [n, 4] layout
 vectorizes over n with the 4 columns as separate vectors instead of not at all; a row of
 accumulators then read and written only at constant positions becomes one accumulator per
 position (`scalarize`). Short strided reductions put their outputs in lanes instead of being
@@ -67,6 +68,14 @@ from hlofuse.ir.opcodes import REASSOCIATIVE_REDUCERS, Opcode
 LANE_TYPES = frozenset({"pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f16",
                         "bf16", "f32", "f64"})
 UNROLL_MAX = 16  # inner loops up to this many iterations may be unrolled into a vector loop
+# Values (loads, arithmetic, ...) the body of a vector loop may hold once its inner loops are
+# unrolled; a larger one keeps its loop nest (scalar). GCC's time on one basic block grows
+# faster than its size: brax's ant (positional) unrolled a [64, 9, 3] gather chain into 3,607
+# values, 60 s of -O2 (2 GB), a 2,000-value one 7 s; with this limit the whole program compiled
+# in 17 s instead of 90 and ran faster (168 -> 155 ms; ant (spring) 86 -> 63 ms, hopper (MJX)
+# 40 -> 35 ms): a body that large spills its registers anyway (AVX2 host, measured at 500, 1000
+# and 3000: 500 made hopper slower again).
+UNROLL_VALUES_MAX = 1000
 # Outputs in lanes: a reduction loop shorter than this many vectors runs sequentially inside a
 # vector loop over its outputs (`short_reduction`), not vectorized along itself.
 SHORT_REDUCTION_VECTORS = 2
@@ -127,12 +136,13 @@ class _Vectorizer:
                 body = self.scalarize(body, private)
                 private |= dict.fromkeys(self.k.locals[before:])
                 unrolled = ir.Loop(loop.var, loop.lo, loop.hi, body, loop.parallel)
-                plan = self.plan(unrolled, self.width(unrolled), private)
+                plan = (self.plan(unrolled, self.width(unrolled), private)
+                        if len(ir.body_values(body)) <= UNROLL_VALUES_MAX else None)
                 if plan is not None:
                     return plan
-                # not vectorizable: the loop nest as it was (the unrolled copies would only
-                # multiply the C the compiler reads; MJX's gathers from concatenated pieces
-                # grew to 200+ KB kernels that way)
+                # not vectorizable, or too large unrolled: the loop nest as it was (the
+                # unrolled copies would only multiply the C the compiler reads; MJX's gathers
+                # from concatenated pieces grew to 200+ KB kernels that way)
                 del self.k.locals[before:]
             else:
                 lanes = self.outputs_in_lanes(loop, width, private)
