@@ -592,6 +592,29 @@ def test_a_kernel_past_the_inline_budget_calls_its_lane_loops_out_of_line() -> N
                                rtol=1e-5, atol=1e-6)
 
 
+def test_heavy_lane_loops_count_their_weight_against_the_inline_budget() -> None:
+    """power's inlined lane loop counts as `mathlib.INLINE_WEIGHT["power"]` small ones: a
+    kernel of 20 inlines INLINE_LANE_LOOPS // 8 of them and calls the rest; values are the
+    interpreter's."""
+    from hlofuse.backends.cpu import cprint, mathlib
+
+    n, weight = 20, mathlib.INLINE_WEIGHT["power"]
+    assert weight > 1 and n * weight > cprint.INLINE_LANE_LOOPS
+    lines = ["HloModule chain", "", "ENTRY e {", "  x0 = f32[256] parameter(0)",
+             "  y = f32[256] parameter(1)"]
+    for i in range(n):
+        lines += [f"  t{i} = f32[256] power(x{i}, y)", f"  x{i + 1} = f32[256] add(t{i}, y)"]
+    lines += [f"  ROOT r = f32[256] copy(x{n})", "}", ""]
+    text = "\n".join(lines)
+    rng = np.random.default_rng(4)
+    args = [rng.uniform(0.5, 1.5, 256).astype(np.float32),
+            rng.uniform(0.2, 0.5, 256).astype(np.float32)]
+    exe = hlofuse.compile(text)
+    assert exe.source.count("= hf_lanes_") == n - cprint.INLINE_LANE_LOOPS // weight
+    np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_a_kernel_past_the_vector_math_budget_calls_the_same_functions_out_of_line(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from hlofuse.backends.cpu import cvec

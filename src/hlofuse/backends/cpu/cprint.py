@@ -49,7 +49,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from hlofuse.backends.cpu import cexpr, cvec
+from hlofuse.backends.cpu import cexpr, cvec, mathlib
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.cvec import VecLib, compute_short, storage_short
 from hlofuse.backends.kernel_ir import ir
@@ -63,10 +63,11 @@ from hlofuse.backends.kernel_ir.query import guarded_load, varies
 from hlofuse.errors import CompileError
 from hlofuse.ir.opcodes import Opcode
 
-# Lane loops (an op without a vector form, e.g. exp or tanh, computed lane by lane through an
-# always-inline polynomial) a kernel inlines; past these, each is a call to one out-of-line
-# function per (op, types) (`VecLib.lanes`). GCC's time grows about quadratically with the
-# size of a function: a chain of 1,000 elementwise ops (333 inlined exp/tanh) took 4 s of
+# Lane loops (an op without a vector form, e.g. expm1 or erf, computed lane by lane through an
+# always-inline polynomial) a kernel inlines, each counted as `mathlib.inline_weight` of its
+# op (erf 16, power 8: their bodies are that much larger); past these, each is a call to one
+# out-of-line function per (op, types) (`VecLib.lanes`). GCC's time grows about quadratically
+# with the size of a function: a chain of 1,000 elementwise ops (333 inlined exp/tanh) took 4 s of
 # -O3, 2,000 ops 17 s, 5,000 ops 139 s; with the calls 0.2 s for 1,000. A call costs about
 # 1.4x per such op (vectors pass through memory), paid only by kernels this large.
 INLINE_LANE_LOOPS = 64
@@ -701,7 +702,8 @@ class KernelPrinter:
 
     def _lane_loop(self, v: Val, vt: str, w: int) -> str:
         dtypes = [a.dtype for a in v.args]
-        if self.lib.lane_loops >= INLINE_LANE_LOOPS:  # a huge kernel: call, do not inline
+        weight = mathlib.inline_weight(v.arg.opcode.value, v.dtype.name)
+        if self.lib.lane_loops + weight > INLINE_LANE_LOOPS:  # a huge kernel: call instead
             params = [self.lib.t(compute_short(a.dtype), w) if self.varies(a)
                       else cexpr.compute_type(a.dtype) for a in v.args]
             placeholders = [f"a{i}[hf_l]" if self.varies(a) else f"a{i}"
@@ -710,7 +712,7 @@ class KernelPrinter:
                                                                     self.where, _consts(v)))
             args = [self.vexpr(a) if self.varies(a) else self.sx(a) for a in v.args]
             return self._local(vt, f"{fn}({', '.join(args)})")
-        self.lib.lane_loops += 1
+        self.lib.lane_loops += weight
         args = [f"{self.vexpr(a)}[hf_l]" if self.varies(a) else self.sx(a) for a in v.args]
         expr = cexpr.elementwise_op(v.arg, dtypes, args, self.where, _consts(v))
         name = self.fresh()

@@ -82,7 +82,7 @@ class VecLib:
 
     def __init__(self) -> None:
         self.defs: dict[str, str] = {}
-        self.lane_loops = 0  # lane loops printed inline in this kernel (cprint.INLINE_LANE_LOOPS)
+        self.lane_loops = 0  # weight of lane loops inlined here (cprint.INLINE_LANE_LOOPS)
         self.vmath_calls = 0  # vector math calls printed inline (INLINE_VMATH_CALLS)
 
     def lanes(self, vt: str, w: int, params: list[str], expr: str) -> str:

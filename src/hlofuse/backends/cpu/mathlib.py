@@ -42,7 +42,8 @@ import numpy as np
 
 from hlofuse.backends.cpu import vmath
 
-__all__ = ["FUNCTIONS", "MAX_ULP", "harness_source", "reference", "source", "ulp_error"]
+__all__ = ["FUNCTIONS", "INLINE_WEIGHT", "MAX_ULP", "harness_source", "inline_weight", "reference",
+           "source", "ulp_error"]
 
 # opcode text -> (f32 C function, f64 C function)
 FUNCTIONS: dict[str, tuple[str, str]] = {
@@ -84,6 +85,21 @@ MAX_ULP: dict[str, float] = {
 }
 
 BINARY: frozenset[str] = frozenset({"power", "atan2"})
+
+# How much an inlined lane loop of the f32 routine costs GCC, in lane loops of a small one
+# (cprint.INLINE_LANE_LOOPS counts these): the routines evaluated in double (power, tan, atan2)
+# or with long polynomials (erf) vectorize into several registers of doubles per lane vector,
+# and GCC's time grows faster than a function's size. Measured on AVX2 with 16-lane f32 loops:
+# 16 inlined erf took 1.8 s of -O2, 32 took 6.4 s (cbrt or expm1: 0.15 s for 16); brax's hopper
+# (MJX) had a kernel of 22 inlined power loops that took 4.8 s, 0.5 s with them called. A call
+# costs a chain of these ops at most 12% (erf, atan2; power 2%), paid only past the budget.
+INLINE_WEIGHT: dict[str, int] = {"erf": 16, "power": 8, "tan": 8, "atan2": 8}
+
+
+def inline_weight(opcode: str, dtype: str) -> int:
+    """Lane loops an inlined lane loop of `opcode` on `dtype` counts as (`INLINE_WEIGHT`; 1 for
+    other ops and for f64, whose routines call the C library)."""
+    return INLINE_WEIGHT.get(opcode, 1) if dtype != "f64" else 1
 
 
 def _hex(v: float) -> str:
