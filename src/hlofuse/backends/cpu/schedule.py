@@ -76,13 +76,10 @@ class NameLog(set[str]):
         super().add(name)
 
 
-# Comments (dropped), string and character literals, pp-numbers (kept whole, so a name is never
-# matched inside a literal), identifiers (renamed when fresh).
-_C_TOKENS = re.compile(
-    r"""(/\*.*?\*/)|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\.?\d(?:[eEpP][+-]|[\w.])*"""
-    r"""|([A-Za-z_]\w*)""",
-    re.DOTALL,
-)
+# Comments (group 1: dropped), string and character literals (kept whole, so a name is never
+# matched inside one); `canonical_kernel` adds the identifiers it renames (group 2). A name
+# never matches inside a number or after a `.` (the look-behind).
+_C_SKIP = r"""(/\*.*?\*/)|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'"""
 
 
 def content_named(kernel: Kernel, key: tuple[Any, ...], fresh: list[str],
@@ -144,7 +141,8 @@ def canonical_kernel(kernel: Kernel, fresh: list[str]) -> tuple[Any, ...]:
     replaced by their order of first use, names derived from the function's (`NAME_p1`) by
     their suffix, and the calling convention (shapes, in-place pairs).
     Equal keys mean one function is the other with its own names renamed one to one, so
-    either computes both."""
+    either computes both. Only comments, literals and identifiers that start with one of
+    those names are matched (a Python call each), not every token of the text."""
     names = {kernel.name, *fresh}
     derived = kernel.name + "_"
     order: dict[str, str] = {}
@@ -161,7 +159,9 @@ def canonical_kernel(kernel: Kernel, fresh: list[str]) -> tuple[Any, ...]:
             return "@K" + ident[len(kernel.name):]
         return ident
 
-    text = _C_TOKENS.sub(token, kernel.source)
+    starts = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+    pattern = re.compile(rf"{_C_SKIP}|((?<![\w.])(?:{starts})\w*)", re.DOTALL)
+    text = pattern.sub(token, kernel.source)
     return (text, kernel.inputs, kernel.outputs, tuple(sorted(kernel.inplace.items())))
 
 
