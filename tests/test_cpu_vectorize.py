@@ -523,3 +523,55 @@ def test_inner_loops_unroll_into_a_vector_loop_only_while_the_body_stays_small(
     run_pipeline(module, "xla")
     np.testing.assert_array_equal(cpu.compile_module(module)(x)[0],
                                   interpreter.run(parse(text), x)[0])
+
+
+def _tail_call_source(params: int = 16) -> str:
+    """A function of `params` pointers (most passed on the stack) whose last act is a call
+    passing 9 64-byte vectors (the 9th on the stack under AVX-512): the shape of a kernel that
+    ends in an interleaving store helper GCC did not inline (`hf_int9_v16_f32`)."""
+    args = ", ".join(f"const float *i{k}" for k in range(params))
+    loads = " ".join(f"v16 a{k} = ld(i{k});" for k in range(params))
+    vals = ", ".join(f"a{k} * a{k + 8}" for k in range(8))
+    return f"""#include <string.h>
+typedef float v16 __attribute__((vector_size(64)));
+static inline v16 ld(const float *p) {{ v16 v; memcpy(&v, p, 64); return v; }}
+static __attribute__((noinline)) void sink(float *p, v16 a0, v16 a1, v16 a2, v16 a3, v16 a4, v16 a5,
+                                    v16 a6, v16 a7, v16 a8)
+{{ v16 s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8; memcpy(p, &s, 64); }}
+void kernel({args}, float *out)
+{{
+  {loads}
+  sink(out, {vals}, a7 + a15);
+}}
+int main(void) {{
+  static float x[{params}][16]; float o[16];
+  for (int k = 0; k < {params}; ++k) for (int i = 0; i < 16; ++i) x[k][i] = 1.0f;
+  kernel({", ".join(f"x[{k}]" for k in range(params))}, o);
+  return o[0] == 10.0f ? 0 : 1;
+}}
+"""
+
+
+def test_the_backend_flags_make_no_sibling_calls_that_misalign_vector_arguments(
+        tmp_path: Path) -> None:
+    """GCC 12 with sibling calls passes a tail call's 9th 64-byte vector through the caller's
+    incoming argument area (16-byte aligned) with an aligned store: `jmp sink` after a
+    `vmovaps` there, a crash on an AVX-512 host (MJX's humanoid). The backend's flags
+    (`compiler.BASE_FLAGS`) call instead; where the host has AVX-512 the program runs."""
+    src = tmp_path / "tail.c"
+    src.write_text(_tail_call_source())
+    if not _compiler_accepts(MARCH["avx512"]):
+        pytest.skip("the C compiler does not accept -march=x86-64-v4")
+    flags = [f for f in build.flags() if not f.startswith("-march=") and f != "-shared"]
+    # at the kernels' level (the suite's HLOFUSE_CC_OPT=-O1 makes no sibling calls at all)
+    cc = [*build.find_compiler(), *flags, MARCH["avx512"], "-O2"]
+    asm = subprocess.run([*cc, "-S", str(src), "-o", "-"], capture_output=True, text=True,
+                         timeout=120)
+    assert asm.returncode == 0, asm.stderr[-2000:]
+    body = asm.stdout.split("kernel:", 1)[1].split(".size", 1)[0]
+    assert re.search(r"\bcall\s+sink", body) and not re.search(r"\bjmp\s+sink", body), body
+    if "avx512f" not in Path("/proc/cpuinfo").read_text(errors="replace").split():
+        return
+    exe = tmp_path / "tail"
+    subprocess.run([*cc, str(src), "-o", str(exe)], check=True, timeout=120)
+    assert subprocess.run([str(exe)], timeout=60).returncode == 0

@@ -54,6 +54,11 @@ BASE_FLAGS: tuple[str, ...] = (  # after -march (target.march(): native unless H
     "-fPIC",
     "-shared",
     "-std=gnu11",
+    # GCC 12 may pass a 64-byte vector argument of a tail call through the caller's own
+    # incoming argument area, 16-byte aligned, with an aligned store: a kernel with many
+    # pointer parameters that tail-calls an interleaving store helper (9 vectors, AVX-512:
+    # the 9th on the stack) crashed MJX's humanoid on an AVX-512 host. No sibling calls.
+    "-fno-optimize-sibling-calls",
 )
 # Truncation, overflow and type-confusion warnings as errors; each is kept only if the compiler
 # knows it (GCC: overflow, div-by-zero; clang: constant-conversion, integer-overflow, ...).
