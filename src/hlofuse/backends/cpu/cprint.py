@@ -73,6 +73,7 @@ from hlofuse.ir.opcodes import Opcode
 INLINE_LANE_LOOPS = 64
 
 INT64_MAX = (1 << 63) - 1
+INT32_MAX = (1 << 31) - 1
 
 
 def c_int(n: int) -> str:
@@ -641,6 +642,11 @@ class KernelPrinter:
             if v.index.coef(var) == 1 and not self.varying_terms(v.index):
                 raw = f"{self.lib.load(st, w)}({self.cname[buf]} + {self.aff(v.index)})"
                 return self._local(vt, self.to_compute(v.dtype, raw))
+            if (v.uid in self.forms.gather and st in cvec.GATHER_TYPES
+                    and w in cvec.GATHER_WIDTHS and buf.size <= INT32_MAX):
+                # one of a loop's many gathers (`passes/lanes.py`): `VecLib.gather`
+                raw = f"{self.lib.gather(st, w)}({self.cname[buf]}, {self._offsets(v.index)})"
+                return self._local(vt, self.to_compute(v.dtype, raw))
             # a gather: one initializer of the lanes' loads (GCC inserts them into a register;
             # a lane loop it may assemble through memory, a store-forwarding stall per vector)
             lanes = ", ".join(f"{self.cname[buf]}[{self.lane_aff(v.index, str(lane))}]"
@@ -650,16 +656,7 @@ class KernelPrinter:
         if op == "tile":
             return self._tile(v, vt)
         if op == "index":
-            a: Affine = v.arg
-            c = a.coef(var)
-            rest = Affine(tuple((t, k) for t, k in a.terms if not (
-                isinstance(t, Val) and self.varies(t))), a.const)  # lane 0's value
-            parts = [f"{self.lib.splat('i64', w)}({self.aff(rest)})"]
-            if c:
-                parts.append(f"{self.lib.iota(w)}() * {c_int(c)}")
-            for t, k in self.varying_terms(a):
-                parts.append(f"{self.vexpr(t)} * {c_int(k)}")
-            return self._local(vt, " + ".join(parts))
+            return self._local(vt, self._offsets(v.arg))
         if op in ("idiv", "imod"):
             sym = "/" if op == "idiv" else "%"
             return self._local(vt, f"{self.vexpr(v.args[0])} {sym} "
@@ -682,6 +679,23 @@ class KernelPrinter:
         if op == "cond":
             return self._cond(v, vt, vector=True)
         raise CompileError(f"{self.where}: cannot print a {op} value in a vector loop")
+
+    def _offsets(self, a: Affine) -> str:
+        """The i64 vector of `a`'s value on each lane of the current vector loop."""
+        assert self.vec is not None
+        var, w = self.vec
+        c = a.coef(var)
+        rest = Affine(tuple((t, k) for t, k in a.terms if not (
+            isinstance(t, Val) and self.varies(t))), a.const)  # lane 0's value
+        parts = [f"{self.lib.splat('i64', w)}({self.aff(rest)})"]
+        if c:
+            parts.append(f"{self.lib.iota(w)}() * {c_int(c)}")
+        for t, k in self.varying_terms(a):
+            x = self.vexpr(t)
+            if compute_short(t.dtype) != "i64":  # (a term the lane forms keep narrower)
+                x = f"__builtin_convertvector({x}, {self.lib.t('i64', w)})"
+            parts.append(f"{x} * {c_int(k)}")
+        return " + ".join(parts)
 
     def _blend_on_compare(self, v: Val, w: int) -> str | None:
         """A select (or a convert to a number) on a comparison the lane forms blend

@@ -572,10 +572,13 @@ class LaneForms:
     """The values of a vector loop printed in a cheaper form than their op's generic vector
     form (`passes/lanes.py`), by uid: `narrow`, 32-bit converts of 64-bit indices computed in
     32-bit lanes; `blend`, selects (and converts to numbers) of a lane-varying comparison
-    computed as a blend on the comparison's mask."""
+    computed as a blend on the comparison's mask; `gather`, gathers (loads at addresses
+    computed from lane-varying values) of a loop holding more than `lanes.GATHERS_AS_LANES`,
+    printed as the target's gather instruction where it has one."""
 
     narrow: set[int] = field(default_factory=set)
     blend: set[int] = field(default_factory=set)
+    gather: set[int] = field(default_factory=set)
 
 
 @dataclass(eq=False, slots=True)
