@@ -67,8 +67,8 @@ from hlofuse.ir.opcodes import Opcode
 # always-inline polynomial) a kernel inlines, each counted as `mathlib.inline_weight` of its
 # op (erf 16, power 8: their bodies are that much larger); past these, each is a call to one
 # out-of-line function per (op, types) (`VecLib.lanes`). GCC's time grows about quadratically
-# with the size of a function: a chain of 1,000 elementwise ops (333 inlined exp/tanh) took 4 s of
-# -O3, 2,000 ops 17 s, 5,000 ops 139 s; with the calls 0.2 s for 1,000. A call costs about
+# with the size of a function: a chain of 1,000 elementwise ops (333 inlined exp/tanh) took 4 s
+# of -O3, 2,000 ops 17 s, 5,000 ops 139 s; with the calls 0.2 s for 1,000. A call costs about
 # 1.4x per such op (vectors pass through memory), paid only by kernels this large.
 INLINE_LANE_LOOPS = 64
 

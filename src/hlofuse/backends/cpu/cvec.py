@@ -139,10 +139,10 @@ class VecLib:
     def gather(self, short: str, w: int) -> str:
         """`NAME(p, o)`: the `w` elements `p[o[0]] .. p[o[w-1]]` of a 4-byte `short` type, `o`
         an i64 vector of offsets that fit in int32 (`GATHER_TYPES`, `GATHER_WIDTHS`). Under
-        AVX-512F one hardware gather (w = 16) or two (AVX2's form, w = 8: one); elsewhere an
-        initializer of the lanes' loads. GCC 12's RTL combiner takes time far beyond the
-        code's size on many such initializers in one loop: a MinAtar kernel of 120 16-lane
-        gathers was 23 s of -O2, 0.7 s with hardware gathers."""
+        AVX-512F one hardware gather (the 512-bit form for w = 16, the 256-bit one for w = 8);
+        elsewhere an initializer of the lanes' loads. GCC 12's RTL combiner takes time far
+        beyond the code's size on many such initializers in one loop: a MinAtar kernel of two
+        loops of 110 16-lane gathers was 23 s of -O2, 0.7 s with hardware gathers."""
         vt, (ct, _n) = self.t(short, w), CTYPES[short]
         it, ot = self.t("i32", w), self.t("i64", w)
         name = f"hf_gather_{vt[3:]}"

@@ -17,9 +17,9 @@ decide nothing about them.
 - `gather`: every gather of a vector loop that holds more than GATHERS_AS_LANES of them (a
   load whose address is computed from lane-varying values; strided loads are not counted). A
   printer assembles a gather from its lanes' loads, or uses the target's gather instruction
-  for these. Per lane is faster
-  where it is few (AVX-512 on AMD Zen 4: jumanji's Snake ran 11.0 ms a step that way, 15.1 ms
-  with hardware gathers; MJX's humanoid, whose largest loop holds 64, 2.74 against 2.93 ms),
+  for these. Per lane is faster where it is few (AVX-512 on AMD Zen 4: jumanji's Snake ran
+  11.0 ms a step that way, 15.1 ms with hardware gathers; MJX's humanoid, whose largest loop
+  holds 64, 2.74 against 2.93 ms),
   but GCC 12's RTL combiner takes time far beyond the code's size on many lane-by-lane gathers
   in one loop: SpaceInvaders-MinAtar's kernel of two loops of 110 16-lane gathers was 23 s of
   -O2 (the program's compile 28 s against jax.jit's 1.4), 0.7 s with hardware gathers; the

@@ -73,8 +73,8 @@ UNROLL_MAX = 16  # inner loops up to this many iterations may be unrolled into a
 # faster than its size: brax's ant (positional) unrolled a [64, 9, 3] gather chain into 3,607
 # values, 60 s of -O2 (2 GB), a 2,000-value one 7 s; with this limit the whole program compiled
 # in 17 s instead of 90 and ran faster (168 -> 155 ms; ant (spring) 86 -> 63 ms, hopper (MJX)
-# 40 -> 35 ms): a body that large spills its registers anyway (AVX2 host, measured at 500, 1000
-# and 3000: 500 made hopper slower again).
+# 40 -> 35 ms): a body that large spills its registers anyway (AVX-512 host, measured at 500,
+# 1000 and 3000: 500 made hopper slower again).
 UNROLL_VALUES_MAX = 1000
 # Outputs in lanes: a reduction loop shorter than this many vectors runs sequentially inside a
 # vector loop over its outputs (`short_reduction`), not vectorized along itself.
