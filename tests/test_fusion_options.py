@@ -38,8 +38,8 @@ def test_every_fusion_pass_declares_real_settings() -> None:
         assert cls.OPTIONS and set(cls.OPTIONS) <= set(ALL_SETTINGS), cls
         assert len(set(cls.OPTIONS)) == len(cls.OPTIONS), cls
     # the narrow passes take only their own settings
-    assert set(pass_class("unstack-loop-state").OPTIONS) == {"unstack_loop_state",
-                                                            "unstack_max_rows"}
+    assert set(pass_class("unstack-loop-state").OPTIONS) == {
+        "unstack_loop_state", "unstack_max_rows", "unstack_max_row_rank"}
     assert "merger_bytes_ratio" not in InstructionFusion.OPTIONS
 
 

@@ -231,6 +231,63 @@ def test_transpose_transpose() -> None:
     assert d.opcode is Opcode.PARAMETER
 
 
+BATCH_DOT = ("  bd = f32[2,3,6] dot(a, b), lhs_batch_dims={0}, rhs_batch_dims={1}, "
+             "lhs_contracting_dims={2}, rhs_contracting_dims={0}")
+
+
+def test_transpose_of_dot_swaps_operands() -> None:
+    # jax writes `x @ W.T` (equinox's Linear) as dot(W, x) then a transpose: the product is
+    # computed as dot(x, W) instead, in the order the transpose's users read it. Batch
+    # dimensions stay in front; the operand precisions swap with the operands.
+    _, after = simplify(f"""
+  d = f32[5,4] dot(w, x), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}},\
+ operand_precision={{highest,default}}
+  t = f32[4,5] transpose(d), dimensions={{1,0}}
+{BATCH_DOT}
+  bt = f32[2,6,3] transpose(bd), dimensions={{0,2,1}}
+  ROOT r = (f32[4,5], f32[2,6,3]) tuple(t, bt)""", """  w = f32[5,3] parameter(0)
+  x = f32[4,3] parameter(1)
+  a = f32[2,3,7] parameter(2)
+  b = f32[7,2,6] parameter(3)""")
+    t, bt = after.entry.root.operands
+    assert t.opcode is Opcode.DOT and [o.name for o in t.operands] == ["x", "w"]
+    assert t.attrs["operand_precision"] == "{default,highest}"
+    assert bt.opcode is Opcode.DOT and [o.name for o in bt.operands] == ["b", "a"]
+    assert bt.attrs["lhs_batch_dims"] == (1,) and bt.attrs["rhs_contracting_dims"] == (2,)
+
+
+def test_transpose_of_dot_stays_where_it_cannot_swap() -> None:
+    # a transpose that moves a batch dimension, or a dot with another user, stays
+    _, after = simplify(f"""
+{BATCH_DOT}
+  bt = f32[3,2,6] transpose(bd), dimensions={{1,0,2}}
+  d = f32[3,3] dot(c, c), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}
+  t = f32[3,3] transpose(d), dimensions={{1,0}}
+  ROOT r = (f32[3,2,6], f32[3,3], f32[3,3]) tuple(bt, t, d)""", """  a = f32[2,3,7] parameter(0)
+  b = f32[7,2,6] parameter(1)
+  c = f32[3,4] parameter(2)""")
+    bt, t, _ = after.entry.root.operands
+    assert bt.opcode is Opcode.TRANSPOSE and t.opcode is Opcode.TRANSPOSE
+
+
+def test_dot_of_transpose_folds() -> None:
+    # the backward pass of a dense layer: dot(transpose(g), x) contracts g's rows directly.
+    # A transpose that reorders an operand's free dimensions would reorder the result's: it
+    # stays.
+    _, after = simplify("""
+  gt = f32[5,4] transpose(g), dimensions={1,0}
+  d = f32[5,3] dot(gt, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ht = f32[3,2,4] transpose(h), dimensions={2,1,0}
+  e = f32[3,2,3] dot(ht, x), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+  ROOT r = (f32[5,3], f32[3,2,3]) tuple(d, e)""", """  g = f32[4,5] parameter(0)
+  x = f32[4,3] parameter(1)
+  h = f32[4,2,3] parameter(2)""")
+    d, e = after.entry.root.operands
+    assert d.opcode is Opcode.DOT and d.operand(0).name == "g"
+    assert d.attrs["lhs_contracting_dims"] == (0,)
+    assert e.operand(0).opcode is Opcode.TRANSPOSE
+
+
 def test_every_rule_names_an_existing_test() -> None:
     source = inspect.getsource(algebraic)
     named = re.findall(r"# test_passes_algebraic\.py::(\w+)", source)

@@ -70,6 +70,17 @@ def test_max_rows_is_a_setting() -> None:
     assert events == []
 
 
+def test_rows_of_higher_rank_are_refused_as_unprofitable() -> None:
+    # a legal un-stacking whose rows (f32[64] here) are of higher rank than the setting
+    # allows is refused by the profitability check, not the legality one, and the loop
+    # keeps its stacked leaf
+    module, (event,) = _run(stacked(), "hlofuse{whole_loop_fusion=false,"
+                                       "unstack_max_row_rank=0}")
+    assert event.verdict == "refused" and event.rule == "unstack_max_row_rank"
+    assert event.figures["row_rank"] == 1
+    assert (64, 3) in _loop_leaves(module)
+
+
 def test_cartpole_as_written_state_is_unstacked() -> None:
     """The paper's step 3 done by the compiler: the stacked [4, N] state (rebuilt by a stack
     under the reset-on-done select) becomes four carried [N] arrays."""

@@ -228,6 +228,9 @@ _TABLE: tuple[Rule, ...] = (
     Rule("unstack.reads", "the carried array is read other than one row at a time"),
     Rule("unstack_max_rows", "the carried array has more rows than are split into separate "
          "arrays", "limit", figures=("rows",)),
+    Rule("unstack_max_row_rank", "each row is itself an array of rank above the setting: "
+         "carried as rows it is processed block by block all the same", "limit",
+         figures=("row_rank",)),
 )
 
 RULES: dict[str, Rule] = {r.code: r for r in _TABLE}

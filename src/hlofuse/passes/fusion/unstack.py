@@ -21,6 +21,10 @@ refusal names its rule):
   so the rows of the new value are computed by pushing the row selection through those ops
   (`row_of`); anything else is sliced.
 
+Profitability (`unstack_profitable`, separate from legality): `unstack_max_row_rank`, each row
+has rank at most the setting (1: a row is one scalar per element of the batch, what
+whole-loop fusion turns into registers; a row that is itself a matrix gains nothing).
+
 The rewrite appends K leaves of the row shape to the loop state (init: rows sliced from the
 leaf's init; body: each single-row slice becomes a reshape of its row leaf, the root gets the
 rows of the new value; after the loop: users of the leaf read a concatenate of the K results)
@@ -130,6 +134,17 @@ def unstack_legal(w: Instruction, k: int, config: FusionConfig
     if refusals:
         return None, refusals[0]
     return None, FusionDecision.no("its new value is not built from rows", "unstack.writes")
+
+
+def unstack_profitable(leaf: ArrayShape, config: FusionConfig) -> FusionDecision:
+    """Whether carrying `leaf` (a legal stacked leaf) as rows pays: its rows (one dimension
+    fewer) have rank at most `unstack_max_row_rank`."""
+    row_rank = leaf.rank - 1
+    if row_rank > config.unstack_max_row_rank:
+        return FusionDecision.no(
+            f"rows of rank {row_rank}: more than unstack_max_row_rank="
+            f"{config.unstack_max_row_rank}", "unstack_max_row_rank", row_rank=row_rank)
+    return FusionDecision.ok(row_rank=row_rank)
 
 
 class _Rows:
@@ -274,7 +289,8 @@ def unstack(w: Instruction, k: int, axis: int) -> int:
 class UnstackLoopState(FusionPass):
     """Carry stacked loop state as rows (module docstring); off unless `unstack_loop_state`."""
 
-    OPTIONS: ClassVar[tuple[str, ...]] = ("unstack_loop_state", "unstack_max_rows")
+    OPTIONS: ClassVar[tuple[str, ...]] = ("unstack_loop_state", "unstack_max_rows",
+                                          "unstack_max_row_rank")
     name: ClassVar[str] = PASS
 
     def run(self, module: Module) -> bool:
@@ -298,7 +314,11 @@ class UnstackLoopState(FusionPass):
                         continue  # not stacked at all: nothing to report
                     leaf = tup.elements[k]
                     figures = {"leaf": k, "shape": str(leaf), **source_figure(module, w)}
-                    if axis is None:
+                    if axis is not None:
+                        assert isinstance(leaf, ArrayShape)
+                        worth = unstack_profitable(leaf, config)
+                        decision = decision if worth else worth
+                    if axis is None or not decision:
                         trace.record(PASS, w.name, w.name, decision.with_figures(**figures),
                                      comp.name)
                         continue

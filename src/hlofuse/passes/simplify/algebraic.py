@@ -5,6 +5,8 @@ or a new detached one) or None. Each rule names the test that motivates it.
 
     add(x, broadcast(-0.0))                 ==>  x
     transpose(transpose(x, {1,0}), {1,0})   ==>  transpose(x, {0,1})  (noop-removal: x)
+    transpose(dot(a, b), {1,0})              ==>  dot(b, a)  (contracting dims swapped)
+    dot(transpose(a, {1,0}), b), lhs_contracting_dims={0}  ==>  dot(a, b), ...={1}
     dynamic-slice(x, 3, 0), sizes={2,4}     ==>  slice(x), slice={[2:4], [0:4]}  (clamped)
 
 Conditions every rule keeps:
@@ -250,6 +252,71 @@ def _transpose_transpose(instr: Instruction) -> Instruction | None:
     return _new(Opcode.TRANSPOSE, instr, [src], dimensions=perm)
 
 
+def _swap_pair(raw: object) -> object:
+    """`{a,b}` (a dot's `operand_precision`) with the two entries swapped."""
+    text = str(raw).strip()
+    parts = text[1:-1].split(",") if text.startswith("{") and text.endswith("}") else []
+    return "{" + ",".join(reversed(parts)) + "}" if len(parts) == 2 else raw
+
+
+def _transpose_dot(instr: Instruction) -> Instruction | None:
+    """transpose(dot(a, b)) ==> dot(b, a) where the transpose keeps the batch dimensions in
+    place and swaps the two groups of free dimensions, and the dot has no other user (XLA's
+    HandleTranspose does the same): the product is computed in the order its users read it,
+    where the transpose would be a strided copy (jax writes `x @ W.T` as dot(W, x) then a
+    transpose)."""
+    dot = instr.operand(0)
+    if dot.opcode is not Opcode.DOT or len(dot.users) != 1:
+        return None
+    a, b = dot.operands
+    attrs = dot.attrs
+    lb, rb = (tuple(attrs.get(f"{s}_batch_dims", ())) for s in ("lhs", "rhs"))
+    lc, rc = (tuple(attrs.get(f"{s}_contracting_dims", ())) for s in ("lhs", "rhs"))
+    if not (isinstance(a.shape, ArrayShape) and isinstance(b.shape, ArrayShape)):
+        return None
+    nb = len(lb)
+    nl = a.shape.rank - nb - len(lc)
+    nr = b.shape.rank - nb - len(rc)
+    want = (tuple(range(nb)) + tuple(range(nb + nl, nb + nl + nr))
+            + tuple(range(nb, nb + nl)))
+    if tuple(instr.dimensions) != want or nl + nr == 0:
+        return None
+    new_attrs = dict(attrs)
+    new_attrs.update(lhs_batch_dims=rb, rhs_batch_dims=lb,
+                     lhs_contracting_dims=rc, rhs_contracting_dims=lc)
+    if "operand_precision" in new_attrs:
+        new_attrs["operand_precision"] = _swap_pair(new_attrs["operand_precision"])
+    return Instruction.create(Opcode.DOT, instr.shape, [b, a], name=dot.name,
+                              attrs=new_attrs, metadata=dot.metadata)
+
+
+def _dot_of_transpose(instr: Instruction) -> Instruction | None:
+    """dot(transpose(x), y) ==> dot(x, y) with the dimension numbers read through the
+    permutation (XLA's TransposeFolding), where the transpose keeps the order of the operand's
+    free dimensions (so the result's dimensions are unchanged); either operand, or both. The
+    GEMM reads an operand through strides, so the transposed copy is never written."""
+    attrs = dict(instr.attrs)
+    operands = list(instr.operands)
+    for k, side in ((0, "lhs"), (1, "rhs")):
+        t = operands[k]
+        if t.opcode is not Opcode.TRANSPOSE or not isinstance(t.shape, ArrayShape):
+            continue
+        perm = tuple(t.dimensions)
+        batch = tuple(attrs.get(f"{side}_batch_dims", ()))
+        contracting = tuple(attrs.get(f"{side}_contracting_dims", ()))
+        free = [d for d in range(t.shape.rank) if d not in batch and d not in contracting]
+        mapped = [perm[d] for d in free]
+        if mapped != sorted(mapped):
+            continue
+        attrs[f"{side}_batch_dims"] = tuple(perm[d] for d in batch)
+        attrs[f"{side}_contracting_dims"] = tuple(perm[d] for d in contracting)
+        operands[k] = t.operand(0)
+    if operands == list(instr.operands):
+        return None
+    return Instruction.create(Opcode.DOT, instr.shape, operands, name=instr.name, attrs=attrs,
+                              metadata=instr.metadata)
+
+
 # ----- the rule table ---------------------------------------------------------------------
 
 RULES: list[Rule] = [
@@ -289,6 +356,10 @@ RULES: list[Rule] = [
     Rule("dynamic-slice-constant", Opcode.DYNAMIC_SLICE, _dynamic_slice_constant),
     # test_passes_algebraic.py::test_transpose_transpose
     Rule("transpose-transpose", Opcode.TRANSPOSE, _transpose_transpose),
+    # test_passes_algebraic.py::test_transpose_of_dot_swaps_operands
+    Rule("transpose-dot", Opcode.TRANSPOSE, _transpose_dot),
+    # test_passes_algebraic.py::test_dot_of_transpose_folds
+    Rule("dot-of-transpose", Opcode.DOT, _dot_of_transpose),
 ]
 
 
