@@ -321,6 +321,47 @@ def test_shifts_are_vector_ops_with_xla_semantics(target: str, monkeypatch: pyte
     _vector_ops_match_interpreter(SHIFTS, args, target, monkeypatch)
 
 
+PADDED_WINDOWS = """HloModule windows
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p0 = s32[37,16] parameter(0)
+  z = s32[] constant(0)
+  zb = s32[37,16] broadcast(z), dimensions={}
+  gt = pred[37,16] compare(p0, zb), direction=GT
+  c = f32[37,16] convert(gt)
+  zf = f32[] constant(0)
+  scan = f32[37,16] reduce-window(c, zf), window={size=1x16 pad=0_0x15_0}, to_apply=add
+  p1 = f32[9,45] parameter(1)
+  back = f32[9,45] reduce-window(p1, zf), window={size=1x5 pad=0_0x0_4}, to_apply=add
+  ROOT t = (f32[37,16], f32[9,45]) tuple(scan, back)
+}"""
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512", "scalar"])
+def test_padded_windows_read_through_masked_loads(target: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window along the minor dimension whose taps read padding (jnp.cumsum's row scan, a
+    reverse scan reading past the row's and the buffer's end) runs its outputs in lanes, each
+    tap a masked vector load (`mload`: the target's masked load instruction under GCC, lanes
+    elsewhere) that reads no element outside the buffer; the interpreter's values (sums of
+    small integers: exact in any order)."""
+    import numpy as np
+
+    module = parse(PADDED_WINDOWS)
+    run_pipeline(module, "xla")
+    sources = [lower_kernel(i, set(), Target.named(target)).source
+               for i in module.entry.instructions if is_kernel(i)]
+    assert (target != "scalar") == any("hf_mld_" in src for src in sources)
+    rng = np.random.default_rng(3)
+    args = (rng.integers(-3, 4, (37, 16), dtype=np.int32),
+            rng.integers(-50, 50, (9, 45)).astype(np.float32))  # exact sums in any order
+    _vector_ops_match_interpreter(PADDED_WINDOWS, args, target, monkeypatch, bytewise=True)
+
+
 # NaNs of both signs, signed zeros, f32 and f64 subnormals, infinities, a bf16 subnormal
 SPECIAL_FLOATS = [float("nan"), -float("nan"), 0.0, -0.0, 1e-45, -1e-45, 1e-310, -1e-310,
                   float("inf"), -float("inf"), 2.5, -3.0, 1e-39, -1e-39, 6e-8, -6e-8, 1e-40]

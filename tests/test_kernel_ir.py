@@ -332,9 +332,9 @@ ENTRY e {
         [(0, 16, 8, 16), (16, 20, 0, 1)]
 
 
-def test_guarded_reads_varying_by_lane_stay_scalar() -> None:
-    """An interior pad reads its operand only at even positions: a vector select would read
-    out of bounds, so the loop stays scalar (and correct)."""
+def test_guarded_reads_in_bounds_are_read_on_every_lane() -> None:
+    """An interior pad reads its operand only at even positions, at p[i // 2]: in bounds for
+    every i of the loop, so the vector select reads it on every lane (no masked load)."""
     k = optimize(one("""
 ENTRY e {
   p = f32[64] parameter(0)
@@ -342,7 +342,27 @@ ENTRY e {
   ROOT q = f32[127] pad(p, z), padding=0_0_1
 }"""), Target.named("avx2"))
     assert any(v.op == "cond" for v in vals(k))
-    assert not any(lp.vector for lp in loops(k))
+    assert any(lp.vector for lp in loops(k))
+    assert not any(v.op == "mload" for v in vals(k))
+
+
+def test_guarded_contiguous_reads_become_masked_loads() -> None:
+    """A row scan's first taps read before the row (and, in its first row, before the buffer)
+    where the window's padding is: the loop over the outputs runs in lanes (a window along the
+    minor dimension), each tap one masked load that reads only the lanes inside the row."""
+    k = optimize(one(ADD + """
+ENTRY e {
+  p0 = f32[8,16] parameter(0)
+  zf = f32[] constant(0)
+  ROOT r = f32[8,16] reduce-window(p0, zf), window={size=1x16 pad=0_0x15_0}, to_apply=add
+}"""), Target.named("avx512"))
+    vector = [lp for lp in loops(k) if lp.vector]
+    assert len(vector) == 1 and vector[0].vector == 16
+    masked = [v for v in vals(k) if v.op == "mload"]
+    assert masked and all(v.args[0].dtype.is_pred for v in masked)
+    assert not any(v.op == "lanes_reduce" for v in vals(k)), "outputs in lanes, no combine"
+    forms = vector[0].forms
+    assert forms is not None and forms.compare32, "the tap's position compared in 32 bits"
 
 
 def test_variadic_reductions_are_not_reassociated() -> None:

@@ -70,6 +70,34 @@ ENTRY e {
   p = f32[6,41] pad(p0, z), padding=0_0x1_1_1
   ROOT n = f32[6,41] negate(p)
 }""",
+    # jnp.cumsum's row scan after reduce-window-rewriter: the first taps of each row read
+    # before it, under a condition that varies by lane (masked loads, `mload`)
+    "row_scan_masked": """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p0 = s32[6,3,16] parameter(0)
+  z = s32[] constant(0)
+  zb = s32[6,3,16] broadcast(z), dimensions={}
+  gt = pred[6,3,16] compare(p0, zb), direction=GT
+  c = f32[6,3,16] convert(gt)
+  zf = f32[] constant(0)
+  ROOT r = f32[6,3,16] reduce-window(c, zf), window={size=1x1x16 pad=0_0x0_0x15_0}, to_apply=add
+}""",
+    "reverse_window_masked": """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p0 = f32[5,40] parameter(0)
+  zf = f32[] constant(0)
+  ROOT r = f32[5,40] reduce-window(p0, zf), window={size=1x5 pad=0_0x0_4}, to_apply=add
+}""",
 }
 
 

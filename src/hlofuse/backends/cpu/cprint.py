@@ -61,6 +61,7 @@ from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MAX_DEPTH, owned
 from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MIN_OPS as LAZY_SELECT_MIN_OPS
 from hlofuse.backends.kernel_ir.query import guarded_load, varies
 from hlofuse.errors import CompileError
+from hlofuse.ir.dtypes import S32
 from hlofuse.ir.opcodes import Opcode
 
 # Lane loops (an op without a vector form, e.g. expm1 or erf, computed lane by lane through an
@@ -448,6 +449,9 @@ class KernelPrinter:
             if buf.kind == "local" and buf.size == 1:
                 return self._local(ct, raw)
             return self._local(ct, cexpr.load(v.dtype, raw))
+        if op == "mload":
+            raw = cexpr.load(v.dtype, f"{self.cname[v.buffer]}[{self.aff(v.index)}]")
+            return self._local(ct, f"({self.sx(v.args[0])} ? {raw} : ({ct})0)")
         if op == "alu":
             args = [self.sx(a) for a in v.args]
             expr = cexpr.elementwise_op(v.arg, [a.dtype for a in v.args], args, self.where,
@@ -653,6 +657,14 @@ class KernelPrinter:
                               for lane in range(w))
             name = self._local(self.lib.t(st, w), f"{{{lanes}}}")
             return self._local(vt, self.to_compute(v.dtype, name))
+        if op == "mload":
+            st = storage_short(v.buffer.dtype)
+            mask = v.args[0]
+            m = self.vexpr(mask) if self.varies(mask) else \
+                f"{self.lib.splat('u8', w)}({self.sx(mask)})"
+            raw = (f"{self.lib.masked_load(st, w)}({self.cname[v.buffer]} + "
+                   f"{self.aff(v.index)}, {m})")
+            return self._local(vt, self.to_compute(v.dtype, raw))
         if op == "tile":
             return self._tile(v, vt)
         if op == "index":
@@ -664,6 +676,8 @@ class KernelPrinter:
         if op == "alu":
             if v.uid in self.forms.narrow:
                 return self._local(vt, self._narrow_index(v, w))
+            if v.uid in self.forms.compare32:
+                return self._local(vt, self._compare32(v, w))
             if v.uid in self.lazy_now():
                 return self._lazy_cond(v, vt, self.lib.select(compute_short(v.dtype), w),
                                        self.lazy[v.uid])
@@ -747,6 +761,25 @@ class KernelPrinter:
         if c:
             expr += f" + {self.lib.iota(w, 'u32')}() * {c_int(c % (1 << 32))}u"
         return f"({self.lib.t(compute_short(v.dtype), w)})({expr})"
+
+    def _compare32(self, v: Val, w: int) -> str:
+        """A comparison of a 64-bit index with a loop-invariant value, both within 32 bits (the
+        lane forms' `compare32`): the index computed in 32-bit lanes (unsigned arithmetic, its
+        value fits, so the bits are the signed value's), compared as s32."""
+        assert self.vec is not None
+        var, _w = self.vec
+        index, other = v.args
+        a: Affine = index.arg
+        c = a.coef(var)
+        expr = f"{self.lib.splat('u32', w)}((uint32_t)({self.aff(a)}))"  # lane 0's value
+        if c:
+            expr += f" + {self.lib.iota(w, 'u32')}() * {c_int(c % (1 << 32))}u"
+        lhs = f"(({self.lib.t('i32', w)})({expr}))"
+        rhs = f"{self.lib.splat('i32', w)}((int32_t)({self.sx(other)}))"
+        found = cvec.compare_mask(self.lib, v.arg, S32, [lhs, rhs], w)
+        assert found is not None
+        mask, short = found
+        return f"{self.lib.mask_to_pred(short, w)}({mask})"
 
     def _tile(self, v: Val, vt: str) -> str:
         assert self.vec is not None

@@ -170,6 +170,57 @@ static inline {vt} {name}(const {ct} *p, {ot} o) {{
 }}""")
         return name
 
+    def masked_load(self, short: str, w: int) -> str:
+        """`NAME(p, m)`: `p[l]` in each lane l whose pred lane `m[l]` (a 0/1 byte) is set, 0 in
+        the others, which read nothing (`p` may point before or past its buffer where their
+        lanes are: a window's padding, a concatenate's other piece). With GCC, one masked
+        vector load where the target has it for the vector's size (AVX-512F: 64 bytes of 4- or
+        8-byte lanes; AVX: 32 bytes), through GCC's own builtins (not <immintrin.h>, see
+        `vmath`); elsewhere a whole vector when every lane is set, else lane by lane."""
+        vt, (ct, n) = self.t(short, w), CTYPES[short]
+        pt = self.t("u8", w)
+        name = f"hf_mld_{vt[3:]}"
+        size = n * w
+        fast = ""
+        if n in (4, 8) and size == 64:
+            ft, kt = ("float", "unsigned short") if n == 4 else ("double", "unsigned char")
+            blt = "__builtin_ia32_loadups512_mask" if n == 4 else "__builtin_ia32_loadupd512_mask"
+            bits = ("__builtin_ia32_ptestmb128((hf__mq)m, (hf__mq)m, 0xFFFF)"
+                    if w == 16 else "0")
+            fast = f"""#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+    typedef {ft} hf__mv __attribute__((vector_size(64)));
+    {kt} k;
+#if {int(w == 16)} && defined(__AVX512BW__) && defined(__AVX512VL__)
+    typedef char hf__mq __attribute__((vector_size(16)));
+    k = {bits};
+#else
+    k = 0;
+    for (int l = 0; l < {w}; ++l) k |= ({kt})((m[l] & 1) << l);
+#endif
+    return ({vt}){blt}((const {ft} *)p, (hf__mv){{0}}, k);
+#else
+"""
+        elif n in (4, 8) and size == 32:
+            ft, it = ("float", "int") if n == 4 else ("double", "long long")
+            blt = "__builtin_ia32_maskloadps256" if n == 4 else "__builtin_ia32_maskloadpd256"
+            fast = f"""#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX__)
+    typedef {ft} hf__mv __attribute__((vector_size(32)));
+    typedef {it} hf__mi __attribute__((vector_size(32)));
+    const hf__mi k = -__builtin_convertvector(m, hf__mi);
+    return ({vt}){blt}((const hf__mv *)p, k);
+#else
+"""
+        lanes = f"""    int all = 1;
+    for (int l = 0; l < {w}; ++l) all &= m[l];
+    if (all) {{ {vt} v; memcpy(&v, p, sizeof v); return v; }}
+    {vt} v = {{0}};
+    for (int l = 0; l < {w}; ++l) if (m[l]) v[l] = p[l];
+    return v;
+"""
+        self._add(name, f"static inline {vt} {name}(const {ct} *p, {pt} m)\n{{\n{fast}"
+                        f"{lanes}{'#endif' + chr(10) if fast else ''}}}")
+        return name
+
     def splat(self, short: str, w: int) -> str:
         vt, (ct, _n) = self.t(short, w), CTYPES[short]
         name = f"hf_splat_{vt[3:]}"
@@ -577,6 +628,11 @@ def _convert(lib: VecLib, src: DType, dst: DType, x: str, w: int) -> str | None:
     if src.name == dst.name:
         return x
     dt = lib.t(d_short, w)
+    if dst.is_float and not src.is_float and CTYPES[s_short][1] < 4:
+        # 8- and 16-bit lanes (pred, u8, s16, ...) widened to 32-bit integers first: exact,
+        # and GCC 12 converts bytes to floats lane by lane (one vcvtusi2ss each) otherwise
+        x = f"__builtin_convertvector({x}, {lib.t('i32', w)})"
+        s_short = "i32"
     out = x if s_short == d_short else f"__builtin_convertvector({x}, {dt})"
     if dst.name in ("f16", "bf16"):
         if src.name == "f64" and dst.name == "f16":

@@ -12,7 +12,7 @@ jam, collapse, fission, narrow, vectorize, parallelize, hoist: `passes/`), then 
           | If(cond, then, orelse) | Let(value) | Copy(dst, src) | LibCall(op, ins, outs)
           | Comment(text)
     Val   = const | load(buf, Affine) | index(Affine) | alu(ScalarOp, args)
-          | cond(c, a, b) | idiv/imod(x, n) | param(k)
+          | cond(c, a, b) | idiv/imod(x, n) | param(k) | mload(buf, Affine, mask)
           | tile(buf, base, stride, k) | lanes_reduce(op, lanes buffers...)
     Affine = const + Σ coef·term,   term = Var (a loop index) | Val (an s64 value: a clamped
              dynamic start, a gathered index, a delinearised coordinate)
@@ -33,8 +33,11 @@ Design (after tinygrad's UOps, TorchInductor's LoopBody, TVM's TIR BufferLoad/Fo
   value again, reading the buffer anew. Hoisting only moves a value out of a loop that writes
   none of the buffers it reads, so a hoisted `Let` stays reused throughout the loop.
 - A `cond` value reads `a` only where `c` holds (guarded reads: pad, concatenate,
-  dynamic-update-slice, windows). Lowering keeps conditions on loop indices affine, so `split`
-  can cut a loop's range where they change and fold them.
+  dynamic-update-slice, windows). `mload(buf, index, mask)` is `buf[index]` where the pred
+  `mask` holds and 0 elsewhere, and reads nothing where it does not: the vectorizer's form of
+  a contiguous load under a `cond` whose condition varies by lane (a masked vector load).
+  Lowering keeps conditions on loop indices affine, so `split` can cut a loop's range where
+  they change and fold them.
 - Element types are HLO's (`ir.dtypes.DType`); index arithmetic is s64. A `Loop` with
   `vector=W` runs W consecutive values of its variable per step (lanes); values that depend on
   it are vectors of W lanes, everything else stays scalar. Tails run as a second, scalar loop.
@@ -229,8 +232,9 @@ class ScalarOp:
 
 
 ValOp = Literal["const", "load", "index", "alu", "cond", "idiv", "imod", "param", "tile",
-                "lanes_reduce"]
-_READS = ("load", "tile", "lanes_reduce")
+                "lanes_reduce", "mload"]
+_READS = ("load", "tile", "lanes_reduce", "mload")
+_INDEXED = ("load", "index", "tile", "mload")  # ops with an index expression
 
 
 class Val:
@@ -261,13 +265,13 @@ class Val:
 
     @property
     def index(self) -> Affine:
-        assert self.op in ("load", "index", "tile")
-        return self.arg[1] if self.op in ("load", "tile") else self.arg
+        assert self.op in _INDEXED
+        return self.arg if self.op == "index" else self.arg[1]
 
     def children(self) -> list[Val]:
         """Operands, including the values inside an index expression."""
         out = list(self.args)
-        if self.op in ("load", "index", "tile"):
+        if self.op in _INDEXED:
             out.extend(self.index.vals())
         return out
 
@@ -325,7 +329,7 @@ def _value_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None) -> Bounds:
         if v.op == "idiv":
             return r[0] // n, r[1] // n
         return r if r[1] < n else (0, n - 1)
-    if v.op == "load":
+    if v.op in ("load", "mload"):
         info = int_range(v.dtype)
         return int(info.min), int(info.max)
     if v.op == "alu" and v.arg.opcode in (Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.CONVERT):
@@ -396,7 +400,7 @@ def deps(v: Val) -> frozenset[Var]:
             if x._deps is not None:
                 continue
             acc: set[Var] = set()
-            if x.op in ("load", "index", "tile"):
+            if x.op in _INDEXED:
                 acc.update(x.index.vars())
             for c in x.children():
                 assert c._deps is not None
@@ -442,6 +446,12 @@ class Graph:
 
     def load(self, buf: Buffer, index: Affine) -> Val:
         return self.make("load", buf.dtype, (), (buf, index))
+
+    def mload(self, buf: Buffer, index: Affine, mask: Val) -> Val:
+        """`buf[index]` where the pred `mask` holds, 0 elsewhere (reading nothing there)."""
+        if mask.op == "const":
+            return self.load(buf, index) if mask.arg[1] else self.const(0, buf.dtype)
+        return self.make("mload", buf.dtype, (mask,), (buf, index))
 
     def index(self, index: Affine) -> Val:
         if index.is_const:
@@ -574,11 +584,13 @@ class LaneForms:
     32-bit lanes; `blend`, selects (and converts to numbers) of a lane-varying comparison
     computed as a blend on the comparison's mask; `gather`, gathers (loads at addresses
     computed from lane-varying values) of a loop holding more than `lanes.GATHERS_AS_LANES`,
-    printed as the target's gather instruction where it has one."""
+    printed as the target's gather instruction where it has one; `compare32`, comparisons of a
+    64-bit index with a loop-invariant value, both within 32 bits, computed in 32-bit lanes."""
 
     narrow: set[int] = field(default_factory=set)
     blend: set[int] = field(default_factory=set)
     gather: set[int] = field(default_factory=set)
+    compare32: set[int] = field(default_factory=set)
 
 
 @dataclass(eq=False, slots=True)

@@ -45,6 +45,9 @@ class _Fmt:
             return f"p{v.arg}"
         if op == "load":
             return f"{v.buffer.name}[{self.aff(v.index, shared)}]"
+        if op == "mload":
+            return (f"{v.buffer.name}[{self.aff(v.index, shared)}] where "
+                    f"{self.val(v.args[0], shared)}")
         if op == "tile":
             buf, base, stride, k = v.arg
             return f"tile({buf.name}[{self.aff(base, shared)}], stride {stride})[{k}]"

@@ -21,7 +21,8 @@ What it relies on, and nothing else:
   vectorizer's legality is the IR's promise that this is exact); `step` is read, not derived.
   Whether a value is a vector is `query.varies` (the IR's definition, also cprint's).
   A `cond` with a lane-varying condition is a `where` of both sides (the vectorizer allows such
-  a cond only on values that read no memory); any other `cond` computes one side in a branch.
+  a cond only on values that read no memory, or read it through masked loads, `mload`, which
+  read only the lanes their mask selects); any other `cond` computes one side in a branch.
 - `lanes` buffers are W-element arrays every access reads or writes whole; `tile`/`StoreTile`
   address lane l at base(lane 0) + stride*l + k; `lanes_reduce` combines the partial buffers
   pairwise, then halves of the lanes (both as `ir.py` states them, like the C printer).
@@ -64,6 +65,18 @@ def _ix(i: Any) -> Any:
     if (i < 0).any() if isinstance(i, np.ndarray) else i < 0:
         raise IndexError(f"negative index {i}")
     return i
+
+
+def _mload(b: np.ndarray, i: Any, m: Any) -> Any:
+    """`b[i]` where `m` holds, 0 elsewhere (`ir.py`'s mload): masked-off lanes read nothing, so
+    their index is never checked or used."""
+    shape = np.broadcast_shapes(np.shape(i), np.shape(m))
+    if not shape:
+        return b[_ix(i)] if m else b.dtype.type(0)
+    i, on = np.broadcast_to(i, shape), np.broadcast_to(np.asarray(m, bool), shape)
+    out = np.zeros(shape, b.dtype)
+    out[on] = b[_ix(i[on])]
+    return out
 
 
 def _int(x: Any, where: str) -> str:
@@ -392,6 +405,9 @@ class _Printer:
                 self.line(f"{name} = {self.buf(b)}.copy()")
             else:
                 self.line(f"{name} = {self.buf(b)}[_ix({self.aff(v.index)})]")
+        elif op == "mload":
+            self.line(f"{name} = _mload({self.buf(v.buffer)}, {self.aff(v.index)}, "
+                      f"{self.value(v.args[0])})")
         elif op == "index":
             self.line(f"{name} = np.int64(0) + {self.aff(v.arg)}")
         elif op in ("idiv", "imod"):
@@ -464,7 +480,7 @@ class PyKernel:
         self.kernel = kernel
         self.source = p.print()
         scope: dict[str, Any] = {
-            "np": np, "_ix": _ix, "_lane0": _lane0, "_hreduce": _hreduce,
+            "np": np, "_ix": _ix, "_lane0": _lane0, "_hreduce": _hreduce, "_mload": _mload,
             "_A": p.alu, "_K": p.consts, "_D": p.dtypes, "_L": p.libs,
         }
         try:

@@ -97,6 +97,8 @@ class Rewriter:
             return v
         if op == "load":
             return g.load(self.buffer(v.buffer), self.affine(v.index))
+        if op == "mload":
+            return g.mload(self.buffer(v.buffer), self.affine(v.index), args[0])
         if op == "tile":
             buf, base, stride, k = v.arg
             return g.make("tile", v.dtype, (), (self.buffer(buf), self.affine(base), stride, k))

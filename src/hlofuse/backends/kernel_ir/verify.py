@@ -14,7 +14,9 @@ Conditions checked:
 - bounds: a store's or load's index, over its loop variables' ranges (a vector loop's lanes
   included), lies inside its buffer wherever its range is known (`Affine.bounds`); accesses
   under a `cond` side or inside an `If` are not checked (a guarded access may be out of bounds
-  where its condition is false: a scatter's, a concatenate piece's);
+  where its condition is false: a scatter's, a concatenate piece's), nor masked loads
+  (`mload`: it reads only where its mask holds), whose mask must be a pred value and whose
+  buffer memory (not a `lanes` register);
 - placement (`passes/place.py`, once run): every `local` and `lanes` buffer a statement or
   value accesses is declared once, in a block enclosing every access; a stack local fits the
   placement's stack limit, a heap one does not, only `local`s are on the heap, and none is
@@ -117,13 +119,16 @@ class _Verifier:
             if key in self.seen_vals:
                 continue
             self.seen_vals.add(key)
-            if v.op in ("load", "tile", "lanes_reduce"):
+            if v.op in ("load", "tile", "lanes_reduce", "mload"):
                 for b in v.buffers:
                     self.buffer(b, write=False)
-            if v.op in ("load", "index", "tile"):
+            if v.op in ("load", "index", "tile", "mload"):
                 self.scoped(v.index, bound)
                 if v.op == "load" and not g:
                     self.in_bounds(v.buffer, v.index)
+                if v.op == "mload" and (v.buffer.kind == "lanes" or not v.args[0].dtype.is_pred):
+                    raise self.fail(f"masked load %{v.uid} of {v.buffer.name}: a pred mask "
+                                    "and a memory buffer")
             if v.op == "tile":
                 _b, base, stride, k = v.arg
                 self.tile(v.buffer, base, stride, bound, g, f"tile %{v.uid}")

@@ -59,7 +59,7 @@ class _Unit:
         self.reads: set[Buffer] = set()
         self.vals = [v for v in ir.postorder(roots) if v.op not in _FREE]
         for v in self.vals:
-            if v.op in ("load", "tile"):
+            if v.op in ("load", "tile", "mload"):
                 self.reads.add(v.buffer)
         self.buffers = {b for b in self.reads | self.writes if b.kind not in ("local", "lanes")}
 

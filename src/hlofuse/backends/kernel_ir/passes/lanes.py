@@ -14,6 +14,11 @@ decide nothing about them.
   (`(x < 0).astype(f32)`: exact, convert(pred) is 1 or 0): a blend on the comparison's mask,
   not on pred lanes (bytes) narrowed from the mask and widened back. A comparison in the
   total order of a float narrower than f32 has no mask form (its keys are its own bits).
+- `compare32`: a lane-varying comparison of a 64-bit index (whose terms other than the loop
+  variable do not vary) with a value that does not vary, where both lie within 32 bits over
+  the loop's ranges (`Affine.bounds`, `ir.value_bounds`): compared in 32-bit lanes, exact
+  there, where 64-bit lanes are twice the registers and their mask narrows to pred bytes lane
+  by lane (GCC 12; a padded window's tap positions, `i + w - 15 >= 0`).
 - `gather`: every gather of a vector loop that holds more than GATHERS_AS_LANES of them (a
   load whose address is computed from lane-varying values; strided loads are not counted). A
   printer assembles a gather from its lanes' loads, or uses the target's gather instruction
@@ -60,6 +65,8 @@ def forms(loop: ir.Loop) -> ir.LaneForms:
             continue
         if narrow_index(v, var):
             out.narrow.add(v.uid)
+        elif compare32(v, var):
+            out.compare32.add(v.uid)
         elif blend_on_compare(v, var):
             out.blend.add(v.uid)
     if len(gathers) > GATHERS_AS_LANES:
@@ -83,6 +90,24 @@ def narrow_index(v: Val, var: Var) -> bool:
     if src.op != "index" or src.dtype.name not in ("s64", "u64"):
         return False
     return not any(isinstance(t, Val) and varies(t, var) for t, _c in src.arg.terms)
+
+
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def compare32(v: Val, var: Var) -> bool:
+    """Whether `v` compares a 64-bit index that varies only through `var` with a value that
+    does not vary, both within 32 bits (see the module docstring)."""
+    if v.arg.opcode is not Opcode.COMPARE or not varies(v, var) or len(v.args) != 2:
+        return False
+    a, b = v.args
+    if a.op != "index" or a.dtype.name != "s64" or b.dtype.name != "s64" or varies(b, var):
+        return False
+    if any(isinstance(t, Val) and varies(t, var) for t, _c in a.arg.terms):
+        return False
+    ra, rb = a.arg.bounds(), ir.value_bounds(b)
+    return ra is not None and rb is not None and all(
+        INT32[0] <= r[0] and r[1] <= INT32[1] for r in (ra, rb))
 
 
 def blend_on_compare(v: Val, var: Var) -> bool:

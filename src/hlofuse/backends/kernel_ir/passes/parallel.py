@@ -63,7 +63,7 @@ def estimate_ns(loop: ir.Loop, per_byte: float = NS_PER_BYTE, lanes: int = 1) ->
     for v in ir.postorder(roots):
         if v.op == "alu":
             ops += op_cost(v.arg.opcode)
-        elif v.op in ("load", "tile"):
+        elif v.op in ("load", "tile", "mload"):
             own += per_byte * v.buffer.dtype.itemsize
     own += NS_PER_OP * ops / max(1, lanes)
     # an unrolled vector loop's body holds step / vector copies, each covering `vector` values
@@ -90,7 +90,7 @@ def access_counts(body: list[Stmt]) -> dict[Buffer, int]:
             for b in s.ins + s.outs:
                 add(b)
     for v in ir.postorder(roots):
-        if v.op in ("load", "tile", "lanes_reduce"):
+        if v.op in ("load", "tile", "lanes_reduce", "mload"):
             for b in v.buffers:
                 add(b)
     return count

@@ -49,8 +49,10 @@ loop stores only privatised accumulators); every store to a buffer that is not
 privatised either writes a lane-distinct address (the index has a nonzero coefficient on the
 loop variable and no value term that depends on it) with loads of that buffer only at the same
 address (read-modify-write per lane), or is a recognised reduction; a `cond` whose condition
-varies by lane may only guard values that read no memory (a select of loads would read out of
-bounds). Loops that fail stay scalar and correct.
+varies by lane computes both sides on every lane, so each load it guards must be in bounds over
+the whole loop, or contiguous along the loop: the vector body reads those as masked loads
+(`mload`, `mask_guarded`) that touch only the lanes their conditions select (a window's
+padding, the first taps of jnp.cumsum's row scan). Loops that fail stay scalar and correct.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from hlofuse.backends.kernel_ir.lower.scalar import identity
 from hlofuse.backends.kernel_ir.passes.jam import regroup
 from hlofuse.backends.kernel_ir.rewrite import Rewriter
 from hlofuse.backends.kernel_ir.target import Target
-from hlofuse.ir.dtypes import DType
+from hlofuse.ir.dtypes import DTYPES, DType
 from hlofuse.ir.opcodes import REASSOCIATIVE_REDUCERS, Opcode
 
 # Element types with vector lanes (the cpu backend's `cvec` tables).
@@ -161,21 +163,22 @@ class _Vectorizer:
         narrow = min(sizes, default=4)
         return self.target.vector_bytes // (4 if narrow <= 4 else 8)
 
-    def unroll(self, body: list[Stmt], keep: int = 0) -> list[Stmt]:
+    def unroll(self, body: list[Stmt], keep: int = 0, outer: Var | None = None
+               ) -> list[Stmt]:
         """Inner loops fully unrolled, except short reductions when `keep` (the vector width)
         is given (`short_reduction`: they stay loops, their own inner loops unrolled); locals
         used only inside an unrolled loop get one copy per iteration (so copies never share
         an accumulator)."""
         out: list[Stmt] = []
         for s in body:
-            if isinstance(s, ir.Loop) and keep and short_reduction(s, keep):
+            if isinstance(s, ir.Loop) and keep and short_reduction(s, keep, outer):
                 out.append(ir.Loop(s.var, s.lo, s.hi, self.unroll(s.body), s.parallel))
             elif isinstance(s, ir.Loop):
                 mine = self.accessed_only_in(s.body)
                 for x in range(s.lo, s.hi):
                     clones = {b: self.clone(b) for b in mine}
                     copy = Rewriter(self.g, {s.var: ir.affine(x)}, clones).stmts(s.body)
-                    out.extend(self.unroll(copy, keep))
+                    out.extend(self.unroll(copy, keep, outer))
             else:
                 out.append(s)
         return out
@@ -199,12 +202,14 @@ class _Vectorizer:
         lane sums its own reduction in order: the order of the scalar loop, whatever the
         type. None (nothing changed) if the loop has no such form or `plan` refuses it."""
         n = loop.hi - loop.lo
-        size = _lanes_unrolled_size(loop.body, width)
+        v = loop.var
+        size = _lanes_unrolled_size(loop.body, width, v)
         if n < width or size is None or not any(
-                isinstance(s, ir.Loop) and short_reduction(s, width) for s in ir.walk(loop.body)):
+                isinstance(s, ir.Loop) and short_reduction(s, width, v)
+                for s in ir.walk(loop.body)):
             return None
         before = len(self.k.locals)
-        body = regroup(self.k, self.unroll(loop.body, keep=width))
+        body = regroup(self.k, self.unroll(loop.body, keep=width, outer=v))
         mine = dict(private) | dict.fromkeys(self.k.locals[before:])
         body = self.scalarize(body, mine)
         mine |= dict.fromkeys(self.k.locals[before:])
@@ -275,6 +280,9 @@ class _Vectorizer:
         vals = ir.body_values(body)
         if not self.conds_ok(vals, v):
             return None
+        masked = self.mask_guarded(body, v)
+        if masked is None:
+            return None
         stores = [s for s in ir.walk(body) if isinstance(s, ir.Store)]
         if any(x.dtype.name not in LANE_TYPES for x in vals) or any(
                 s.buf.dtype.name not in LANE_TYPES for s in stores):
@@ -303,7 +311,7 @@ class _Vectorizer:
                 return None
             reductions[buf] = red
         vec_hi = loop.lo + (n // w) * w
-        vbody = self.vector_body(body, v, w, private, reductions, (loop.lo, vec_hi - w))
+        vbody = self.vector_body(masked, v, w, private, reductions, (loop.lo, vec_hi - w))
         copies = min(ACCUMULATORS // max(1, len(reductions)), n // w) if reductions else 1
         out: list[Stmt] = []
         partials: dict[Buffer, list[Buffer]] = {}
@@ -461,12 +469,76 @@ class _Vectorizer:
         return r.stmts(body)
 
     def conds_ok(self, vals: list[Val], v: Var) -> bool:
+        """A `cond` whose condition varies by lane computes both sides on every lane: each load
+        under such a side must be safe to read on every lane (`_speculable`) or become a
+        masked load (`_maskable`: contiguous along `v`)."""
         for x in vals:
             if x.op == "cond" and v in ir.deps(x.args[0]):
                 for side in x.args[1:]:
-                    if any(y.op in ("load", "tile") for y in ir.postorder([side])):
-                        return False
+                    for y in ir.postorder([side]):
+                        if y.op == "tile" or y.op == "mload" or (
+                                y.op == "load" and not (_speculable(y) or _maskable(y, v))):
+                            return False
         return True
+
+    def mask_guarded(self, body: list[Stmt], v: Var) -> list[Stmt] | None:
+        """Loads the vector loop would read on lanes whose `cond` does not select them -> masked
+        loads (`mload`) that read only the lanes that do: under each lane-varying cond, side
+        `a` is masked by the condition and `b` by its negation (nested conds: the conjunction).
+        A load also read unguarded, or in bounds wherever it runs (`_speculable`), stays; one
+        reached under several masks reads under their disjunction."""
+        g = self.g
+        roots = [x for s in ir.walk(body) for x in ir.stmt_vals(s)]
+        pred = DTYPES["pred"]
+        conj, neg, disj = (ir.ScalarOp(Opcode.AND, pred), ir.ScalarOp(Opcode.NOT, pred),
+                           ir.ScalarOp(Opcode.OR, pred))
+        masks: dict[int, Val] = {}  # load uid -> the disjunction of the masks it is read under
+        free: set[int] = set()  # loads also read where no lane-varying cond guards them
+        loads: dict[int, Val] = {}
+        seen: set[tuple[int, int]] = set()
+        stack: list[tuple[Val, Val | None]] = [(x, None) for x in roots]
+        while stack:
+            x, m = stack.pop()
+            key = (x.uid, m.uid if m is not None else -1)
+            if key in seen:
+                continue
+            seen.add(key)
+            if x.op == "load" and x.buffer.kind != "lanes":
+                loads[x.uid] = x
+                if m is None:
+                    free.add(x.uid)
+                else:
+                    old = masks.get(x.uid)
+                    masks[x.uid] = m if old is None or old is m else g.alu(disj, old, m)
+            if x.op == "cond" and v in ir.deps(x.args[0]):
+                c, a, b = x.args
+                nc = g.alu(neg, c)
+                stack.append((c, m))
+                stack.append((a, c if m is None else g.alu(conj, m, c)))
+                stack.append((b, nc if m is None else g.alu(conj, m, nc)))
+                continue
+            stack.extend((y, m) for y in x.children())
+        r = Rewriter(g)
+        for uid, m in masks.items():
+            x = loads[uid]
+            if uid not in free and not _speculable(x):
+                r.memo[uid] = g.mload(x.buffer, x.index, m)
+        if any(y.uid in r.memo for m in masks.values() for y in ir.postorder([m])):
+            return None  # a mask itself reads guarded memory (a nested cond's condition)
+        return r.stmts(body) if r.memo else body
+
+
+def _speculable(x: Val) -> bool:
+    """A load whose index lies in its buffer over its variables' whole ranges: safe to read
+    where no condition selects it."""
+    r = x.index.bounds()
+    return r is not None and r[0] >= 0 and r[1] < x.buffer.size
+
+
+def _maskable(x: Val, v: Var) -> bool:
+    """A load the vector loop over `v` can read as one masked vector: contiguous along `v`
+    (coefficient 1, no term that varies with it), from memory (not a `lanes` register)."""
+    return x.buffer.kind != "lanes" and x.index.coef(v) == 1 and not _varies(x.index, v)
 
 
 def _varies(a: Affine, v: Var) -> bool:
@@ -511,7 +583,7 @@ def _sequential(loop: ir.Loop) -> bool:
         isinstance(s, ir.Store | ir.Let | ir.Comment) for s in loop.body)
 
 
-def short_reduction(loop: ir.Loop, width: int) -> bool:
+def short_reduction(loop: ir.Loop, width: int, outer: Var | None = None) -> bool:
     """The outputs-in-lanes rule. A reduction loop (its body stores only to locals at
     positions its variable does not change: accumulators; inner loops short enough to unroll)
     shorter than `SHORT_REDUCTION_VECTORS` vectors of `width` lanes, reading some operand with
@@ -520,7 +592,11 @@ def short_reduction(loop: ir.Loop, width: int) -> bool:
     sequentially inside a vector loop over its outputs it is one vector op per element for
     `width` outputs, with no combine and no tail, and the gathers are shared by the
     reductions jammed together. A contiguous row (stride 1) stays vectorized along itself:
-    there it loads whole vectors, where the outputs' lanes would gather."""
+    there it loads whole vectors, where the outputs' lanes would gather, unless the loop
+    over the outputs (`outer`) reads every operand contiguously or not at all and some
+    contiguously (a window along the minor dimension: jnp.cumsum's row scan, a 1-D
+    convolution): there the outputs' lanes load whole vectors too, one per tap for `width`
+    outputs, where along itself each output would pay a horizontal combine."""
     if loop.vector or loop.parallel or loop.hi - loop.lo >= SHORT_REDUCTION_VECTORS * width:
         return False
     if any(not isinstance(s, ir.Store | ir.Let | ir.Comment) and not (
@@ -531,18 +607,24 @@ def short_reduction(loop: ir.Loop, width: int) -> bool:
     if not stores or any(s.buf.kind != "local" or _depends(s.index, v) for s in stores):
         return False
     vals = ir.postorder(x for s in ir.walk(loop.body) for x in ir.stmt_vals(s))
-    return any(x.op == "load" and (x.index.coef(v) not in (0, 1) or _varies(x.index, v))
-               for x in vals)
+    if any(x.op == "load" and (x.index.coef(v) not in (0, 1) or _varies(x.index, v))
+           for x in vals):
+        return True
+    loads = [x for x in vals if x.op == "load" and x.buffer.kind != "local"]
+    return outer is not None and any(x.index.coef(v) for x in loads) and all(
+        x.index.coef(outer) in (0, 1) and not _varies(x.index, outer) for x in loads) and any(
+        x.index.coef(outer) == 1 for x in loads)
 
 
-def _lanes_unrolled_size(body: list[Stmt], width: int) -> int | None:
+def _lanes_unrolled_size(body: list[Stmt], width: int, outer: Var | None = None
+                         ) -> int | None:
     """Statements `body` becomes when its inner loops are unrolled for the outputs-in-lanes
     schedule (short reductions kept as loops, other loops shorter than `width` unrolled); None
     if some inner loop is neither or the total exceeds LANES_UNROLL_MAX."""
     total = 0
     for s in body:
-        if isinstance(s, ir.Loop) and short_reduction(s, width):
-            inner = _lanes_unrolled_size(s.body, width)
+        if isinstance(s, ir.Loop) and short_reduction(s, width, outer):
+            inner = _lanes_unrolled_size(s.body, width, outer)
             if inner is None:
                 return None
             total += 1 + inner
@@ -550,7 +632,7 @@ def _lanes_unrolled_size(body: list[Stmt], width: int) -> int | None:
             n = s.hi - s.lo
             if n >= width or n > UNROLL_MAX or s.vector or s.parallel:
                 return None
-            inner = _lanes_unrolled_size(s.body, width)
+            inner = _lanes_unrolled_size(s.body, width, outer)
             if inner is None:
                 return None
             total += n * inner
