@@ -362,6 +362,43 @@ def test_padded_windows_read_through_masked_loads(target: str,
     _vector_ops_match_interpreter(PADDED_WINDOWS, args, target, monkeypatch, bytewise=True)
 
 
+TRANSPOSED_PIECES = """HloModule pieces
+ENTRY e {
+  a = f32[6,7,5] parameter(0)
+  b = f32[6,4,3,5] parameter(1)
+  s = f32[6,4,2,5] slice(b), slice={[0:6],[0:4],[1:3],[0:5]}
+  bb = f32[6,4,2,2,5] broadcast(s), dimensions={0,1,2,4}
+  r = f32[6,16,5] reshape(bb)
+  c = f32[6,23,5] concatenate(a, r), dimensions={1}
+  ROOT t = f32[6,5,23] transpose(c), dimensions={0,2,1}
+}"""
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512", "scalar"])
+def test_delinearised_indices_divide_in_32_bit_lanes(target: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A concatenate of a reshaped broadcast read through a transpose (MJX's contact Jacobian
+    pieces): the vector loop's coordinates are quotients and remainders of its variable. They
+    lie in [0, 2^31) and only address memory, so they are computed in unsigned 32-bit lanes
+    (`lanes.index32`), never as 64-bit vector divisions (no instruction: GCC divided lane by
+    lane); the interpreter's values."""
+    import numpy as np
+
+    module = parse(TRANSPOSED_PIECES)
+    run_pipeline(module, "xla")
+    (src,) = [lower_kernel(i, set(), Target.named(target)).source
+              for i in module.entry.instructions if is_kernel(i)]
+    wide = [line for line in src.splitlines()
+            if "_i64(" in line and (" / " in line or " % " in line)]
+    assert not wide, wide[:3]
+    if target != "scalar":
+        assert re.search(r"hf_v\d+_u32 v\d+ = v\d+ / hf_splat_v\d+_u32", src)
+    rng = np.random.default_rng(4)
+    args = (rng.standard_normal((6, 7, 5)).astype(np.float32),
+            rng.standard_normal((6, 4, 3, 5)).astype(np.float32))
+    _vector_ops_match_interpreter(TRANSPOSED_PIECES, args, target, monkeypatch, bytewise=True)
+
+
 # NaNs of both signs, signed zeros, f32 and f64 subnormals, infinities, a bf16 subnormal
 SPECIAL_FLOATS = [float("nan"), -float("nan"), 0.0, -0.0, 1e-45, -1e-45, 1e-310, -1e-310,
                   float("inf"), -float("inf"), 2.5, -3.0, 1e-39, -1e-39, 6e-8, -6e-8, 1e-40]

@@ -405,6 +405,8 @@ class KernelPrinter:
                 x = self.var_name(t)
             elif self.varies(t):
                 x = f"{self.vexpr(t)}[{lane}]"
+                if t.uid in self.forms.index32:  # (its 32-bit lanes: widen before scaling)
+                    x = f"(int64_t){x}"
             else:
                 x = self.sx(t)
             parts.append(x if c == 1 else f"{x} * {c_int(c)}")
@@ -668,9 +670,14 @@ class KernelPrinter:
         if op == "tile":
             return self._tile(v, vt)
         if op == "index":
+            if v.uid in self.forms.index32:
+                return self._local(self.lib.t("u32", w), self._offsets32(v.arg))
             return self._local(vt, self._offsets(v.arg))
         if op in ("idiv", "imod"):
             sym = "/" if op == "idiv" else "%"
+            if v.uid in self.forms.index32:  # (a non-negative value in [0, 2^31): unsigned)
+                return self._local(self.lib.t("u32", w), f"{self.vexpr(v.args[0])} {sym} "
+                                   f"{self.lib.splat('u32', w)}({c_int(v.arg)}u)")
             return self._local(vt, f"{self.vexpr(v.args[0])} {sym} "
                                    f"{self.lib.splat('i64', w)}({c_int(v.arg)})")
         if op == "alu":
@@ -706,9 +713,24 @@ class KernelPrinter:
             parts.append(f"{self.lib.iota(w)}() * {c_int(c)}")
         for t, k in self.varying_terms(a):
             x = self.vexpr(t)
-            if compute_short(t.dtype) != "i64":  # (a term the lane forms keep narrower)
-                x = f"__builtin_convertvector({x}, {self.lib.t('i64', w)})"
+            if compute_short(t.dtype) != "i64" or t.uid in self.forms.index32:
+                x = f"__builtin_convertvector({x}, {self.lib.t('i64', w)})"  # (kept narrower)
             parts.append(f"{x} * {c_int(k)}")
+        return " + ".join(parts)
+
+    def _offsets32(self, a: Affine) -> str:
+        """`a`'s value on each lane as unsigned 32-bit lanes (the lane forms' `index32`: it lies
+        in [0, 2^31), so its sum modulo 2^32 is its value), its varying terms `index32` too."""
+        assert self.vec is not None
+        var, w = self.vec
+        c = a.coef(var)
+        rest = Affine(tuple((t, k) for t, k in a.terms if not (
+            isinstance(t, Val) and self.varies(t))), a.const)  # lane 0's value
+        parts = [f"{self.lib.splat('u32', w)}((uint32_t)({self.aff(rest)}))"]
+        if c:
+            parts.append(f"{self.lib.iota(w, 'u32')}() * {c_int(c % (1 << 32))}u")
+        for t, k in self.varying_terms(a):
+            parts.append(f"{self.vexpr(t)} * {c_int(k % (1 << 32))}u")
         return " + ".join(parts)
 
     def _blend_on_compare(self, v: Val, w: int) -> str | None:

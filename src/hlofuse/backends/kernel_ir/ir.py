@@ -585,12 +585,15 @@ class LaneForms:
     computed as a blend on the comparison's mask; `gather`, gathers (loads at addresses
     computed from lane-varying values) of a loop holding more than `lanes.GATHERS_AS_LANES`,
     printed as the target's gather instruction where it has one; `compare32`, comparisons of a
-    64-bit index with a loop-invariant value, both within 32 bits, computed in 32-bit lanes."""
+    64-bit index with a loop-invariant value, both within 32 bits, computed in 32-bit lanes;
+    `index32`, lane-varying index values (`index`, `idiv`, `imod`) in [0, 2^31) used only as
+    indices, computed in unsigned 32-bit lanes."""
 
     narrow: set[int] = field(default_factory=set)
     blend: set[int] = field(default_factory=set)
     gather: set[int] = field(default_factory=set)
     compare32: set[int] = field(default_factory=set)
+    index32: set[int] = field(default_factory=set)
 
 
 @dataclass(eq=False, slots=True)

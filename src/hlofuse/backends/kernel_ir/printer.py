@@ -99,10 +99,12 @@ class _Fmt:
             sides = ", ".join(f"%{u} side {k}" for u, k in loop.lazy.sides.items())
             self.lines.append(f"{pad}lazy {sides}")
         forms = loop.forms if loop is not None else None
-        if forms is not None and (forms.narrow or forms.blend):
+        kinds = (("narrow", forms.narrow), ("blend", forms.blend),
+                 ("compare32", forms.compare32), ("index32", forms.index32)) \
+            if forms is not None else ()
+        if any(uids for _what, uids in kinds):
             parts = [f"{what} {', '.join(f'%{u}' for u in sorted(uids))}"
-                     for what, uids in (("narrow", forms.narrow), ("blend", forms.blend))
-                     if uids]
+                     for what, uids in kinds if uids]
             self.lines.append(f"{pad}forms {'; '.join(parts)}")
 
     def block(self, body: list[Stmt], depth: int, loop: ir.Loop | None = None) -> None:

@@ -25,8 +25,9 @@ Conditions checked:
   side reads no buffer the loop writes, the values only that side owns (`lazy.owned`) are
   used by no statement of the loop and by no value outside the side (so computing them in
   the branch loses nothing), and the groups are exactly the lazy selects by (condition, side);
-- lane forms (`passes/lanes.py`): each `narrow` and `blend` value is an alu value of its loop
-  that qualifies (`lanes.narrow_index`, `lanes.blend_on_compare`);
+- lane forms (`passes/lanes.py`): each `narrow`, `blend` and `compare32` value is an alu value
+  of its loop that qualifies (`lanes.narrow_index`, `lanes.blend_on_compare`,
+  `lanes.compare32`), each `index32` one an index value that does (`lanes.index32`);
 - vector forms (`ir.py`'s docstring states what they mean): a `tile` value or `StoreTile` lies
   in a vector loop, its `base` advances by `stride` per lane (coefficient `stride` on the
   innermost vector loop's variable, no value term that varies with it), a tile's column `k`
@@ -43,7 +44,12 @@ from collections.abc import Callable
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
-from hlofuse.backends.kernel_ir.passes.lanes import blend_on_compare, narrow_index
+from hlofuse.backends.kernel_ir.passes.lanes import (
+    blend_on_compare,
+    compare32,
+    index32,
+    narrow_index,
+)
 from hlofuse.backends.kernel_ir.passes.lazy import is_select, owned
 from hlofuse.backends.kernel_ir.query import varies
 from hlofuse.errors import CompileError
@@ -287,6 +293,13 @@ def _vector_loop(loop: ir.Loop, fail: Callable[[str], Exception]) -> None:
             v = values.get(uid)
             if v is None or v.op != "alu" or not blend_on_compare(v, loop.var):
                 raise fail(f"value %{uid} blended in loop {name} does not qualify")
+        for uid in forms.compare32:
+            v = values.get(uid)
+            if v is None or v.op != "alu" or not compare32(v, loop.var):
+                raise fail(f"comparison %{uid} in 32 bits in loop {name} does not qualify")
+        if forms.index32 - index32(loop):
+            raise fail(f"index values {sorted(forms.index32 - index32(loop))} in 32 bits in "
+                       f"loop {name} do not qualify")
     plan = loop.lazy
     if plan is None or not plan.sides:
         return

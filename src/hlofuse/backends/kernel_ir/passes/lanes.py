@@ -19,6 +19,14 @@ decide nothing about them.
   the loop's ranges (`Affine.bounds`, `ir.value_bounds`): compared in 32-bit lanes, exact
   there, where 64-bit lanes are twice the registers and their mask narrows to pred bytes lane
   by lane (GCC 12; a padded window's tap positions, `i + w - 15 >= 0`).
+- `index32`: lane-varying index values (`index`, and the `idiv`/`imod` of delinearised
+  coordinates: a reshape, a concatenate piece or a broadcast read inside a transposed loop)
+  that lie in [0, 2^31) over the loop's ranges (`ir.value_bounds`), whose lane-varying terms
+  and operands are `index32` too, and which are used only as such terms and operands or as
+  terms of load, store and tile indices: computed in unsigned 32-bit lanes (exact: the sums and
+  products are the 64-bit ones modulo 2^32, the quotients those of non-negative values), where
+  64-bit lanes have no vector division (GCC 12 divided lane by lane: MJX's humanoid, five
+  64-bit divisions or remainders per vector step in its largest kernels).
 - `gather`: every gather of a vector loop that holds more than GATHERS_AS_LANES of them (a
   load whose address is computed from lane-varying values; strided loads are not counted). A
   printer assembles a gather from its lanes' loads, or uses the target's gather instruction
@@ -71,6 +79,55 @@ def forms(loop: ir.Loop) -> ir.LaneForms:
             out.blend.add(v.uid)
     if len(gathers) > GATHERS_AS_LANES:
         out.gather.update(gathers)
+    out.index32 = index32(loop)
+    return out
+
+
+_INDEX_OPS = ("index", "idiv", "imod")
+
+
+def index32(loop: ir.Loop) -> set[int]:
+    """The `index32` values of the vector loop `loop` (see the module docstring)."""
+    var = loop.var
+    vals = ir.body_values(loop.body)
+    cand: dict[int, Val] = {}
+    for v in vals:
+        if v.op in _INDEX_OPS and v.dtype.name == "s64" and varies(v, var):
+            r = ir.value_bounds(v)
+            if r is not None and r[0] >= 0 and r[1] <= INT32[1]:
+                cand[v.uid] = v
+    # uses: as a term of another index value's or an access's index, as an idiv/imod operand,
+    # or anything else (which needs the 64-bit value)
+    other: set[int] = set()
+    needs: dict[int, list[int]] = {}  # uid -> candidates it needs in 32 bits too
+
+    def terms(a: ir.Affine) -> list[Val]:
+        return [t for t, _c in a.terms if isinstance(t, Val) and varies(t, var)]
+
+    for v in vals:
+        if v.op in _INDEX_OPS:
+            used = terms(v.arg) if v.op == "index" else list(v.args)
+            needs[v.uid] = [t.uid for t in used]
+            continue
+        for c in v.args:  # (not index terms of accesses: printed per lane, either width)
+            other.add(c.uid)
+    for st in ir.walk(loop.body):
+        if isinstance(st, ir.Let | ir.Store):
+            other.add(st.value.uid)
+        elif isinstance(st, ir.StoreTile):
+            other.update(x.uid for x in st.values)
+    out = {uid for uid in cand if uid not in other}
+    changed = True
+    while changed:  # an index value computed in 32 bits needs its varying parts in 32 bits
+        changed = False
+        for uid in list(out):
+            if any(n not in out for n in needs.get(uid, ())):
+                out.discard(uid)
+                changed = True
+        for uid, parts in needs.items():  # a 64-bit index value reads its parts at 64 bits
+            if uid not in out and any(n in out for n in parts):
+                out.difference_update(parts)
+                changed = True
     return out
 
 
