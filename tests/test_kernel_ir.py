@@ -481,6 +481,24 @@ def test_vectorize_does_nothing_for_the_scalar_target() -> None:
     assert not any(lp.vector for lp in loops(k))
 
 
+def test_value_bounds_of_a_clamp_of_an_unknown_value() -> None:
+    """min(max(x, 0), 26) lies in [0, 26] whatever x is (a gathered position that jnp.take
+    clamps): each end of a maximum or minimum is known where one operand bounds it."""
+    g = ir.Graph()
+    b = ir.Buffer("b", S64, 8, "in")
+    x = g.load(b, ir.affine(ir.Var("i", 0, 8)))
+    f = g.alu(ir.ScalarOp(Opcode.MULTIPLY, S64), x, x)  # no bounds: may wrap around
+    assert ir.value_bounds(f) is None
+    lo = g.alu(ir.ScalarOp(Opcode.MAXIMUM, S64), f, g.const(0, S64))
+    assert ir.value_bounds(lo) is None  # [0, ?)
+    both = g.alu(ir.ScalarOp(Opcode.MINIMUM, S64), lo, g.const(26, S64))
+    assert ir.value_bounds(both) == (0, 26)
+    hi_first = g.alu(ir.ScalarOp(Opcode.MAXIMUM, S64),
+                     g.alu(ir.ScalarOp(Opcode.MINIMUM, S64), f, g.const(26, S64)),
+                     g.const(-3, S64))
+    assert ir.value_bounds(hi_first) == (-3, 26)
+
+
 def test_value_bounds_of_arithmetic_stop_where_it_could_wrap() -> None:
     g = ir.Graph()
     i = g.index(ir.affine(ir.Var("i", 0, 2048)))

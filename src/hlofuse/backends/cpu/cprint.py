@@ -730,7 +730,10 @@ class KernelPrinter:
         if c:
             parts.append(f"{self.lib.iota(w, 'u32')}() * {c_int(c % (1 << 32))}u")
         for t, k in self.varying_terms(a):
-            parts.append(f"{self.vexpr(t)} * {c_int(k % (1 << 32))}u")
+            x = self.vexpr(t)
+            if t.uid not in self.forms.index32:  # (a term of its own width, in [0, 2^31))
+                x = f"__builtin_convertvector({x}, {self.lib.t('u32', w)})"
+            parts.append(f"{x} * {c_int(k % (1 << 32))}u")
         return " + ".join(parts)
 
     def _blend_on_compare(self, v: Val, w: int) -> str | None:

@@ -332,18 +332,37 @@ def _value_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None) -> Bounds:
     if v.op in ("load", "mload"):
         info = int_range(v.dtype)
         return int(info.min), int(info.max)
-    if v.op == "alu" and v.arg.opcode in (Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.CONVERT):
-        rs = [value_bounds(a, depth + 1, memo) for a in v.args]
-        if any(r is None for r in rs):
+    if v.op == "alu" and v.arg.opcode is Opcode.CONVERT:
+        r = value_bounds(v.args[0], depth + 1, memo)
+        if r is None:
             return None
-        if v.arg.opcode is Opcode.CONVERT:
-            info = int_range(v.dtype)
-            (r,) = rs
-            assert r is not None
-            return r if info.min <= r[0] and r[1] <= info.max else (int(info.min), int(info.max))
-        pick = max if v.arg.opcode is Opcode.MAXIMUM else min
-        return pick(r[0] for r in rs), pick(r[1] for r in rs)  # type: ignore[index]
+        info = int_range(v.dtype)
+        return r if info.min <= r[0] and r[1] <= info.max else (int(info.min), int(info.max))
+    if v.op == "alu" and v.arg.opcode in (Opcode.MAXIMUM, Opcode.MINIMUM):
+        lo, hi = _clamp_bounds(v, depth, memo)
+        return (lo, hi) if lo is not None and hi is not None else None
     return None
+
+
+def _clamp_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None
+                  ) -> tuple[int | None, int | None]:
+    """Bounds of a maximum/minimum, each end known or not: a clamp `min(max(x, 0), 26)` lies in
+    [0, 26] whatever x is (a gathered position, jnp.take's wrapped index)."""
+    ends: list[tuple[int | None, int | None]] = []
+    for a in v.args:
+        if a.op == "alu" and a.arg.opcode in (Opcode.MAXIMUM, Opcode.MINIMUM) and depth < 16:
+            ends.append(_clamp_bounds(a, depth + 1, memo))
+        else:
+            r = value_bounds(a, depth + 1, memo)
+            ends.append((None, None) if r is None else r)
+    lows, highs = [e[0] for e in ends], [e[1] for e in ends]
+    known_lo = [x for x in lows if x is not None]
+    known_hi = [x for x in highs if x is not None]
+    if v.arg.opcode is Opcode.MAXIMUM:  # at least every operand's low; at most the top high
+        return (max(known_lo) if known_lo else None,
+                max(known_hi) if len(known_hi) == len(highs) else None)
+    return (min(known_lo) if len(known_lo) == len(lows) else None,
+            min(known_hi) if known_hi else None)
 
 
 _ARITH_BOUNDS = frozenset({Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY,

@@ -21,9 +21,10 @@ decide nothing about them.
   by lane (GCC 12; a padded window's tap positions, `i + w - 15 >= 0`).
 - `index32`: lane-varying index values (`index`, and the `idiv`/`imod` of delinearised
   coordinates: a reshape, a concatenate piece or a broadcast read inside a transposed loop)
-  that lie in [0, 2^31) over the loop's ranges (`ir.value_bounds`), whose lane-varying terms
-  and operands are `index32` too, and which are used only as such terms and operands or as
-  terms of load, store and tile indices: computed in unsigned 32-bit lanes (exact: the sums and
+  that lie in [0, 2^31) over the loop's ranges (`ir.value_bounds`), whose lane-varying index
+  terms and operands are `index32` too (other terms, a clamped gathered position, must lie in
+  [0, 2^31) and are narrowed where read), and which are used only as such terms and operands
+  or as terms of load, store and tile indices: computed in unsigned 32-bit lanes (exact: the sums and
   products are the 64-bit ones modulo 2^32, the quotients those of non-negative values), where
   64-bit lanes have no vector division (GCC 12 divided lane by lane: MJX's humanoid, five
   64-bit divisions or remainders per vector step in its largest kernels).
@@ -104,10 +105,18 @@ def index32(loop: ir.Loop) -> set[int]:
     def terms(a: ir.Affine) -> list[Val]:
         return [t for t, _c in a.terms if isinstance(t, Val) and varies(t, var)]
 
+    def fits(t: Val) -> bool:
+        r = ir.value_bounds(t)
+        return r is not None and r[0] >= 0 and r[1] <= INT32[1]
+
     for v in vals:
         if v.op in _INDEX_OPS:
             used = terms(v.arg) if v.op == "index" else list(v.args)
-            needs[v.uid] = [t.uid for t in used]
+            # a term computed otherwise (a clamped gathered position) is narrowed where read,
+            # if its value fits
+            if v.op == "index" and not all(t.op in _INDEX_OPS or fits(t) for t in used):
+                other.add(v.uid)
+            needs[v.uid] = [t.uid for t in used if t.op in _INDEX_OPS or v.op != "index"]
             continue
         for c in v.args:  # (not index terms of accesses: printed per lane, either width)
             other.add(c.uid)
