@@ -24,8 +24,9 @@ decide nothing about them.
   that lie in [0, 2^31) over the loop's ranges (`ir.value_bounds`), whose lane-varying index
   terms and operands are `index32` too (other terms, a clamped gathered position, must lie in
   [0, 2^31) and are narrowed where read), and which are used only as such terms and operands
-  or as terms of load, store and tile indices: computed in unsigned 32-bit lanes (exact: the sums and
-  products are the 64-bit ones modulo 2^32, the quotients those of non-negative values), where
+  or as terms of load, store and tile indices: computed in unsigned 32-bit lanes (exact: the
+  sums and products are the 64-bit ones modulo 2^32, the quotients those of non-negative
+  values), where
   64-bit lanes have no vector division (GCC 12 divided lane by lane: MJX's humanoid, five
   64-bit divisions or remainders per vector step in its largest kernels).
 - `gather`: every gather of a vector loop that holds more than GATHERS_AS_LANES of them (a
