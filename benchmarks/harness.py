@@ -25,15 +25,25 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def interleaved(cases: dict[str, Callable[[], Any]], repeat: int,
                 on_round: Callable[[int], None] | None = None) -> dict[str, float]:
     """Best wall time (seconds) of each case over `repeat` interleaved rounds. Each case runs
-    once first as a warm-up (compilation, caches). `on_round(i)` is called after the warm-up
-    (i = 0) and after each round (i = 1..repeat), e.g. to advance a progress bar."""
+    once first as a warm-up (compilation, caches). Round i starts at case i (mod their number),
+    so no case always runs right after the same other one, and each timed call follows an
+    untimed call of the same case, as in a loop that calls one function back to back: a
+    runtime's pool threads keep spinning for a while after a call (jax.jit's and hlofuse's
+    both) and sleep after that; timed right after another case, a call either lost a core to
+    that case's spinning threads (optax's 0.3-0.5 ms updates read 8-12% slower in the column
+    timed right after jax.jit than in the next one, on the same kernels) or paid for waking
+    its own. `on_round(i)` is called after the warm-up (i = 0) and after each round
+    (i = 1..repeat), e.g. to advance a progress bar."""
     for fn in cases.values():
         fn()
     if on_round is not None:
         on_round(0)
     best = {name: float("inf") for name in cases}
+    order = list(cases.items())
     for i in range(repeat):
-        for name, fn in cases.items():
+        k = i % max(1, len(order))
+        for name, fn in order[k:] + order[:k]:
+            fn()
             t0 = time.perf_counter()
             fn()
             best[name] = min(best[name], time.perf_counter() - t0)

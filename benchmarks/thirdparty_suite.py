@@ -15,7 +15,9 @@ compilers start cold: hlofuse with an empty cache directory, jax.jit with no per
 3. correctness: at the small size (a short horizon) every output leaf against jax.jit
    (`thirdparty/common.py: compare`); at the benchmark size too, except for chaotic programs,
    whose fraction of agreeing elements is reported;
-4. time: best of interleaved rounds (`harness.interleaved`), inputs as jax device arrays.
+4. time: best of interleaved rounds (`harness.interleaved`: the order rotates each round, and
+   each timed call follows an untimed call of the same program, as in a loop that calls it
+   back to back), inputs as jax device arrays.
 
 Compile time is the first call minus the best steady call. hlofuse compiles the benchmark size
 before the small one (which shares kernels with it) and after `jax.clear_caches()`, so its
