@@ -124,6 +124,19 @@ DOT_CASES = [
     _dot("dot_input_grad", "f32[13,40]", "f32[24,40]", "f32[13,24]",  # g W^T: rhs transposed
          "lhs_contracting_dims={1}, rhs_contracting_dims={1}",
          [_rand((13, 40), "f4", 35), _rand((24, 40), "f4", 36)], rtol=1e-4, atol=1e-4),
+    # g W^T packed from W's rows (gemm.py's hflib_pack_cols: 4 x 4 blocks transposed in
+    # registers): K past one 256-deep block and not a multiple of 4, N past one 32-wide panel
+    # and not a multiple of 4; f64 and wrapping s32 too
+    _dot("dot_input_grad_blocked", "f32[70,301]", "f32[37,301]", "f32[70,37]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={1}",
+         [_rand((70, 301), "f4", 43), _rand((37, 301), "f4", 44)], rtol=1e-4, atol=1e-4),
+    _dot("dot_input_grad_f64", "f64[41,45]", "f64[39,45]", "f64[41,39]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={1}",
+         [_rand((41, 45), "f8", 45), _rand((39, 45), "f8", 46)], rtol=1e-12, atol=1e-12),
+    _dot("dot_input_grad_s32", "s32[30,23]", "s32[35,23]", "s32[30,35]",
+         "lhs_contracting_dims={1}, rhs_contracting_dims={1}",
+         [_rand((30, 23), "i4", 47, -(2**31), 2**31 - 1),
+          _rand((35, 23), "i4", 48, -(2**31), 2**31 - 1)], rtol=0),
     _dot("dot_both_transposed", "f32[30,9]", "f32[11,30]", "f32[9,11]",
          "lhs_contracting_dims={0}, rhs_contracting_dims={1}",
          [_rand((30, 9), "f4", 37), _rand((11, 30), "f4", 38)], rtol=1e-4, atol=1e-4),

@@ -15,9 +15,10 @@ split (`hflib_dot_split`): below PARALLEL_WORK multiply-adds one task, else batc
 row or column blocks, run on up to `threads` threads of the runtime's pool (`hf_parallel_ptr`,
 tasks claimed one at a time; OpenBLAS runs single-threaded inside a task).
 
-Our GEMM is BLIS-shaped: B packed into KC x NR panels, A into MR x KC panels (in the scratch
-slot of the running task: one slot per thread, allocated before the tasks start and claimed
-with `hf_slot_claim`), and micro-kernels of 2, 4, 6 (MR) or 8 rows x NR
+Our GEMM is BLIS-shaped: B packed into KC x NR panels (from its columns, 4 x 4 blocks
+transposed in registers, where they are contiguous: `x @ W.T`), A into MR x KC panels (in the
+scratch slot of the running task: one slot per thread, allocated before the tasks start and
+claimed with `hf_slot_claim`), and micro-kernels of 2, 4, 6 (MR) or 8 rows x NR
 columns (two SIMD vectors, GCC/clang vector extensions) keep their accumulators in registers and
 store whole tiles as vectors. Operands that few panels reuse (small M, narrow N, small B) are
 read where they are instead of packed. Single-threaded it reaches 0.88-1.1x OpenBLAS's
@@ -127,6 +128,42 @@ enum {{ HFLIB_VW_{S} = HFLIB_VBYTES / sizeof({T}),  /* lanes per vector */
         HFLIB_KC_{S} = 256, HFLIB_MC_{S} = 96, HFLIB_NC_{S} = 2048 }};  /* cache blocks */
 
 {TILES}
+/* dst[p*NR + j] = col_j[p] for j < nr (column j at b + j*ld, contiguous), zeros for nr <= j < NR:
+   B packed from its columns (x @ W.T reads W's rows as B's columns). 4 x 4 blocks transposed in
+   registers: the scalar copy was 45 us of a 256x256x256 product's 200 (2 threads). */
+static void hflib_pack_cols_{S}({T} *restrict dst, const {T} *restrict b, int64_t ld, int64_t kc,
+                                int64_t nr) {{
+    enum {{ NR = HFLIB_NR_{S} }};
+    typedef {T} q4 __attribute__((vector_size(4 * sizeof({T})), aligned(sizeof({T}))));
+    int64_t j = 0;
+    for (; j + 4 <= nr; j += 4) {{
+        const {T} *c0 = b + j * ld, *c1 = c0 + ld, *c2 = c1 + ld, *c3 = c2 + ld;
+        int64_t p = 0;
+        for (; p + 4 <= kc; p += 4) {{
+            const q4 r0 = *(const q4 *)(c0 + p), r1 = *(const q4 *)(c1 + p);
+            const q4 r2 = *(const q4 *)(c2 + p), r3 = *(const q4 *)(c3 + p);
+            const q4 t0 = __builtin_shufflevector(r0, r1, 0, 4, 1, 5);
+            const q4 t1 = __builtin_shufflevector(r0, r1, 2, 6, 3, 7);
+            const q4 t2 = __builtin_shufflevector(r2, r3, 0, 4, 1, 5);
+            const q4 t3 = __builtin_shufflevector(r2, r3, 2, 6, 3, 7);
+            *(q4 *)(dst + (p + 0) * NR + j) = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+            *(q4 *)(dst + (p + 1) * NR + j) = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+            *(q4 *)(dst + (p + 2) * NR + j) = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+            *(q4 *)(dst + (p + 3) * NR + j) = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+        }}
+        for (; p < kc; p++) {{
+            dst[p * NR + j] = c0[p];
+            dst[p * NR + j + 1] = c1[p];
+            dst[p * NR + j + 2] = c2[p];
+            dst[p * NR + j + 3] = c3[p];
+        }}
+    }}
+    for (; j < nr; j++)
+        for (int64_t p = 0; p < kc; p++) dst[p * NR + j] = b[j * ld + p];
+    for (int64_t p = 0; p < kc; p++)
+        for (int64_t z = nr; z < NR; z++) dst[p * NR + z] = 0;
+}}
+
 /* c (m x n, row stride ldc) = a (m x K) * b (K x n), a(i, k) at a[i*sam + k*sak], b(k, j) at
    b[k*sbk + j*sbn].
    A is packed into MR-row panels (apack: MC*KC elements) unless it is row- or column-major and
@@ -155,6 +192,10 @@ static void hflib_gemm_block_{S}(int64_t m, int64_t n, int64_t K, const {T} *a, 
             for (int64_t jr = direct_b ? nc / NR * NR : 0; jr < nc; jr += NR) {{
                 const int64_t nr = nc - jr < NR ? nc - jr : NR;
                 {T} *dst = direct_b ? bpack : bpack + jr * kc;
+                if (sbn != 1 && sbk == 1) {{
+                    hflib_pack_cols_{S}(dst, b + pc + (jc + jr) * sbn, sbn, kc, nr);
+                    continue;
+                }}
                 for (int64_t p = 0; p < kc; p++) {{
                     const {T} *src = b + (pc + p) * sbk + (jc + jr) * sbn;
                     for (int64_t j = 0; j < nr; j++) dst[p * NR + j] = src[j * sbn];
