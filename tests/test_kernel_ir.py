@@ -332,9 +332,10 @@ ENTRY e {
         [(0, 16, 8, 16), (16, 20, 0, 1)]
 
 
-def test_guarded_reads_in_bounds_are_read_on_every_lane() -> None:
-    """An interior pad reads its operand only at even positions, at p[i // 2]: in bounds for
-    every i of the loop, so the vector select reads it on every lane (no masked load)."""
+def test_guarded_gathers_varying_by_lane_stay_scalar() -> None:
+    """An interior pad reads its operand only at even positions, at p[i // 2]: a gather under
+    a condition that varies by lane. In bounds, but read on every lane it costs more than the
+    branch saves (GPT-2's train step ran 1.5x slower so), so the loop stays scalar."""
     k = optimize(one("""
 ENTRY e {
   p = f32[64] parameter(0)
@@ -342,8 +343,7 @@ ENTRY e {
   ROOT q = f32[127] pad(p, z), padding=0_0_1
 }"""), Target.named("avx2"))
     assert any(v.op == "cond" for v in vals(k))
-    assert any(lp.vector for lp in loops(k))
-    assert not any(v.op == "mload" for v in vals(k))
+    assert not any(lp.vector for lp in loops(k))
 
 
 def test_guarded_contiguous_reads_become_masked_loads() -> None:
