@@ -97,6 +97,14 @@ def _kernels(text: str, target: str, pipeline: str = "xla") -> list[ir.Kernel]:
     return out
 
 
+def _sources(text: str, target: str) -> list[str]:
+    """The C of each kernel of `text`'s entry computation (fused by `xla`) for `target`."""
+    module = parse(text)
+    run_pipeline(module, "xla")
+    return [lower_kernel(i, set(), Target.named(target)).source
+            for i in module.entry.instructions if is_kernel(i)]
+
+
 def _loops(k: ir.Kernel) -> list[ir.Loop]:
     return [s for s in ir.walk(k.body) if isinstance(s, ir.Loop)]
 
@@ -351,10 +359,7 @@ def test_padded_windows_read_through_masked_loads(target: str,
     small integers: exact in any order)."""
     import numpy as np
 
-    module = parse(PADDED_WINDOWS)
-    run_pipeline(module, "xla")
-    sources = [lower_kernel(i, set(), Target.named(target)).source
-               for i in module.entry.instructions if is_kernel(i)]
+    sources = _sources(PADDED_WINDOWS, target)
     assert (target != "scalar") == any("hf_mld_" in src for src in sources)
     rng = np.random.default_rng(3)
     args = (rng.integers(-3, 4, (37, 16), dtype=np.int32),
@@ -384,10 +389,7 @@ def test_delinearised_indices_divide_in_32_bit_lanes(target: str,
     lane); the interpreter's values."""
     import numpy as np
 
-    module = parse(TRANSPOSED_PIECES)
-    run_pipeline(module, "xla")
-    (src,) = [lower_kernel(i, set(), Target.named(target)).source
-              for i in module.entry.instructions if is_kernel(i)]
+    (src,) = _sources(TRANSPOSED_PIECES, target)
     wide = [line for line in src.splitlines()
             if "_i64(" in line and (" / " in line or " % " in line)]
     assert not wide, wide[:3]

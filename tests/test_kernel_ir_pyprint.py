@@ -51,6 +51,13 @@ ENTRY e {
   ROOT s = (f32[6,9], s32[6,9]) sort(n, i), dimensions={1}, to_apply=cmp
 }"""
 
+ADD = """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}"""
+
 # Guarded values in a vector loop: an interior pad's condition varies by lane (imod), so
 # `split` cannot cut it; a side reading no memory vectorizes (a lane-wise `cond`), a side
 # loading from a parameter keeps the loop scalar (the vectorizer's rule).
@@ -72,12 +79,7 @@ ENTRY e {
 }""",
     # jnp.cumsum's row scan after reduce-window-rewriter: the first taps of each row read
     # before it, under a condition that varies by lane (masked loads, `mload`)
-    "row_scan_masked": """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+    "row_scan_masked": ADD + """
 ENTRY e {
   p0 = s32[6,3,16] parameter(0)
   z = s32[] constant(0)
@@ -87,12 +89,7 @@ ENTRY e {
   zf = f32[] constant(0)
   ROOT r = f32[6,3,16] reduce-window(c, zf), window={size=1x1x16 pad=0_0x0_0x15_0}, to_apply=add
 }""",
-    "reverse_window_masked": """
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
+    "reverse_window_masked": ADD + """
 ENTRY e {
   p0 = f32[5,40] parameter(0)
   zf = f32[] constant(0)

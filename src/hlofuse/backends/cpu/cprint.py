@@ -670,16 +670,16 @@ class KernelPrinter:
         if op == "tile":
             return self._tile(v, vt)
         if op == "index":
-            if v.uid in self.forms.index32:
-                return self._local(self.lib.t("u32", w), self._offsets32(v.arg))
-            return self._local(vt, self._offsets(v.arg))
+            narrow = v.uid in self.forms.index32
+            return self._local(self.lib.t("u32" if narrow else "i64", w),
+                               self._offsets(v.arg, narrow))
         if op in ("idiv", "imod"):
             sym = "/" if op == "idiv" else "%"
-            if v.uid in self.forms.index32:  # (a non-negative value in [0, 2^31): unsigned)
-                return self._local(self.lib.t("u32", w), f"{self.vexpr(v.args[0])} {sym} "
-                                   f"{self.lib.splat('u32', w)}({c_int(v.arg)}u)")
-            return self._local(vt, f"{self.vexpr(v.args[0])} {sym} "
-                                   f"{self.lib.splat('i64', w)}({c_int(v.arg)})")
+            # (index32: a non-negative value in [0, 2^31), divided unsigned)
+            lt, n = ("u32", f"{c_int(v.arg)}u") if v.uid in self.forms.index32 else \
+                ("i64", c_int(v.arg))
+            return self._local(self.lib.t(lt, w), f"{self.vexpr(v.args[0])} {sym} "
+                                                  f"{self.lib.splat(lt, w)}({n})")
         if op == "alu":
             if v.uid in self.forms.narrow:
                 return self._local(vt, self._narrow_index(v, w))
@@ -701,39 +701,30 @@ class KernelPrinter:
             return self._cond(v, vt, vector=True)
         raise CompileError(f"{self.where}: cannot print a {op} value in a vector loop")
 
-    def _offsets(self, a: Affine) -> str:
-        """The i64 vector of `a`'s value on each lane of the current vector loop."""
+    def _offsets(self, a: Affine, narrow: bool = False) -> str:
+        """The i64 vector of `a`'s value on each lane of the current vector loop, or with
+        `narrow` its unsigned 32-bit lanes (the lane forms' `index32`, `narrow` and `compare32`:
+        the value lies in 32 bits, so its sum modulo 2^32 is its value)."""
         assert self.vec is not None
         var, w = self.vec
-        c = a.coef(var)
-        rest = Affine(tuple((t, k) for t, k in a.terms if not (
-            isinstance(t, Val) and self.varies(t))), a.const)  # lane 0's value
-        parts = [f"{self.lib.splat('i64', w)}({self.aff(rest)})"]
-        if c:
-            parts.append(f"{self.lib.iota(w)}() * {c_int(c)}")
-        for t, k in self.varying_terms(a):
-            x = self.vexpr(t)
-            if compute_short(t.dtype) != "i64" or t.uid in self.forms.index32:
-                x = f"__builtin_convertvector({x}, {self.lib.t('i64', w)})"  # (kept narrower)
-            parts.append(f"{x} * {c_int(k)}")
-        return " + ".join(parts)
+        short = "u32" if narrow else "i64"
 
-    def _offsets32(self, a: Affine) -> str:
-        """`a`'s value on each lane as unsigned 32-bit lanes (the lane forms' `index32`: it lies
-        in [0, 2^31), so its sum modulo 2^32 is its value), its varying terms `index32` too."""
-        assert self.vec is not None
-        var, w = self.vec
+        def num(k: int) -> str:
+            return f"{c_int(k % (1 << 32))}u" if narrow else c_int(k)
+
         c = a.coef(var)
         rest = Affine(tuple((t, k) for t, k in a.terms if not (
             isinstance(t, Val) and self.varies(t))), a.const)  # lane 0's value
-        parts = [f"{self.lib.splat('u32', w)}((uint32_t)({self.aff(rest)}))"]
+        lane0 = f"(uint32_t)({self.aff(rest)})" if narrow else self.aff(rest)
+        parts = [f"{self.lib.splat(short, w)}({lane0})"]
         if c:
-            parts.append(f"{self.lib.iota(w, 'u32')}() * {c_int(c % (1 << 32))}u")
+            parts.append(f"{self.lib.iota(w, short)}() * {num(c)}")
         for t, k in self.varying_terms(a):
             x = self.vexpr(t)
-            if t.uid not in self.forms.index32:  # (a term of its own width, in [0, 2^31))
-                x = f"__builtin_convertvector({x}, {self.lib.t('u32', w)})"
-            parts.append(f"{x} * {c_int(k % (1 << 32))}u")
+            printed = "u32" if t.uid in self.forms.index32 else compute_short(t.dtype)
+            if printed != short:  # (a term of another width)
+                x = f"__builtin_convertvector({x}, {self.lib.t(short, w)})"
+            parts.append(f"{x} * {num(k)}")
         return " + ".join(parts)
 
     def _blend_on_compare(self, v: Val, w: int) -> str | None:
@@ -776,30 +767,14 @@ class KernelPrinter:
     def _narrow_index(self, v: Val, w: int) -> str:
         """A 32-bit convert of a 64-bit index the lane forms narrow (`passes/lanes.py`): the
         index computed in 32-bit lanes (unsigned: no overflow), not in 64-bit ones converted."""
-        assert self.vec is not None
-        var, _w = self.vec
-        a: Affine = v.args[0].arg
-        c = a.coef(var)
-        rest = Affine(tuple((t, k) for t, k in a.terms if not (
-            isinstance(t, Val) and self.varies(t))), a.const)
-        expr = f"{self.lib.splat('u32', w)}((uint32_t)({self.aff(rest)}))"
-        if c:
-            expr += f" + {self.lib.iota(w, 'u32')}() * {c_int(c % (1 << 32))}u"
-        return f"({self.lib.t(compute_short(v.dtype), w)})({expr})"
+        return f"({self.lib.t(compute_short(v.dtype), w)})({self._offsets(v.args[0].arg, True)})"
 
     def _compare32(self, v: Val, w: int) -> str:
         """A comparison of a 64-bit index with a loop-invariant value, both within 32 bits (the
         lane forms' `compare32`): the index computed in 32-bit lanes (unsigned arithmetic, its
         value fits, so the bits are the signed value's), compared as s32."""
-        assert self.vec is not None
-        var, _w = self.vec
         index, other = v.args
-        a: Affine = index.arg
-        c = a.coef(var)
-        expr = f"{self.lib.splat('u32', w)}((uint32_t)({self.aff(a)}))"  # lane 0's value
-        if c:
-            expr += f" + {self.lib.iota(w, 'u32')}() * {c_int(c % (1 << 32))}u"
-        lhs = f"(({self.lib.t('i32', w)})({expr}))"
+        lhs = f"(({self.lib.t('i32', w)})({self._offsets(index.arg, True)}))"
         rhs = f"{self.lib.splat('i32', w)}((int32_t)({self.sx(other)}))"
         found = cvec.compare_mask(self.lib, v.arg, S32, [lhs, rhs], w)
         assert found is not None

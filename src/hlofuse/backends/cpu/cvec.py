@@ -185,19 +185,19 @@ static inline {vt} {name}(const {ct} *p, {ot} o) {{
         if n in (4, 8) and size == 64:
             ft, kt = ("float", "unsigned short") if n == 4 else ("double", "unsigned char")
             blt = "__builtin_ia32_loadups512_mask" if n == 4 else "__builtin_ia32_loadupd512_mask"
-            bits = ("__builtin_ia32_ptestmb128((hf__mq)m, (hf__mq)m, 0xFFFF)"
-                    if w == 16 else "0")
+            bits = f"""    {kt} k = 0;
+    for (int l = 0; l < {w}; ++l) k |= ({kt})((m[l] & 1) << l);
+"""
+            if w == 16:  # (the 16 pred bytes tested at once: one instruction)
+                bits = f"""#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    typedef char hf__mq __attribute__((vector_size(16)));
+    const {kt} k = __builtin_ia32_ptestmb128((hf__mq)m, (hf__mq)m, 0xFFFF);
+#else
+{bits}#endif
+"""
             fast = f"""#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
     typedef {ft} hf__mv __attribute__((vector_size(64)));
-    {kt} k;
-#if {int(w == 16)} && defined(__AVX512BW__) && defined(__AVX512VL__)
-    typedef char hf__mq __attribute__((vector_size(16)));
-    k = {bits};
-#else
-    k = 0;
-    for (int l = 0; l < {w}; ++l) k |= ({kt})((m[l] & 1) << l);
-#endif
-    return ({vt}){blt}((const {ft} *)p, (hf__mv){{0}}, k);
+{bits}    return ({vt}){blt}((const {ft} *)p, (hf__mv){{0}}, k);
 #else
 """
         elif n in (4, 8) and size == 32:

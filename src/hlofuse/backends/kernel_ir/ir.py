@@ -233,8 +233,8 @@ class ScalarOp:
 
 ValOp = Literal["const", "load", "index", "alu", "cond", "idiv", "imod", "param", "tile",
                 "lanes_reduce", "mload"]
-_READS = ("load", "tile", "lanes_reduce", "mload")
-_INDEXED = ("load", "index", "tile", "mload")  # ops with an index expression
+READS = ("load", "tile", "lanes_reduce", "mload")  # values that read buffers (`Val.buffers`)
+INDEXED = ("load", "index", "tile", "mload")  # values with an index expression (`Val.index`)
 
 
 class Val:
@@ -253,25 +253,25 @@ class Val:
 
     @property
     def buffer(self) -> Buffer:
-        assert self.op in _READS
+        assert self.op in READS
         return self.arg[1] if self.op == "lanes_reduce" else self.arg[0]
 
     @property
     def buffers(self) -> tuple[Buffer, ...]:
         """Every buffer the value reads itself: a lanes_reduce combines several partial
         accumulators (one per unrolled copy), lane by lane, before reducing across lanes."""
-        assert self.op in _READS
+        assert self.op in READS
         return tuple(self.arg[1:]) if self.op == "lanes_reduce" else (self.arg[0],)
 
     @property
     def index(self) -> Affine:
-        assert self.op in _INDEXED
+        assert self.op in INDEXED
         return self.arg if self.op == "index" else self.arg[1]
 
     def children(self) -> list[Val]:
         """Operands, including the values inside an index expression."""
         out = list(self.args)
-        if self.op in _INDEXED:
+        if self.op in INDEXED:
             out.extend(self.index.vals())
         return out
 
@@ -419,7 +419,7 @@ def deps(v: Val) -> frozenset[Var]:
             if x._deps is not None:
                 continue
             acc: set[Var] = set()
-            if x.op in _INDEXED:
+            if x.op in INDEXED:
                 acc.update(x.index.vars())
             for c in x.children():
                 assert c._deps is not None
@@ -435,7 +435,7 @@ def reads(v: Val) -> frozenset[Buffer]:
         for x in postorder([v]):
             if x._reads is not None:
                 continue
-            acc: set[Buffer] = set(x.buffers) if x.op in _READS else set()
+            acc: set[Buffer] = set(x.buffers) if x.op in READS else set()
             for c in x.children():
                 assert c._reads is not None
                 acc |= c._reads

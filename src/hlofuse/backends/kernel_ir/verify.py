@@ -125,10 +125,10 @@ class _Verifier:
             if key in self.seen_vals:
                 continue
             self.seen_vals.add(key)
-            if v.op in ("load", "tile", "lanes_reduce", "mload"):
+            if v.op in ir.READS:
                 for b in v.buffers:
                     self.buffer(b, write=False)
-            if v.op in ("load", "index", "tile", "mload"):
+            if v.op in ir.INDEXED:
                 self.scoped(v.index, bound)
                 if v.op == "load" and not g:
                     self.in_bounds(v.buffer, v.index)

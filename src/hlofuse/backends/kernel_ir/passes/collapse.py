@@ -45,7 +45,7 @@ def _affines(body: list[Stmt]) -> list[Affine]:
         elif isinstance(s, ir.StoreTile):
             out.append(s.base)
     for v in ir.postorder(roots):
-        if v.op in ("load", "index", "tile", "mload"):
+        if v.op in ir.INDEXED:
             out.append(v.index)
     return out
 

@@ -53,6 +53,7 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.opcodes import Opcode
 
 GATHERS_AS_LANES = 64  # gathers a vector loop assembles from lane loads (module docstring)
+INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 def lanes(kernel: ir.Kernel) -> ir.Kernel:
@@ -92,30 +93,18 @@ def index32(loop: ir.Loop) -> set[int]:
     """The `index32` values of the vector loop `loop` (see the module docstring)."""
     var = loop.var
     vals = ir.body_values(loop.body)
-    cand: dict[int, Val] = {}
-    for v in vals:
-        if v.op in _INDEX_OPS and v.dtype.name == "s64" and varies(v, var):
-            r = ir.value_bounds(v)
-            if r is not None and r[0] >= 0 and r[1] <= INT32[1]:
-                cand[v.uid] = v
+    cand = {v.uid for v in vals
+            if v.op in _INDEX_OPS and v.dtype.name == "s64" and varies(v, var) and _fits32(v)}
     # uses: as a term of another index value's or an access's index, as an idiv/imod operand,
     # or anything else (which needs the 64-bit value)
     other: set[int] = set()
     needs: dict[int, list[int]] = {}  # uid -> candidates it needs in 32 bits too
-
-    def terms(a: ir.Affine) -> list[Val]:
-        return [t for t, _c in a.terms if isinstance(t, Val) and varies(t, var)]
-
-    def fits(t: Val) -> bool:
-        r = ir.value_bounds(t)
-        return r is not None and r[0] >= 0 and r[1] <= INT32[1]
-
     for v in vals:
         if v.op in _INDEX_OPS:
-            used = terms(v.arg) if v.op == "index" else list(v.args)
+            used = _varying(v.arg, var) if v.op == "index" else list(v.args)
             # a term computed otherwise (a clamped gathered position) is narrowed where read,
             # if its value fits
-            if v.op == "index" and not all(t.op in _INDEX_OPS or fits(t) for t in used):
+            if v.op == "index" and not all(t.op in _INDEX_OPS or _fits32(t) for t in used):
                 other.add(v.uid)
             needs[v.uid] = [t.uid for t in used if t.op in _INDEX_OPS or v.op != "index"]
             continue
@@ -141,12 +130,23 @@ def index32(loop: ir.Loop) -> set[int]:
     return out
 
 
+def _fits32(v: Val) -> bool:
+    """Whether the integer value `v` lies in [0, 2^31) wherever it is computed."""
+    r = ir.value_bounds(v)
+    return r is not None and r[0] >= 0 and r[1] <= INT32[1]
+
+
+def _varying(a: ir.Affine, var: Var) -> list[Val]:
+    """The value terms of `a` that vary across the lanes of the loop over `var`."""
+    return [t for t, _c in a.terms if isinstance(t, Val) and varies(t, var)]
+
+
 def is_gather(v: Val, var: Var) -> bool:
     """Whether the load `v` reads addresses computed from lane-varying values (a gather by
     data, not a strided load)."""
     if v.buffer.kind == "lanes":
         return False
-    return any(isinstance(t, Val) and varies(t, var) for t, _c in v.index.terms)
+    return bool(_varying(v.index, var))
 
 
 def narrow_index(v: Val, var: Var) -> bool:
@@ -156,10 +156,7 @@ def narrow_index(v: Val, var: Var) -> bool:
     (src,) = v.args
     if src.op != "index" or src.dtype.name not in ("s64", "u64"):
         return False
-    return not any(isinstance(t, Val) and varies(t, var) for t, _c in src.arg.terms)
-
-
-INT32 = (-(1 << 31), (1 << 31) - 1)
+    return not _varying(src.arg, var)
 
 
 def compare32(v: Val, var: Var) -> bool:
@@ -170,7 +167,7 @@ def compare32(v: Val, var: Var) -> bool:
     a, b = v.args
     if a.op != "index" or a.dtype.name != "s64" or b.dtype.name != "s64" or varies(b, var):
         return False
-    if any(isinstance(t, Val) and varies(t, var) for t, _c in a.arg.terms):
+    if _varying(a.arg, var):
         return False
     ra, rb = a.arg.bounds(), ir.value_bounds(b)
     return ra is not None and rb is not None and all(

@@ -90,7 +90,7 @@ def access_counts(body: list[Stmt]) -> dict[Buffer, int]:
             for b in s.ins + s.outs:
                 add(b)
     for v in ir.postorder(roots):
-        if v.op in ("load", "tile", "lanes_reduce", "mload"):
+        if v.op in ir.READS:
             for b in v.buffers:
                 add(b)
     return count

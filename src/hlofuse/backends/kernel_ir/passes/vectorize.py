@@ -65,7 +65,7 @@ from hlofuse.backends.kernel_ir.lower.scalar import identity
 from hlofuse.backends.kernel_ir.passes.jam import regroup
 from hlofuse.backends.kernel_ir.rewrite import Rewriter
 from hlofuse.backends.kernel_ir.target import Target
-from hlofuse.ir.dtypes import DTYPES, DType
+from hlofuse.ir.dtypes import PRED, DType
 from hlofuse.ir.opcodes import REASSOCIATIVE_REDUCERS, Opcode
 
 # Element types with vector lanes (the cpu backend's `cvec` tables).
@@ -496,9 +496,8 @@ class _Vectorizer:
         reached under several masks reads under their disjunction."""
         g = self.g
         roots = [x for s in ir.walk(body) for x in ir.stmt_vals(s)]
-        pred = DTYPES["pred"]
-        conj, neg, disj = (ir.ScalarOp(Opcode.AND, pred), ir.ScalarOp(Opcode.NOT, pred),
-                           ir.ScalarOp(Opcode.OR, pred))
+        conj, neg, disj = (ir.ScalarOp(Opcode.AND, PRED), ir.ScalarOp(Opcode.NOT, PRED),
+                           ir.ScalarOp(Opcode.OR, PRED))
         masks: dict[int, Val] = {}  # load uid -> the disjunction of the masks it is read under
         free: set[int] = set()  # loads also read where no lane-varying cond guards them
         loads: dict[int, Val] = {}
