@@ -39,13 +39,14 @@ def vectorized(exe: Any, envs: int) -> bool:
     from hlofuse.backends.kernel_ir import ir
     from hlofuse.backends.kernel_ir import lower as kir_lower
     from hlofuse.backends.kernel_ir.passes import optimize
+    from hlofuse.backends.cpu import host_target
     from hlofuse.backends.kernel_ir.target import Target
     from hlofuse.ir.opcodes import Opcode
 
     module = exe.module
     bodies = [i.attrs["body"] for c in module.computations_post_order()
               for i in c.instructions if i.opcode is Opcode.WHILE]
-    target = Target.detect()
+    target = host_target.detect()
     found = False
     for comp in bodies:
         for instr in comp.instructions:

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import hlofuse
-from hlofuse.backends.kernel_ir.target import Target
+from hlofuse.backends.cpu import host_target
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 
-@pytest.mark.skipif(Target.detect().name not in ("avx2", "avx512", "neon"),
+@pytest.mark.skipif(host_target.detect().name not in ("avx2", "avx512", "neon"),
                     reason="XLA's tanh without FMA rounds every product; compared with FMA only")
 def test_tanh_is_jax_jits_bit_for_bit() -> None:
     rng = np.random.default_rng(3)

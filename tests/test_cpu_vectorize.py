@@ -488,13 +488,13 @@ def test_total_order_compares_is_finite_int_clamp_and_sign_are_vector_ops(
 def test_a_named_target_compiles_for_its_level_where_the_host_runs_it(
         host: str, target: str, want: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The host is faked, so every row runs on any machine; None: the host's own -march."""
-    from hlofuse.backends.kernel_ir import target as tgt
+    from hlofuse.backends.cpu import host_target
 
-    monkeypatch.setattr(tgt, "_detect", lambda argv: Target.named(host))
+    monkeypatch.setattr(host_target, "_detect", lambda argv: Target.named(host))
     monkeypatch.setenv("HLOFUSE_TARGET", target)
     flags = build.flags()
     marches = [f for f in flags if f.startswith("-march=")]
-    assert marches == [want or tgt.NATIVE_MARCH]
+    assert marches == [want or host_target.NATIVE_MARCH]
 
 
 def test_an_s32_iota_is_computed_in_32_bit_lanes() -> None:

@@ -280,11 +280,11 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
     module, _ = optimise(_read_module(args.file), _pipeline(args.pipeline))
     if args.kernel_ir:
-        from hlofuse.backends.cpu import one_device
+        from hlofuse.backends.cpu import host_target, one_device
         from hlofuse.backends.kernel_ir.dump import module_text
         from hlofuse.backends.kernel_ir.target import Target
 
-        target = Target.named(args.target) if args.target else Target.detect()
+        target = Target.named(args.target) if args.target else host_target.detect()
         source = module_text(one_device.prepare(module), target)
     else:
         generate = registry.get("cpu").generate

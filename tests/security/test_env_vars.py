@@ -24,9 +24,8 @@ import pytest
 
 import hlofuse
 from hlofuse import env
-from hlofuse.backends.cpu import build, runtime, units
+from hlofuse.backends.cpu import build, host_target, runtime, units
 from hlofuse.backends.cpu.library import blas
-from hlofuse.backends.kernel_ir import target
 from hlofuse.errors import ConfigError, HloError
 from hlofuse.passes import base
 
@@ -52,11 +51,11 @@ def _flags() -> object:
 
 
 def _target() -> object:
-    return target.Target.detect()
+    return host_target.detect()
 
 
 def _march() -> object:
-    return target.march()
+    return host_target.march()
 
 
 def _verify() -> object:

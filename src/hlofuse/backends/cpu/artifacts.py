@@ -87,17 +87,16 @@ def key(text: str, pipeline: str | None, threads: int | None = None,
 
 def generation_context() -> str:
     """What the generated C depends on besides the module and the settings above: the target
-    it is generated for (`Target.detect()`: HLOFUSE_TARGET, else the host as the compiler sees
+    it is generated for (`host_target.detect()`: HLOFUSE_TARGET, else the host as the compiler sees
     it; the vector width of every kernel, the largest local kept on the stack), the kernels'
     flags (HLOFUSE_CC_OPT) and the build context (the compiler's command and identity, every
     flag, this CPU: `build.build_context`).
     A program generated for AVX-512 is never reused for an SSE2 build, nor one generated under
     one compiler for another."""
-    from hlofuse.backends.cpu import build
+    from hlofuse.backends.cpu import build, host_target
     from hlofuse.backends.cpu.units import kernel_flags
-    from hlofuse.backends.kernel_ir.target import Target
 
-    target = Target.detect()
+    target = host_target.detect()
     return (f"target={target.name}/{target.vector_bytes}/{target.march}/"
             f"stack={target.stack_local_bytes}\0"
             f"kernel_flags={' '.join(kernel_flags())}\0{build.build_context()}")

@@ -243,6 +243,6 @@ def flags(extra_flags: tuple[str, ...] = ()) -> list[str]:
     """The full flag list for this machine's compiler."""
     argv = tuple(find_compiler())
     opt = env.cc_opt() or "-O3"
-    from hlofuse.backends.kernel_ir.target import march
+    from hlofuse.backends.cpu.host_target import march
 
     return [opt, march(), *BASE_FLAGS, *_compiler_facts(argv), *extra_flags]

@@ -15,7 +15,7 @@ Anything that cannot be lowered raises `LoweringError` (a CompileError) naming t
 
 from __future__ import annotations
 
-from hlofuse.backends.cpu import limits
+from hlofuse.backends.cpu import host_target, limits
 from hlofuse.backends.cpu.contract import Kernel
 from hlofuse.backends.cpu.cprint import KernelPrinter
 from hlofuse.backends.cpu.cvec import VecLib
@@ -43,7 +43,7 @@ def lower_kernel(instr: Instruction, used_names: set[str], target: Target | None
 def _lower_kernel(instr: Instruction, used_names: set[str], target: Target | None,
                   threads: int) -> Kernel:
     kernel = kir_lower.lower_kernel(instr, used_names)
-    optimize(kernel, target or Target.detect(), threads)
+    optimize(kernel, target or host_target.detect(), threads)
     lib = VecLib()
     text = KernelPrinter(kernel, lib, used_names).print()
     if instr.opcode is Opcode.FUSION:

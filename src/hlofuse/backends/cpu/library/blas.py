@@ -207,9 +207,9 @@ def enabled() -> bool:
 def host_gemm_vector_bytes() -> int:
     """The vector width our own GEMM is compiled with on this host (`gemm.py`: 64 with
     AVX-512, else 32)."""
-    from hlofuse.backends.kernel_ir.target import Target
+    from hlofuse.backends.cpu import host_target
 
-    return 64 if Target.detect().vector_bytes >= 64 else 32
+    return 64 if host_target.detect().vector_bytes >= 64 else 32
 
 
 @functools.lru_cache(maxsize=1)
