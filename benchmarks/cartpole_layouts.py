@@ -36,11 +36,10 @@ CHECK_STEPS = 12
 def vectorized(exe: Any, envs: int) -> bool:
     """Is every loop over `envs` or more iterations in the while body's kernels a vector loop?"""
     from hlofuse.analysis.kernels import is_kernel
+    from hlofuse.backends.cpu import host_target
     from hlofuse.backends.kernel_ir import ir
     from hlofuse.backends.kernel_ir import lower as kir_lower
     from hlofuse.backends.kernel_ir.passes import optimize
-    from hlofuse.backends.cpu import host_target
-    from hlofuse.backends.kernel_ir.target import Target
     from hlofuse.ir.opcodes import Opcode
 
     module = exe.module
@@ -52,7 +51,7 @@ def vectorized(exe: Any, envs: int) -> bool:
         for instr in comp.instructions:
             if not is_kernel(instr):
                 continue
-            k = optimize(kir_lower.lower_kernel(instr, set()), target)
+            k = optimize(kir_lower.lower_kernel(instr), target)
             for s in ir.walk(k.body):
                 if isinstance(s, ir.Loop) and s.hi - s.lo >= envs - envs % max(1, s.vector or 1):
                     found = True

@@ -75,7 +75,6 @@ class Harness:
 
     def __init__(self, target: str | None = None, threads: int = 1) -> None:
         self.entries: list[Entry] = []
-        self.used: set[str] = set()
         self.target = Target.named(target) if target else None
         self.threads = threads  # > 1: big loops become parallel (run serially here)
 
@@ -91,7 +90,7 @@ class Harness:
 
     def add(self, instr: Instruction, int_range: tuple[int, int] = (-6, 6),
             module: object = None) -> int:
-        kernel = lower_kernel(instr, self.used, self.target, self.threads)
+        kernel = lower_kernel(instr, self.target, self.threads)
         n = len(self.entries)
         args = [f"(const {cexpr.ctype(s.dtype)} *)ins[{i}]" for i, s in enumerate(kernel.inputs)]
         args += [f"({cexpr.ctype(s.dtype)} *)outs[{i}]" for i, s in enumerate(kernel.outputs)]
@@ -101,7 +100,9 @@ class Harness:
         return n
 
     def source(self) -> str:
-        return (cexpr.prelude() + "\n".join(e.kernel.source for e in self.entries)
+        # (a kernel added twice is one function: its name is its identity)
+        sources = {e.kernel.name: e.kernel.source for e in self.entries}
+        return (cexpr.prelude() + "\n".join(sources.values())
                 + "".join(e.wrapper for e in self.entries))
 
     def build(self) -> ctypes.CDLL:
@@ -112,7 +113,7 @@ class Harness:
         from hlofuse.backends.kernel_ir import lower
         from hlofuse.backends.kernel_ir.passes import optimize
 
-        return optimize(lower.lower_kernel(self.entries[kid].instr, set()), Target.named(target),
+        return optimize(lower.lower_kernel(self.entries[kid].instr), Target.named(target),
                         threads=2)
 
     def run(self, lib: ctypes.CDLL, kid: int, args: list[np.ndarray],

@@ -344,7 +344,7 @@ def _schedule(name: str, target: str = "avx2"):  # type: ignore[no-untyped-def]
     from hlofuse.backends.kernel_ir.passes import optimize
     from hlofuse.backends.kernel_ir.target import Target
 
-    k = optimize(lower_kernel(parse(SHORT[name]).entry.root, set()), Target.named(target))
+    k = optimize(lower_kernel(parse(SHORT[name]).entry.root), Target.named(target))
     loops = [s for s in ir.walk(k.body) if isinstance(s, ir.Loop)]
     roots = [v for s in ir.walk(k.body) for v in ir.stmt_vals(s)]
     hsums = [v for v in ir.postorder(roots) if v.op == "lanes_reduce"]
@@ -394,7 +394,7 @@ def test_a_contiguous_short_row_stays_vectorized_along_itself() -> None:
     from hlofuse.backends.kernel_ir.passes import optimize
     from hlofuse.backends.kernel_ir.target import Target
 
-    k = optimize(lower_kernel(parse(text).entry.root, set()), Target.named("avx2"))
+    k = optimize(lower_kernel(parse(text).entry.root), Target.named("avx2"))
     roots = [v for s in ir.walk(k.body) for v in ir.stmt_vals(s)]
     assert any(v.op == "lanes_reduce" for v in ir.postorder(roots))
 

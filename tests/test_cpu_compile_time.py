@@ -16,8 +16,7 @@ import hlofuse
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu import build, driver
 from hlofuse.backends.cpu import units as cpu_units
-from hlofuse.backends.cpu.contract import Kernel
-from hlofuse.backends.cpu.schedule import canonical_kernel
+from hlofuse.ir.instruction import Instruction
 from hlofuse.text import parse
 
 pytestmark = pytest.mark.usefixtures("private_cpu_cache")  # (conftest.py)
@@ -75,16 +74,16 @@ def test_equal_kernels_are_lowered_once() -> None:
     distinct kernel; the last layer (another constant) and an add of one operand twice (one
     buffer read twice) are kernels of their own."""
     from hlofuse.backends.cpu.kernel_key import structural_key
-    from hlofuse.backends.cpu.kernels import lower_kernel
+    from hlofuse.backends.cpu.kernels import Lowered, lower
     from hlofuse.passes.pipelines import run_pipeline
 
     module = parse(_layers(8))
     run_pipeline(module, "xla")
     lowered: list[str] = []
 
-    def counting(instr, used):  # type: ignore[no-untyped-def]
+    def counting(instr: Instruction) -> Lowered:
         lowered.append(instr.name)
-        return lower_kernel(instr, used)
+        return lower(instr)
 
     program = driver.generate(module, kernel_lowering=counting)
     assert len(lowered) == len({k.name for k in program.kernels}) < len(program.kernels)
@@ -101,24 +100,57 @@ ENTRY e {
     assert structural_key(a) != structural_key(b)
 
 
-def _kernel(name: str, body: str) -> Kernel:
-    return Kernel(name=name, source=body, inputs=(), outputs=(), instruction="i", kind="loop")
+_SAME_IR = """HloModule m
+
+double_a {
+  p = f32[8,4] parameter(0)
+  k = f32[] constant(2)
+  bk = f32[8,4] broadcast(k), dimensions={}
+  ROOT m = f32[8,4] multiply(p, bk)
+}
+
+double_b {
+  q = f32[32] parameter(0)
+  two = f32[] constant(2)
+  bt = f32[32] broadcast(two), dimensions={}
+  ROOT n = f32[32] multiply(q, bt)
+}
+
+triple {
+  q = f32[32] parameter(0)
+  three = f32[] constant(3)
+  b3 = f32[32] broadcast(three), dimensions={}
+  ROOT n = f32[32] multiply(q, b3)
+}
+
+ENTRY e {
+  x = f32[8,4] parameter(0)
+  y = f32[32] parameter(1)
+  a = f32[8,4] fusion(x), kind=kLoop, calls=double_a
+  b = f32[32] fusion(y), kind=kLoop, calls=double_b
+  c = f32[32] fusion(y), kind=kLoop, calls=triple
+  ROOT t = (f32[8,4], f32[32], f32[32]) tuple(a, b, c)
+}
+"""
 
 
-def test_canonical_kernel_renames_only_the_kernels_own_names() -> None:
-    a = ("/* fusion.1 */\nstatic void f_p1(float *o, int64_t lo) { float acc = 1.0f; "
-         "o[lo] = acc; }\nstatic void f(float *out0) { f_p1(out0, 0); }")
-    b = ("/* fusion.7: other comment */\nstatic void f_2_p1(float *o, int64_t lo) { float acc_3 = "
-         "1.0f; o[lo] = acc_3; }\nstatic void f_2(float *out0) { f_2_p1(out0, 0); }")
-    c = b.replace("1.0f", "2.0f")
-    d = b.replace("f_2_p1(out0", "hf_other(out0")
-    ka = canonical_kernel(_kernel("f", a), ["acc"])
-    kb = canonical_kernel(_kernel("f_2", b), ["acc_3"])
-    assert ka == kb
-    assert canonical_kernel(_kernel("f_2", c), ["acc_3"]) != ka  # another constant
-    assert canonical_kernel(_kernel("f_2", d), ["acc_3"]) != ka  # calls something else
-    # a name the kernel did not take is compared as written
-    assert canonical_kernel(_kernel("f_2", b), []) != ka
+def test_kernel_identity_is_a_digest_of_its_ir() -> None:
+    """Two instructions whose optimised kernel IR is the same (another HLO shape of the same
+    elements, other names) have one identity, so the program prints one function for both and
+    names it from the digest; another constant is another kernel."""
+    from hlofuse.backends.cpu.kernels import lower
+
+    module = parse(_SAME_IR)
+    ops = {i.name: i for i in module.entry.instructions}
+    a, b, c = (lower(ops[n]) for n in ("a", "b", "c"))  # (for the host, as generate)
+    assert a.digest == b.digest != c.digest
+    assert a.inputs != b.inputs  # (f32[8,4] and f32[32]: the IR is flat)
+    assert a.emit("f").source == b.emit("f").source
+    program = driver.generate(module)
+    calls = {k.instruction: k.name for k in program.kernels}
+    assert calls["a"] == calls["b"] != calls["c"]
+    assert calls["a"] == f"fused_multiply_{a.digest[:8]}"
+    assert program.source.count(f"void {calls['a']}(") == 1
 
 
 @pytest.mark.parametrize("pieces", [3, 17, 40])
@@ -570,9 +602,10 @@ def test_compiler_answers_are_asked_once_per_binary(tmp_path) -> None:
 
 
 def test_a_kernel_past_the_inline_budget_calls_its_lane_loops_out_of_line() -> None:
-    from hlofuse.backends.cpu import cprint
+    """The outline pass (kernel IR) decides which lane loops are calls; the printer follows."""
+    from hlofuse.backends.kernel_ir.passes.outline import INLINE_LANE_LOOPS
 
-    n = cprint.INLINE_LANE_LOOPS + 20
+    n = INLINE_LANE_LOOPS + 20
     lines = ["HloModule chain", "", "ENTRY e {", "  x0 = f32[256] parameter(0)",
              "  y = f32[256] parameter(1)"]
     for i in range(n):  # expm1 and log1p have no vector form: one lane loop each
@@ -586,7 +619,7 @@ def test_a_kernel_past_the_inline_budget_calls_its_lane_loops_out_of_line() -> N
     exe = hlofuse.compile(text)
     src = exe.source
     calls = src.count("= hf_lanes_")
-    assert calls == n - cprint.INLINE_LANE_LOOPS
+    assert calls == n - INLINE_LANE_LOOPS
     assert src.count("static __attribute__((noinline)) hf_v") == 2  # one per (op, types)
     np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
                                rtol=1e-5, atol=1e-6)
@@ -596,10 +629,11 @@ def test_heavy_lane_loops_count_their_weight_against_the_inline_budget() -> None
     """power's inlined lane loop counts as `mathlib.INLINE_WEIGHT["power"]` small ones: a
     kernel of 20 inlines INLINE_LANE_LOOPS // 8 of them and calls the rest; values are the
     interpreter's."""
-    from hlofuse.backends.cpu import cprint, mathlib
+    from hlofuse.backends.cpu import mathlib
+    from hlofuse.backends.kernel_ir.passes.outline import INLINE_LANE_LOOPS
 
     n, weight = 20, mathlib.INLINE_WEIGHT["power"]
-    assert weight > 1 and n * weight > cprint.INLINE_LANE_LOOPS
+    assert weight > 1 and n * weight > INLINE_LANE_LOOPS
     lines = ["HloModule chain", "", "ENTRY e {", "  x0 = f32[256] parameter(0)",
              "  y = f32[256] parameter(1)"]
     for i in range(n):
@@ -610,7 +644,7 @@ def test_heavy_lane_loops_count_their_weight_against_the_inline_budget() -> None
     args = [rng.uniform(0.5, 1.5, 256).astype(np.float32),
             rng.uniform(0.2, 0.5, 256).astype(np.float32)]
     exe = hlofuse.compile(text)
-    assert exe.source.count("= hf_lanes_") == n - cprint.INLINE_LANE_LOOPS // weight
+    assert exe.source.count("= hf_lanes_") == n - INLINE_LANE_LOOPS // weight
     np.testing.assert_allclose(exe(*args)[0], interpreter.run(parse(text), *args)[0],
                                rtol=1e-5, atol=1e-6)
 

@@ -66,7 +66,7 @@ def _source(text: str, target: str = "avx2") -> str:
     module = parse(text)
     run_pipeline(module, "xla")
     kernels = [i for i in module.entry.instructions if is_kernel(i)]
-    return "".join(lower_kernel(k, set(), Target.named(target)).source for k in kernels)
+    return "".join(lower_kernel(k, Target.named(target)).source for k in kernels)
 
 
 @pytest.mark.parametrize("side", ["true", "false"])

@@ -650,7 +650,7 @@ def test_printer_makes_every_c_name_unique() -> None:
     k = ir.Kernel("dup_names", [inp], [out], [ir.Loop(i, 0, 3, body)], g,
                   locals=[acc_a, acc_b, clash])
     lib = VecLib()
-    src = KernelPrinter(k, lib, set()).print()
+    src = KernelPrinter(k, lib).print()
     decls = re.findall(r"^\s*float (\w+)\[1\];$", src, re.MULTILINE)
     assert len(decls) == 3 and len(set(decls)) == 3 and "v1" not in decls, src
     loops = re.findall(r"for \(int64_t (\w+) =", src)
@@ -692,7 +692,7 @@ def test_cond_sides_share_what_both_compute() -> None:
     k = ir.Kernel("shared_sides", [inp], [out], [ir.Loop(i, 0, 8, [ir.Store(out, ir.affine(i),
                                                                             value)])], g)
     lib = VecLib()
-    src = KernelPrinter(k, lib, set()).print()
+    src = KernelPrinter(k, lib).print()
     assert src.count("in0[i0]") == 1 and src.count("* (v") == 1, src
     c = cexpr.prelude() + lib.text() + src + \
         "void run(const float *a, float *b) { shared_sides(a, b); }\n"

@@ -86,14 +86,13 @@ def test_math_lane_loops_have_no_scalar_ops(tmp_path: Path, target: str) -> None
 def _kernels(text: str, target: str, pipeline: str = "xla") -> list[ir.Kernel]:
     module = parse(text)
     run_pipeline(module, pipeline)
-    used: set[str] = set()
     out = []
     for comp in module.computations_post_order():
         if comp.is_fusion_computation:
             continue
         for instr in comp.instructions:
             if is_kernel(instr):
-                out.append(optimize(kir_lower.lower_kernel(instr, used), Target.named(target)))
+                out.append(optimize(kir_lower.lower_kernel(instr), Target.named(target)))
     return out
 
 
@@ -101,7 +100,7 @@ def _sources(text: str, target: str) -> list[str]:
     """The C of each kernel of `text`'s entry computation (fused by `xla`) for `target`."""
     module = parse(text)
     run_pipeline(module, "xla")
-    return [lower_kernel(i, set(), Target.named(target)).source
+    return [lower_kernel(i, Target.named(target)).source
             for i in module.entry.instructions if is_kernel(i)]
 
 
@@ -125,12 +124,12 @@ def test_cartpole_kernels_compile_to_packed_code(tmp_path: Path, target: str) ->
     """The CartPole step's kernels (2048 environments: no tail) contain no scalar float op."""
     module = parse((EXAMPLES / "cartpole_separate.hlo").read_text())
     run_pipeline(module, "xla")
-    used: set[str] = set()
-    kernels = [lower_kernel(i, used, Target.named(target))
+    kernels = [lower_kernel(i, Target.named(target))
                for c in module.computations_post_order() if not c.is_fusion_computation
                for i in c.instructions if is_kernel(i)]
     big = [k for k in kernels if any(s.size >= 2048 for s in k.outputs)]
-    src = "#define HF_KERNEL\n" + cexpr.prelude() + "".join(k.source for k in kernels)
+    functions = {k.name: k.source for k in kernels}  # (equal kernels: one function)
+    src = "#define HF_KERNEL\n" + cexpr.prelude() + "".join(functions.values())
     asm = _asm(tmp_path, src, target)
     for k in big:
         body = _function(asm, k.name)
@@ -193,10 +192,9 @@ def test_layouts_vectorize(tmp_path: Path, case: str, target: str) -> None:
         assert loops and all(lp.vector for lp in loops), k.name
     module = parse(text)
     run_pipeline(module, "xla")
-    used: set[str] = set()
-    ck = [lower_kernel(i, used, Target.named(target)) for i in module.entry.instructions
+    ck = [lower_kernel(i, Target.named(target)) for i in module.entry.instructions
           if is_kernel(i)]
-    src = "#define HF_KERNEL\n" + cexpr.prelude() + "".join(k.source for k in ck)
+    src = "#define HF_KERNEL\n" + cexpr.prelude() + "".join({k.name: k.source for k in ck}.values())
     asm = _asm(tmp_path, src, target)
     for k in ck:
         body = _function(asm, k.name)
@@ -243,7 +241,7 @@ def test_a_short_strided_sum_compiles_to_packed_code(tmp_path: Path, target: str
     scalar tail, gathers built in registers (no lane loop); the mask converted to 1.0/0.0 by a
     blend on the comparison, not through pred bytes."""
     module = parse(SHORT_MASKED_SUM)
-    (k,) = [lower_kernel(i, set(), Target.named(target)) for i in module.entry.instructions
+    (k,) = [lower_kernel(i, Target.named(target)) for i in module.entry.instructions
             if is_kernel(i)]
     fn = k.source[k.source.index("HF_KERNEL void"):]
     assert "hf_hred" not in fn and "hf_l" not in fn and "hf_blend" in fn
@@ -258,8 +256,7 @@ def test_f32_math_calls_the_explicit_vector_forms(target: str) -> None:
     not lane loops over the scalar ones."""
     module = parse(LAYOUTS["interleaved_write"])
     run_pipeline(module, "xla")
-    used: set[str] = set()
-    src = "".join(lower_kernel(i, used, Target.named(target)).source
+    src = "".join(lower_kernel(i, Target.named(target)).source
                   for i in module.entry.instructions if is_kernel(i))
     w = Target.named(target).vector_bytes // 4
     assert f"hf_sin_v{w}_f32(" in src and f"hf_cos_v{w}_f32(" in src
@@ -295,9 +292,8 @@ def _vector_ops_match_interpreter(text: str, args: tuple, target: str,
 
     module = parse(text)
     run_pipeline(module, "xla")
-    used: set[str] = set()
     for kernel in [i for i in module.entry.instructions if is_kernel(i)]:
-        k = lower_kernel(kernel, used, Target.named(target))
+        k = lower_kernel(kernel, Target.named(target))
         if target != "scalar":
             assert "hf_l <" not in k.source, f"{k.name}: an op fell back to a lane loop"
     want = interpreter.run(module, *args)
@@ -517,7 +513,7 @@ ENTRY e {
     module = parse(text)
     run_pipeline(module, "xla")
     (kernel,) = [i for i in module.entry.instructions if is_kernel(i)]
-    k = lower_kernel(kernel, set(), Target.named("avx2"))
+    k = lower_kernel(kernel, Target.named("avx2"))
     assert "hf_iota32_v8()" in k.source
     # no 64-bit index converted to 32 bits (an unused 64-bit one may be printed: GCC drops it)
     assert not re.search(r"__builtin_convertvector\(\(v\d+\), hf_v8_i32\)", k.source), k.source
@@ -554,7 +550,7 @@ ENTRY e {{
     module = parse(text)
     run_pipeline(module, "xla")
     (kernel,) = [i for i in module.entry.instructions if is_kernel(i)]
-    k = lower_kernel(kernel, set(), Target.named("avx2"))
+    k = lower_kernel(kernel, Target.named("avx2"))
     body = k.source[k.source.index("HF_KERNEL void"):]
     wide = "hf_v8_u64" in body  # 64-bit lanes (an unused i64 index may be printed: GCC drops it)
     assert wide == (offset == "p"), body
@@ -694,8 +690,7 @@ def test_a_loop_of_many_gathers_uses_the_targets_gather_instruction(
     assert marked and (max(marked) > GATHERS_AS_LANES) is many and (max(marked) == 0) is not many
     module = parse(text)
     run_pipeline(module, "xla")
-    used: set[str] = set()
-    src = "".join(lower_kernel(i, used, Target.named("avx512")).source
+    src = "".join(lower_kernel(i, Target.named("avx512")).source
                   for i in module.entry.instructions if is_kernel(i))
     assert ("hf_gather_v16_f32(" in src) is many
     if many:

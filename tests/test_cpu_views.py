@@ -150,7 +150,7 @@ ENTRY e {
     assert plan is not None and plan.offsets == {1: 64 * 4}
     from hlofuse.backends.cpu.kernels import lower_kernel
 
-    assert set(lower_kernel(plan.kernel, set()).inplace.values()) == {1}  # offered
+    assert set(lower_kernel(plan.kernel).inplace.values()) == {1}  # offered
     assert not set(kernels[views[0].name].inplace.values()) & set(plan.offsets)
     got = exe(*args)
     want = interpreter.run(parse(text), *args)

@@ -53,8 +53,7 @@ def _update_module(layers: int, n: int, shared: bool = False) -> str:
 def _kernels(text: str) -> list[ir.Kernel]:
     module = parse(text)
     run_pipeline(module, "xla")
-    used: set[str] = set()
-    return [kir_lower.lower_kernel(i, used) for i in module.entry.instructions if is_kernel(i)]
+    return [kir_lower.lower_kernel(i) for i in module.entry.instructions if is_kernel(i)]
 
 
 def _top_loops(k: ir.Kernel) -> list[ir.Loop]:

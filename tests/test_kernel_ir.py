@@ -46,8 +46,7 @@ add {
 def kernels(text: str, pipeline: str = "xla") -> list[ir.Kernel]:
     module = parse(text)
     run_pipeline(module, pipeline)
-    used: set[str] = set()
-    return [kir_lower.lower_kernel(i, used) for i in module.entry.instructions if is_kernel(i)]
+    return [kir_lower.lower_kernel(i) for i in module.entry.instructions if is_kernel(i)]
 
 
 def one(text: str, pipeline: str = "xla") -> ir.Kernel:
@@ -128,7 +127,7 @@ def test_a_long_elementwise_fusion_lowers_and_prints() -> None:
     module = parse(text)
     run_pipeline(module, "xla")
     (instr,) = [i for i in module.entry.instructions if is_kernel(i)]
-    k = lower_kernel(instr, set(), Target.named("avx2"))
+    k = lower_kernel(instr, Target.named("avx2"))
     # one vector loop, no tail; exp reads its operand under DAZ, unflushed (cexpr.DAZ_SAFE_F32);
     # the first calls inline, the rest to the out-of-line copy (cvec.INLINE_VMATH_CALLS)
     inline, called = k.source.count("= hf_exp_v8_f32(("), k.source.count("= hf_exp_v8_f32_call((")

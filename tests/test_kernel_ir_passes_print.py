@@ -30,7 +30,7 @@ def _kernels(text: str, target: str = "avx2") -> list[ir.Kernel]:
     out = []
     for instr in module.entry.instructions:
         if is_kernel(instr):
-            k = lower.lower_kernel(instr, set())
+            k = lower.lower_kernel(instr)
             out.append(optimize(k, Target.named(target), check=True))
     return out
 
@@ -80,14 +80,14 @@ def test_a_long_side_is_planned_lazy_and_printed_in_a_branch() -> None:
     (loop,) = _vector_loops(k)
     assert loop.lazy is not None and list(loop.lazy.sides.values()) == [1]
     assert [len(ms) for ms in loop.lazy.groups.values()] == [1]
-    assert KernelPrinter(k, VecLib(), set()).print().count("if (hf_any_v8(") == 1
+    assert KernelPrinter(k, VecLib()).print().count("if (hf_any_v8(") == 1
 
 
 def test_a_short_side_is_not_lazy() -> None:
     (k,) = _kernels(_lazy_module(6))
     (loop,) = _vector_loops(k)
     assert loop.lazy is not None and not loop.lazy.sides
-    assert "hf_any_v" not in KernelPrinter(k, VecLib(), set()).print()
+    assert "hf_any_v" not in KernelPrinter(k, VecLib()).print()
 
 
 def test_the_printer_follows_the_plan_not_its_own_analysis() -> None:
@@ -95,7 +95,7 @@ def test_the_printer_follows_the_plan_not_its_own_analysis() -> None:
     (k,) = _kernels(_lazy_module(3 * LAZY_SELECT_MIN_OPS))
     (loop,) = _vector_loops(k)
     loop.lazy = ir.LazyPlan()
-    assert "hf_any_v" not in KernelPrinter(k, VecLib(), set()).print()
+    assert "hf_any_v" not in KernelPrinter(k, VecLib()).print()
 
 
 def test_lane_forms_narrow_the_index_and_blend_on_the_mask() -> None:
@@ -104,12 +104,12 @@ def test_lane_forms_narrow_the_index_and_blend_on_the_mask() -> None:
     assert all(f is not None for f in forms)
     assert sum(len(f.narrow) for f in forms if f) >= 1
     assert sum(len(f.blend) for f in forms if f) >= 2  # the select and the convert
-    src = "".join(KernelPrinter(k, VecLib(), set()).print() for k in kernels)
+    src = "".join(KernelPrinter(k, VecLib()).print() for k in kernels)
     assert "hf_iota32_v8" in src and "hf_blend_v8_" in src
     for k in kernels:  # without the forms: no 32-bit index lanes, no mask blends
         for loop in _vector_loops(k):
             loop.forms = ir.LaneForms()
-    src = "".join(KernelPrinter(k, VecLib(), set()).print() for k in kernels)
+    src = "".join(KernelPrinter(k, VecLib()).print() for k in kernels)
     assert "hf_iota32_v8" not in src and "hf_blend_v8_" not in src
 
 
@@ -138,17 +138,17 @@ def test_placement_declares_innermost_and_heaps_what_is_over_the_limit() -> None
     assert pl is not None and pl.heap == {big}
     assert pl.blocks[id(k.body)] == [big] and pl.blocks[id(k.body[1].body)] == [small]
     verify(k, "place")
-    src = KernelPrinter(k, VecLib(), set()).print()
+    src = KernelPrinter(k, VecLib()).print()
     assert "hf_alloc(0, 32768)" in src and "free(big);" in src and "float acc[1];" in src
     place(k, stack_bytes=1 << 20)  # a target with a larger stack limit: all on the stack
     assert k.placement is not None and not k.placement.heap
-    assert "hf_alloc" not in KernelPrinter(k, VecLib(), set()).print()
+    assert "hf_alloc" not in KernelPrinter(k, VecLib()).print()
 
 
 def test_plan_runs_for_a_kernel_that_skipped_optimize() -> None:
     k, _small, big = _two_locals()
     assert k.placement is None
-    KernelPrinter(k, VecLib(), set()).print()
+    KernelPrinter(k, VecLib()).print()
     assert k.placement is not None and k.placement.heap == {big}
 
 

@@ -134,7 +134,7 @@ def kernels(module: object) -> list[Instruction]:
 
 def optimized(instr: Instruction, target: str = "avx2") -> ir.Kernel:
     """The kernel IR the C printer gets for `instr` (`backends/cpu/kernels.py`)."""
-    return optimize(lower_kernel(instr, set()), Target.named(target), threads=2, check=True)
+    return optimize(lower_kernel(instr), Target.named(target), threads=2, check=True)
 
 
 def check_kernel(instr: Instruction, seed: int, rtol: float, atol: float,

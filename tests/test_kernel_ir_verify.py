@@ -41,7 +41,7 @@ def test_every_pass_keeps_the_invariants(pipeline: str) -> None:
         for instr in kernel_instructions(module):
             for target in ("avx2", "scalar"):
                 try:
-                    kernel = lower.lower_kernel(instr, set())
+                    kernel = lower.lower_kernel(instr)
                 except lower.LoweringError:
                     continue
                 optimize(kernel, Target.named(target), threads=2, check=True)

@@ -91,7 +91,7 @@ def test_kernel_structure_time_loop_inside() -> None:
     """Blocks of elements outside, the iterations inside, the elements innermost; the ys row is
     one store per element (not a select over every row), the key is per block."""
     _, (fusion,) = _whole(scan(512, 11))
-    kernel = lower_kernel(fusion, set())
+    kernel = lower_kernel(fusion)
     loops = [st for st in ir.walk(kernel.body) if isinstance(st, ir.Loop)]
     names = [lp.var.name.rstrip("0123456789") for lp in loops]
     assert names[:3] == ["blk", "t", "j"], names
@@ -194,7 +194,7 @@ def test_per_element_dense_layers_compute_each_layer_once() -> None:
     body = body_of(fused_loop(loops[0]))
     names = {i.opcode for i, _ in heavy(body, [None, 0, None, None, None], 64)}
     assert Opcode.DOT in names
-    kernel = lower_kernel(loops[0], set())
+    kernel = lower_kernel(loops[0])
     dots = sum(1 for s in ir.walk(kernel.body) if isinstance(s, ir.Loop)
                and s.var.name.startswith("c"))
     assert dots == 3  # one contraction loop per layer: nothing recomputed inside another

@@ -45,6 +45,7 @@ its placement and lazy plan from `kernel_ir.passes.plan` first.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -55,23 +56,14 @@ from hlofuse.backends.cpu.cvec import VecLib, compute_short, storage_short
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.conds import Always
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
-from hlofuse.backends.kernel_ir.naming import KernelNames
+from hlofuse.backends.kernel_ir.naming import KernelNames, Namespace
 from hlofuse.backends.kernel_ir.passes import plan as plan_kernel
 from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MAX_DEPTH, owned
 from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MIN_OPS as LAZY_SELECT_MIN_OPS
 from hlofuse.backends.kernel_ir.query import guarded_load, varies
 from hlofuse.errors import CompileError
-from hlofuse.ir.dtypes import S32
+from hlofuse.ir.dtypes import S32, DType
 from hlofuse.ir.opcodes import Opcode
-
-# Lane loops (an op without a vector form, e.g. expm1 or erf, computed lane by lane through an
-# always-inline polynomial) a kernel inlines, each counted as `mathlib.inline_weight` of its
-# op (erf 16, power 8: their bodies are that much larger); past these, each is a call to one
-# out-of-line function per (op, types) (`VecLib.lanes`). GCC's time grows about quadratically
-# with the size of a function: a chain of 1,000 elementwise ops (333 inlined exp/tanh) took 4 s
-# of -O3, 2,000 ops 17 s, 5,000 ops 139 s; with the calls 0.2 s for 1,000. A call costs about
-# 1.4x per such op (vectors pass through memory), paid only by kernels this large.
-INLINE_LANE_LOOPS = 64
 
 INT64_MAX = (1 << 63) - 1
 INT32_MAX = (1 << 31) - 1
@@ -88,10 +80,11 @@ def c_int(n: int) -> str:
 
 
 class KernelPrinter:
-    def __init__(self, kernel: ir.Kernel, lib: VecLib, used_names: set[str]) -> None:
+    def __init__(self, kernel: ir.Kernel, lib: VecLib, used_names: set[str] | None = None) -> None:
         self.k = kernel
         self.lib = lib
-        self.used = used_names
+        # file-scope names (constant tables, library helpers): `NAME_...`, unique per kernel
+        self.used = Namespace(kernel.name) if used_names is None else used_names
         self.lines: list[str] = []
         self.depth = 1
         self.scopes: list[dict[Any, tuple[str, frozenset[Buffer]]]] = [{}]
@@ -156,7 +149,7 @@ class KernelPrinter:
         for b in k.locals:
             self.buffer_name(b)
         for b in k.consts:
-            name = cexpr_name(f"{k.name}_{b.name}", self.used)
+            name = cexpr_name(b.name, self.used)
             self.cname[b] = name
             ct = cexpr.ctype(b.dtype)
             self.defs.append(f"static const {ct} {name}[{max(1, b.size)}] "
@@ -745,9 +738,10 @@ class KernelPrinter:
         return f"{self.lib.blend(short, w)}({found[0]}, {splat}(1), {splat}(0))"
 
     def _lane_loop(self, v: Val, vt: str, w: int) -> str:
+        """An op without a vector form, lane by lane: inline, or a call to an out-of-line
+        function where the outline pass says (`forms.outline`, a huge kernel's)."""
         dtypes = [a.dtype for a in v.args]
-        weight = mathlib.inline_weight(v.arg.opcode.value, v.dtype.name)
-        if self.lib.lane_loops + weight > INLINE_LANE_LOOPS:  # a huge kernel: call instead
+        if v.uid in self.forms.outline:
             params = [self.lib.t(compute_short(a.dtype), w) if self.varies(a)
                       else cexpr.compute_type(a.dtype) for a in v.args]
             placeholders = [f"a{i}[hf_l]" if self.varies(a) else f"a{i}"
@@ -756,7 +750,6 @@ class KernelPrinter:
                                                                     self.where, _consts(v)))
             args = [self.vexpr(a) if self.varies(a) else self.sx(a) for a in v.args]
             return self._local(vt, f"{fn}({', '.join(args)})")
-        self.lib.lane_loops += weight
         args = [f"{self.vexpr(a)}[hf_l]" if self.varies(a) else self.sx(a) for a in v.args]
         expr = cexpr.elementwise_op(v.arg, dtypes, args, self.where, _consts(v))
         name = self.fresh()
@@ -797,6 +790,21 @@ class KernelPrinter:
             found = self.remember(key, ",".join(names), self.k.graph.load(buf, base))
         raw = found.split(",")[k]
         return self._local(vt, self.to_compute(v.dtype, raw))
+
+
+@functools.lru_cache(maxsize=4096)
+def _lane_cost(op: ir.ScalarOp, dtypes: tuple[DType, ...], w: int) -> int:
+    args = [f"a{i}" for i in range(len(dtypes))]
+    if cvec.vector_op(VecLib(), op, list(dtypes), args, w) is not None:
+        return 0
+    return mathlib.inline_weight(op.opcode.value, op.dtype.name)
+
+
+def lane_cost(v: Val, w: int) -> int:
+    """What this printer hands the outline pass (`passes/outline.py`): 0 where `v` (an alu
+    value) has a vector form of `w` lanes, else its lane loop's weight
+    (`mathlib.inline_weight`: erf 16, power 8, 1 for most)."""
+    return _lane_cost(v.arg, tuple(a.dtype for a in v.args), w)
 
 
 def _consts(v: Val) -> tuple[Any, ...]:

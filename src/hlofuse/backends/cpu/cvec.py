@@ -84,7 +84,6 @@ class VecLib:
 
     def __init__(self) -> None:
         self.defs: dict[str, str] = {}
-        self.lane_loops = 0  # weight of lane loops inlined here (cprint.INLINE_LANE_LOOPS)
         self.vmath_calls = 0  # vector math calls printed inline (INLINE_VMATH_CALLS)
 
     def lanes(self, vt: str, w: int, params: list[str], expr: str) -> str:

@@ -69,7 +69,6 @@ from hlofuse.backends.cpu.schedule import (
     KernelLowering,
     Loc,
     MemCopy,
-    NameLog,
     Note,
     Result,
     Schedule,
@@ -198,9 +197,9 @@ def _join(parts: list[str]) -> str:
 
 
 def _default_lowering(threads: int) -> KernelLowering:
-    from hlofuse.backends.cpu.kernels import lower_kernel
+    from hlofuse.backends.cpu.kernels import lower
 
-    return lambda instr, used: lower_kernel(instr, used, threads=threads)
+    return lambda instr: lower(instr, threads=threads)
 
 
 def generate(module: Module, *, kernel_lowering: KernelLowering | None = None,
@@ -220,7 +219,7 @@ def generate(module: Module, *, kernel_lowering: KernelLowering | None = None,
         if stream is not None:
             stream.add(k)
 
-    sched = schedule(module, kernel_lowering or _default_lowering(threads), NameLog(_RESERVED),
+    sched = schedule(module, kernel_lowering or _default_lowering(threads), set(_RESERVED),
                      printed)
     if stream is not None:
         stream.finish()

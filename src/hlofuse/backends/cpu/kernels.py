@@ -1,11 +1,16 @@
-"""One HLO kernel (a fusion, or an unfused op that does work) -> one C function.
+"""One HLO kernel (a fusion, or an unfused op that does work) -> one C function, in two steps:
 
-    lower_kernel(instr, used_names, target, threads) -> Kernel      (contract.py)
+    lower(instr, target, threads) -> Lowered     the optimised kernel IR and its identity
+    lowered.emit(name) -> Kernel                  its C (contract.py)
+    lower_kernel(instr, target, threads) -> Kernel    both, named from the identity
 
 The kernel is lowered to kernel IR (`backends/kernel_ir/lower`), optimised for the target
 (`kernel_ir.passes.optimize`: split, jam, collapse, vectorize, parallelize, hoist; the host's
-vector width unless `target` says otherwise) and printed (`cprint.KernelPrinter`), the vector
-helpers it uses (`cvec.VecLib`, include-guarded) first.
+vector width unless `target` says otherwise), given its identity (`kernel_ir.identity.digest`
+of the optimised IR and the target's name: the scheduler prints one function per identity)
+and printed (`cprint.KernelPrinter`), the vector helpers it uses (`cvec.VecLib`,
+include-guarded) first. Its name is `STEM_DIGEST8` (`naming.kernel_name`), its file-scope
+helpers `NAME_...`: the same kernel prints the same C in every program.
 
 Conditions enforced: `instr` is a kernel (`passes.fusion.kernels.is_kernel`); the generated
 function has the contract's signature `HF_KERNEL void NAME(const T0 *restrict in0, ...,
@@ -15,49 +20,93 @@ Anything that cannot be lowered raises `LoweringError` (a CompileError) naming t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hlofuse.backends.cpu import host_target, limits
 from hlofuse.backends.cpu.contract import Kernel
-from hlofuse.backends.cpu.cprint import KernelPrinter
+from hlofuse.backends.cpu.cprint import KernelPrinter, lane_cost
 from hlofuse.backends.cpu.cvec import VecLib
+from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir import lower as kir_lower
+from hlofuse.backends.kernel_ir.identity import digest
 from hlofuse.backends.kernel_ir.lower.builder import LoweringError
+from hlofuse.backends.kernel_ir.naming import kernel_name
 from hlofuse.backends.kernel_ir.passes import optimize
 from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import leaves
+from hlofuse.ir.shape import ArrayShape, leaves
 
-__all__ = ["LoweringError", "lower_kernel"]
+__all__ = ["Lowered", "LoweringError", "lower", "lower_kernel"]
 
 
-def lower_kernel(instr: Instruction, used_names: set[str], target: Target | None = None,
-                 threads: int = 1) -> Kernel:
-    """The C function computing the kernel `instr`: lowered to kernel IR, optimised for
-    `target` (the host by default), printed. Lowering recurses through index maps (elementwise
-    chains are walked iteratively), so a deep kernel runs on a large stack (`limits.deep_call`);
-    one beyond `limits.MAX_EXPRESSION_DEPTH` is refused."""
+@dataclass(frozen=True)
+class Lowered:
+    """One kernel lowered and optimised, not yet printed: `digest` is its identity; `inputs`,
+    `outputs`, `instruction` and `kind` its calling convention and origin (contract.Kernel)."""
+
+    kernel: ir.Kernel
+    stem: str  # the readable part of its name (`naming.kernel_stem`)
+    digest: str
+    inputs: tuple[ArrayShape, ...]
+    outputs: tuple[ArrayShape, ...]
+    instruction: str
+    kind: str
+    depth: int  # its expression depth (`limits.deep_call`)
+
+    def call(self, name: str, source: str = "") -> Kernel:
+        """The contract entry calling the function `name` (printed elsewhere when `source` is
+        empty)."""
+        return Kernel(name=name, source=source, inputs=self.inputs, outputs=self.outputs,
+                      instruction=self.instruction, kind=self.kind,
+                      inplace=dict(self.kernel.inplace))
+
+    def emit(self, name: str) -> Kernel:
+        """The C function `name` computing this kernel (its helpers named `name_...`)."""
+        def text() -> str:
+            self.kernel.name = name
+            lib = VecLib()
+            body = KernelPrinter(self.kernel, lib).print()
+            return lib.text() + body
+
+        return self.call(name, limits.deep_call(text, self.depth))
+
+
+def lower(instr: Instruction, target: Target | None = None, threads: int = 1) -> Lowered:
+    """`instr` lowered to kernel IR and optimised for `target` (the host by default).
+    Lowering recurses through index maps (elementwise chains are walked iteratively), so a
+    deep kernel runs on a large stack (`limits.deep_call`); one beyond
+    `limits.MAX_EXPRESSION_DEPTH` is refused."""
     depth = limits.expression_depth(instr)
-    return limits.deep_call(lambda: _lower_kernel(instr, used_names, target, threads), depth)
+    return limits.deep_call(lambda: _lower(instr, target or host_target.detect(), threads, depth),
+                            depth)
 
 
-def _lower_kernel(instr: Instruction, used_names: set[str], target: Target | None,
-                  threads: int) -> Kernel:
-    kernel = kir_lower.lower_kernel(instr, used_names)
-    optimize(kernel, target or host_target.detect(), threads)
-    lib = VecLib()
-    text = KernelPrinter(kernel, lib, used_names).print()
+def _lower(instr: Instruction, target: Target, threads: int, depth: int) -> Lowered:
+    kernel = kir_lower.lower_kernel(instr)
+    optimize(kernel, target, threads, lane_cost=lane_cost)
     if instr.opcode is Opcode.FUSION:
         params = sorted(instr.fused_computation.parameters,
                         key=lambda p: p.parameter_number or 0)
     else:
         params = list(instr.operands)
     ins = tuple(s for p in params for s in leaves(p.shape))
-    outs = tuple(b for b in _out_shapes(instr))
-    return Kernel(name=kernel.name, source=lib.text() + text, inputs=ins, outputs=outs,
-                  instruction=instr.name, kind=kir_lower.kind_of(instr),
-                  inplace=dict(kernel.inplace))
+    outs = tuple(_out_shapes(instr))
+    return Lowered(kernel, kernel.name, digest(kernel, (target.name,)), ins, outs, instr.name,
+                   kir_lower.kind_of(instr), depth)
 
 
-def _out_shapes(instr: Instruction) -> list:
+def lower_kernel(instr: Instruction, target: Target | None = None, threads: int = 1) -> Kernel:
+    """The C function computing the kernel `instr`, on its own (named from its identity)."""
+    lowered = lower(instr, target, threads)
+    return lowered.emit(kernel_name(lowered.stem, lowered.digest, set()))
+
+
+def _out_shapes(instr: Instruction) -> list[ArrayShape]:
     root = instr.fused_computation.root if instr.opcode is Opcode.FUSION else instr
-    return [leaves(r.shape)[k] for r, k in kir_lower._root_leaves(root)]
+    out: list[ArrayShape] = []
+    for r, k in kir_lower._root_leaves(root):
+        leaf = leaves(r.shape)[k]
+        assert isinstance(leaf, ArrayShape)
+        out.append(leaf)
+    return out

@@ -87,12 +87,13 @@ MAX_ULP: dict[str, float] = {
 BINARY: frozenset[str] = frozenset({"power", "atan2"})
 
 # How much an inlined lane loop of the f32 routine costs GCC, in lane loops of a small one
-# (cprint.INLINE_LANE_LOOPS counts these): the routines evaluated in double (power, tan, atan2)
-# or with long polynomials (erf) vectorize into several registers of doubles per lane vector,
-# and GCC's time grows faster than a function's size. Measured on AVX-512, 16-lane f32 loops:
-# 16 inlined erf took 1.8 s of -O2, 32 took 6.4 s (cbrt or expm1: 0.15 s for 16); brax's hopper
-# (MJX) had a kernel of 22 inlined power loops that took 4.8 s, 0.5 s with them called. A call
-# costs a chain of these ops at most 12% (erf, atan2; power 2%), paid only past the budget.
+# (kernel_ir/passes/outline.INLINE_LANE_LOOPS counts these, `cprint.lane_cost` hands them
+# over): the routines evaluated in double (power, tan, atan2) or with long polynomials (erf)
+# vectorize into several registers of doubles per lane vector, and GCC's time grows faster
+# than a function's size. Measured on AVX-512, 16-lane f32 loops: 16 inlined erf took 1.8 s
+# of -O2, 32 took 6.4 s (cbrt or expm1: 0.15 s for 16); brax's hopper (MJX) had a kernel of
+# 22 inlined power loops that took 4.8 s, 0.5 s with them called. A call costs a chain of
+# these ops at most 12% (erf, atan2; power 2%), paid only past the budget.
 INLINE_WEIGHT: dict[str, int] = {"erf": 16, "power": 8, "tan": 8, "atan2": 8}
 
 

@@ -2,12 +2,13 @@
 
     schedule(module, lowering) -> Schedule
         kernels: the Kernel of every kernel instruction, in call order of first use; a kernel
-                 whose C is the same as an earlier one's up to its own fresh names and
-                 comments (`canonical_kernel`) is not printed again: its entry names the
+                 whose optimised kernel IR is an earlier one's (the same identity,
+                 `kernel_ir.identity.digest`; or, before lowering, the same HLO structure,
+                 `kernel_key.structural_key`) is not printed again: its entry names the
                  earlier function (`Kernel.source` empty) and keeps its own instruction, so
-                 profiles still count every call site. A printed kernel's names are made
-                 from what it computes (`content_named`: `fused_add_multiply_1f0c9a2e`), not
-                 from the order of the program, so it prints the same C in any program
+                 profiles still count every call site. A printed kernel is named from its
+                 identity (`naming.kernel_name`: `fused_add_multiply_1f0c9a2e`), not from
+                 the order of the program, so it prints the same C in any program
         body:    [Call | MemCopy | While | Branch | Note]
         buffers: every internal buffer (`Buf`), to be placed by `assign.py`
 
@@ -40,11 +41,9 @@ in the arena; `driver.py` prints.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends.cpu.buffers import Analyzer, CompAnalysis, Src, is_alias
@@ -53,72 +52,19 @@ from hlofuse.backends.cpu.contract import HostSite, Kernel
 from hlofuse.backends.cpu.kernel_key import structural_key
 from hlofuse.backends.cpu.views import view_plan
 from hlofuse.backends.host_callbacks import array_results, callback_index, is_host_callback
+from hlofuse.backends.kernel_ir.naming import kernel_name
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
 
-KernelLowering = Callable[[Instruction, set[str]], Kernel]
+if TYPE_CHECKING:
+    from hlofuse.backends.cpu.kernels import Lowered
 
-
-class NameLog(set[str]):
-    """The set of C names in use, also recording the order names were added (`fresh` only adds
-    with `add`), so the names one kernel's lowering took are `log[mark:]`."""
-
-    def __init__(self, names: Any = ()) -> None:
-        super().__init__(names)
-        self.log: list[str] = []
-
-    def add(self, name: str) -> None:
-        if name not in self:
-            self.log.append(name)
-        super().add(name)
-
-
-# Comments (group 1: dropped), string and character literals (kept whole, so a name is never
-# matched inside one); `canonical_kernel` adds the identifiers it renames (group 2). A name
-# never matches inside a number or after a `.` (the look-behind).
-_C_SKIP = r"""(/\*.*?\*/)|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'"""
-
-
-def content_named(kernel: Kernel, key: tuple[Any, ...], fresh: list[str],
-                  used: set[str]) -> Kernel:
-    """`kernel` with the names its lowering took (`fresh`, counters in the program's order:
-    `dot_14`, `rhs_packed_3`) made from what it computes instead: `key` is its
-    `canonical_kernel`. The function becomes `STEM_DIGEST` (its readable name without the
-    counter, and 8 hex digits of the key's SHA-256), names derived from it (`NAME_p1`) follow,
-    and its other fresh names (locals, scratch) become `STEM_DIGEST_<name>`. So the same kernel
-    prints the same C in every program, and its compiled unit is found again (units.py).
-    Comments, literals and other identifiers are left alone."""
-    h = hashlib.sha256(key[0].encode())
-    for part in (*key[1], "->", *key[2], *(f"{o}:{i}" for o, i in key[3])):
-        h.update(b"\0" + str(part).encode())
-    stem = re.sub(r"_\d+$", "", kernel.name)
-    name = f"{stem}_{h.hexdigest()[:8]}"
-    while name in used:  # (taken by another kernel's counter: extend the digest)
-        name += "x"
-    used.add(name)
-    rename = {kernel.name: name}
-    for n in fresh:
-        if n not in rename:
-            rename[n] = f"{name}_{n}"
-    derived = kernel.name + "_"
-
-    def token(m: re.Match[str]) -> str:
-        ident = m.group(0)
-        new = rename.get(ident)
-        if new is not None:
-            return new
-        if ident.startswith(derived):  # the kernel's outlined loops: NAME_p1, NAME_p1_t
-            return name + ident[len(kernel.name):]
-        return ident
-
-    # only the identifiers that start with one of those names are looked at (a pass over
-    # every token costs a Python call each: 0.1-0.2 s of gpt-8's C generation)
-    starts = "|".join(map(re.escape, sorted(rename, key=len, reverse=True)))
-    pattern = re.compile(rf"(?<![\w.])(?:{starts})\w*")
-    return replace(kernel, name=name, source=pattern.sub(token, kernel.source))
+# instruction -> its kernel lowered and optimised (`kernels.lower`, for this program's target
+# and threads)
+KernelLowering = Callable[[Instruction], "Lowered"]
 
 
 def call_note(instr: Instruction, in_place: bool = False) -> str:
@@ -133,36 +79,6 @@ def call_note(instr: Instruction, in_place: bool = False) -> str:
             note += (f" at {md.source_file}:{md.source_line}" if md.source_line
                      else f" at {md.source_file}")
     return note
-
-
-def canonical_kernel(kernel: Kernel, fresh: list[str]) -> tuple[Any, ...]:
-    """What makes two kernels interchangeable: the C text without comments, with the names the
-    kernel's lowering took (`fresh`: its function, locals, helpers; each unique in the file)
-    replaced by their order of first use, names derived from the function's (`NAME_p1`) by
-    their suffix, and the calling convention (shapes, in-place pairs).
-    Equal keys mean one function is the other with its own names renamed one to one, so
-    either computes both. Only comments, literals and identifiers that start with one of
-    those names are matched (a Python call each), not every token of the text."""
-    names = {kernel.name, *fresh}
-    derived = kernel.name + "_"
-    order: dict[str, str] = {}
-
-    def token(m: re.Match[str]) -> str:
-        if m.group(1) is not None:
-            return " "
-        ident = m.group(2)
-        if ident is None:
-            return m.group(0)
-        if ident in names:
-            return order.setdefault(ident, f"@{len(order)}")
-        if ident.startswith(derived):  # the kernel's outlined loops: NAME_p1, NAME_p1_t
-            return "@K" + ident[len(kernel.name):]
-        return ident
-
-    starts = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
-    pattern = re.compile(rf"{_C_SKIP}|((?<![\w.])(?:{starts})\w*)", re.DOTALL)
-    text = pattern.sub(token, kernel.source)
-    return (text, kernel.inputs, kernel.outputs, tuple(sorted(kernel.inplace.items())))
 
 
 class Loc:
@@ -321,7 +237,7 @@ class _Scheduler:
         self._used = used
         self._printed = printed
         self._kernel_of: dict[Instruction, int] = {}
-        self._function_of: dict[tuple[Any, ...], Kernel] = {}  # canonical_kernel -> printed
+        self._function_of: dict[str, Kernel] = {}  # identity (digest) -> printed kernel
         self._by_structure: dict[tuple[Any, ...], Kernel] = {}  # structural_key -> kernel
         self._views: dict[Instruction, dict[int, int]] = {}  # kernel -> leaf -> byte offset
         self.sched = Schedule([], [])
@@ -336,26 +252,21 @@ class _Scheduler:
         if instr not in self._kernel_of:
             plan = view_plan(instr)
             lowered = instr if plan is None else plan.kernel
-            used = self._used
-            mark = len(used.log) if isinstance(used, NameLog) else None
-            shape_key = structural_key(lowered) if mark is not None else None
+            shape_key = structural_key(lowered)
             same = self._by_structure.get(shape_key) if shape_key is not None else None
             if same is not None:  # a kernel equal to an earlier one: call its function
                 k = replace(same, source="", instruction=instr.name)
             else:
-                k = self._lowering(lowered, used)
-                used.add(k.name)
+                low = self._lowering(lowered)
+                first = self._function_of.get(low.digest)
+                if first is not None:  # the same kernel IR again: call the first function
+                    k = low.call(first.name)
+                else:
+                    name = kernel_name(low.stem, low.digest, self._used)
+                    k = self._function_of[low.digest] = low.emit(name)
                 if plan is not None:  # never written through a view
                     k = replace(k, inplace={o: i for o, i in k.inplace.items()
                                             if i not in plan.offsets})
-                if mark is not None:
-                    fresh = used.log[mark:]  # type: ignore[attr-defined]
-                    key = canonical_kernel(k, fresh)
-                    first = self._function_of.get(key)
-                    if first is not None:  # the same function again: call the first one
-                        k = replace(k, name=first.name, source="")
-                    else:
-                        k = self._function_of[key] = content_named(k, key, fresh, used)
                 if shape_key is not None:
                     self._by_structure[shape_key] = k
             if plan is not None:
@@ -607,7 +518,8 @@ def _flat_literal(value: Any) -> list[Any]:
 
 def schedule(module: Module, lowering: KernelLowering, used_names: set[str],
              printed: Callable[[Kernel], None] | None = None) -> Schedule:
-    """The driver IR of `module`'s entry computation (see the module docstring). `printed(k)`
+    """The driver IR of `module`'s entry computation (see the module docstring); kernel
+    functions take names not in `used_names` (recorded there). `printed(k)`
     is called for each kernel function as it is printed (in `Schedule.kernels` order; sites
     that call an earlier function are not printed again)."""
     s = _Scheduler(lowering, used_names, printed)

@@ -606,13 +606,16 @@ class LaneForms:
     printed as the target's gather instruction where it has one; `compare32`, comparisons of a
     64-bit index with a loop-invariant value, both within 32 bits, computed in 32-bit lanes;
     `index32`, lane-varying index values (`index`, `idiv`, `imod`) in [0, 2^31) used only as
-    indices, computed in unsigned 32-bit lanes."""
+    indices, computed in unsigned 32-bit lanes; `outline`, values without a vector form
+    computed through a call to an out-of-line lane function, not an inline lane loop
+    (`passes/outline.py`)."""
 
     narrow: set[int] = field(default_factory=set)
     blend: set[int] = field(default_factory=set)
     gather: set[int] = field(default_factory=set)
     compare32: set[int] = field(default_factory=set)
     index32: set[int] = field(default_factory=set)
+    outline: set[int] = field(default_factory=set)
 
 
 @dataclass(eq=False, slots=True)

@@ -1,8 +1,11 @@
 """C names for kernels and their locals, derived by the code from what they compute.
 
-    kernel names   fused_multiply_add_select, reduce_add, dot, dot_2 (unique per Program; the
-                   cpu backend then makes a printed kernel's names from its content:
-                   `schedule.content_named`, fused_multiply_add_select_1f0c9a2e)
+    kernel names   a stem from what the kernel computes (fused_multiply_add_select,
+                   reduce_add, dot: `kernel_stem`) and 8 hex digits of its identity, the digest
+                   of its optimised IR (`identity.digest`): fused_multiply_add_select_1f0c9a2e
+                   (`kernel_name`), so the same kernel has the same name in every program
+    file names     what a kernel's printing adds at file scope (constant tables, library
+                   helpers): `Namespace(kernel name)` prefixes each, `NAME_c0`, `NAME_sort_rows`
     local names    acc0, i0, acc0p (the IR's, hints) -> C names unique per kernel function
                    (`KernelNames`: acc0p, acc0p_2 for a second buffer the passes named alike)
 
@@ -66,14 +69,26 @@ _PLUMBING = frozenset(
 _BASE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
+class Namespace(set[str]):
+    """The file-scope names one kernel's printing takes: `fresh` makes each `PREFIX_base` (the
+    prefix is the kernel's name, unique in its file), unique among themselves."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+
 def fresh(base: str, used: set[str], clash_suffix: str = "") -> str:
-    """A unique identifier for `base`, recorded in `used` (`base`, then `base_2`, ...). A name
-    that clashes with C/libc gets `clash_suffix` (or a `v_` prefix without one). `base` must be
-    made by the code (lower-case letters, digits, `_`): never an HLO name."""
+    """A unique identifier for `base`, recorded in `used` (`base`, then `base_2`, ...); in a
+    `Namespace`, `PREFIX_base`. A name that clashes with C/libc gets `clash_suffix` (or a `v_`
+    prefix without one). `base` must be made by the code (lower-case letters, digits, `_`):
+    never an HLO name."""
     if not _BASE.fullmatch(base):
         raise AssertionError(f"C name base {base!r} is not made by the code (naming.fresh)")
     name = base
-    if name in _C_RESERVED or name.startswith("hf_") or re.fullmatch(r"(in|out)\d+", name):
+    if isinstance(used, Namespace):
+        name = f"{used.prefix}_{base}"
+    elif name in _C_RESERVED or name.startswith("hf_") or re.fullmatch(r"(in|out)\d+", name):
         name = name + clash_suffix if clash_suffix else "v_" + name
     candidate = name
     n = 2
@@ -198,5 +213,20 @@ def kernel_base_name(instr: Instruction) -> str:
     return "fused_" + "_".join(words[:3]) if words else "fused_copy"
 
 
-def kernel_name(instr: Instruction, used: set[str]) -> str:
-    return fresh(kernel_base_name(instr), used, clash_suffix="_op")
+def kernel_stem(instr: Instruction) -> str:
+    """The readable part of the name of the kernel computing `instr` (kept off C's names)."""
+    return fresh(kernel_base_name(instr), set(), clash_suffix="_op")
+
+
+def kernel_name(stem: str, digest: str, used: set[str]) -> str:
+    """`STEM_DIGEST8`, the name of the kernel whose identity is `digest` (more of the digest
+    where another kernel with another digest took the name), recorded in `used`."""
+    n = 8
+    name = f"{stem}_{digest[:n]}"
+    while name in used:
+        n += 1
+        if n > len(digest):
+            raise CompileError(f"kernel name {name} taken twice (one digest lowered twice)")
+        name = f"{stem}_{digest[:n]}"
+    used.add(name)
+    return name

@@ -100,7 +100,8 @@ class _Fmt:
             self.lines.append(f"{pad}lazy {sides}")
         forms = loop.forms if loop is not None else None
         kinds = (("narrow", forms.narrow), ("blend", forms.blend),
-                 ("compare32", forms.compare32), ("index32", forms.index32)) \
+                 ("compare32", forms.compare32), ("index32", forms.index32),
+                 ("outline", forms.outline)) \
             if forms is not None else ()
         if any(uids for _what, uids in kinds):
             parts = [f"{what} {', '.join(f'%{u}' for u in sorted(uids))}"

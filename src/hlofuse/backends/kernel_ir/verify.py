@@ -27,7 +27,8 @@ Conditions checked:
   the branch loses nothing), and the groups are exactly the lazy selects by (condition, side);
 - lane forms (`passes/lanes.py`): each `narrow`, `blend` and `compare32` value is an alu value
   of its loop that qualifies (`lanes.narrow_index`, `lanes.blend_on_compare`,
-  `lanes.compare32`), each `index32` one an index value that does (`lanes.index32`);
+  `lanes.compare32`), each `index32` one an index value that does (`lanes.index32`); each
+  `outline` value (`passes/outline.py`) a lane-varying alu value of its loop;
 - vector forms (`ir.py`'s docstring states what they mean): a `tile` value or `StoreTile` lies
   in a vector loop, its `base` advances by `stride` per lane (coefficient `stride` on the
   innermost vector loop's variable, no value term that varies with it), a tile's column `k`
@@ -300,6 +301,10 @@ def _vector_loop(loop: ir.Loop, fail: Callable[[str], Exception]) -> None:
         if forms.index32 - index32(loop):
             raise fail(f"index values {sorted(forms.index32 - index32(loop))} in 32 bits in "
                        f"loop {name} do not qualify")
+        for uid in forms.outline:
+            v = values.get(uid)
+            if v is None or v.op != "alu" or not varies(v, loop.var):
+                raise fail(f"value %{uid} outlined in loop {name} is not a lane-varying op")
     plan = loop.lazy
     if plan is None or not plan.sides:
         return

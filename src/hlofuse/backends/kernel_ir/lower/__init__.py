@@ -1,6 +1,6 @@
 """Lowering: one HLO kernel (a fusion, or an unfused op that does work) -> one `ir.Kernel`.
 
-    lower_kernel(instr, used_names) -> ir.Kernel
+    lower_kernel(instr) -> ir.Kernel      (named by its stem; every other name local to it)
 
 A single op is lowered exactly like a fusion whose parameters are its operands. The pieces:
 
@@ -29,7 +29,7 @@ from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Buffer
 from hlofuse.backends.kernel_ir.lower import elementwise, inplace, roots  # noqa: F401 (handlers)
 from hlofuse.backends.kernel_ir.lower.builder import Builder, LoweringError, where
-from hlofuse.backends.kernel_ir.naming import kernel_name
+from hlofuse.backends.kernel_ir.naming import kernel_stem
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
@@ -74,12 +74,13 @@ def _label(instr: Instruction) -> tuple[str, str]:
     return instr.name, summary
 
 
-def lower_kernel(instr: Instruction, used_names: set[str]) -> ir.Kernel:
-    """The kernel IR computing `instr` (see the module docstring)."""
+def lower_kernel(instr: Instruction) -> ir.Kernel:
+    """The kernel IR computing `instr` (see the module docstring), named by its stem
+    (`naming.kernel_stem`); names in it are local to it."""
     for op in instr.operands:
         if not all(isinstance(s, ArrayShape) for s in leaves(op.shape)):
             raise LoweringError(f"{where(instr)}: operand {op.name} is not made of arrays")
-    name = kernel_name(instr, used_names)
+    name = kernel_stem(instr)
     g = ir.Graph()
     b = Builder(g)
     fused = instr.opcode is Opcode.FUSION

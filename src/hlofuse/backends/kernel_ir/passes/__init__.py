@@ -11,12 +11,14 @@
     place       where locals are declared, stack or heap (`Kernel.placement`)
     lazy        which selects of a vector loop compute a side in a branch (`Loop.lazy`)
     lanes       which values of a vector loop take a cheaper lane form (`Loop.forms`)
+    outline     which values without a vector form are called out of line (`forms.outline`;
+                only where the backend hands in its lane costs)
 
 Each is `pass(kernel)` (mutating the kernel's statement lists) and keeps the kernel's results
-identical, except that `vectorize` may reassociate reductions whose reducer allows it. `place`,
-`lazy` and `lanes` change no statement: they record decisions printers read (`plan`, which a printer
-runs itself on a kernel that did not go through `optimize`). Under
-`HLOFUSE_VERIFY=1` (or `optimize(..., check=True)`) the kernel IR verifier (`verify.py`) runs
+identical, except that `vectorize` may reassociate reductions whose reducer allows it.
+`place`, `lazy`, `lanes` and `outline` change no statement: they record decisions printers
+read (`plan`, which a printer runs itself on a kernel that did not go through `optimize`).
+Under `HLOFUSE_VERIFY=1` (or `optimize(..., check=True)`) the kernel IR verifier (`verify.py`) runs
 after the lowering and after each pass.
 """
 
@@ -30,6 +32,7 @@ from hlofuse.backends.kernel_ir.passes.jam import jam
 from hlofuse.backends.kernel_ir.passes.lanes import lanes
 from hlofuse.backends.kernel_ir.passes.lazy import lazy
 from hlofuse.backends.kernel_ir.passes.narrow import narrow
+from hlofuse.backends.kernel_ir.passes.outline import LaneCost, outline
 from hlofuse.backends.kernel_ir.passes.parallel import parallelize
 from hlofuse.backends.kernel_ir.passes.place import place
 from hlofuse.backends.kernel_ir.passes.split import split
@@ -37,13 +40,15 @@ from hlofuse.backends.kernel_ir.passes.vectorize import vectorize
 from hlofuse.backends.kernel_ir.target import Target
 
 __all__ = ["collapse", "fission", "hoist", "jam", "lanes", "lazy", "narrow", "optimize",
-           "parallelize", "place", "plan", "split", "vectorize"]
+           "outline", "parallelize", "place", "plan", "split", "vectorize"]
 
 
 def optimize(kernel: ir.Kernel, target: Target, threads: int = 1,
-             check: bool | None = None) -> ir.Kernel:
+             check: bool | None = None, lane_cost: LaneCost | None = None) -> ir.Kernel:
     """Run the passes in order; with `check` (default: `HLOFUSE_VERIFY=1`), the kernel IR
-    verifier (`verify.py`) after the lowering and after every pass."""
+    verifier (`verify.py`) after the lowering and after every pass. `lane_cost` is the
+    backend's cost of an op it computes lane by lane (`outline.LaneCost`; None: every lane
+    loop inline)."""
     from hlofuse import env
     from hlofuse.backends.kernel_ir.verify import verify
 
@@ -54,6 +59,9 @@ def optimize(kernel: ir.Kernel, target: Target, threads: int = 1,
              ("parallelize", lambda k: parallelize(k, threads)), ("hoist", hoist),
              ("place", lambda k: place(k, target.stack_local_bytes)), ("lazy", lazy),
              ("lanes", lanes)]
+    if lane_cost is not None:
+        cost = lane_cost
+        steps.append(("outline", lambda k: outline(k, cost)))
     if check:
         verify(kernel, "lowering")
     for name, step in steps:
