@@ -17,6 +17,7 @@ import hlofuse
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu import build
 from hlofuse.backends.cpu.library import blas, gemm
+from hlofuse.backends.kernel_ir.lower.library import library_op
 from hlofuse.text import parse
 
 
@@ -124,14 +125,14 @@ def test_call_refuses_what_blas_cannot_do() -> None:
 
 
 def test_generated_c_does_not_depend_on_the_blas(monkeypatch: pytest.MonkeyPatch) -> None:
-    instr = parse(_module("8,20", "20,12", "8,12", SHAPES[0][4])).entry.root
-    with_blas = gemm.emit_dot(instr, ["in0", "in1"], ["out0"], set())
+    op = library_op(parse(_module("8,20", "20,12", "8,12", SHAPES[0][4])).entry.root)
+    with_blas = gemm.emit_dot(op, ["in0", "in1"], ["out0"], set())
     monkeypatch.setenv("HLOFUSE_BLAS", "0")
     blas.find.cache_clear()
     blas.active.cache_clear()
     try:
         assert blas.find() is None and blas.active() is None
-        assert gemm.emit_dot(instr, ["in0", "in1"], ["out0"], set()) == with_blas
+        assert gemm.emit_dot(op, ["in0", "in1"], ["out0"], set()) == with_blas
     finally:
         monkeypatch.delenv("HLOFUSE_BLAS")
         blas.find.cache_clear()

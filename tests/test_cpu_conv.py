@@ -24,6 +24,7 @@ import pytest
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu import build, cexpr, library, runtime
 from hlofuse.backends.cpu.library import blas, conv_gemm
+from hlofuse.backends.kernel_ir.lower.library import library_op
 from hlofuse.errors import CompileError
 from hlofuse.ir.shape import ArrayShape
 from hlofuse.text import parse
@@ -226,7 +227,7 @@ def _harness(i: int, case: Case, names: set[str]) -> tuple[str, str]:
     if case.chunk is not None:
         conv_gemm.CHUNK_ELEMS = case.chunk
     try:
-        defs, stmts = library.emit(instr, ["ins[0]", "ins[1]"], ["outs[0]"], names,
+        defs, stmts = library.emit(library_op(instr), ["ins[0]", "ins[1]"], ["outs[0]"], names,
                                    case.threads)
     finally:
         conv_gemm.CHUNK_ELEMS = saved
@@ -341,4 +342,4 @@ ENTRY e {
     dim_labels=b01f_01io->b01f, feature_group_count=4
 }""", verify=False)
     with pytest.raises(CompileError, match="bad_conv"):
-        library.emit(module.entry.root, ["a", "b"], ["c"], set())
+        library.emit(library_op(module.entry.root), ["a", "b"], ["c"], set())

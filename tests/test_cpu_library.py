@@ -20,6 +20,7 @@ import pytest
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu import build, cexpr, library, runtime
 from hlofuse.backends.cpu.library import blas, scalar
+from hlofuse.backends.kernel_ir.lower.library import library_op
 from hlofuse.errors import CompileError
 from hlofuse.ir.shape import ArrayShape, leaves
 from hlofuse.text import parse
@@ -464,7 +465,7 @@ def _harness(i: int, case: Case, names: set[str]) -> tuple[str, str]:
     n_in = sum(len(leaves(p.shape)) for p in instr.operands)
     ins = [f"ins[{j}]" for j in range(n_in)]
     outs = [f"outs[{j}]" for j in range(len(leaves(instr.shape)))]
-    defs, stmts = library.emit(instr, ins, outs, names, case.threads)
+    defs, stmts = library.emit(library_op(instr), ins, outs, names, case.threads)
     body = "\n".join("    " + line for line in stmts.rstrip("\n").split("\n"))
     return defs, f"void run_{i}(void **ins, void **outs) {{\n{body}\n}}\n"
 
@@ -553,12 +554,13 @@ ENTRY e {
   ROOT n = f32[4] negate(a)
 }""")
     with pytest.raises(CompileError, match="n"):
-        library.emit(module.entry.root, ["in0"], ["out0"], set())
+        library.emit(library_op(module.entry.root), ["in0"], ["out0"], set())
     assert module.entry.root.opcode not in library.SUPPORTED
 
 
 def test_scalar_function_and_reducer_kinds() -> None:
-    from hlofuse.backends.kernel_ir.lower.scalar import simple_reducer
+    from hlofuse.backends.kernel_ir import ir
+    from hlofuse.backends.kernel_ir.lower.scalar import function, simple_reducer
     from hlofuse.ir.opcodes import Opcode
 
     module = parse("""
@@ -587,6 +589,6 @@ ENTRY e {
     # `add` may be reassociated (vectorized partial sums); a variadic argmax reducer may not
     assert simple_reducer(comps["add"]) is Opcode.ADD
     assert simple_reducer(comps["argmax"]) is None
-    text = scalar.scalar_function(comps["argmax"], "argmax_fn")
+    text = scalar.c_function(function(ir.Graph(), comps["argmax"], "argmax"), "argmax_fn")
     assert "static inline void argmax_fn(float p0, int32_t p1, float p2, int32_t p3, " \
            "float *r0, int32_t *r1)" in text

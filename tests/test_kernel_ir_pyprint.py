@@ -23,6 +23,7 @@ from cpu_lower_harness import compare, random_array, reference
 from hlo_loops import mlp_scan, scan, scan_reducing_over_batch, stacked
 from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.libop import LibOp
 from hlofuse.backends.kernel_ir.lower import lower_kernel
 from hlofuse.backends.kernel_ir.passes import optimize
 from hlofuse.backends.kernel_ir.pyprint import PyKernel, PyPrintError, print_kernel
@@ -198,12 +199,12 @@ def test_other_vector_widths(target: str) -> None:
             check_module(text, pipeline, rtol=1e-4, atol=1e-4, target=target)
 
 
-def test_sort_is_a_library_call_run_by_the_interpreter() -> None:
+def test_sort_is_a_library_call_run_from_its_comparator_function() -> None:
     ks = check_module(SORT, "xla", seeds=(0, 1))
     calls = [s for k in ks for s in ir.walk(k.body) if isinstance(s, ir.LibCall)]
     assert calls
-    # issue 31 wants `op` to be plain data; it is the HLO instruction today
-    assert all(isinstance(s.op, Instruction) for s in calls)
+    # `op` is plain data: the comparator is a kernel-IR function, run by the printer
+    assert all(isinstance(s.op, LibOp) and s.op.func("compare") is not None for s in calls)
 
 
 LIBRARY = ("conv_nhwc_strided", "conv_1d_s32_negative_pad", "select_scatter_min",
@@ -212,14 +213,43 @@ LIBRARY = ("conv_nhwc_strided", "conv_1d_s32_negative_pad", "select_scatter_min"
 
 @pytest.mark.parametrize("name", LIBRARY)
 def test_library_calls(name: str) -> None:
-    """Library calls (`ir.LibCall`) run the interpreter's op on the whole buffers: what this
-    checks is the buffers' plumbing (operand leaves in, result leaves out) around them, and the
-    kernels that feed and read them."""
+    """Library calls (`ir.LibCall`) run on the whole buffers from their plain data (sort and
+    select-and-scatter by their functions, the others by the interpreter's handler): what this
+    checks is those routines, the buffers' plumbing (operand leaves in, result leaves out)
+    around them, and the kernels that feed and read them."""
     from test_cpu_library import CASES as LIBRARY_CASES
 
     (case,) = [c for c in LIBRARY_CASES if c.name == name]
     ks = check_module(case.hlo, "xla", rtol=max(case.rtol, 1e-5), atol=max(case.atol, 1e-5))
     assert any(isinstance(s, ir.LibCall) for k in ks for s in ir.walk(k.body))
+
+
+LINALG = {
+    "cholesky": """
+ENTRY e {
+  a = f32[2,4,4] parameter(0)
+  ROOT c = f32[2,4,4] cholesky(a), lower=true
+}""",
+    "triangular_solve": """
+ENTRY e {
+  a = f64[3,3] parameter(0)
+  b = f64[3,2] parameter(1)
+  ROOT x = f64[3,2] triangular-solve(a, b), left_side=true, lower=true,
+    transpose_a=TRANSPOSE
+}""",
+}
+
+
+@pytest.mark.parametrize("name", [*LINALG, "getrf"])
+def test_linear_algebra_library_calls(name: str) -> None:
+    """cholesky, triangular-solve and a LAPACK custom call (validated from the op's data,
+    `num_batch_dims` included) run by the interpreter's routines from the `LibOp` alone."""
+    from lapack_cases import getrf_case
+
+    text = getrf_case()[0] if name == "getrf" else LINALG[name]
+    ks = check_module(text, "xla", rtol=1e-5, atol=1e-5)
+    calls = [s for k in ks for s in ir.walk(k.body) if isinstance(s, ir.LibCall)]
+    assert calls and all(isinstance(s.op, LibOp) for s in calls)
 
 
 @pytest.mark.parametrize("side", ["true", "false"])

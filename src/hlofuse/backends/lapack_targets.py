@@ -2,6 +2,8 @@
 
     parse(instr) -> Call | None     None: not a target of this table; TargetError: one of them,
                                     malformed (both backends name the instruction)
+    parse_call(target, operand shapes, shape, backend_config, num_batch_dims)   the same
+                                    from plain data (a library call's `kernel_ir.libop.LibOp`)
 
 jax 0.10 lowers its CPU linear algebra to typed-FFI custom calls, `lapack_<t><routine>_ffi`
 with t = s/d/c/z for f32/f64/c64/c128 (jaxlib/cpu/lapack_kernels.cc), plus one of its own,
@@ -119,7 +121,8 @@ def backend_config(text: str) -> dict[str, int | bool]:
     return out
 
 
-def _num_batch_dims(text: str) -> int | None:
+def num_batch_dims(text: str) -> int | None:
+    """The `num_batch_dims` entry of a `frontend_attributes` text, or None."""
     m = re.search(r'(?:^|[{,\s])num_batch_dims\s*=\s*"(\d+)"', text)
     return int(m.group(1)) if m else None
 
@@ -371,13 +374,21 @@ def _result_shapes(shape: Shape) -> list[ArrayShape]:
 
 def parse(instr: Instruction) -> Call | None:
     """The validated call `instr` makes, or None when it is not a target of this table."""
-    target = str(instr.attrs.get("custom_call_target", ""))
+    return parse_call(str(instr.attrs.get("custom_call_target", "")),
+                      [o.shape for o in instr.operands], instr.shape,
+                      str(instr.attrs.get("backend_config", "{}")),
+                      num_batch_dims(str(instr.attrs.get("frontend_attributes", ""))))
+
+
+def parse_call(target: str, operands: list[Shape], shape: Shape, config: str,
+               nbd: int | None) -> Call | None:
+    """`parse` from plain data: the target, the operands' and the result's shapes, the
+    backend_config text and the `num_batch_dims` frontend attribute (None when absent)."""
     found = routine_of(target)
     if found is None:
         return None
     name, dtype = found
     routine = ROUTINES[name]
-    operands = [o.shape for o in instr.operands]
     if not all(isinstance(s, ArrayShape) for s in operands):
         raise TargetError("operands must be arrays")
     arrays: list[ArrayShape] = operands  # type: ignore[assignment]
@@ -388,11 +399,11 @@ def parse(instr: Instruction) -> Call | None:
         dtype = arrays[0].dtype
     if len(arrays) != _OPERANDS.get(name, 1):
         raise TargetError(f"takes {_OPERANDS.get(name, 1)} operand(s), got {len(arrays)}")
-    attrs = _decode(routine, backend_config(str(instr.attrs.get("backend_config", "{}"))))
+    attrs = _decode(routine, backend_config(config))
     shapes = _Shapes(arrays, dtype, attrs)
     wanted = routine.rule(shapes)
     batch = shapes.batch or ()
-    results = _result_shapes(instr.shape)
+    results = _result_shapes(shape)
     if name == "gesdd" or name == "gesvd":
         wanted = _svd_results(wanted, results, batch)
     kinds = {"t": dtype, "r": dtype.component, "s32": DTYPES["s32"],
@@ -405,7 +416,6 @@ def parse(instr: Instruction) -> Call | None:
         if res.dtype != want.dtype or res.dims != want.dims:
             raise TargetError(f"result {i} is {res.dtype}{list(res.dims)}, expected "
                               f"{want.dtype}{list(want.dims)}")
-    nbd = _num_batch_dims(str(instr.attrs.get("frontend_attributes", "")))
     if nbd is not None and nbd != len(batch):
         raise TargetError(f"num_batch_dims={nbd} but the operands have {len(batch)} batch "
                           "dimension(s)")

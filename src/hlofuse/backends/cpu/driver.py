@@ -296,7 +296,8 @@ def _custom_call_problem(instr: Instruction) -> str | None:
         return f"custom-call target {target!r} is opaque code"
     from hlofuse.backends.cpu.library.lapack_calls import code_generation_check
 
-    code_generation_check(instr, call)
+    where = instr.parent.name if instr.parent is not None else "?"
+    code_generation_check(f"instruction {instr.name} in {where}", call)
     return None
 
 

@@ -193,17 +193,21 @@ def _entry_like(comp: Computation | None) -> bool:
     return False
 
 
-def facts(instr: Instruction) -> ConvFacts:
-    """`ConvFacts` of a convolution instruction whose attributes both backends have checked."""
-    lhs, rhs = (o.shape for o in instr.operands)
-    out = instr.shape
-    assert isinstance(lhs, ArrayShape) and isinstance(rhs, ArrayShape) \
-        and isinstance(out, ArrayShape)
-    lp, rp, op = parse_dim_labels(str(instr.attrs.get("dim_labels")))
+def in_entry(instr: Instruction) -> bool:
+    """Whether XLA would see the convolution `instr` in the entry computation (3. above)."""
+    return _entry_like(instr.parent)
+
+
+def facts_of(lhs: ArrayShape, rhs: ArrayShape, out: ArrayShape, dim_labels: str,
+             window: tuple[WindowDim, ...] | None, fgc: int, bgc: int,
+             entry: bool) -> ConvFacts:
+    """`ConvFacts` of a convolution of `lhs` by `rhs` into `out` whose attributes (`window`
+    None: one tap per kernel position) both backends have checked; `entry`: `in_entry`."""
+    lp, rp, op = parse_dim_labels(dim_labels)
     nsp = len(lp) - 2
     k_sizes = tuple(rhs.dims[rp[2 + d]] for d in range(nsp))
-    window: tuple[WindowDim, ...] = instr.attrs.get("window") or tuple(
-        WindowDim(size=s) for s in k_sizes)
+    if not window:
+        window = tuple(WindowDim(size=s) for s in k_sizes)
     spatial = list(range(1, nsp + 1))
     canonical = (lp == [0, nsp + 1, *spatial] and op == lp
                  and rp == [nsp + 1, nsp, *range(nsp)])
@@ -211,14 +215,24 @@ def facts(instr: Instruction) -> ConvFacts:
         inexact=lhs.dtype.is_inexact and out.dtype.is_inexact,
         eigen_type=lhs.dtype.is_float and lhs.dtype.bits <= 32,
         groups_kept=out.dtype.is_float and out.dtype.bits <= 32, window=tuple(window),
-        fgc=int(instr.attrs.get("feature_group_count", 1)),
-        bgc=int(instr.attrs.get("batch_group_count", 1)), n=lhs.dims[lp[0]],
-        o=rhs.dims[rp[0]], ci=rhs.dims[rp[1]],
+        fgc=fgc, bgc=bgc, n=lhs.dims[lp[0]], o=rhs.dims[rp[0]], ci=rhs.dims[rp[1]],
         in_sizes=tuple(lhs.dims[lp[2 + d]] for d in range(nsp)), k_sizes=k_sizes,
-        sizes=(lhs.size, rhs.size, out.size), canonical=canonical,
-        in_entry=_entry_like(instr.parent))
+        sizes=(lhs.size, rhs.size, out.size), canonical=canonical, in_entry=entry)
 
 
-def plan_for(instr: Instruction) -> ConvPlan:
-    """`plan(facts(instr))`."""
-    return plan(facts(instr))
+def facts(instr: Instruction, entry: bool | None = None) -> ConvFacts:
+    """`ConvFacts` of a convolution instruction whose attributes both backends have checked;
+    `entry` (None: `in_entry(instr)`) says whether it counts as in the entry computation."""
+    lhs, rhs = (o.shape for o in instr.operands)
+    out = instr.shape
+    assert isinstance(lhs, ArrayShape) and isinstance(rhs, ArrayShape) \
+        and isinstance(out, ArrayShape)
+    return facts_of(lhs, rhs, out, str(instr.attrs.get("dim_labels")),
+                    instr.attrs.get("window"), int(instr.attrs.get("feature_group_count", 1)),
+                    int(instr.attrs.get("batch_group_count", 1)),
+                    in_entry(instr) if entry is None else entry)
+
+
+def plan_for(instr: Instruction, entry: bool | None = None) -> ConvPlan:
+    """`plan(facts(instr, entry))`."""
+    return plan(facts(instr, entry))

@@ -43,6 +43,13 @@ from hlofuse.ir.opcodes import Opcode
 
 @handles(Opcode.CONVOLUTION)
 def _convolution(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.ndarray:
+    return convolve(instr, ops)
+
+
+def convolve(instr: Instruction, ops: list[Any], entry: bool | None = None) -> np.ndarray:
+    """The convolution `instr` of `ops`; `entry` says whether XLA would see it in the entry
+    computation (`conv_plan.in_entry`, found from `instr.parent` when None): a caller holding
+    no module (`kernel_ir/pyprint.py`) passes what the lowering recorded."""
     labels = instr.attrs.get("dim_labels")
     if labels is None:
         raise unsupported(instr, "convolution needs dim_labels=")
@@ -74,7 +81,7 @@ def _convolution(interp: Interpreter, instr: Instruction, ops: list[Any]) -> np.
             f"feature_group_count={fgc}, batch_group_count={bgc} do not fit input features "
             f"{c}, kernel input features {rhs.shape[1]}, output features {o}, batch {n}",
         )
-    plan = plan_for(instr)
+    plan = plan_for(instr, entry)
     config = [(0, 0, 0), (0, 0, 0)] + [(w.pad_lo, w.pad_hi, w.base_dilation - 1) for w in window]
     real = None  # where the padded input is the input (not padding, not a hole)
     if plan.skips and any(w.pad_lo > 0 or w.pad_hi > 0 or w.base_dilation > 1 for w in window):

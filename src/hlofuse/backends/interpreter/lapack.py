@@ -51,7 +51,7 @@ from hlofuse.backends.interpreter import lapack_algorithms as alg
 from hlofuse.backends.interpreter.core import Interpreter, register_custom_call, unsupported
 from hlofuse.backends.lapack_targets import Call, TargetError
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
+from hlofuse.ir.shape import ArrayShape, Shape, TupleShape, leaves
 
 Arrays = list[np.ndarray]
 
@@ -280,7 +280,12 @@ def _lapack_call(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any
     except TargetError as exc:
         raise unsupported(instr, str(exc)) from None
     assert call is not None
-    arrays: list[ArrayShape] = leaves(instr.shape)
+    return run_call(call, ops, instr.shape)
+
+
+def run_call(call: Call, ops: list[Any], shape: Shape) -> Any:
+    """The results (of `shape`) of the validated LAPACK call `call` on `ops`."""
+    arrays: list[ArrayShape] = leaves(shape)
     if call.count == 0:
         outs: Arrays = [np.zeros(s.dims, s.dtype.np) for s in arrays]
     else:
@@ -291,7 +296,7 @@ def _lapack_call(interp: Interpreter, instr: Instruction, ops: list[Any]) -> Any
                 outs = _ROUTINES[call.routine](call, ops)
     results = [np.ascontiguousarray(o).astype(s.dtype.np, copy=False).reshape(s.dims)
                for o, s in zip(outs, arrays, strict=True)]
-    return tuple(results) if isinstance(instr.shape, TupleShape) else results[0]
+    return tuple(results) if isinstance(shape, TupleShape) else results[0]
 
 
 register_custom_call(_accepts, _lapack_call)

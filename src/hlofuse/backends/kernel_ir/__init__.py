@@ -3,6 +3,7 @@ with explicit vector widths, affine loads and stores, scalar ops from the op tab
 library calls.
 
     lower/     fused HLO -> ir.Kernel
+    libop.py   what a library call computes, as plain data (LibCall.op: no HLO)
     passes/    split, jam, collapse, fission, narrow, vectorize, parallelize, hoist
     target.py  the vector width and -march of the machine the code is for
     rewrite.py substitution with folding (what the passes are built on)

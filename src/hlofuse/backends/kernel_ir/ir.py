@@ -10,7 +10,7 @@ jam, collapse, fission, narrow, vectorize, parallelize, hoist: `passes/`), then 
     Stmt  = Loop(var, lo, hi, body, parallel, vector, step, lazy, forms)
           | Store(buf, index, value)
           | If(cond, then, orelse) | Let(value) | Copy(dst, src) | LibCall(op, ins, outs)
-          | Comment(text)
+          | Comment(text)                        (LibCall.op: a `libop.LibOp`, plain data)
     Val   = const | load(buf, Affine) | index(Affine) | alu(ScalarOp, args)
           | cond(c, a, b) | idiv/imod(x, n) | param(k) | mload(buf, Affine, mask)
           | tile(buf, base, stride, k) | lanes_reduce(op, lanes buffers...)
@@ -73,10 +73,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from hlofuse.ir.dtypes import S64, DType
 from hlofuse.ir.opcodes import Opcode
+
+if TYPE_CHECKING:
+    from hlofuse.backends.kernel_ir.libop import LibOp
 
 BufferKind = Literal["in", "out", "local", "const", "lanes"]
 STACK_LOCAL_BYTES = 16384  # locals up to this size live on the stack (backends may differ)
@@ -684,10 +687,12 @@ class StoreTile:
 
 @dataclass(eq=False, slots=True)
 class LibCall:
-    """A library routine (GEMM, sort, convolution, RNG, select-and-scatter): `op` describes what
-    to compute (plain data), `ins` and `outs` are whole buffers, row-major."""
+    """A library routine (GEMM, convolution, sort, top-k, RNG, select-and-scatter, LAPACK):
+    `op` says what to compute as plain data (`libop.LibOp`: opcode, shapes, attributes, and
+    the called computations lowered to `Func`s; no HLO instruction), `ins` and `outs` are whole
+    buffers, row-major: the operands' leaves and the result's leaves, in order."""
 
-    op: Any
+    op: LibOp
     ins: list[Buffer]
     outs: list[Buffer]
 
@@ -702,9 +707,10 @@ Stmt = Loop | Store | If | Let | Copy | StoreTile | LibCall | Comment
 
 @dataclass(eq=False, slots=True)
 class Func:
-    """A scalar function (a reducer, comparator or select computation): `params` are `param`
-    Vals, `results` Vals over them. Printed as a static inline function by backends that need
-    one (library routines call it); kernels inline reducers instead."""
+    """A scalar function (a sort comparator or key, select-and-scatter's select or scatter):
+    `params` are `param` Vals, `results` Vals over them (params, constants and alus only).
+    Library calls carry theirs in `LibOp.funcs`; the C backend prints each as a static inline
+    function its routine calls. Kernels inline reducers instead."""
 
     name: str
     params: list[Val]

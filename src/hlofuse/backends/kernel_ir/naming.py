@@ -11,7 +11,7 @@
 
 No name is made from input text: HLO instruction, computation and module names are hostile
 input (docs/security.md), and even a sanitised one could be a macro of the prelude's headers
-(`unix`, `linux`, `EOF`, `I`). Bases come from the opcode table (`word`), fixed prefixes and
+(`unix`, `linux`, `EOF`, `I`). Bases come from the opcode table (`op_word`), fixed prefixes and
 counters. Conditions enforced: `fresh` accepts only a base that already is a plain identifier
 (an HLO name such as `mul.3` is refused loudly, so a call site that passes one is found by any
 test); every name is not a C keyword, not a libc/libm function (a kernel named `abs` or
@@ -162,13 +162,8 @@ def _local_base(hint: str) -> str:
 
 
 def op_word(opcode: Opcode) -> str:
+    """The base of C names for values of `opcode` (`multiply`, `exp`): never an HLO name."""
     return _OPCODE_SHORT.get(opcode.value, opcode.value).replace("-", "_")
-
-
-def word(instr: Instruction) -> str:
-    """The base of C names for values of `instr`: its opcode's word (`multiply`), never its
-    HLO name."""
-    return op_word(instr.opcode)
 
 
 def _reducer_word(instr: Instruction) -> str:

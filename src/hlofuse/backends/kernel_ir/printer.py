@@ -138,7 +138,7 @@ class _Fmt:
                 cond = " if distinct" if s.if_distinct else ""
                 self.lines.append(f"{pad}copy {s.src.name} -> {s.dst.name}{cond}")
             elif isinstance(s, ir.LibCall):
-                op = getattr(s.op, "opcode", s.op)
+                op = s.op.opcode.value
                 self.lines.append(f"{pad}call {op}({', '.join(b.name for b in s.ins)}) -> "
                                   f"({', '.join(b.name for b in s.outs)})")
             elif isinstance(s, ir.Comment):

@@ -30,9 +30,18 @@ What it relies on, and nothing else:
   rule, `ir.py`: reads and writes of a buffer happen in statement order), as in `cprint`.
 - `Kernel.placement`, `Loop.lazy`, `Loop.forms` and `parallel` are ignored: they choose where
   and how, never what (locals are allocated once, at the top, zeroed).
-- A library call (`LibCall`) runs the interpreter's handler of its op on the whole buffers:
-  `op` is the HLO instruction itself, not plain data (issue 31 wants plain data), so the
-  routines and `Kernel.funcs` (their comparators) are the interpreter's, never printed.
+- A library call (`LibCall`) runs on the whole buffers from its `op` alone (`libop.LibOp`,
+  plain data: no HLO instruction or computation): sort and select-and-scatter here, by their
+  `Func`s (the comparator; the select and scatter functions), each value of a `Func` an
+  interpreter alu as above (`_func_fn`): a stable sort of each row (the later of two elements
+  goes first only when the comparator says it is less, the C routine's rule), and windows
+  visited and hits scattered in source order (`windows.py`'s definition); the other ops by the
+  interpreter's handler, run on an instruction made from the op's opcode, shapes and HLO
+  attributes (a dot, convolution, top-k, rng-bit-generator, cholesky or triangular-solve calls
+  no computation; a convolution also gets the `in_entry` the lowering recorded, and a LAPACK
+  custom call is validated from the op's data, `lapack_targets.parse_call`, and run by the
+  interpreter's routine). The C backend's own choices (a radix sort by the "key" function)
+  are not followed: they compute the same values.
 
 Generated text is made only of numbers and names derived here (`b3`, `x0`, `v17`, `_A[0]`);
 no IR string (buffer or kernel names, labels, comments) is printed, so nothing from the input
@@ -42,6 +51,7 @@ wrapping around as numpy would. Anything the printer cannot run raises `PyPrintE
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,9 +59,11 @@ import numpy as np
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.libop import HLO_ATTRS, LibOp
 from hlofuse.backends.kernel_ir.query import varies
 from hlofuse.errors import CompileError
 from hlofuse.ir.dtypes import DType
+from hlofuse.ir.opcodes import Opcode
 
 MAX_NESTING = 80  # Python's parser refuses about 100 nested blocks
 
@@ -128,20 +140,176 @@ def _hreduce(fn: Callable[..., Any], bufs: Sequence[np.ndarray]) -> Any:
     return cur[0]
 
 
-def _libcall_fn(instr: Any, where: str) -> Callable[..., None]:
-    """A library call: the interpreter's handler of the HLO op on the whole buffers (operand
-    leaves in order, reshaped), its result leaves written into the output buffers."""
+def _const(v: Val) -> Any:
+    """A `const` value as a numpy scalar of its type (a float by its exact bits)."""
+    tag, value = v.arg
+    if v.dtype.is_float or v.dtype.is_complex:
+        return np.frombuffer(bytes.fromhex(tag), dtype=v.dtype.np)[0]
+    return np.asarray(value).astype(v.dtype.np)[()]
+
+
+def _func_fn(func: ir.Func, where: str) -> Callable[..., list[Any]]:
+    """A scalar function (`ir.Func`: parameters, constants, alus) as a function of numpy values
+    (scalars, or arrays computed lane-wise), each alu the interpreter's (`_alu_fn`)."""
+    order = ir.postorder([*func.params, *func.results])
+    steps: list[tuple[Val, Any]] = []
+    for v in order:
+        if v.op == "param":
+            steps.append((v, None))
+        elif v.op == "const":
+            steps.append((v, _const(v)))
+        elif v.op == "alu":
+            steps.append((v, _alu_fn(v.arg, where)))
+        else:
+            raise PyPrintError(f"{where}: a {v.op} value in a library call's scalar function")
+    count = len(func.params)
+
+    def run(*args: Any) -> list[Any]:
+        if len(args) != count:
+            raise PyPrintError(f"{where}: a scalar function of {count} parameters called with "
+                               f"{len(args)}")
+        env: dict[int, Any] = {}
+        for v, x in steps:
+            if v.op == "param":
+                env[v.uid] = np.asarray(args[v.arg]).astype(v.dtype.np)
+            elif v.op == "const":
+                env[v.uid] = x
+            else:
+                env[v.uid] = x(*(env[a.uid] for a in v.args))
+        return [env[r.uid] for r in func.results]
+
+    return run
+
+
+def _sort_fn(op: LibOp, where: str) -> Callable[[list[Any]], Any]:
+    """sort: each row along the dimension sorted stably by the comparator (the later of two
+    elements first only when it is less), every operand moved alike."""
+    from hlofuse.ir.shape import TupleShape
+
+    compare, dims = op.func("compare"), tuple(op.attr("dimensions", ()))
+    if compare is None or len(dims) != 1:
+        raise PyPrintError(f"{where}: a sort needs a comparator and one dimension")
+    less = _func_fn(compare, where)
+    dim = dims[0]
+    tupled = isinstance(op.shape, TupleShape)
+
+    def run(args: list[Any]) -> Any:
+        arrays = [np.moveaxis(np.asarray(a), dim, -1) for a in args]
+        shape = arrays[0].shape
+        results = [np.array(a) for a in args]
+        if shape[-1] > 1 and arrays[0].size:
+            n = shape[-1]
+            rows = [np.ascontiguousarray(a).reshape(-1, n) for a in arrays]
+            out = [np.empty_like(x) for x in rows]
+            for r in range(rows[0].shape[0]):
+                row = [x[r] for x in rows]
+
+                def first(i: int, j: int, row: list[Any] = row) -> int:
+                    """-1 when element i is less than j (sorted asks `<` only: stable)."""
+                    return -1 if bool(less(*(v for x in row for v in (x[i], x[j])))[0]) else 0
+
+                order = sorted(range(n), key=functools.cmp_to_key(first))
+                for o, x in zip(out, row, strict=True):
+                    o[r] = x[order]
+            results = [np.ascontiguousarray(np.moveaxis(o.reshape(shape), -1, dim))
+                       for o in out]
+        return tuple(results) if tupled else results[0]
+
+    return run
+
+
+def _select_and_scatter_fn(op: LibOp, where: str) -> Callable[[list[Any]], Any]:
+    """select-and-scatter: for each source position in row-major order, the first in-bounds
+    window element not beaten (a later one replaces it unless select(best, it) holds), then
+    out[best] = scatter(out[best], source) (`cpu/library/windows.py`'s definition)."""
+    window, select, scatter = op.attr("window"), op.func("select"), op.func("scatter")
+    if select is None or scatter is None:
+        raise PyPrintError(f"{where}: select-and-scatter needs select= and scatter=")
+    win: tuple[Any, ...] = tuple(window or ())  # (a scalar's window is empty)
+    if any(w.window_dilation != 1 or w.base_dilation != 1 or w.reversal for w in win):
+        raise PyPrintError(f"{where}: dilated or reversed windows are not defined")
+    sel, sca = _func_fn(select, where), _func_fn(scatter, where)
+
+    def run(args: list[Any]) -> Any:
+        operand, source, init = (np.asarray(a) for a in args)
+        if len(win) != operand.ndim or source.ndim != operand.ndim:
+            raise PyPrintError(f"{where}: window, operand and source ranks differ")
+        out = np.full(operand.shape, init.reshape(()), operand.dtype)
+        for s in np.ndindex(*source.shape):
+            best: Any = None
+            at: tuple[int, ...] | None = None
+            for k in np.ndindex(*(w.size for w in win)):
+                p = tuple(s[d] * w.stride + k[d] - w.pad_lo for d, w in enumerate(win))
+                if any(not 0 <= x < n for x, n in zip(p, operand.shape, strict=True)):
+                    continue  # padding is never selected
+                cand = operand[p]
+                if at is None or not bool(sel(best, cand)[0]):
+                    best, at = cand, p
+            if at is not None:
+                out[at] = sca(out[at], source[s])[0]
+        return out
+
+    return run
+
+
+def _handler_fn(op: LibOp, where: str) -> Callable[[list[Any]], Any]:
+    """The interpreter's handler of `op`'s opcode, on an instruction made from the op's
+    opcode, shapes and HLO attributes (the ops it serves call no computation)."""
     from hlofuse.backends.interpreter.core import HANDLERS, Interpreter
+    from hlofuse.ir.instruction import Instruction
+
+    if op.opcode is Opcode.CUSTOM_CALL:
+        return _lapack_fn(op, where)
+    handler = HANDLERS.get(op.opcode)
+    if handler is None:
+        raise PyPrintError(f"{where}: the interpreter has no rule for {op.opcode.value}")
+    params = [Instruction.create(Opcode.PARAMETER, s, name=f"p{k}", parameter_number=k)
+              for k, s in enumerate(op.operands)]
+    hlo = set(HLO_ATTRS.get(op.opcode, ()))
+    instr = Instruction.create(op.opcode, op.shape, params, name="libcall",
+                               attrs={k: v for k, v in op.attrs if k in hlo})
+    interp = Interpreter()
+    if op.opcode is Opcode.CONVOLUTION:
+        from hlofuse.backends.interpreter.convolution import convolve
+
+        entry = bool(op.attr("in_entry", True))
+        return lambda args: convolve(instr, args, entry)
+    return lambda args: handler(interp, instr, args)
+
+
+def _lapack_fn(op: LibOp, where: str) -> Callable[[list[Any]], Any]:
+    """A LAPACK custom call: validated from the op's data, run by the interpreter's routine."""
+    from hlofuse.backends import lapack_targets
+    from hlofuse.backends.interpreter.lapack import run_call
+
+    try:
+        call = lapack_targets.parse_call(
+            str(op.attr("custom_call_target", "")), list(op.operands), op.shape,
+            str(op.attr("backend_config", "{}")), op.attr("num_batch_dims"))
+    except lapack_targets.TargetError as exc:
+        raise PyPrintError(f"{where}: {exc}") from None
+    if call is None:
+        raise PyPrintError(f"{where}: a custom call that is not a LAPACK routine")
+    return lambda args: run_call(call, args, op.shape)
+
+
+def _libcall_fn(op: LibOp, where: str) -> Callable[..., None]:
+    """A library call on the whole buffers (operand leaves in order, reshaped), its result
+    leaves written into the output buffers (see the module docstring for how each op runs)."""
     from hlofuse.ir.literal import flatten
     from hlofuse.ir.shape import ArrayShape, leaves
 
-    handler = HANDLERS.get(instr.opcode)
-    if handler is None:
-        raise PyPrintError(f"{where}: the interpreter has no rule for {instr.opcode.value}")
-    shapes = [leaves(o.shape) for o in instr.operands]
-    tupled = [not isinstance(o.shape, ArrayShape) for o in instr.operands]
-    outs = leaves(instr.shape)
-    interp = Interpreter()
+    if not isinstance(op, LibOp):
+        raise PyPrintError(f"{where}: a library call whose op is not a LibOp")
+    if op.opcode is Opcode.SORT:
+        compute = _sort_fn(op, where)
+    elif op.opcode is Opcode.SELECT_AND_SCATTER:
+        compute = _select_and_scatter_fn(op, where)
+    else:
+        compute = _handler_fn(op, where)
+    shapes = [leaves(s) for s in op.operands]
+    tupled = [not isinstance(s, ArrayShape) for s in op.operands]
+    outs = leaves(op.shape)
 
     def run(*bufs: np.ndarray) -> None:
         it = iter(bufs)
@@ -151,7 +319,7 @@ def _libcall_fn(instr: Any, where: str) -> Callable[..., None]:
             args.append(tuple(arrs) if tup else arrs[0])
         targets = list(it)
         with np.errstate(all="ignore"):
-            value = handler(interp, instr, args)
+            value = compute(args)
         for dst, v, s in zip(targets, flatten(value), outs, strict=True):
             dst[:] = np.asarray(v, dtype=s.dtype.np).reshape(-1)
 
@@ -209,13 +377,8 @@ class _Printer:
     def const_ref(self, v: Val) -> str:
         n = self.const_index.get(v.uid)
         if n is None:
-            tag, value = v.arg
-            if v.dtype.is_float or v.dtype.is_complex:  # the exact bits
-                x = np.frombuffer(bytes.fromhex(tag), dtype=v.dtype.np)[0]
-            else:
-                x = np.asarray(value).astype(v.dtype.np)[()]
             n = self.const_index[v.uid] = len(self.consts)
-            self.consts.append(x)
+            self.consts.append(_const(v))
         return f"_K[{n}]"
 
     # ----- memo ----------------------------------------------------------------------------

@@ -17,6 +17,8 @@ Conditions checked:
   where its condition is false: a scatter's, a concatenate piece's), nor masked loads
   (`mload`: it reads only where its mask holds), whose mask must be a pred value and whose
   buffer memory (not a `lanes` register);
+- library calls: `op` is a `LibOp` whose functions hold only parameters, constants and alus
+  (no value of a scalar function reads memory or a loop variable);
 - placement (`passes/place.py`, once run): every `local` and `lanes` buffer a statement or
   value accesses is declared once, in a block enclosing every access; a stack local fits the
   placement's stack limit, a heap one does not, only `local`s are on the heap, and none is
@@ -45,6 +47,7 @@ from collections.abc import Callable
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.libop import LibOp
 from hlofuse.backends.kernel_ir.passes.lanes import (
     blend_on_compare,
     compare32,
@@ -83,6 +86,22 @@ class _Verifier:
             raise self.fail(f"store into constant table {b.name}")
         if write and b.kind == "in" and id(b) not in self.writable_inputs:
             raise self.fail(f"store into input {b.name}, which no output shares")
+
+    def libcall(self, s: ir.LibCall) -> None:
+        if not isinstance(s.op, LibOp):
+            raise self.fail(f"a library call's op is a {type(s.op).__name__}, not a LibOp")
+        for role, f in s.op.funcs:
+            if any(p.op != "param" for p in f.params):
+                raise self.fail(f"{s.op.opcode.value}'s {role} function has a parameter that "
+                                "is not a param value")
+            for v in ir.postorder(f.results):
+                if v.op not in ("param", "const", "alu"):
+                    raise self.fail(f"{s.op.opcode.value}'s {role} function holds a {v.op} "
+                                    "value (a scalar function reads no memory)")
+        for b in s.ins:
+            self.buffer(b, write=False)
+        for b in s.outs:
+            self.buffer(b, write=True)
 
     def scoped(self, a: Affine, bound: list[Var]) -> None:
         for v in a.vars():
@@ -214,10 +233,7 @@ class _Verifier:
                     self.buffer(s.dst, write=True)
                     self.buffer(s.src, write=False)
                 elif isinstance(s, ir.LibCall):
-                    for b in s.ins:
-                        self.buffer(b, write=False)
-                    for b in s.outs:
-                        self.buffer(b, write=True)
+                    self.libcall(s)
 
 
 def verify(kernel: ir.Kernel, after: str = "") -> None:

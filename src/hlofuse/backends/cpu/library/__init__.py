@@ -1,9 +1,11 @@
 """Library ops of the CPU backend: ops that are not index maps or reductions, lowered to C
 helper functions and a call.
 
-    emit(instr, ins, outs, names, threads) -> (definitions, statements)
+    emit(op, ins, outs, names, threads) -> (definitions, statements)
 
-`ins` / `outs` are C pointer expressions (storage types of `cexpr.ctype`) for the operand leaves
+`op` is the library call's `kernel_ir.libop.LibOp` (plain data: no HLO; its comparators and
+select/scatter functions already lowered to `ir.Func`s, printed here by `scalar.py`). `ins` /
+`outs` are C pointer expressions (storage types of `cexpr.ctype`) for the operand leaves
 and result leaves, row-major and contiguous. `definitions` are file-scope C (helper functions;
 shared ones such as the GEMM kernels are wrapped in include guards, so they may appear more than
 once in a file; per-instruction ones are named uniquely through `names`); `statements` compute the
@@ -24,8 +26,9 @@ pool (`hf_parallel_ptr`; scratch is allocated before the tasks start, one slot p
     jax's LAPACK                     to column-major scratch and back; a C fallback for
     custom calls                     potrf/trsm when LAPACK is missing
 
-Anything else raises `LibraryOpError` (a CompileError) naming the instruction; a library op on
-complex, sub-byte integer or 8-/4-bit float values raises `UnsupportedOpError`.
+Anything else raises `LibraryOpError` (a CompileError) naming the instruction (`LibOp.label`,
+`where`: input text, for messages only); a library op on complex, sub-byte integer or 8-/4-bit
+float values raises `UnsupportedOpError`.
 """
 
 from __future__ import annotations
@@ -34,12 +37,12 @@ import importlib
 from collections.abc import Callable
 
 from hlofuse.backends.cpu.library.errors import LibraryOpError
-from hlofuse.ir.instruction import Instruction
+from hlofuse.backends.kernel_ir.libop import LibOp
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import leaves
 
-Emitter = Callable[[Instruction, list[str], list[str], set[str]], tuple[str, str]]
-ThreadedEmitter = Callable[[Instruction, list[str], list[str], set[str], int], tuple[str, str]]
+Emitter = Callable[[LibOp, list[str], list[str], set[str]], tuple[str, str]]
+ThreadedEmitter = Callable[[LibOp, list[str], list[str], set[str], int], tuple[str, str]]
 
 # opcode -> (module of this package, its emitter, whether it takes `threads`); a module is
 # imported when its op is first emitted, so loading a cached program (which only needs
@@ -62,25 +65,24 @@ __all__ = ["SUPPORTED", "LibraryOpError", "emit"]
 
 
 def emit(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
+    op: LibOp, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
-    """(C definitions, C statements) computing the library op `instr` from `ins` into `outs`,
+    """(C definitions, C statements) computing the library op `op` from `ins` into `outs`,
     on up to `threads` threads of the runtime's pool where the op has a parallel form."""
     from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 
-    entry = _EMITTERS.get(instr.opcode)
+    entry = _EMITTERS.get(op.opcode)
     if entry is None:
-        raise LibraryOpError(instr, "not a library op the cpu backend implements")
+        raise LibraryOpError(op, "not a library op the cpu backend implements")
     module, function, takes_threads = entry
     emitter = getattr(importlib.import_module(f"{__name__}.{module}"), function)
     if takes_threads:
-        return emitter(instr, ins, outs, names, max(1, threads))
-    for shape in [*leaves(instr.shape), *(s for o in instr.operands for s in leaves(o.shape))]:
+        return emitter(op, ins, outs, names, max(1, threads))
+    for shape in [*leaves(op.shape), *(s for o in op.operands for s in leaves(o))]:
         dt = getattr(shape, "dtype", None)
         if dt is not None and (dt.is_complex or dt.is_narrow_int or dt.is_small_float):
-            where = instr.parent.name if instr.parent is not None else "?"
             raise UnsupportedOpError(
-                f"instruction {instr.name} in {where}: the cpu backend's {instr.opcode.value} "
+                f"{op.site}: the cpu backend's {op.opcode.value} "
                 f"does not support element type {dt} (complex, sub-byte and 8-/4-bit float "
                 "library ops are not implemented); the interpreter backend runs it")
-    return emitter(instr, ins, outs, names)
+    return emitter(op, ins, outs, names)

@@ -36,9 +36,9 @@ import math
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import conv_cross, conv_spec
-from hlofuse.backends.interpreter.conv_plan import plan_for
-from hlofuse.backends.kernel_ir.naming import fresh, word
-from hlofuse.ir.instruction import Instruction
+from hlofuse.backends.interpreter import conv_plan
+from hlofuse.backends.kernel_ir.libop import LibOp
+from hlofuse.backends.kernel_ir.naming import fresh, op_word
 from hlofuse.ir.shape import ArrayShape
 
 PARALLEL_WORK = 1_000_000  # multiply-adds from which (batch, feature) pairs run on threads
@@ -59,18 +59,20 @@ def final_value(out: ArrayShape, acc: str) -> str:
 
 
 def emit_convolution(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
+    op: LibOp, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
     """(helper definitions, statements) for a convolution of `ins` into `outs[0]`, on up to
     `threads` threads of the runtime's pool: float results through `conv_grouped.py` (many
     groups of few output features) or `conv_gemm.py` (im2col + GEMM), the rest (integer and
     pred results, empty extents) through the direct loop nest below."""
-    spec = conv_spec.parse(instr)
+    spec = conv_spec.parse(op)
     if not spec.out.dtype.is_float:
         return emit_direct(spec, ins, outs, names, threads)
     from hlofuse.backends.cpu.library import conv_phases
 
-    plan = plan_for(instr)
+    plan = conv_plan.plan(conv_plan.facts_of(spec.lhs, spec.rhs, spec.out, spec.labels,
+                                             spec.window, spec.fgc, spec.bgc,
+                                             bool(op.attr("in_entry", True))))
     defs, stmt = _emit_fast(spec, ins, outs, names, threads)
     # Padding and holes differ only when the kernel holds an inf or a NaN (0 x inf = NaN); then
     # where XLA skips them and the routines above multiply their zeros, the direct loop nest
@@ -87,7 +89,8 @@ def emit_convolution(
         kdefs, kstmt = kdefs + cdefs, kstmt + cstmt
     if kstmt != stmt:
         rt = cexpr.ctype(spec.rhs.dtype)
-        fdef, check = conv_cross.finite_check(spec.rhs, f"{word(instr)}_kernel_finite", names)
+        fdef, check = conv_cross.finite_check(spec.rhs, f"{op_word(op.opcode)}_kernel_finite",
+                                              names)
         defs = defs + kdefs + fdef
         stmt = f"if ({check}((const {rt} *)({ins[1]}))) {{\n{stmt}}} else {{\n{kstmt}}}\n"
     if plan.input_cross:  # depthwise f64: other groups' non-finite inputs times zeros
@@ -132,7 +135,7 @@ def emit_direct(
 ) -> tuple[str, str]:
     """The direct loop nest (module docstring); from PARALLEL_WORK multiply-adds its (batch,
     output feature) pairs run on up to `threads` threads of the runtime's pool."""
-    instr, lhs, rhs, out = spec.instr, spec.lhs, spec.rhs, spec.out
+    lhs, rhs, out = spec.lhs, spec.rhs, spec.out
     labels, window, ksizes = spec.labels, spec.window, spec.ksizes
     nsp, fgc, bgc = spec.nsp, spec.fgc, spec.bgc
     o, ci, nb, og, cg = spec.o, spec.ci, spec.nb, spec.og, spec.c // spec.fgc
@@ -141,7 +144,7 @@ def emit_direct(
     in_sizes, out_sizes = spec.in_sizes, spec.out_sizes
 
     lt, rt, ot = (cexpr.ctype(s.dtype) for s in (lhs, rhs, out))
-    name = fresh(f"{word(instr)}_conv", names)
+    name = fresh(f"{op_word(spec.op.opcode)}_conv", names)
     work = out.size * ci * math.prod(ksizes)
     lines = [
         comment(f"convolution: dim_labels={labels}, {nsp} spatial dims, groups "

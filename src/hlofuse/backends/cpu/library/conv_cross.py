@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.library import conv_spec
-from hlofuse.backends.kernel_ir.naming import fresh, word
+from hlofuse.backends.kernel_ir.naming import fresh, op_word
 from hlofuse.ir.shape import ArrayShape
 
 NAN = '__builtin_nan("")'
@@ -59,7 +59,7 @@ def emit_kernel_cross(spec: conv_spec.ConvSpec, ins: list[str], outs: list[str],
                       names: set[str]) -> tuple[str, str]:
     """(definitions, statement): the `kernel_cross` pass (module docstring)."""
     rt, ot = cexpr.ctype(spec.rhs.dtype), cexpr.ctype(spec.out.dtype)
-    name = fresh(f"{word(spec.instr)}_kernel_cross", names)
+    name = fresh(f"{op_word(spec.op.opcode)}_kernel_cross", names)
     g, og, rs, os_ = spec.groups, spec.og, spec.rs, spec.os
     kv = cexpr.load(spec.rhs.dtype, "k")
     lines = [
@@ -96,8 +96,8 @@ def emit_input_cross(spec: conv_spec.ConvSpec, ins: list[str], outs: list[str],
     """(definitions, statement): the `input_cross` pass (module docstring), run when the input
     holds a non-finite value. One input feature per group: group g reads input feature g."""
     lt, ot = cexpr.ctype(spec.lhs.dtype), cexpr.ctype(spec.out.dtype)
-    check_def, check = finite_check(spec.lhs, f"{word(spec.instr)}_input_finite", names)
-    name = fresh(f"{word(spec.instr)}_input_cross", names)
+    check_def, check = finite_check(spec.lhs, f"{op_word(spec.op.opcode)}_input_finite", names)
+    name = fresh(f"{op_word(spec.op.opcode)}_input_cross", names)
     ls, os_ = spec.ls, spec.os
     xv = cexpr.load(spec.lhs.dtype, "x")
     lines = [

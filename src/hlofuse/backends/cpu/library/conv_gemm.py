@@ -45,7 +45,7 @@ from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import blas, prebuilt
 from hlofuse.backends.cpu.library.conv_spec import ConvSpec
-from hlofuse.backends.kernel_ir.naming import fresh, word
+from hlofuse.backends.kernel_ir.naming import fresh, op_word
 
 PARALLEL_WORK = 1_000_000  # multiply-adds from which the chunks run on several threads
 CHUNK_ELEMS = 1 << 17      # workspace elements of P per task (512 KiB of f32)
@@ -400,7 +400,7 @@ def emit(spec: ConvSpec, ins: list[str], outs: list[str], names: set[str], threa
     p = plan(spec, threads)
     at, suffix = _acc(spec)
     lt, rt, ot = (cexpr.ctype(s.dtype) for s in (spec.lhs, spec.rhs, spec.out))
-    name = fresh(f"{word(spec.instr)}_conv", names)
+    name = fresh(f"{op_word(spec.op.opcode)}_conv", names)
     og, groups, mt, kt = spec.og, spec.groups, p.m_total, p.k_total
     chunks = p.tasks // groups
     lines = [comment(

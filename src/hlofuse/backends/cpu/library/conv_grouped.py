@@ -27,7 +27,7 @@ import math
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library.conv_spec import ConvSpec
-from hlofuse.backends.kernel_ir.naming import fresh, word
+from hlofuse.backends.kernel_ir.naming import fresh, op_word
 
 MAX_OG = 4                 # output features per group up to which this path is taken
 MIN_GROUPS = 4             # ... with at least this many groups
@@ -46,7 +46,7 @@ def emit(spec: ConvSpec, ins: list[str], outs: list[str], names: set[str], threa
     """(definitions, statements) computing the convolution `spec` from `ins` into `outs[0]`."""
     at = "double" if spec.out.dtype.bits == 64 else "float"
     lt, rt, ot = (cexpr.ctype(s.dtype) for s in (spec.lhs, spec.rhs, spec.out))
-    name = fresh(f"{word(spec.instr)}_conv", names)
+    name = fresh(f"{op_word(spec.op.opcode)}_conv", names)
     nsp, o, og, groups = spec.nsp, spec.o, spec.og, spec.groups
     # result positions (b, s...), slowest first in the result's layout
     pos = [("b", spec.nb, spec.os[0])] + [(f"s{d}", spec.out_sizes[d], spec.os[2 + d])

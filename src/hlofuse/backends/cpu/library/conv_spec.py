@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.backends.interpreter.convolution import parse_dim_labels
+from hlofuse.backends.kernel_ir.libop import LibOp
 from hlofuse.ir.attributes import WindowDim
-from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.shape import ArrayShape
 
 
 @dataclass(frozen=True)
 class ConvSpec:
-    instr: Instruction
+    op: LibOp
     lhs: ArrayShape
     rhs: ArrayShape
     out: ArrayShape
@@ -100,45 +100,44 @@ def _strides(dims: tuple[int, ...], perm: list[int]) -> tuple[int, ...]:
     return tuple(phys[a] for a in perm)
 
 
-def parse(instr: Instruction) -> ConvSpec:
-    """The convolution `instr` as a `ConvSpec` (see the module docstring for what is checked)."""
-    lhs, rhs = (o.shape for o in instr.operands)
-    out = instr.shape
+def parse(conv: LibOp) -> ConvSpec:
+    """The convolution `conv` as a `ConvSpec` (see the module docstring for what is checked)."""
+    lhs, rhs = conv.operands
+    out = conv.shape
     if not (isinstance(lhs, ArrayShape) and isinstance(rhs, ArrayShape)
             and isinstance(out, ArrayShape)):
-        raise LibraryOpError(instr, "convolution needs array operands and result")
+        raise LibraryOpError(conv, "convolution needs array operands and result")
     for s in (lhs, rhs, out):
         dt = s.dtype
         if dt.is_complex or dt.is_narrow_int or dt.is_small_float:
-            where = instr.parent.name if instr.parent is not None else "?"
             raise UnsupportedOpError(
-                f"instruction {instr.name} in {where}: the cpu backend's convolution does not "
+                f"{conv.site}: the cpu backend's convolution does not "
                 f"support element type {dt} (complex, sub-byte and 8-/4-bit float "
                 "convolutions are not implemented); the interpreter backend runs it")
-    labels = instr.attrs.get("dim_labels")
+    labels = conv.attr("dim_labels")
     if labels is None:
-        raise LibraryOpError(instr, "convolution needs dim_labels=")
+        raise LibraryOpError(conv, "convolution needs dim_labels=")
     try:
         lp, rp, op = parse_dim_labels(str(labels))
     except ValueError as exc:
-        raise LibraryOpError(instr, str(exc)) from None
+        raise LibraryOpError(conv, str(exc)) from None
     if not (len(lp) == lhs.rank == rhs.rank == out.rank):
-        raise LibraryOpError(instr, f"dim_labels={labels} do not fit operand ranks "
+        raise LibraryOpError(conv, f"dim_labels={labels} do not fit operand ranks "
                              f"{lhs.rank}, {rhs.rank} and result rank {out.rank}")
     nsp = lhs.rank - 2
     ksizes = tuple(rhs.dims[rp[2 + d]] for d in range(nsp))
-    window: tuple[WindowDim, ...] = instr.attrs.get("window") or tuple(
+    window: tuple[WindowDim, ...] = conv.attr("window") or tuple(
         WindowDim(size=s) for s in ksizes)
     if len(window) != nsp:
-        raise LibraryOpError(instr, f"window has {len(window)} dims, convolution has {nsp}")
+        raise LibraryOpError(conv, f"window has {len(window)} dims, convolution has {nsp}")
     if any(w.stride < 1 or w.window_dilation < 1 or w.base_dilation < 1 for w in window):
-        raise LibraryOpError(instr, "window strides and dilations must be positive")
-    fgc = int(instr.attrs.get("feature_group_count", 1))
-    bgc = int(instr.attrs.get("batch_group_count", 1))
+        raise LibraryOpError(conv, "window strides and dilations must be positive")
+    fgc = int(conv.attr("feature_group_count", 1))
+    bgc = int(conv.attr("batch_group_count", 1))
     if fgc < 1 or bgc < 1:
-        raise LibraryOpError(instr, "group counts must be positive")
+        raise LibraryOpError(conv, "group counts must be positive")
     if fgc > 1 and bgc > 1:
-        raise LibraryOpError(instr, "feature_group_count and batch_group_count both > 1")
+        raise LibraryOpError(conv, "feature_group_count and batch_group_count both > 1")
     n, c = lhs.dims[lp[0]], lhs.dims[lp[1]]
     o, ci = rhs.dims[rp[0]], rhs.dims[rp[1]]
     nb = out.dims[op[0]]
@@ -146,12 +145,12 @@ def parse(instr: Instruction) -> ConvSpec:
     if (c % fgc or c // fgc != ci or o % groups or n % bgc or n // bgc != nb
             or out.dims[op[1]] != o):
         raise LibraryOpError(
-            instr, f"feature_group_count={fgc}, batch_group_count={bgc} do not fit input "
+            conv, f"feature_group_count={fgc}, batch_group_count={bgc} do not fit input "
             f"features {c}, kernel input features {ci}, output features {o}, batch {n}")
     if lhs.dtype.is_float != out.dtype.is_float and not out.dtype.is_float:
-        raise LibraryOpError(instr, "float operands with an integer result are not supported")
+        raise LibraryOpError(conv, "float operands with an integer result are not supported")
     return ConvSpec(
-        instr=instr, lhs=lhs, rhs=rhs, out=out, labels=str(labels), window=window,
+        op=conv, lhs=lhs, rhs=rhs, out=out, labels=str(labels), window=window,
         ksizes=ksizes, in_sizes=tuple(lhs.dims[lp[2 + d]] for d in range(nsp)),
         out_sizes=tuple(out.dims[op[2 + d]] for d in range(nsp)), fgc=fgc, bgc=bgc, n=n, c=c,
         o=o, ci=ci, nb=nb, ls=_strides(lhs.dims, lp), rs=_strides(rhs.dims, rp),

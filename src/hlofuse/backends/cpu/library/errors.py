@@ -1,19 +1,19 @@
 """The error raised when a library op (dot, convolution, sort, rng-bit-generator, ...) cannot be
-compiled to C: the message names the instruction and says what was expected."""
+compiled to C: the message names the instruction and its computation (the `LibOp`'s `label` and
+`where`, input text kept for messages) and says what was expected."""
 
 from __future__ import annotations
 
+from hlofuse.backends.kernel_ir.libop import LibOp
 from hlofuse.errors import CompileError
-from hlofuse.ir.instruction import Instruction
 
 
 class LibraryOpError(CompileError):
     """A library op the CPU backend cannot compile (an unsupported form or attribute)."""
 
-    def __init__(self, instr: Instruction, reason: str) -> None:
-        where = instr.parent.name if instr.parent is not None else "?"
+    def __init__(self, op: LibOp, reason: str) -> None:
         super().__init__(
-            f"cannot compile {instr.opcode.value} for the cpu backend "
-            f"(instruction {instr.name} in {where}): {reason}"
+            f"cannot compile {op.opcode.value} for the cpu backend "
+            f"(instruction {op.label} in {op.where}): {reason}"
         )
-        self.instruction = instr.name
+        self.instruction = op.label

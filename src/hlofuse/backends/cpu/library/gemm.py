@@ -52,10 +52,10 @@ from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import blas
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.backends.kernel_ir.ir import ScalarOp
+from hlofuse.backends.kernel_ir.libop import LibOp
 from hlofuse.backends.kernel_ir.naming import fresh
 from hlofuse.backends.xla_facts import dot_rounds_through_f16
 from hlofuse.ir.dtypes import C128, F16, F32, F64, DType
-from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
 
@@ -395,14 +395,13 @@ def gemm_helper(suffix: str) -> str:
                                           TILES=tiles)
 
 
-def _accumulator(instr: Instruction, out: DType, operands: list[DType]) -> tuple[str, str]:
+def _accumulator(op: LibOp, out: DType, operands: list[DType]) -> tuple[str, str]:
     if out.is_complex or any(d.is_complex for d in operands):
         raise cexpr.UnsupportedOpError(
-            f"instruction {instr.name} in {instr.parent.name if instr.parent else '?'}: a "
-            f"complex operand with a {out} result is not defined here")
+            f"{op.site}: a complex operand with a {out} result is not defined here")
     if out.is_float:
         if any(not (d.is_float or d.is_integral or d.is_pred) for d in operands):
-            raise LibraryOpError(instr, f"cannot contract {operands} into {out}")
+            raise LibraryOpError(op, f"cannot contract {operands} into {out}")
         return _ACC["f64"] if out.bits == 64 else _ACC["f32"]
     floats = [d for d in operands if d.is_float]
     if floats:  # summed as floats (the widest operand type), then converted (`emit_dot`)
@@ -445,22 +444,21 @@ def _copy_canonical(
 
 
 def emit_dot(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
+    op: LibOp, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
-    """(helper definitions, statements) computing dot `instr` from `ins` into `outs[0]`, cut
+    """(helper definitions, statements) computing the dot `op` from `ins` into `outs[0]`, cut
     into tasks for up to `threads` threads of the runtime's pool when it is large enough."""
-    lhs_shape, rhs_shape = (o.shape for o in instr.operands)
-    out_shape = instr.shape
+    lhs_shape, rhs_shape = op.operands
+    out_shape = op.shape
     if not (isinstance(lhs_shape, ArrayShape) and isinstance(rhs_shape, ArrayShape)
             and isinstance(out_shape, ArrayShape)):
-        raise LibraryOpError(instr, "dot needs array operands and an array result")
-    attrs = instr.attrs
-    lb = [int(d) for d in attrs.get("lhs_batch_dims", ())]
-    rb = [int(d) for d in attrs.get("rhs_batch_dims", ())]
-    lc = [int(d) for d in attrs.get("lhs_contracting_dims", ())]
-    rc = [int(d) for d in attrs.get("rhs_contracting_dims", ())]
+        raise LibraryOpError(op, "dot needs array operands and an array result")
+    lb = [int(d) for d in op.attr("lhs_batch_dims", ())]
+    rb = [int(d) for d in op.attr("rhs_batch_dims", ())]
+    lc = [int(d) for d in op.attr("lhs_contracting_dims", ())]
+    rc = [int(d) for d in op.attr("rhs_contracting_dims", ())]
     if len(lb) != len(rb) or len(lc) != len(rc):
-        raise LibraryOpError(instr, "batch/contracting dimension lists differ in length")
+        raise LibraryOpError(op, "batch/contracting dimension lists differ in length")
     ld, rd = lhs_shape.dims, rhs_shape.dims
     lf = [a for a in range(len(ld)) if a not in lb and a not in lc]
     rf = [a for a in range(len(rd)) if a not in rb and a not in rc]
@@ -469,11 +467,11 @@ def emit_dot(
     k = math.prod(ld[a] for a in lc)
     n = math.prod(rd[a] for a in rf)
     if out_shape.size != batch * m * n or math.prod(rd[a] for a in rc) != k:
-        raise LibraryOpError(instr, "operand and result shapes do not agree")
+        raise LibraryOpError(op, "operand and result shapes do not agree")
     if out_shape.dtype.is_complex:
         return "", _complex_dot(ins, outs, names, lhs_shape, rhs_shape, out_shape,
                                 ([lb, lf, lc], [rb, rc, rf]), (batch, m, n, k))
-    acc_t, suffix = _accumulator(instr, out_shape.dtype, [lhs_shape.dtype, rhs_shape.dtype])
+    acc_t, suffix = _accumulator(op, out_shape.dtype, [lhs_shape.dtype, rhs_shape.dtype])
     from hlofuse.backends.cpu.library import prebuilt
 
     defs = prebuilt.declarations(suffix)  # the GEMM itself is a prebuilt unit
@@ -535,12 +533,12 @@ def emit_dot(
                 # through f16 (`xla_facts.dot_rounds_through_f16`)
                 if dot_rounds_through_f16(small):
                     x = cexpr.elementwise_op(ScalarOp(Opcode.CONVERT, F16), [src], [x],
-                                             instr.name)
+                                             op.label)
                     src = F16
                 x = cexpr.elementwise_op(ScalarOp(Opcode.CONVERT, small), [src], [x],
-                                         instr.name)
+                                         op.label)
                 src = small
-            value = cexpr.elementwise_op(ScalarOp(Opcode.CONVERT, dt), [src], [x], instr.name)
+            value = cexpr.elementwise_op(ScalarOp(Opcode.CONVERT, dt), [src], [x], op.label)
         else:
             value = f"({out_ct}){c}[i]"  # wraps modulo 2^bits
         body.append(f"for (int64_t i = 0; i < {out_shape.size}; i++) "

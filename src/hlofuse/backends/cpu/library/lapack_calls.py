@@ -35,10 +35,10 @@ from hlofuse.backends import lapack_targets
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import lapack
 from hlofuse.backends.cpu.library.errors import LibraryOpError
-from hlofuse.backends.kernel_ir.naming import fresh, word
+from hlofuse.backends.kernel_ir.libop import LibOp
+from hlofuse.backends.kernel_ir.naming import fresh, op_word
 from hlofuse.backends.lapack_targets import Call, TargetError
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
 
@@ -428,9 +428,9 @@ def _function(plan: Plan, name: str, threads: int, what: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _emit(plan: Plan, instr: Instruction, ins: list[str], outs: list[str], names: set[str],
+def _emit(plan: Plan, op: LibOp, ins: list[str], outs: list[str], names: set[str],
           threads: int, what: str) -> tuple[str, str]:
-    name = fresh(f"{word(instr)}_lapack", names)
+    name = fresh(f"{op_word(op.opcode)}_lapack", names)
     types = {s for s, _, _ in plan.params} | {plan.call.dtype.name, "s32"}
     defs = "".join(_common(s) for s in sorted(types))
     if plan.call.symbol:
@@ -440,7 +440,7 @@ def _emit(plan: Plan, instr: Instruction, ins: list[str], outs: list[str], names
         defs += lapack.needs(plan.call.symbol)
     defs += _function(plan, name, threads, what)
     if len(ins) + len(outs) != len(plan.params):
-        raise LibraryOpError(instr, f"expected {len(plan.params)} operand and result buffers, "
+        raise LibraryOpError(op, f"expected {len(plan.params)} operand and result buffers, "
                              f"got {len(ins) + len(outs)}")
     args = [f"({'' if out else 'const '}{C_TYPES[s]} *)({p})"
             for (s, _, out), p in zip(plan.params, [*ins, *outs], strict=True)]
@@ -452,63 +452,65 @@ _PLANS = {"potrf": _potrf, "trsm": _trsm, "getrf": _getrf, "geqrf": _geqrf, "geq
           "perturbed": _perturbed}
 
 
-def _plan(call: Call, instr: Instruction) -> Plan:
+def _plan(call: Call, op: LibOp) -> Plan:
     found = _PLANS.get(call.routine)
     if found is not None:
         return found(call)
     from hlofuse.backends.cpu.library import lapack_eigen
 
-    return lapack_eigen.plan(call, [tuple(s.dims) for s in leaves(instr.shape)])
+    return lapack_eigen.plan(call, [tuple(s.dims) for s in leaves(op.shape)])
 
 
-def code_generation_check(instr: Instruction, call: Call) -> None:
-    """UnsupportedOpError when `call` needs LAPACK and none is installed."""
+def code_generation_check(site: str, call: Call) -> None:
+    """UnsupportedOpError when `call` needs LAPACK and none is installed; `site` (`instruction
+    NAME in COMPUTATION`, input text) opens the message."""
     if not call.symbol or call.routine in lapack.FALLBACK or lapack.available(call.symbol):
         return
     from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 
-    where = instr.parent.name if instr.parent is not None else "?"
     raise UnsupportedOpError(
-        f"instruction {instr.name} in {where}: custom-call {call.target!r} runs LAPACK's "
+        f"{site}: custom-call {call.target!r} runs LAPACK's "
         f"{call.symbol}, which is not available: the cpu backend needs the scipy-openblas32 "
         "wheel (`pip install scipy-openblas32`); the interpreter backend runs it without")
 
 
-def parse(instr: Instruction) -> Call:
+def parse(op: LibOp) -> Call:
     """The validated call of a LAPACK custom call (LibraryOpError when malformed)."""
     try:
-        call = lapack_targets.parse(instr)
+        call = lapack_targets.parse_call(
+            str(op.attr("custom_call_target", "")), list(op.operands), op.shape,
+            str(op.attr("backend_config", "{}")), op.attr("num_batch_dims"))
     except TargetError as exc:
-        raise LibraryOpError(instr, str(exc)) from None
+        raise LibraryOpError(op, str(exc)) from None
     if call is None:
-        raise LibraryOpError(instr, "not a LAPACK custom call the cpu backend implements")
+        raise LibraryOpError(op, "not a LAPACK custom call the cpu backend implements")
     return call
 
 
-def emit_custom_call(instr: Instruction, ins: list[str], outs: list[str], names: set[str],
+def emit_custom_call(op: LibOp, ins: list[str], outs: list[str], names: set[str],
                      threads: int = 1) -> tuple[str, str]:
     """(definitions, statements) of a LAPACK custom call."""
-    call = parse(instr)
-    code_generation_check(instr, call)
+    call = parse(op)
+    code_generation_check(op.site, call)
     name = lapack_targets.PERTURBED_TARGET if not call.symbol else f"lapack_{call.symbol}_ffi"
     what = f"{name}: {call.count} matrices, {call.dims}"  # made by the code (the table's name)
     try:
-        plan = _plan(call, instr)
+        plan = _plan(call, op)
     except TargetError as exc:
-        raise LibraryOpError(instr, str(exc)) from None
-    return _emit(plan, instr, ins, outs, names, threads, what)
+        raise LibraryOpError(op, str(exc)) from None
+    return _emit(plan, op, ins, outs, names, threads, what)
 
 
-def _hlo_call(instr: Instruction, routine: str, attrs: dict) -> Call:
-    shapes = [o.shape for o in instr.operands]
+def _hlo_call(op: LibOp, routine: str, attrs: dict) -> Call:
+    shapes = list(op.operands)
     if not all(isinstance(s, ArrayShape) and s.rank >= 2 for s in shapes):
-        raise LibraryOpError(instr, "needs operands of rank >= 2")
+        raise LibraryOpError(op, "needs operands of rank >= 2")
     a: ArrayShape = shapes[0]  # type: ignore[assignment]
     if a.dtype.name not in lapack_targets.LETTERS.values():
-        raise LibraryOpError(instr, f"element type {a.dtype} (f32, f64, c64 or c128 needed)")
+        raise LibraryOpError(op, f"element type {a.dtype} (f32, f64, c64 or c128 needed)")
     k = a.dims[-1]
     if a.dims[-2] != k or k < 1:
-        raise LibraryOpError(instr, "needs non-empty square matrices in the minor dimensions")
+        raise LibraryOpError(op, "needs non-empty square matrices in the minor dimensions")
     batch = a.dims[:-2]
     dims = {"n": k}
     if routine == "trsm":
@@ -516,39 +518,39 @@ def _hlo_call(instr: Instruction, routine: str, attrs: dict) -> Call:
         m, n = b.dims[-2:]
         if b.dtype != a.dtype or b.dims[:-2] != batch or min(m, n) < 1 or \
                 k != (m if attrs["side"] == "L" else n):
-            raise LibraryOpError(instr, "operand shapes do not agree")
+            raise LibraryOpError(op, "operand shapes do not agree")
         dims = {"k": k, "m": m, "n": n}
-    for s in leaves(instr.shape):
+    for s in leaves(op.shape):
         if math.prod(s.dims[len(batch):]) > lapack_targets.INT32_MAX:
-            raise LibraryOpError(instr, "matrices too large for LAPACK's 32-bit indices")
+            raise LibraryOpError(op, "matrices too large for LAPACK's 32-bit indices")
     dtype: DType = a.dtype
-    return Call(instr.opcode.value, routine, lapack_targets.lapack_name(routine, dtype), dtype,
+    return Call(op.opcode.value, routine, lapack_targets.lapack_name(routine, dtype), dtype,
                 tuple(batch), dims, attrs)
 
 
-def emit_cholesky(instr: Instruction, ins: list[str], outs: list[str], names: set[str],
+def emit_cholesky(op: LibOp, ins: list[str], outs: list[str], names: set[str],
                   threads: int = 1) -> tuple[str, str]:
     """The HLO cholesky op: potrf, the other triangle zero, NaN when not positive definite."""
-    lower = bool(instr.attrs.get("lower", False))
-    call = _hlo_call(instr, "potrf", {"uplo": "L" if lower else "U"})
-    return _emit(_potrf(call, hlo=True), instr, ins, outs, names, threads,
+    lower = bool(op.attr("lower", False))
+    call = _hlo_call(op, "potrf", {"uplo": "L" if lower else "U"})
+    return _emit(_potrf(call, hlo=True), op, ins, outs, names, threads,
                  f"cholesky ({'lower' if lower else 'upper'}) of {call.count} matrices")
 
 
 _TRANS = {"NO_TRANSPOSE": "N", "TRANSPOSE": "T", "ADJOINT": "C"}
 
 
-def emit_triangular_solve(instr: Instruction, ins: list[str], outs: list[str], names: set[str],
+def emit_triangular_solve(op: LibOp, ins: list[str], outs: list[str], names: set[str],
                           threads: int = 1) -> tuple[str, str]:
     """The HLO triangular-solve op as trsm."""
-    mode = str(instr.attrs.get("transpose_a", "NO_TRANSPOSE"))
+    mode = str(op.attr("transpose_a", "NO_TRANSPOSE"))
     if mode not in _TRANS:
-        raise LibraryOpError(instr, f"unknown transpose_a={mode}")
-    attrs = {"side": "L" if instr.attrs.get("left_side", False) else "R",
-             "uplo": "L" if instr.attrs.get("lower", False) else "U",
-             "trans_x": _TRANS[mode], "diag": "U" if instr.attrs.get("unit_diagonal") else "N"}
-    call = _hlo_call(instr, "trsm", attrs)
-    return _emit(_trsm(call), instr, ins, outs, names, threads,
+        raise LibraryOpError(op, f"unknown transpose_a={mode}")
+    attrs = {"side": "L" if op.attr("left_side", False) else "R",
+             "uplo": "L" if op.attr("lower", False) else "U",
+             "trans_x": _TRANS[mode], "diag": "U" if op.attr("unit_diagonal") else "N"}
+    call = _hlo_call(op, "trsm", attrs)
+    return _emit(_trsm(call), op, ins, outs, names, threads,
                  f"triangular-solve of {call.count} systems")
 
 

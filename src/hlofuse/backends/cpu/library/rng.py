@@ -23,7 +23,7 @@ import math
 
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library.errors import LibraryOpError
-from hlofuse.ir.instruction import Instruction
+from hlofuse.backends.kernel_ir.libop import LibOp
 from hlofuse.ir.shape import ArrayShape, TupleShape
 
 _HELPERS = r"""
@@ -159,26 +159,26 @@ def _philox(n_state: int, dims: tuple[int, ...], bits: int, out_t: str) -> list[
 
 
 def emit_rng_bit_generator(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+    op: LibOp, ins: list[str], outs: list[str], names: set[str]
 ) -> tuple[str, str]:
     """(helper definitions, statements) for rng-bit-generator: outs = (new state, bits)."""
-    shape = instr.shape
+    shape = op.shape
     if not (isinstance(shape, TupleShape) and len(shape.elements) == 2 and len(outs) == 2):
-        raise LibraryOpError(instr, "rng-bit-generator returns a (state, bits) tuple")
+        raise LibraryOpError(op, "rng-bit-generator returns a (state, bits) tuple")
     state_shape, out = shape.elements
-    algorithm = str(instr.attrs.get("algorithm", "rng_default"))
+    algorithm = str(op.attr("algorithm", "rng_default"))
     if algorithm not in _ALGORITHMS:
-        raise LibraryOpError(instr, f"unknown algorithm {algorithm!r}")
+        raise LibraryOpError(op, f"unknown algorithm {algorithm!r}")
     if not (isinstance(state_shape, ArrayShape) and state_shape.dtype.name == "u64"
             and state_shape.rank == 1 and state_shape.dims[0] >= 2):
-        raise LibraryOpError(instr, f"the state must be u64[N] with N >= 2, got {state_shape}")
+        raise LibraryOpError(op, f"the state must be u64[N] with N >= 2, got {state_shape}")
     n_state = state_shape.dims[0]
     if algorithm == "rng_three_fry" and n_state != 2:
-        raise LibraryOpError(instr, "rng_three_fry needs a u64[2] state")
+        raise LibraryOpError(op, "rng_three_fry needs a u64[2] state")
     assert isinstance(out, ArrayShape)
     bits = out.dtype.bits
     if out.dtype.is_pred or bits not in (8, 16, 32, 64):
-        raise LibraryOpError(instr, f"cannot generate bits of type {out.dtype}")
+        raise LibraryOpError(op, f"cannot generate bits of type {out.dtype}")
     out_t = f"uint{bits}_t"  # the bits, whatever the element type (a bit-level view)
     gen = _threefry if algorithm == "rng_three_fry" else _philox
     body = [

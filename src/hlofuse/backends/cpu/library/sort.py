@@ -2,7 +2,8 @@
 
 sort: the operands are viewed as [outer, n, inner] around the sorted dimension; each of the
 outer*inner rows (stride `inner`) is sorted by sorting the offsets of its elements with the
-comparator (`scalar.scalar_function` of `to_apply`, called with (lhs_0, rhs_0, lhs_1, rhs_1, ...)),
+comparator (the op's "compare" function, `LibOp.funcs`: `to_apply` lowered to kernel IR, printed
+by `scalar.c_function` and called with (lhs_0, rhs_0, lhs_1, rhs_1, ...)),
 then every operand is gathered through the sorted offsets. The sort is always stable (insertion
 sort of runs of 16, then bottom-up merges that take the right element only when it is strictly
 less), whether or not `is_stable` is set: the interpreter's order.
@@ -26,10 +27,9 @@ from hlofuse.backends.cpu import cexpr, cexpr_types, ctext
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import scalar
 from hlofuse.backends.cpu.library.errors import LibraryOpError
-from hlofuse.backends.kernel_ir.naming import fresh, word
-from hlofuse.backends.sort_key import SortKey, sort_key
-from hlofuse.ir.computation import Computation
-from hlofuse.ir.instruction import Instruction
+from hlofuse.backends.kernel_ir import ir
+from hlofuse.backends.kernel_ir.libop import KeyOrder, LibOp
+from hlofuse.backends.kernel_ir.naming import fresh, op_word
 from hlofuse.ir.shape import ArrayShape, leaves
 
 PARALLEL_WORK = 100_000  # elements from which rows are sorted on several threads
@@ -106,7 +106,7 @@ _RADIX_SORT = r"""
 RADIX_MIN = 256  # rows from this length sort by radix when the comparator orders by one key
 
 
-def _radix_sort(key: SortKey, key_value: str, n: int) -> str:
+def _radix_sort(key: KeyOrder, key_value: str, n: int) -> str:
     """The radix sort body for `key`, with `key_value` C statements setting `v` (the key's
     compute type) from the element at offset `idx[j]`."""
     dt = key.dtype
@@ -199,31 +199,32 @@ def _rows_function(
 
 
 def emit_sort(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
+    op: LibOp, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
     """(helper definitions, statements) for a sort of `ins` into `outs`."""
-    comp = instr.attrs.get("to_apply")
-    dims_attr = instr.dimensions
-    if comp is None or len(dims_attr) != 1:
-        raise LibraryOpError(instr, "sort needs to_apply= and exactly one dimension")
-    shapes = [o.shape for o in instr.operands]
+    compare = op.func("compare")
+    dims_attr = tuple(op.attr("dimensions", ()))
+    if compare is None or len(dims_attr) != 1:
+        raise LibraryOpError(op, "sort needs to_apply= and exactly one dimension")
+    shapes = list(op.operands)
     if not all(isinstance(s, ArrayShape) for s in shapes) or len(shapes) != len(outs):
-        raise LibraryOpError(instr, "sort needs array operands, one result per operand")
+        raise LibraryOpError(op, "sort needs array operands, one result per operand")
     arrays: list[ArrayShape] = shapes  # type: ignore[assignment]
     dims = arrays[0].dims
     if any(s.dims != dims for s in arrays):
-        raise LibraryOpError(instr, "sort operands must all have the same dimensions")
+        raise LibraryOpError(op, "sort operands must all have the same dimensions")
     dim = dims_attr[0]
     if not 0 <= dim < len(dims):
-        raise LibraryOpError(instr, f"sort dimension {dim} out of range for rank {len(dims)}")
+        raise LibraryOpError(op, f"sort dimension {dim} out of range for rank {len(dims)}")
     outer, n, inner = _row_layout(dims, dim)
     types = [cexpr.ctype(s.dtype) for s in arrays]
 
-    cmp_name = fresh(f"{word(instr)}_compare", names)
-    less_name = fresh(f"{word(instr)}_less", names)
-    rows_name = fresh(f"{word(instr)}_rows", names)
+    word = op_word(op.opcode)
+    cmp_name = fresh(f"{word}_compare", names)
+    less_name = fresh(f"{word}_less", names)
+    rows_name = fresh(f"{word}_rows", names)
     in_params = _params(types, "in", True)
-    result_ct = cexpr.compute_type(scalar.result_shapes(comp)[0].dtype)
+    result_ct = cexpr.compute_type(compare.results[0].dtype)
     args = []
     for i, s in enumerate(arrays):
         args += [cexpr.load(s.dtype, f"in{i}[x]"), cexpr.load(s.dtype, f"in{i}[y]")]
@@ -241,9 +242,9 @@ def emit_sort(
         f"for (int64_t j = 0; j < n; j++) out{i}[base + j * {inner}] = in{i}[idx[j]];"
         for i in range(len(types))
     ]
-    key = sort_key(comp) if n >= RADIX_MIN else None
+    key: KeyOrder | None = op.attr("sort_key") if n >= RADIX_MIN else None
     if key is not None:
-        body, key_fn = _key_sort(key, comp, arrays, fresh(f"{word(instr)}_key", names), n)
+        body, key_fn = _key_sort(key, op.func("key"), arrays, fresh(f"{word}_key", names), n)
         what = f"sort: {len(types)} operand(s) along dimension {dim}, {outer * inner} rows " \
                f"of {n}, stable, by radix on operand {key.operand}'s key"
         defs = key_fn + _rows_function(rows_name, types, types, outer, n, inner, body, gather,
@@ -253,25 +254,25 @@ def emit_sort(
                f"of {n}, stable"
         rows_fn = _rows_function(rows_name, types, types, outer, n, inner, _merge_sort(less),
                                  gather, what, threads)
-        defs = scalar.scalar_function(comp, cmp_name) + less_fn + rows_fn
+        defs = scalar.c_function(compare, cmp_name) + less_fn + rows_fn
     call_args = [f"(const {t} *)({p})" for t, p in zip(types, ins, strict=True)]
     call_args += [f"({t} *)({p})" for t, p in zip(types, outs, strict=True)]
     return defs, f"{rows_name}({', '.join(call_args)});\n"
 
 
 def _key_sort(
-    key: SortKey, comp: Computation, arrays: list[ArrayShape], key_name: str, n: int
+    key: KeyOrder, expr: ir.Func | None, arrays: list[ArrayShape], key_name: str, n: int
 ) -> tuple[str, str]:
-    """(radix sort body, key function definition) for a comparator ordering by `key`."""
+    """(radix sort body, key function definition) for a comparator ordering by `key`, whose
+    key expression is `expr` (None: the element itself)."""
     k = key.operand
     element = cexpr.load(arrays[k].dtype, f"in{k}[idx[j]]")
-    if key.is_parameter:
+    if expr is None:
         return _radix_sort(key, f"v = {element};", n), ""
     # f(x) of the comparator, evaluated with x for both of its key parameters (the expression
     # reads only parameter 2k) and zeros for the others
-    params = scalar.parameter_shapes(comp)
-    args = [element if i in (2 * k, 2 * k + 1) else "0" for i in range(len(params))]
-    fn = scalar.value_c_function(comp, key_name, key.expr)
+    args = [element if i in (2 * k, 2 * k + 1) else "0" for i in range(len(expr.params))]
+    fn = scalar.c_function(expr, key_name)
     return _radix_sort(key, f"{key_name}({', '.join(args)}, &v);", n), fn
 
 
@@ -288,20 +289,20 @@ static inline int{B}_t hflib_total_key_{B}(const void *p) {{
 """
 
 def emit_topk(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str], threads: int = 1
+    op: LibOp, ins: list[str], outs: list[str], names: set[str], threads: int = 1
 ) -> tuple[str, str]:
     """(helper definitions, statements) for topk: values and s32 indices of the k largest
     (largest=true) or smallest elements of each row of the last dimension."""
-    shape = instr.operand(0).shape
-    k = instr.attrs.get("k")
+    shape = op.operands[0]
+    k = op.attr("k")
     if not isinstance(shape, ArrayShape) or shape.rank == 0 or not isinstance(k, int):
-        raise LibraryOpError(instr, "topk needs an integer k= and an operand of rank >= 1")
-    res = leaves(instr.shape)
+        raise LibraryOpError(op, "topk needs an integer k= and an operand of rank >= 1")
+    res = leaves(op.shape)
     if len(res) != 2 or len(outs) != 2:
-        raise LibraryOpError(instr, "topk returns a (values, indices) tuple")
+        raise LibraryOpError(op, "topk returns a (values, indices) tuple")
     n = shape.dims[-1]
     if not 0 <= k <= n:
-        raise LibraryOpError(instr, f"k={k} out of range for rows of {n}")
+        raise LibraryOpError(op, f"k={k} out of range for rows of {n}")
     rows = shape.size // n if n else 0
     ct = cexpr.ctype(shape.dtype)
     idx_ct = cexpr.ctype(res[1].dtype)
@@ -314,10 +315,10 @@ def emit_topk(
         key = f"hflib_total_key_{shape.dtype.bits}(&in0[{{v}}])"
     else:
         key = "in0[{v}]"
-    largest = bool(instr.attrs.get("largest", True))
-    op = ">" if largest else "<"
-    less = f"({key.format(v='{x}')} {op} {key.format(v='{y}')})"
-    name = fresh(f"{word(instr)}_rows", names)
+    largest = bool(op.attr("largest", True))
+    sign = ">" if largest else "<"
+    less = f"({key.format(v='{x}')} {sign} {key.format(v='{y}')})"
+    name = fresh(f"{op_word(op.opcode)}_rows", names)
     gather = [
         f"for (int64_t j = 0; j < {k}; j++) {{",
         f"    out0[row * {k} + j] = in0[idx[j]];",

@@ -21,33 +21,34 @@ from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import scalar
 from hlofuse.backends.cpu.library.errors import LibraryOpError
-from hlofuse.backends.kernel_ir.naming import fresh, word
-from hlofuse.ir.instruction import Instruction
+from hlofuse.backends.kernel_ir.libop import LibOp
+from hlofuse.backends.kernel_ir.naming import fresh, op_word
 from hlofuse.ir.shape import ArrayShape
 
 
 def emit_select_and_scatter(
-    instr: Instruction, ins: list[str], outs: list[str], names: set[str]
+    op: LibOp, ins: list[str], outs: list[str], names: set[str]
 ) -> tuple[str, str]:
     """(helper definitions, statements): ins = (operand, source, init), outs = (result,)."""
-    window = instr.attrs.get("window")
-    select = instr.attrs.get("select")
-    scatter = instr.attrs.get("scatter")
+    window = op.attr("window")
+    select = op.func("select")
+    scatter = op.func("scatter")
     if window is None or select is None or scatter is None:
-        raise LibraryOpError(instr, "select-and-scatter needs window=, select= and scatter=")
+        raise LibraryOpError(op, "select-and-scatter needs window=, select= and scatter=")
     if any(w.window_dilation != 1 or w.base_dilation != 1 or w.reversal for w in window):
-        raise LibraryOpError(instr, "dilated or reversed windows are not supported")
-    operand, source = instr.operand(0).shape, instr.operand(1).shape
+        raise LibraryOpError(op, "dilated or reversed windows are not supported")
+    operand, source = op.operands[0], op.operands[1]
     if not (isinstance(operand, ArrayShape) and isinstance(source, ArrayShape)):
-        raise LibraryOpError(instr, "select-and-scatter needs array operands")
+        raise LibraryOpError(op, "select-and-scatter needs array operands")
     if len(window) != operand.rank or source.rank != operand.rank:
-        raise LibraryOpError(instr, "window, operand and source ranks differ")
+        raise LibraryOpError(op, "window, operand and source ranks differ")
     dt = operand.dtype
     ct, cc = cexpr.ctype(dt), cexpr.compute_type(dt)
-    select_ct = cexpr.compute_type(scalar.result_shapes(select)[0].dtype)
-    sel_name = fresh(f"{word(instr)}_select", names)
-    sca_name = fresh(f"{word(instr)}_scatter", names)
-    name = fresh(f"{word(instr)}_rows", names)
+    select_ct = cexpr.compute_type(select.results[0].dtype)
+    word = op_word(op.opcode)
+    sel_name = fresh(f"{word}_select", names)
+    sca_name = fresh(f"{word}_scatter", names)
+    name = fresh(f"{word}_rows", names)
     rank = operand.rank
     op_strides = [math.prod(operand.dims[d + 1 :]) for d in range(rank)]
     src_strides = [math.prod(source.dims[d + 1 :]) for d in range(rank)]
@@ -92,7 +93,7 @@ def emit_select_and_scatter(
         f"{outer}}}",
         "}",
     ]
-    defs = (scalar.scalar_function(select, sel_name) + scalar.scalar_function(scatter, sca_name)
+    defs = (scalar.c_function(select, sel_name) + scalar.c_function(scatter, sca_name)
             + "\n".join(lines) + "\n")
     stmt = (f"{name}((const {ct} *)({ins[0]}), (const {ct} *)({ins[1]}), "
             f"(const {ct} *)({ins[2]}), ({ct} *)({outs[0]}));\n")

@@ -12,8 +12,9 @@ select-and-scatter) call a `Func`, which the printer emits as a static inline fu
 Conditions enforced: every parameter and every result is a rank-0 array; every instruction is
 elementwise, a scalar constant, a parameter, a tuple/get-tuple-element, a rank-0 broadcast,
 reshape, copy or same-type bitcast (identities), or a call/fusion of such a computation (inlined).
-Anything else raises `ScalarComputationError` naming the instruction. The traversal is iterative
-over instructions, with called computations inlined through an explicit stack.
+Anything else raises `ScalarComputationError` (a `LoweringError`) naming the instruction. The
+traversal is iterative over instructions, with called computations inlined through an explicit
+stack.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Graph, Val
-from hlofuse.errors import CompileError
+from hlofuse.backends.kernel_ir.lower.builder import LoweringError
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
@@ -35,8 +36,9 @@ _IDENTITIES = frozenset({Opcode.BROADCAST, Opcode.RESHAPE, Opcode.COPY, Opcode.B
 MAX_CALL_DEPTH = 64
 
 
-class ScalarComputationError(CompileError):
-    """A called computation the backend cannot turn into scalar code."""
+class ScalarComputationError(LoweringError):
+    """A called computation the backend cannot turn into scalar code (a `LoweringError`: it is
+    raised while a kernel is lowered, a library op's comparator included)."""
 
 
 def _where(comp: Computation, instr: Instruction | None = None) -> str:
