@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hlofuse.backends.cpu.assign import ALIGN, aligned_size, assign, liveness
-from hlofuse.backends.cpu.kernels import lower_kernel
+from hlofuse.backends.cpu.kernels import lower
 from hlofuse.backends.cpu.schedule import (
     Arg,
     Buf,
@@ -35,7 +35,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "src" / "hlofuse" / "examples"
 def sched_of(text: str, pipeline: str = "xla") -> Schedule:
     module = parse(text)
     run_pipeline(module, pipeline)
-    return schedule(module, lower_kernel, set())
+    return schedule(module, lower, set())
 
 
 def check_invariant(s: Schedule) -> None:

@@ -117,7 +117,7 @@ def ops() -> dict[str, LibOp]:
     for instr in module.entry.instructions:
         if instr.opcode in (Opcode.DOT, Opcode.SORT, Opcode.SELECT_AND_SCATTER,
                             Opcode.CONVOLUTION):
-            kernel = optimize(lower_kernel(instr, set()), Target.named("avx2"), threads=2,
+            kernel = optimize(lower_kernel(instr), Target.named("avx2"), threads=2,
                               check=True)
             (call,) = [s for s in ir.walk(kernel.body) if isinstance(s, ir.LibCall)]
             out[instr.name] = call.op

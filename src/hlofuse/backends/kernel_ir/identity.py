@@ -144,11 +144,8 @@ class _Walk:
             self.emit("copy", self.buf(s.dst), self.buf(s.src), s.if_distinct)
         elif isinstance(s, ir.LibCall):
             key = getattr(s.op, "key", None)
-            if key is None:  # TEMP until LibOp lands
-                op = s.op
-
-                def key() -> Any:
-                    return ("instr", id(op))
+            if key is None:
+                raise TypeError("kernel identity: a library call without a key()")
             self.emit("call", self.arg(key()), tuple(self.buf(b) for b in s.ins),
                       tuple(self.buf(b) for b in s.outs))
         elif isinstance(s, ir.Comment):
