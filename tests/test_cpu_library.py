@@ -558,6 +558,14 @@ ENTRY e {
     assert module.entry.root.opcode not in library.SUPPORTED
 
 
+def test_the_cpu_library_implements_every_library_op() -> None:
+    """What the kernel IR lowers to library calls is the op table's (`LIBRARY_OPS`, plus jax's
+    LAPACK custom calls); the cpu backend has a routine for each, and for nothing else."""
+    from hlofuse.ir.opcodes import LIBRARY_OPS, Opcode
+
+    assert LIBRARY_OPS | {Opcode.CUSTOM_CALL} == library.SUPPORTED
+
+
 def test_scalar_function_and_reducer_kinds() -> None:
     from hlofuse.backends.kernel_ir import ir
     from hlofuse.backends.kernel_ir.lower.scalar import function, simple_reducer

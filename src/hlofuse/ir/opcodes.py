@@ -458,6 +458,14 @@ NON_KERNEL_OPS = frozenset(
 # call), no kernel of their own; their computations' instructions are the kernels.
 CONTROL_FLOW_OPS = frozenset({Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL})
 
+# Ops a kernel computes whole, by a routine of the backend's library (the kernel IR's
+# `LibCall`: kernel_ir/lower/library.py), not as an index map or a reduction. jax's LAPACK
+# custom calls are library calls too, by target (backends/lapack_targets.py).
+LIBRARY_OPS = frozenset({
+    Opcode.DOT, Opcode.CONVOLUTION, Opcode.SORT, Opcode.TOPK, Opcode.RNG_BIT_GENERATOR,
+    Opcode.SELECT_AND_SCATTER, Opcode.CHOLESKY, Opcode.TRIANGULAR_SOLVE,
+})
+
 # Binary ops that commute and associate (floats up to rounding, as XLA treats them): a reducer
 # `ROOT r = op(p0, p1)` of one of these may be reassociated, vectorized and split in partials.
 REASSOCIATIVE_REDUCERS = frozenset({

@@ -39,7 +39,6 @@ from hlofuse.backends.kernel_ir.libop import LibOp
 from hlofuse.backends.kernel_ir.naming import fresh, op_word
 from hlofuse.backends.lapack_targets import Call, TargetError
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
 
 PARALLEL_WORK = 1 << 18  # flops (about) from which the matrices of a batch run on threads
@@ -553,5 +552,3 @@ def emit_triangular_solve(op: LibOp, ins: list[str], outs: list[str], names: set
     return _emit(_trsm(call), op, ins, outs, names, threads,
                  f"triangular-solve of {call.count} systems")
 
-
-SUPPORTED_OPCODES = frozenset({Opcode.CHOLESKY, Opcode.TRIANGULAR_SOLVE, Opcode.CUSTOM_CALL})

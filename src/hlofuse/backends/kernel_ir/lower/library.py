@@ -35,20 +35,16 @@ from hlofuse.backends.kernel_ir.lower.index import Index
 from hlofuse.backends.sort_key import sort_key
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.opcodes import LIBRARY_OPS, Opcode
 from hlofuse.ir.shape import ArrayShape, leaves
-
-SUPPORTED = frozenset({Opcode.DOT, Opcode.CONVOLUTION, Opcode.SORT, Opcode.TOPK,
-                       Opcode.RNG_BIT_GENERATOR, Opcode.SELECT_AND_SCATTER, Opcode.CHOLESKY,
-                       Opcode.TRIANGULAR_SOLVE})
 
 
 def supported(instr: Instruction) -> bool:
-    """Is `instr` computed by a library routine: one of `SUPPORTED`, or a custom call of jax's
-    LAPACK targets (`backends/lapack_targets.py`)?"""
+    """Is `instr` computed by a library routine: one of the op table's `LIBRARY_OPS`, or a
+    custom call of jax's LAPACK targets (`backends/lapack_targets.py`)?"""
     if instr.opcode is Opcode.CUSTOM_CALL:
         return lapack_targets.is_target(instr)
-    return instr.opcode in SUPPORTED
+    return instr.opcode in LIBRARY_OPS
 
 
 def buffers(b: Builder, instr: Instruction) -> list[Buffer]:
