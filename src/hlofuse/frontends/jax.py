@@ -117,13 +117,6 @@ class _UseDirect(Exception):
     """Raised in the trace of the path through XLA: this signature runs on the direct path."""
 
 
-def default_backend() -> str:
-    """The first available backend (`backends.registry`: cpu when a C compiler exists)."""
-    from hlofuse.backends import registry
-
-    return registry.default()
-
-
 def _build(
     module: Module, pipeline: str | None, backend: str | None, name: str,
     threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS,

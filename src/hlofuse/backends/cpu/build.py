@@ -118,12 +118,6 @@ class _Unwritable(Exception):
     """The cache could not be written (read-only or full): use the private fallback."""
 
 
-def cache_dir() -> Path:
-    """The checked cache root (`cachefs.root`): `$HLOFUSE_CACHE_DIR`, else the user cache
-    directory (e.g. ~/.cache/hlofuse/cpu)."""
-    return cachefs.root()
-
-
 def build_context(extra_flags: tuple[str, ...] = ()) -> str:
     """What a build depends on besides its C: the compiler (its command and identity), the
     flags and this CPU. Part of every cache key; a library key recorded under one context

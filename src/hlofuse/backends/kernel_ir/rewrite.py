@@ -162,7 +162,3 @@ class Rewriter:
             return [ir.LibCall(s.op, [self.buffer(b) for b in s.ins],
                                [self.buffer(b) for b in s.outs])]
         return [s]
-
-
-def fresh_var(v: Var, lo: int, hi: int) -> Var:
-    return Var(v.name, lo, hi)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
@@ -28,11 +27,6 @@ def all_ops(instr: Instruction) -> Iterator[Instruction]:
     for comp in instr.called_computations() if instr.opcode is Opcode.FUSION else ():
         for inner in comp.instructions:
             yield from all_ops(inner)
-
-
-def computation_ops(comp: Computation) -> Iterator[Instruction]:
-    for instr in comp.instructions:
-        yield from all_ops(instr)
 
 
 def is_rng(instr: Instruction) -> bool:

@@ -25,7 +25,7 @@ from hlofuse.errors import CompileError
 from hlofuse.ir.dtypes import PRED, S64, U64, DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
+from hlofuse.ir.shape import ArrayShape, TupleShape
 
 
 class LoweringError(CompileError):
@@ -360,7 +360,3 @@ def handles(*ops: Opcode) -> Callable[[Handler], Handler]:
         return fn
 
     return register
-
-
-def shape_leaves(instr: Instruction) -> list[ArrayShape]:
-    return leaves(instr.shape)

@@ -36,7 +36,7 @@ from hlofuse.backends.sort_key import sort_key
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import LIBRARY_OPS, Opcode
-from hlofuse.ir.shape import ArrayShape, leaves
+from hlofuse.ir.shape import leaves
 
 
 def supported(instr: Instruction) -> bool:
@@ -156,7 +156,3 @@ def values(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
         at = idx if idx.dims == tuple(s.dims) else ix.of_linear(tuple(s.dims), idx.lin())
         out.append(b.load(buf, at))
     return out
-
-
-def array_leaves(instr: Instruction) -> list[ArrayShape]:
-    return leaves(instr.shape)

@@ -388,10 +388,6 @@ def _minor_of(in_dims: tuple[int, ...], accs: list[Accumulators]) -> list[int]:
     return [d for d in range(len(in_dims)) if d > last and d not in red and red]
 
 
-def result_leaves(instr: Instruction) -> int:
-    return len(leaves(instr.shape))
-
-
 def dot_value(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
     """A dot's element at `idx` as its own reduction over the contracting dimensions (used
     inside a whole loop, where each batch element computes its own matrix-vector product;
