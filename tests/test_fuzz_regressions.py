@@ -93,7 +93,7 @@ def test_power_keep_subnormals_is_ieee() -> None:
 # ----- class 8: convolution padding with an inf or NaN in the kernel --------------------------
 # XLA's elemental convolution (f64, c128, ...) skips padding and base-dilation holes; its
 # runtime one (f16, bf16, f32, c64) multiplies their zeros by the kernel, except for transposed
-# convolutions and tiny buffers (interpreter/conv_plan.py `plan`).
+# convolutions and tiny buffers (conv_plan.py `plan`).
 
 
 def test_conv_padding_inf_kernel_minimized() -> None:
@@ -452,7 +452,7 @@ def test_conv_eigen_or_elemental_padding(case: tuple[Any, ...], dt: Any) -> None
     check(f, x, k, rtol=1e-2 if dt == np.float16 else 1e-5)
 
 
-# ----- 20k run: convolutions XLA rewrites before it emits them (interpreter/conv_plan.py) -----
+# ----- 20k run: convolutions XLA rewrites before it emits them (conv_plan.py) -----
 # Depthwise feature groups of f64 (and jax's f64 parts of c128) are expanded into one
 # convolution over every input feature with a zeroed kernel: another group's inf or NaN times
 # 0 is NaN (seed2811/006). Batch groups are expanded over a dilated group dimension whose holes

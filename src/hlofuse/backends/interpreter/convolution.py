@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hlofuse.backends.interpreter.conv_plan import ConvPlan, parse_dim_labels, plan_for
+from hlofuse.backends.conv_plan import ConvPlan, parse_dim_labels, plan_for
 from hlofuse.backends.interpreter.core import (
     Interpreter,
     array_shape,

@@ -58,7 +58,7 @@ HLO_ATTRS: dict[Opcode, tuple[str, ...]] = {
 }
 # Facts about the instruction in its module, found at lowering time:
 #   in_entry        convolution: whether XLA would see it in the entry computation
-#                   (`interpreter/conv_plan.py`, `in_entry`)
+#                   (`conv_plan.py`, `in_entry`)
 #   num_batch_dims  custom-call: the `num_batch_dims` frontend attribute, or None
 #                   (`lapack_targets.num_batch_dims`)
 #   sort_key        sort: the `KeyOrder` its comparator sorts by, or None (`sort_key.py`)

@@ -23,7 +23,7 @@ the group's input features; it accumulates integers in uint64_t with wrap-around
 `!= 0`), and floats (only empty windows reach it) in double, rounded once to the result type.
 The float routines accumulate in float for f32/f16/bf16 results and double for f64, like XLA.
 They multiply padding's zeros by the kernel, as XLA's runtime convolution does; where XLA skips
-padding (`interpreter/conv_plan.py`: f64, small buffers, convolutions outside the entry
+padding (`conv_plan.py`: f64, small buffers, convolutions outside the entry
 computation, swapped operands, ...), a kernel holding an inf or a NaN (0 x inf = NaN) sends the
 call to the direct loop nest instead, checked when it runs; `conv_cross.py` adds the NaN of
 XLA's group expansions.
@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import math
 
+from hlofuse.backends import conv_plan
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.ctext import comment
 from hlofuse.backends.cpu.library import conv_cross, conv_spec
-from hlofuse.backends.interpreter import conv_plan
 from hlofuse.backends.kernel_ir.libop import LibOp
 from hlofuse.backends.kernel_ir.naming import fresh, op_word
 from hlofuse.ir.shape import ArrayShape

@@ -1,4 +1,4 @@
-"""The NaN that XLA's group expansions add to a convolution (interpreter/conv_plan.py), as C
+"""The NaN that XLA's group expansions add to a convolution (conv_plan.py), as C
 passes over a result the other routines (conv.py) have computed; both run only when a value is
 not finite, checked when the convolution runs.
 

@@ -120,7 +120,7 @@ def library_op(instr: Instruction) -> LibOp:
             if isinstance(comp, Computation):
                 lowered(role, comp)
     elif op is Opcode.CONVOLUTION:
-        from hlofuse.backends.interpreter.conv_plan import in_entry
+        from hlofuse.backends.conv_plan import in_entry
 
         attrs.append(("in_entry", in_entry(instr)))
     elif op is Opcode.CUSTOM_CALL:
