@@ -54,7 +54,7 @@ class Kernel:
     name: str  # the C function's name, unique within a Program
     source: str  # C text defining `name` (and any static helpers/constants it needs); empty
     # when an earlier kernel of the Program prints the same function (kernel_key.structural_key
-    # before lowering, schedule.canonical_kernel after)
+    # before lowering, the same kernel-IR identity after: kernel_ir.identity.digest)
     inputs: tuple[ArrayShape, ...]  # one per operand leaf, in operand order
     outputs: tuple[ArrayShape, ...]  # one per result leaf
     instruction: str  # the HLO instruction it computes (for profiles and explain)

@@ -92,9 +92,10 @@ class _Groups:
     tools): after a kernel whose text hashes to a cut point (`CUT_ONE_IN`), once the group
     holds half of `limit`; at twice `limit` in any case; never while the program's kernels so
     far fit in `limit` (a program that small stays one file). Kernels print the same C in
-    every program (`schedule.content_named`), so two programs that share a run of kernels, in
-    another order or among other kernels, cut it into the same units from the first cut point
-    in it on, and the second finds the first one's objects in the cache."""
+    every program (named by their kernel IR's identity: `naming.kernel_name`), so two
+    programs that share a run of kernels, in another order or among other kernels, cut it
+    into the same units from the first cut point in it on, and the second finds the first
+    one's objects in the cache."""
 
     def __init__(self, limit: int, full: Callable[[list[str]], None] | None = None) -> None:
         self.limit = limit
