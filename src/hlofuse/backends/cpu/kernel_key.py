@@ -8,11 +8,11 @@ distinct functions), so the scheduler looks the key up first and lowers, optimis
 each distinct kernel once; the rest are compared by their kernel IR's identity
 (`kernel_ir.identity.digest`) after lowering. The key holds everything lowering reads: the
 instruction's opcode, shape (layout included), attributes, operand shapes and which operands
-are the same instruction (`add(x, x)` reads one buffer twice), and for a fusion (or any
-called computation: reducers, comparators, a whole loop's body) every instruction of the
-computation with its opcode, shape, attributes, parameter number, operand positions, a
-digest of its literal, and the keys of the computations it calls. Names and metadata are left out: they only reach
-comments, which the first kernel's function keeps. Attribute values without a hash (none
+are the same instruction (`add(x, x)` reads one buffer twice), and for a fusion (or any called
+computation: reducers, comparators, a whole loop's body) every instruction of the computation
+with its opcode, shape, attributes, parameter number, operand positions, a digest of its
+literal, and the keys of the computations it calls. Names and metadata are left out: they only
+reach comments, which the first kernel's function keeps. Attribute values without a hash (none
 today) make the key None: such a kernel is lowered as before.
 """
 
