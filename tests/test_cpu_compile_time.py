@@ -365,11 +365,12 @@ def test_split_program_matches_the_interpreter_and_profiles(
     assert len(units) == len([k for k in program.kernels if k.source]) + 1
     n = len(units) + 1  # and the prebuilt f32 GEMM's unit, first
     # every kernel unit compiled while the program was generated (each once: the stream cut
-    # the same texts as `units`), the GEMM's and the driver's by the link (in parallel)
+    # the same texts as `units`), the GEMM's before the pipeline ran (`cpu.warm`), the
+    # driver's by the link
     early = [s for s in seen if s == "split (unit, early)"]
     assert len(early) == len(units) - 1 > 1
-    assert sorted(s for s in seen[:-1] if s not in early) == [
-        f"split (unit {i} of {n})" for i in (1, n)]
+    assert seen[0] == "hlofuse_gemm (unit, early)"
+    assert sorted(s for s in seen[1:-1] if s not in early) == [f"split (unit {n} of {n})"]
     assert seen[-1] == "split (link)"
     assert "hf_parallel_ptr(" in program.source  # a parallel loop runs in a kernel unit
     _check_split(exe, _split_args())
@@ -450,16 +451,17 @@ ENTRY e {{
 
 def test_the_gemm_is_compiled_once_for_every_program(monkeypatch: pytest.MonkeyPatch) -> None:
     """The GEMM is a prebuilt unit (library/prebuilt.py): the first program with an f32 dot
-    compiles it, a later one with another f32 dot links it from the cache, one with an f64
-    dot compiles the f64 GEMM alone; every one computes the dot."""
+    compiles it (before its pipeline runs: `cpu.warm`), a later one with another f32 dot links
+    it from the cache, one with an f64 dot compiles the f64 GEMM alone; every one computes the
+    dot."""
     seen = _compiles(monkeypatch)
     rng = np.random.default_rng(5)
-    for m, dtype, compiles in ((8, "f32", 2), (24, "f32", 1), (8, "f64", 2)):
+    for m, dtype, gemm in ((8, "f32", True), (24, "f32", False), (8, "f64", True)):
         del seen[:]
         text = _dot_program(m, dtype)
         exe = hlofuse.compile(text)
-        assert sorted(s for s in seen if "link" not in s) == [  # (compiled in parallel)
-            f"dots{m}{dtype} (unit {i} of 2)" for i in range(3 - compiles, 3)]
+        assert [s for s in seen if "link" not in s] == (
+            ["hlofuse_gemm (unit, early)"] if gemm else []) + [f"dots{m}{dtype} (unit 2 of 2)"]
         np_t = np.float32 if dtype == "f32" else np.float64
         a, b = (rng.standard_normal(s).astype(np_t) for s in ((m, 32), (32, 16)))
         np.testing.assert_allclose(exe(a, b)[0], a @ b, rtol=1e-5, atol=1e-5)
@@ -753,3 +755,25 @@ def test_a_forked_child_compiles_early_units_in_a_pool_of_its_own(
 
 def _compile_and_run(text: str) -> np.ndarray:
     return np.asarray(hlofuse.compile(text)(*_split_args())[0])
+
+
+def test_warm_knows_which_gemm_a_module_will_call() -> None:
+    """`cpu.warm` compiles the prebuilt GEMMs the module's dots and float convolutions will
+    call, by the accumulator the emitters pick: f32, f64 (a 64-bit float operand), u32/u64
+    (integer dots by result width); complex dots call none."""
+    from hlofuse.backends.cpu.library import prebuilt
+
+    def dots(lhs: str, rhs: str, out: str) -> list[str]:
+        return prebuilt.suffixes_of(parse(f"""HloModule d
+ENTRY e {{
+  a = {lhs}[4,8] parameter(0)
+  b = {rhs}[8,2] parameter(1)
+  ROOT d = {out}[4,2] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}"""))
+
+    assert dots("f32", "f32", "f32") == ["f32"]
+    assert dots("f64", "f64", "f64") == ["f64"]
+    assert dots("bf16", "bf16", "f32") == ["f32"]
+    assert dots("s32", "s32", "s32") == ["u32"]
+    assert dots("s64", "s64", "s64") == ["u64"]
+    assert dots("c64", "c64", "c64") == []

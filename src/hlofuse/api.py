@@ -98,12 +98,16 @@ def optimise(module_or_text: Module | str, pipeline: str | None, *,
                                 context=pipeline_context(context))
 
 
-def _prepared(module_or_text: Module | str, pipeline: str | None) -> Module:
-    """Parsed, refused if it has dynamic shapes (they verify but do not run), optimised."""
+def _prepared(module_or_text: Module | str, pipeline: str | None,
+              backend: registry.Backend | None = None) -> Module:
+    """Parsed, refused if it has dynamic shapes (they verify but do not run), optimised;
+    `backend` warmed (`Backend.warm`) before the pipeline runs."""
     from hlofuse.backends.static_shapes import require_static
 
     module = _as_module(module_or_text)
     require_static(module)
+    if backend is not None and backend.warm is not None:
+        backend.warm(module)
     return optimise(module, pipeline)[0]
 
 
@@ -129,7 +133,7 @@ def build_runner(
     """Run `pipeline` (a name or a pass spec) on `module`, then bind it to `backend` (with the
     table its host callbacks index, if it has any)."""
     b = _checked(backend, threads, subnormals)
-    module = _prepared(module, pipeline)
+    module = _prepared(module, pipeline, b)
     return module, _bind(b, module, threads, subnormals, host_callbacks)
 
 
@@ -151,7 +155,7 @@ def bind(
         return module, run, backend
     backend = registry.default()
     b = _checked(backend, threads, subnormals)
-    module = _prepared(module, pipeline)  # (once: a fallback binds the same module)
+    module = _prepared(module, pipeline, b)  # (once: a fallback binds the same module)
     if b.fallback is None:
         return module, _bind(b, module, threads, subnormals, host_callbacks), backend
     try:
@@ -247,7 +251,8 @@ def _compile(module_or_text: Module | str, pipeline: str | None, b: registry.Bac
         b.require()
         module, runner = b.compile_text(module_or_text, pipeline, threads, subnormals,
                                         host_callbacks,
-                                        functools.partial(_prepared, module_or_text, pipeline))
+                                        functools.partial(_prepared, module_or_text, pipeline,
+                                                          b))
         return Executable(module, pipeline, backend, runner)
     module, runner = build_runner(_as_module(module_or_text), pipeline=pipeline,
                                   backend=backend, threads=threads, subnormals=subnormals,

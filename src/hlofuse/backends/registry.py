@@ -52,6 +52,10 @@ class Backend:
     # (`hlofuse.jit`), and which errors are refusals (an op it cannot run), not failures
     fallback: str | None = None
     refuses: Callable[[Exception], bool] = lambda exc: False
+    # (parsed module) -> None: start, in the background, work the backend will surely need for
+    # the module (the cpu backend: compiling the prebuilt GEMM its dots call), while the
+    # pipeline runs; never required, never raises (api calls it before the pipeline)
+    warm: Callable[[Module], None] | None = None
 
     def available(self) -> bool:
         try:
@@ -159,6 +163,12 @@ def _cpu_compile_text(text: str, pipeline: str | None, threads: int | None,
     return module, exe
 
 
+def _cpu_warm(module: Module) -> None:
+    from hlofuse.backends import cpu
+
+    cpu.warm(module)
+
+
 def _cpu_refuses(exc: Exception) -> bool:
     """An op (or type, or shape) the generated C cannot handle: the module runs on the
     interpreter instead. A C compiler that fails or is missing is a failure, not a refusal."""
@@ -177,7 +187,8 @@ def _cpu_generate(module: Module, subnormals: str = DEFAULT_SUBNORMALS) -> str:
 
 register(Backend("cpu", "generated C with explicit SIMD and a native driver (needs a C compiler)",
                  _cpu_require, _cpu_compile, _cpu_compile_text, _cpu_generate, profiles=True,
-                 native_entry=True, fallback="interpreter", refuses=_cpu_refuses))
+                 native_entry=True, fallback="interpreter", refuses=_cpu_refuses,
+                 warm=_cpu_warm))
 register(Backend("interpreter", "the numpy reference (always available)", lambda: None,
                  _interpreter_compile))
 

@@ -5,6 +5,7 @@ every program that has a dot.
     objects:    unit(suffix)           the GEMM (and, for f32/f64, the BLAS task driver) as a
                                        translation unit whose entry points are hidden globals
     build.py:   units_for(source)      the units a source needs, by the guards it contains
+    cpu.warm:   suffixes_of(module)    the units a module's dots will need, compiled early
 
 The GEMM is the largest code in a program with a dot: about 0.55 s of `-O3` per element type,
 which every program paid again (a 2-layer GPT step's dots were 1.0 of its 1.8 s of C
@@ -28,6 +29,9 @@ import functools
 import re
 
 from hlofuse.backends.cpu.library import blas, gemm
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape
 
 SUFFIXES = ("f32", "f64", "u32", "u64")
 _GUARD = re.compile(r"^#ifndef HFLIB_PREBUILT_(\w+)$", re.MULTILINE)
@@ -67,6 +71,31 @@ def unit(suffix: str) -> str:
     if suffix in ("f32", "f64"):
         parts.append(blas.declarations(suffix, gemm.PARALLEL_WORK))
     return "".join(parts)
+
+
+def suffixes_of(module: Module) -> list[str]:
+    """The prebuilt units a module's dots and float convolutions (in any computation) will
+    call, by the accumulator the GEMM emitters choose (`gemm._accumulator`): f64 where a float
+    result or operand is 64-bit, else f32; integer dots u64 or u32 by their result's width.
+    Complex ones call none."""
+    found: set[str] = set()
+    for comp in module.computations:
+        for instr in comp.instructions:
+            if instr.opcode not in (Opcode.DOT, Opcode.CONVOLUTION):
+                continue
+            out = instr.shape
+            if not isinstance(out, ArrayShape):
+                continue
+            kinds = [out.dtype, *(o.shape.dtype for o in instr.operands
+                                  if isinstance(o.shape, ArrayShape))]
+            if any(d.is_complex for d in kinds):
+                continue
+            floats = [d for d in kinds if d.is_float]
+            if floats:
+                found.add("f64" if any(d.bits == 64 for d in floats) else "f32")
+            elif instr.opcode is Opcode.DOT:
+                found.add("u64" if out.dtype.bits == 64 else "u32")
+    return sorted(found)
 
 
 def units_for(source: str) -> list[str]:
