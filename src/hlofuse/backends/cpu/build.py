@@ -369,7 +369,7 @@ def _build_units(
             # units no early compile has started (the driver's) first: a worker that only
             # waits for an early compile would hold them back
             with _EARLY_LOCK:
-                started = {i for i in todo if keys[i] in _EARLY}
+                started = {i for i in todo if _early_key(keys[i]) in _EARLY}
             with ThreadPoolExecutor(max_workers=min(jobs(), len(todo))) as pool:
                 submitted = {i: pool.submit(compile_unit, i)
                              for i in sorted(todo, key=started.__contains__)}
@@ -432,7 +432,14 @@ def _compile_object(unit: str, okey: str, name: str, what: str, obj: Path,
 
 # Kernel units being compiled while their program is still generated (`compile_early`), by
 # object key; `load_units` waits for them (`_early_done`).
-_EARLY: dict[str, Future[None]] = {}
+# early compiles under way, by (cache root, object key): an early compile writes into the
+# cache that was configured when it started, so a program under another root (a changed
+# HLOFUSE_CACHE_DIR) never waits for it
+_EARLY: dict[tuple[str, str], Future[None]] = {}
+
+
+def _early_key(okey: str) -> tuple[str, str]:
+    return (str(cachefs.configured_root()), okey)
 _EARLY_LOCK = threading.Lock()
 _EARLY_POOL: list[tuple[int, ThreadPoolExecutor]] = []  # (the process it belongs to, pool)
 
@@ -446,7 +453,7 @@ def compile_early(unit: str, name: str, kernel_flags: tuple[str, ...]) -> None:
     `load_units`, which raises it there."""
     okey = object_key(unit, kernel_flags)
     with _EARLY_LOCK:
-        if okey in _EARLY:
+        if _early_key(okey) in _EARLY:
             return
         try:
             obj_dir = cachefs.directory(okey[:2])
@@ -462,7 +469,7 @@ def compile_early(unit: str, name: str, kernel_flags: tuple[str, ...]) -> None:
             _EARLY.clear()
             _EARLY_POOL[:] = [(os.getpid(), ThreadPoolExecutor(
                 max_workers=jobs(), thread_name_prefix="hlofuse-cc"))]
-        _EARLY[okey] = _EARLY_POOL[0][1].submit(_compile_early, unit, okey, name,
+        _EARLY[_early_key(okey)] = _EARLY_POOL[0][1].submit(_compile_early, unit, okey, name,
                                                 kernel_flags)
 
 
@@ -477,7 +484,7 @@ def _compile_early(unit: str, okey: str, name: str, kernel_flags: tuple[str, ...
 def _early_done(okey: str) -> bool:
     """Wait for the early compile of `okey`, if one was started: whether it succeeded."""
     with _EARLY_LOCK:
-        future = _EARLY.pop(okey, None)
+        future = _EARLY.pop(_early_key(okey), None)
         if future is not None and _EARLY_POOL[0][0] != os.getpid():
             return False  # the parent's, in a forked child: never runs here
     if future is None:
