@@ -634,6 +634,17 @@ class Placement:
     stack_bytes: int = STACK_LOCAL_BYTES  # the limit it placed by
 
 
+@dataclass(eq=False, slots=True)
+class GridPlan:
+    """How a GPU printer runs a kernel's top-level loops (`passes/grid.py`): `modes` maps a
+    loop (by id) to (`grid` | `lanes` | `serial`, the reason); `grid_loop` is the loop spread
+    over programs, if any; `block` the lanes per program."""
+
+    block: int
+    modes: dict[int, tuple[str, str]] = field(default_factory=dict)
+    grid_loop: Loop | None = None
+
+
 def step_of(loop: Loop) -> int:
     """How far `loop`'s variable advances per iteration."""
     return loop.step or loop.vector or 1
@@ -737,6 +748,7 @@ class Kernel:
     summary: str = ""
     threads: int = 1  # threads a `parallel` loop may use (set by the parallelize pass)
     placement: Placement | None = None  # where locals live (set by the place pass)
+    grid: GridPlan | None = None  # how a GPU printer runs its loops (set by the grid pass)
 
 
 def walk(body: list[Stmt]) -> Iterator[Stmt]:

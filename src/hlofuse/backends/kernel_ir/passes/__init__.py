@@ -14,6 +14,9 @@
     outline     which values without a vector form are called out of line (`forms.outline`;
                 only where the backend hands in its lane costs)
 
+Not run by `optimize`: `grid` (grid.py), the GPU printer's mapping of top-level loops to
+programs and lanes.
+
 Each is `pass(kernel)` (mutating the kernel's statement lists) and keeps the kernel's results
 identical, except that `vectorize` may reassociate reductions whose reducer allows it.
 `place`, `lazy`, `lanes` and `outline` change no statement: they record decisions printers

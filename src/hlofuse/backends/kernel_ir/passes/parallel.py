@@ -39,7 +39,7 @@ def parallelize(kernel: ir.Kernel, threads: int = 1, threshold: float = PARALLEL
         footprint = sum(b.size * b.dtype.itemsize for b in access_counts([s])
                         if b.kind not in ("local", "lanes"))
         per_byte = NS_PER_CACHED_BYTE if footprint <= CACHED_BYTES else NS_PER_BYTE
-        if estimate_ns(s, per_byte) >= threshold and _safe(s, counts):
+        if estimate_ns(s, per_byte) >= threshold and safe(s, counts):
             s.parallel = True
 
 
@@ -96,7 +96,9 @@ def access_counts(body: list[Stmt]) -> dict[Buffer, int]:
     return count
 
 
-def _safe(loop: ir.Loop, counts: dict[Buffer, int]) -> bool:
+def safe(loop: ir.Loop, counts: dict[Buffer, int]) -> bool:
+    """Whether `loop`'s iterations may run at once (the module docstring's conditions, apart
+    from the stack limit); `counts`: `access_counts` of the kernel's body."""
     v = loop.var
     mine = access_counts(loop.body)
     for b, n in mine.items():
