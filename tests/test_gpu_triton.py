@@ -14,7 +14,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from cpu_lower_harness import compare, random_array, reference  # noqa: E402
+from cpu_lower_harness import compare, reference  # noqa: E402
 from hlofuse.backends.gpu.triton_print import (  # noqa: E402
     GpuPrintError,
     TritonKernel,
@@ -26,10 +26,9 @@ from hlofuse.backends.kernel_ir.passes import optimize  # noqa: E402
 from hlofuse.backends.kernel_ir.passes.grid import grid  # noqa: E402
 from hlofuse.backends.kernel_ir.target import Target  # noqa: E402
 from hlofuse.ir.instruction import Instruction  # noqa: E402
-from hlofuse.ir.shape import ArrayShape, leaves  # noqa: E402
 from hlofuse.passes.pipelines import run_pipeline  # noqa: E402
 from hlofuse.text import parse  # noqa: E402
-from test_kernel_ir_pyprint import EXAMPLES, kernels  # noqa: E402
+from test_kernel_ir_pyprint import EXAMPLES, kernels, random_operands  # noqa: E402
 
 
 def mapped(instr: Instruction, block: int = 32) -> ir.Kernel:
@@ -41,15 +40,7 @@ def mapped(instr: Instruction, block: int = 32) -> ir.Kernel:
 def check(instr: Instruction, seed: int = 0, block: int = 32) -> ir.Kernel:
     kernel = mapped(instr, block)
     tk = TritonKernel(kernel)
-    rng = np.random.default_rng(seed)
-    args: list[object] = []
-    seen: dict[int, object] = {}
-    for op in instr.operands:
-        if id(op) not in seen:
-            ls = [random_array(s, rng) for s in leaves(op.shape)]
-            seen[id(op)] = tuple(ls) if not isinstance(op.shape, ArrayShape) else ls[0]
-        args.append(seen[id(op)])
-    flat = [x for a in args for x in (a if isinstance(a, tuple) else (a,))]
+    args, flat = random_operands(instr, seed)
     want = reference(instr, args)
     got = tk.run([np.ascontiguousarray(x) for x in flat])
     assert len(got) == len(want)

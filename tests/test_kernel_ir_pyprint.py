@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -138,19 +139,26 @@ def optimized(instr: Instruction, target: str = "avx2") -> ir.Kernel:
     return optimize(lower_kernel(instr), Target.named(target), threads=2, check=True)
 
 
-def check_kernel(instr: Instruction, seed: int, rtol: float, atol: float,
-                 target: str = "avx2") -> ir.Kernel:
-    kernel = optimized(instr, target)
-    py = PyKernel(kernel)
+def random_operands(instr: Instruction, seed: int) -> tuple[list[object], list[Any]]:
+    """Random values of `instr`'s operands (a tuple for a tuple-shaped one; an operand used
+    twice is one buffer) and their leaves in order, as the kernel's inputs."""
     rng = np.random.default_rng(seed)
     args: list[object] = []
-    seen: dict[int, object] = {}  # an operand used twice is one buffer
+    seen: dict[int, object] = {}
     for op in instr.operands:
         if id(op) not in seen:
             ls = [random_array(s, rng) for s in leaves(op.shape)]
             seen[id(op)] = tuple(ls) if not isinstance(op.shape, ArrayShape) else ls[0]
         args.append(seen[id(op)])
     flat = [x for a in args for x in (a if isinstance(a, tuple) else (a,))]
+    return args, flat
+
+
+def check_kernel(instr: Instruction, seed: int, rtol: float, atol: float,
+                 target: str = "avx2") -> ir.Kernel:
+    kernel = optimized(instr, target)
+    py = PyKernel(kernel)
+    args, flat = random_operands(instr, seed)
     want = reference(instr, args)
     for alias in ([False, True] if kernel.inplace else [False]):
         got = py.run(flat, alias)  # type: ignore[arg-type]

@@ -44,6 +44,7 @@ from typing import Any
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.passes.parallel import access_counts
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.opcodes import Opcode
 
@@ -89,10 +90,9 @@ class _Printer:
         self.names: dict[Buffer, str] = {}
         self.locals: dict[Buffer, str] = {}
         self.vars: dict[Var, str] = {}
-        self.lane_vars: set[Var] = set()
         self.scopes: list[dict[tuple[int, str], tuple[str, frozenset[Buffer]]]] = [{}]
         self.guard: list[str] = []  # masks in force (lanes that exist, conditions)
-        self.in_lanes = False  # inside a loop that runs lanes: masks are blocks
+        self.lane_var: Var | None = None  # of the loop running lanes: masks are blocks there
 
     # -- output -----------------------------------------------------------------------------
 
@@ -133,13 +133,12 @@ class _Printer:
         self.lines.append("@triton.jit")
         self.lines.append(f"def kernel({', '.join(params)}, BLOCK: tl.constexpr):")
         self.line("pid = tl.program_id(0)")
+        used = access_counts(k.body)
         for b in k.locals:
-            if b.size != 1:
-                if any(b in ir.reads(v) for v in ir.body_values(k.body)) or any(
-                        isinstance(s, ir.Store) and s.buf is b for s in ir.walk(k.body)):
-                    raise GpuPrintError(f"{self.where}: a local of {b.size} elements")
-                continue
-            self.locals[b] = f"t{len(self.locals)}"
+            if b.size == 1:
+                self.locals[b] = f"t{len(self.locals)}"
+            elif b in used:
+                raise GpuPrintError(f"{self.where}: a local of {b.size} elements")
         if k.consts:
             raise GpuPrintError(f"{self.where}: constant tables are not printed yet")
         self.declare(list(self.locals), lanes=False)
@@ -157,7 +156,6 @@ class _Printer:
             return
         self.declare(self.used_locals(s), lanes=True)
         var = self.bind(s.var)
-        self.lane_vars.add(s.var)
         m = self.fresh("m")
         if mode == "grid":
             self.line(f"{var} = ({s.lo} + pid * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)")
@@ -176,16 +174,16 @@ class _Printer:
     def lanes_body(self, s: ir.Loop, m: str) -> None:
         self.guard.append(m)
         self.scopes.append({})
-        self.in_lanes = True
+        self.lane_var = s.var
         for st in s.body:
             self.stmt(st)
-        self.in_lanes = False
+        self.lane_var = None
         self.scopes.pop()
         self.guard.pop()
         self.invalidate(ir.written(s.body))
 
     def used_locals(self, s: ir.Loop) -> list[Buffer]:
-        used = set(ir.written(s.body)) | {b for v in ir.body_values(s.body) for b in ir.reads(v)}
+        used = access_counts(s.body)
         return [b for b in self.locals if b in used]
 
     def declare(self, bufs: Sequence[Buffer], lanes: bool) -> None:
@@ -249,10 +247,10 @@ class _Printer:
     def store(self, s: ir.Store) -> None:
         val = self.value(s.value)
         t = _tl_type(s.buf.dtype, self.where)
+        new = f"({val}).to({t})" if not s.buf.dtype.is_pred else f"(({val}) != 0)"
         mask = self.mask()
         if s.buf in self.locals:
             reg = self.locals[s.buf]
-            new = f"({val}).to({t})" if not s.buf.dtype.is_pred else f"(({val}) != 0)"
             if mask is None:
                 self.line(f"{reg} = (tl.zeros_like({reg}) + {new}).to({t})")
             else:
@@ -263,9 +261,8 @@ class _Printer:
             if s.buf.size == 0:
                 return
             idx = self.aff(s.index)
-            stored = f"({val}).to({t})" if not s.buf.dtype.is_pred else f"(({val}) != 0)"
             mask_arg = f", mask={mask}" if mask else ""
-            self.line(f"tl.store({self.names[s.buf]} + {idx}, {stored}{mask_arg})")
+            self.line(f"tl.store({self.names[s.buf]} + {idx}, {new}{mask_arg})")
         self.invalidate({s.buf})
 
     # -- values -----------------------------------------------------------------------------
@@ -315,7 +312,7 @@ class _Printer:
             if buf.kind in ("local", "lanes", "const"):
                 raise GpuPrintError(f"{self.where}: a read of a {buf.kind} buffer")
             idx = self.aff(v.index)
-            if self.in_lanes and not (ir.deps(v) & self.lane_vars):
+            if self.lane_var is not None and self.lane_var not in ir.deps(v):
                 idx += " + tl.zeros([BLOCK], tl.int64)"  # (one address for every lane)
             guards = list(self.guard)
             if op == "mload":

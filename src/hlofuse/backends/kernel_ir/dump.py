@@ -57,6 +57,7 @@ def module_text(module: Module, target: Target, threads: int = 1) -> str:
     from hlofuse.escape import terminal
 
     names: dict[str, str] = {}  # identity -> name
+    taken: set[str] = set()
     parts = [f"# kernel IR for target {target.name} ({target.vector_bytes} vector bytes), "
              f"{threads} thread(s)"]
     for instr in kernel_instructions(module):
@@ -71,6 +72,6 @@ def module_text(module: Module, target: Target, threads: int = 1) -> str:
         if key in names:  # the same kernel IR as an earlier one (one function in C)
             parts.append(f"# the same kernel as {names[key]}")
             continue
-        kernel.name = names[key] = kernel_name(kernel.name, key, set(names.values()))
+        kernel.name = names[key] = kernel_name(kernel.name, key, taken)
         parts.append(format_kernel(kernel))
     return "\n".join(parts) + "\n"
