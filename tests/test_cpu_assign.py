@@ -1,4 +1,4 @@
-"""The driver IR (backends/cpu/schedule.py) and buffer assignment as its own pass (assign.py):
+"""The driver IR (backends/driver_ir/schedule.py) and buffer assignment as its own pass (assign.py):
 what runs where before any C is printed, and which buffers may share bytes.
 
 The invariant checked on every module: two buffers whose live intervals overlap never overlap in
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hlofuse.backends.cpu.assign import ALIGN, aligned_size, assign, liveness
 from hlofuse.backends.cpu.kernels import lower
-from hlofuse.backends.cpu.schedule import (
+from hlofuse.backends.driver_ir.assign import ALIGN, aligned_size, assign, liveness
+from hlofuse.backends.driver_ir.schedule import (
     Arg,
     Buf,
     Call,
@@ -186,7 +186,7 @@ def test_first_fit_is_the_loop_it_replaced() -> None:
 
     import numpy as np
 
-    from hlofuse.backends.cpu.assign import _first_fit
+    from hlofuse.backends.driver_ir.assign import _first_fit
 
     def loop(lo: np.ndarray, hi: np.ndarray, overlap: np.ndarray, size: int) -> int:
         offset = 0

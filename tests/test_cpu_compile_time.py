@@ -73,8 +73,8 @@ def test_equal_kernels_are_lowered_once() -> None:
     """The structural key finds the repeated layers before lowering: the lowering runs once per
     distinct kernel; the last layer (another constant) and an add of one operand twice (one
     buffer read twice) are kernels of their own."""
-    from hlofuse.backends.cpu.kernel_key import structural_key
     from hlofuse.backends.cpu.kernels import Lowered, lower
+    from hlofuse.backends.driver_ir.kernel_key import structural_key
     from hlofuse.passes.pipelines import run_pipeline
 
     module = parse(_layers(8))

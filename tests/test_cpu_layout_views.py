@@ -1,5 +1,5 @@
 """Slices and bitcasts under non-default layouts give the interpreter's values on the cpu
-backend (backends/cpu/views.py): a view into an operand is taken only where the slice is
+backend (backends/driver_ir/views.py): a view into an operand is taken only where the slice is
 contiguous in the buffer as stored (row-major, whatever layout the HLO declares), at the
 offset that storage implies; a slice contiguous only in the declared layout (a column of
 `f32[4,3]{0,1}`) is read element by element."""
@@ -12,7 +12,7 @@ import pytest
 import hlofuse
 from hlofuse.backends import interpreter
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
-from hlofuse.backends.cpu.views import view_plan
+from hlofuse.backends.driver_ir.views import view_plan
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.text import parse
 

@@ -1,4 +1,4 @@
-"""Contiguous slices read through a pointer into the operand (backends/cpu/views.py): the
+"""Contiguous slices read through a pointer into the operand (backends/driver_ir/views.py): the
 steps of an unrolled scan share one function, nothing is written through a view, and values
 are the interpreter's and the same as without views, bit for bit."""
 
@@ -9,8 +9,8 @@ import pytest
 
 import hlofuse
 from hlofuse.backends import interpreter
-from hlofuse.backends.cpu import schedule
-from hlofuse.backends.cpu.views import contiguous_offset, view_plan
+from hlofuse.backends.driver_ir import schedule
+from hlofuse.backends.driver_ir.views import contiguous_offset, view_plan
 from hlofuse.ir.dtypes import F32
 from hlofuse.ir.shape import ArrayShape
 from hlofuse.text import parse

@@ -81,6 +81,10 @@ class CompileError(HloError):
     """The native backend could not build or load a module (or no C compiler was found)."""
 
 
+class UnsupportedOpError(CompileError):
+    """An op, element type or form a backend cannot run (names the instruction or kernel)."""
+
+
 class LimitError(HloError):
     """Input beyond one of the documented limits in `hlofuse.ir.limits` (nesting depth, rank,
     dimension or byte size, call depth). Raised as `ParseLimitError` (with line:column),

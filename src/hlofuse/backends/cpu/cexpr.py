@@ -31,16 +31,11 @@ import numpy as np
 from hlofuse.backends.cpu import cexpr_e8m0, cexpr_types, cprelude, daz_math
 from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.backends.subnormals import PASSTHROUGH
-from hlofuse.errors import CompileError
+from hlofuse.errors import UnsupportedOpError
 from hlofuse.ir.dtypes import F64, DType, int_range, int_saturation_bounds
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
-
-
-class UnsupportedOpError(CompileError):
-    """An elementwise op/type combination the CPU backend does not generate C for."""
-
 
 _CTYPES = {
     "pred": "uint8_t",

@@ -40,41 +40,14 @@ trampoline), never compiled in: the library stays shareable and cacheable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from hlofuse.backends.driver_ir.kernel import HostSite, Kernel
 from hlofuse.ir.shape import ArrayShape
 
+__all__ = ["ENTRY_SYMBOL", "HostSite", "Kernel", "Program"]
+
 ENTRY_SYMBOL = "hf_entry"
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One kernel's C code and its calling convention."""
-
-    name: str  # the C function's name, unique within a Program
-    source: str  # C text defining `name` (and any static helpers/constants it needs); empty
-    # when an earlier kernel of the Program prints the same function (kernel_key.structural_key
-    # before lowering, the same kernel-IR identity after: kernel_ir.identity.digest)
-    inputs: tuple[ArrayShape, ...]  # one per operand leaf, in operand order
-    outputs: tuple[ArrayShape, ...]  # one per result leaf
-    instruction: str  # the HLO instruction it computes (for profiles and explain)
-    kind: str  # "loop", "input", "output", or the opcode of an unfused op ("dot", "sort", ...)
-    inplace: dict[int, int] = field(default_factory=dict)  # output index -> input index
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes read and written once per call (a lower bound on the memory traffic)."""
-        return sum(s.nbytes for s in self.inputs) + sum(s.nbytes for s in self.outputs)
-
-
-@dataclass(frozen=True)
-class HostSite:
-    """One host callback the driver calls (`Program.host_sites`)."""
-
-    index: int  # into the caller's callback table
-    instruction: str  # the custom call (for messages)
-    inputs: tuple[ArrayShape, ...]  # its array operands
-    outputs: tuple[ArrayShape, ...]  # its array results
 
 
 @dataclass(frozen=True)

@@ -53,12 +53,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hlofuse.backends.cpu import cexpr, fpenv, limits, sites, units
-from hlofuse.backends.cpu.assign import assign
-from hlofuse.backends.cpu.buffers import is_alias
 from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 from hlofuse.backends.cpu.contract import ENTRY_SYMBOL, Kernel, Program
 from hlofuse.backends.cpu.ctext import check_integers, comment
-from hlofuse.backends.cpu.schedule import (
+from hlofuse.backends.driver_ir.assign import assign
+from hlofuse.backends.driver_ir.buffers import is_alias
+from hlofuse.backends.driver_ir.schedule import (
     Arg,
     Branch,
     Buf,
@@ -395,7 +395,7 @@ class _Printer:
 
     @staticmethod
     def _const(i: int, c: object) -> str:
-        from hlofuse.backends.cpu.schedule import ConstData
+        from hlofuse.backends.driver_ir.schedule import ConstData
 
         assert isinstance(c, ConstData)
         return (comment(c.label) + "\n" + f"static const {cexpr.ctype(c.dtype)} hf_const{i}"

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from hlofuse.backends.cpu.contract import Kernel
 from hlofuse.backends.cpu.ctext import comment
-from hlofuse.backends.cpu.schedule import Arg, Buf, Call, Const, Loc, Note, Result, Stmt, View
+from hlofuse.backends.driver_ir.schedule import Arg, Buf, Call, Const, Loc, Note, Result, Stmt, View
 
 # Shorter runs of calls are printed as calls (what a table saves grows with the run; a short
 # run is a small program or a loop body, compiled fast either way).

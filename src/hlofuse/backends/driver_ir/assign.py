@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hlofuse.backends.cpu.schedule import (
+from hlofuse.backends.driver_ir.schedule import (
     Branch,
     Buf,
     Call,

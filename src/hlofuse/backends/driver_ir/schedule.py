@@ -43,28 +43,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hlofuse.analysis.kernels import is_kernel
-from hlofuse.backends.cpu.buffers import Analyzer, CompAnalysis, Src, is_alias
-from hlofuse.backends.cpu.cexpr import UnsupportedOpError
-from hlofuse.backends.cpu.contract import HostSite, Kernel
-from hlofuse.backends.cpu.kernel_key import structural_key
-from hlofuse.backends.cpu.views import view_plan
+from hlofuse.backends.driver_ir.buffers import Analyzer, CompAnalysis, Src, is_alias
+from hlofuse.backends.driver_ir.kernel import HostSite, Kernel, Lowered
+from hlofuse.backends.driver_ir.kernel_key import structural_key
+from hlofuse.backends.driver_ir.views import view_plan
 from hlofuse.backends.host_callbacks import array_results, callback_index, is_host_callback
 from hlofuse.backends.kernel_ir.naming import kernel_name
+from hlofuse.errors import UnsupportedOpError
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import CONTROL_FLOW_OPS, Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape, leaves
 
-if TYPE_CHECKING:
-    from hlofuse.backends.cpu.kernels import Lowered
-
 # instruction -> its kernel lowered and optimised (`kernels.lower`, for this program's target
 # and threads)
-KernelLowering = Callable[[Instruction], "Lowered"]
+KernelLowering = Callable[[Instruction], Lowered]
 
 
 def call_note(instr: Instruction, in_place: bool = False) -> str:
