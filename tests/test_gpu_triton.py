@@ -125,7 +125,7 @@ def test_grid_pass_records_why() -> None:
     mode, why = kernel.grid.modes[id(kernel.grid.grid_loop)]
     assert mode == "grid" and "independent" in why
     src = print_kernel(kernel)
-    assert "tl.program_id(0)" in src and "pid * BLOCK" in src
+    assert "tl.program_id(0)" in src and "pid * 64" in src
     assert "for c" not in src  # no in-program chunk loop
 
 

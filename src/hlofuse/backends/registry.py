@@ -193,6 +193,30 @@ register(Backend("interpreter", "the numpy reference (always available)", lambda
                  _interpreter_compile))
 
 
+def _gpu_require() -> None:
+    from hlofuse.backends import gpu
+
+    gpu.require()
+
+
+def _gpu_compile(module: Module, threads: int | None = None,
+                 subnormals: str = DEFAULT_SUBNORMALS,
+                 host_callbacks: HostCallbacks | None = None) -> Any:
+    """The module on the GPU (`backends/gpu/driver.py`). `threads` does not apply; subnormals
+    are kept (IEEE 754, as XLA GPU keeps them), so "flush" is refused."""
+    from hlofuse.backends.gpu import driver
+    from hlofuse.errors import UnsupportedOpError
+
+    if subnormals == "flush":
+        raise UnsupportedOpError("the gpu backend keeps subnormals (as XLA GPU does): pass "
+                                 "subnormals='keep'")
+    return driver.compile_module(module)
+
+
+register(Backend("gpu", "Triton kernels and torch library calls on one GPU (the optional gpu "
+                 "extra; TRITON_INTERPRET=1 runs them on the CPU)", _gpu_require, _gpu_compile))
+
+
 def _interpret(instr: Any, operands: list[Any]) -> Any:
     """The interpreter's value of `instr` on `operands` (constant folding's evaluator: passes/
     evaluator.py); None when it has no handler for the opcode."""

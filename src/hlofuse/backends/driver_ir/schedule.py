@@ -27,7 +27,8 @@ instruction becomes:
 * a host callback (`backends/host_callbacks.py`: jax's pure_callback, io_callback,
   debug.print): `HostCall(site, ins, outs)`, the caller's Python function called from the driver;
   never a kernel, never in place, kept in program order;
-* while: `While(vars, cond, pred, body, swaps)` over carried leaves (`buffers.LoopPlan`: pass,
+* while: `While(vars, cond, pred, body, swaps, trips)` over carried leaves
+  (`buffers.LoopPlan`: pass,
   in place, or swapped between two buffers, no copy per iteration), then at most one copy per
   leaf to its destination; conditional: `Branch` (if/else for a pred, a switch for an index,
   whose out-of-range values run the last branch, as XLA) writing the conditional's locations;
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hlofuse.analysis.kernels import is_kernel
+from hlofuse.analysis.loops import trip_count
 from hlofuse.backends.driver_ir.buffers import Analyzer, CompAnalysis, Src, is_alias
 from hlofuse.backends.driver_ir.kernel import HostSite, Kernel, Lowered
 from hlofuse.backends.driver_ir.kernel_key import structural_key
@@ -195,6 +197,7 @@ class While:
     cond: list[Stmt]
     pred: Loc
     body: list[Stmt]
+    trips: int | None = None  # the body's run count where it is known (`analysis.loops`)
 
 
 @dataclass(eq=False)
@@ -481,7 +484,7 @@ class _Scheduler:
                 raise AssertionError(f"{instr.name} leaf {k} ({kind}) left its buffer")
         note = (f"{instr.name}: while {plan.cond.comp.name} do {plan.body.comp.name}; "
                 f"carried leaves: {', '.join(plan.kinds) or 'none'}")
-        self.emit(While(instr.name, note, carried, cond, pred, body))
+        self.emit(While(instr.name, note, carried, cond, pred, body, trip_count(instr)))
         out: dict[int, Loc] = dict(enumerate(cur))
         for k, x in enumerate(cur):
             if id(x) not in mine:

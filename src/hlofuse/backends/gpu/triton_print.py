@@ -41,10 +41,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hlofuse.backends.cpu.cexpr import UnsupportedOpError
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Stmt, Val, Var
+from hlofuse.backends.kernel_ir.passes.grid import constant_indices
 from hlofuse.backends.kernel_ir.passes.parallel import access_counts
+from hlofuse.errors import UnsupportedOpError
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.opcodes import Opcode
 
@@ -67,6 +68,8 @@ _UNARY = {Opcode.NEGATE: "(-{0})", Opcode.ABS: "tl.abs({0})", Opcode.EXP: "tl.ex
           Opcode.SIN: "tl.sin({0})", Opcode.COS: "tl.cos({0})",
           Opcode.LOGISTIC: "tl.sigmoid({0})", Opcode.FLOOR: "tl.floor({0})",
           Opcode.CEIL: "tl.ceil({0})", Opcode.COPY: "{0}"}
+MAX_COPY_BLOCK = 1024  # elements a program copies per step
+
 _COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
@@ -88,11 +91,13 @@ class _Printer:
         self.depth = 1
         self.n = 0
         self.names: dict[Buffer, str] = {}
-        self.locals: dict[Buffer, str] = {}
+        self.locals: dict[Buffer, str] = {}  # one-element locals: registers
+        self.rows: dict[Buffer, list[str]] = {}  # constant-indexed locals: rows of registers
         self.vars: dict[Var, str] = {}
-        self.scopes: list[dict[tuple[int, str], tuple[str, frozenset[Buffer]]]] = [{}]
+        self.scopes: list[dict[tuple[int, tuple[str, ...]], tuple[str, frozenset[Buffer]]]] = [{}]
         self.guard: list[str] = []  # masks in force (lanes that exist, conditions)
         self.lane_var: Var | None = None  # of the loop running lanes: masks are blocks there
+        self.lane_block = 0  # its lanes per step
 
     # -- output -----------------------------------------------------------------------------
 
@@ -107,14 +112,16 @@ class _Printer:
         return " & ".join(self.guard) if self.guard else None
 
     def find(self, v: Val) -> str | None:
-        key = (v.uid, self.mask() or "")
-        for scope in reversed(self.scopes):
-            if key in scope:
-                return scope[key][0]
+        """A name holding `v`, computed under the guards in force or fewer of them."""
+        for k in range(len(self.guard), -1, -1):
+            key = (v.uid, tuple(self.guard[:k]))
+            for scope in reversed(self.scopes):
+                if key in scope:
+                    return scope[key][0]
         return None
 
     def remember(self, v: Val, name: str) -> str:
-        self.scopes[-1][(v.uid, self.mask() or "")] = (name, ir.reads(v))
+        self.scopes[-1][(v.uid, tuple(self.guard))] = (name, ir.reads(v))
         return name
 
     def invalidate(self, written: set[Buffer]) -> None:
@@ -131,74 +138,118 @@ class _Printer:
             self.names[b] = f"b{len(params)}"
             params.append(self.names[b])
         self.lines.append("@triton.jit")
-        self.lines.append(f"def kernel({', '.join(params)}, BLOCK: tl.constexpr):")
+        self.lines.append(f"def kernel({', '.join(params)}):")
         self.line("pid = tl.program_id(0)")
-        used = access_counts(k.body)
-        for b in k.locals:
-            if b.size == 1:
-                self.locals[b] = f"t{len(self.locals)}"
-            elif b in used:
-                raise GpuPrintError(f"{self.where}: a local of {b.size} elements")
         if k.consts:
             raise GpuPrintError(f"{self.where}: constant tables are not printed yet")
-        self.declare(list(self.locals), lanes=False)
+        used = access_counts(k.body)
+        lane_locals = self.lane_locals()
+        for b in k.locals:
+            if b.size == 1:
+                self.locals[b] = f"t{len(self.locals) + len(self.rows)}"
+            elif b in used:
+                if b in lane_locals or not constant_indices(k.body, b):
+                    raise GpuPrintError(f"{self.where}: a local of {b.size} elements")
+                n = len(self.locals) + len(self.rows)
+                self.rows[b] = [f"t{n}_{i}" for i in range(b.size)]
+        for b in k.locals:
+            if b not in lane_locals:
+                self.declare(b, 0)
+        pre = {id(s) for s in self.plan.pre}
         for s in k.body:
-            self.top(s)
+            if id(s) in pre:
+                continue  # (the launcher runs it before the launch)
+            if id(s) in self.plan.once:
+                self.guard.append("(pid == 0)")
+                self.stmt(s)
+                self.guard.pop()
+            else:
+                self.stmt(s)
         return "\n".join(self.lines) + "\n"
 
-    def top(self, s: Stmt) -> None:
-        if not isinstance(s, ir.Loop):
-            self.stmt(s)
-            return
-        mode, _why = self.plan.modes[id(s)]
-        if mode == "serial":
-            self.serial(s)
-            return
-        self.declare(self.used_locals(s), lanes=True)
-        var = self.bind(s.var)
-        m = self.fresh("m")
-        if mode == "grid":
-            self.line(f"{var} = ({s.lo} + pid * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)")
-            self.line(f"{m} = {var} < {s.hi}")
-            self.lanes_body(s, m)
-            return
-        base = self.fresh("c")
-        self.line(f"for {base} in range({s.lo}, {s.hi}, BLOCK):")
-        self.depth += 1
-        self.line(f"{var} = ({base} + tl.arange(0, BLOCK)).to(tl.int64)")
-        self.line(f"{m} = {var} < {s.hi}")
-        self.lanes_body(s, m)
-        self.depth -= 1
-        self.line("tl.debug_barrier()")
+    def lane_locals(self) -> set[Buffer]:
+        """Locals touched inside a loop that runs lanes (`parallel.safe`: only there)."""
+        out: set[Buffer] = set()
+        for s in ir.walk(self.k.body):
+            if isinstance(s, ir.Loop) and self.plan.mode(s) in ("grid", "lanes"):
+                out.update(b for b in access_counts(s.body) if b in self.k.locals)
+        return out
 
-    def lanes_body(self, s: ir.Loop, m: str) -> None:
-        self.guard.append(m)
-        self.scopes.append({})
-        self.lane_var = s.var
-        for st in s.body:
-            self.stmt(st)
-        self.lane_var = None
-        self.scopes.pop()
-        self.guard.pop()
-        self.invalidate(ir.written(s.body))
-
-    def used_locals(self, s: ir.Loop) -> list[Buffer]:
-        used = access_counts(s.body)
-        return [b for b in self.locals if b in used]
-
-    def declare(self, bufs: Sequence[Buffer], lanes: bool) -> None:
-        """One-element locals as registers: a scalar, or a block of lanes in a loop that runs
-        lanes (its locals are its own: `passes/grid.py`), zero before they are used."""
-        for b in bufs:
-            t = _tl_type(b.dtype, self.where)
-            shape = "[BLOCK]" if lanes else "[]"
-            self.line(f"{self.locals[b]} = tl.full({shape}, 0, {t})")
+    def declare(self, b: Buffer, block: int) -> None:
+        """A local's registers: a scalar, or a block of lanes in a loop that runs lanes (its
+        locals are its own: `passes/grid.py`), zero before they are used."""
+        t = _tl_type(b.dtype, self.where)
+        shape = f"[{block}]" if block else "[]"
+        for name in self.rows.get(b, [self.locals.get(b, "")]):
+            if name:
+                self.line(f"{name} = tl.full({shape}, 0, {t})")
 
     def bind(self, v: Var) -> str:
         name = self.vars.get(v)
         if name is None:
             name = self.vars[v] = f"x{len(self.vars)}"
         return name
+
+    # -- loops ------------------------------------------------------------------------------
+
+    def loop(self, s: ir.Loop) -> None:
+        if s.vector or (s.step and s.step != 1):
+            raise GpuPrintError(f"{self.where}: a vector loop (print the scalar target's IR)")
+        mode = self.plan.mode(s)
+        if mode == "grid":
+            self.lanes(s, self.plan.block, spread=True)
+        elif mode == "lanes":
+            if self.lane_var is not None:
+                raise GpuPrintError(f"{self.where}: lanes inside lanes")
+            self.lanes(s, self.plan.blocks.get(id(s), self.plan.block), spread=False)
+        elif mode == "programs":
+            self.line(f"{self.bind(s.var)} = (pid + {s.lo}).to(tl.int64)")
+            self.block(s.body)
+            self.invalidate(ir.written(s.body))
+        else:
+            self.serial(s)
+
+    def lanes(self, s: ir.Loop, block: int, spread: bool) -> None:
+        """`block` iterations of `s` at a time, one per lane: over programs (`spread`), in one
+        step when `block` covers the loop, else stepping through it."""
+        var = self.bind(s.var)
+        m = self.fresh("m")
+        stepped = not spread and s.hi - s.lo > block
+        self.invalidate(ir.written(s.body))
+        if spread:
+            base = f"{s.lo} + pid * {block}"
+        elif stepped:
+            base = self.fresh("c")
+            self.line(f"for {base} in range({s.lo}, {s.hi}, {block}):")
+            self.depth += 1
+        else:
+            base = str(s.lo)
+        self.line(f"{var} = ({base} + tl.arange(0, {block})).to(tl.int64)")
+        self.line(f"{m} = {var} < {s.hi}")
+        for b in self.k.locals:
+            if b in access_counts(s.body):
+                self.declare(b, block)
+        self.guard.append(m)
+        self.scopes.append({})
+        self.lane_var, self.lane_block = s.var, block
+        for st in s.body:
+            self.stmt(st)
+        self.lane_var, self.lane_block = None, 0
+        self.scopes.pop()
+        self.guard.pop()
+        if stepped:
+            self.depth -= 1
+        self.invalidate(ir.written(s.body))
+        if not spread:
+            self.line("tl.debug_barrier()")
+
+    def serial(self, s: ir.Loop) -> None:
+        self.invalidate(ir.written(s.body))  # (later iterations follow its writes)
+        self.line(f"for {self.bind(s.var)} in range({s.lo}, {s.hi}):")
+        self.depth += 1
+        self.block(s.body)
+        self.depth -= 1
+        self.invalidate(ir.written(s.body))
 
     # -- statements -------------------------------------------------------------------------
 
@@ -216,21 +267,13 @@ class _Printer:
         elif isinstance(s, ir.Store):
             self.store(s)
         elif isinstance(s, ir.Loop):
-            self.serial(s)
+            self.loop(s)
         elif isinstance(s, ir.If):
             self.branch(s)
+        elif isinstance(s, ir.Copy) and self.lane_var is None:
+            self.copy(s)
         else:
             raise GpuPrintError(f"{self.where}: no Triton form for a {type(s).__name__}")
-
-    def serial(self, s: ir.Loop) -> None:
-        if s.vector or (s.step and s.step != 1):
-            raise GpuPrintError(f"{self.where}: a vector loop (print the scalar target's IR)")
-        self.invalidate(ir.written(s.body))  # (later iterations follow its writes)
-        self.line(f"for {self.bind(s.var)} in range({s.lo}, {s.hi}):")
-        self.depth += 1
-        self.block(s.body)
-        self.depth -= 1
-        self.invalidate(ir.written(s.body))
 
     def branch(self, s: ir.If) -> None:
         c = self.value(s.cond)
@@ -244,18 +287,47 @@ class _Printer:
             self.guard.pop()
             self.invalidate(ir.written(s.orelse))
 
+    def copy(self, s: ir.Copy) -> None:
+        """`dst = src` by this program, `MAX_COPY_BLOCK` elements a step (the same memory
+        copied onto itself is left as it was: `if_distinct` needs no test)."""
+        if s.dst in self.locals or s.dst in self.rows or s.src in self.locals or s.src in self.rows:
+            raise GpuPrintError(f"{self.where}: a copy of registers")
+        n = s.src.size
+        block = min(MAX_COPY_BLOCK, 1 << max(0, (n - 1).bit_length()))
+        c, x, m = self.fresh("c"), self.fresh("x"), self.fresh("m")
+        mask = " & ".join([*self.guard, m])
+        self.line(f"for {c} in range(0, {n}, {block}):")
+        self.depth += 1
+        self.line(f"{x} = {c} + tl.arange(0, {block})")
+        self.line(f"{m} = {x} < {n}")
+        self.line(f"tl.store({self.names[s.dst]} + {x}, "
+                  f"tl.load({self.names[s.src]} + {x}, mask={mask}), mask={mask})")
+        self.depth -= 1
+        self.line("tl.debug_barrier()")
+        self.invalidate({s.dst})
+
+    def register(self, buf: Buffer, index: Affine) -> str | None:
+        """The register holding `buf[index]`, for a local kept in registers."""
+        if buf in self.locals:
+            return self.locals[buf]
+        if buf in self.rows:
+            return self.rows[buf][index.const]
+        return None
+
     def store(self, s: ir.Store) -> None:
         val = self.value(s.value)
         t = _tl_type(s.buf.dtype, self.where)
         new = f"({val}).to({t})" if not s.buf.dtype.is_pred else f"(({val}) != 0)"
         mask = self.mask()
-        if s.buf in self.locals:
-            reg = self.locals[s.buf]
+        reg = self.register(s.buf, s.index)
+        if reg is not None:
             if mask is None:
                 self.line(f"{reg} = (tl.zeros_like({reg}) + {new}).to({t})")
             else:
                 self.line(f"{reg} = tl.where({mask}, {new}, {reg})")
         else:
+            if s.buf.kind in ("local", "lanes", "const"):
+                raise GpuPrintError(f"{self.where}: a store to a {s.buf.kind} buffer")
             if s.buf.kind == "in" and s.buf.index not in self.k.inplace.values():
                 raise GpuPrintError(f"{self.where}: a store into an input")
             if s.buf.size == 0:
@@ -307,13 +379,16 @@ class _Printer:
         op = v.op
         if op in ("load", "mload"):
             buf = v.buffer
-            if buf in self.locals:
-                return self.locals[buf]
+            reg = self.register(buf, v.index)
+            if reg is not None:
+                if op == "mload":
+                    return f"tl.where({self.value(v.args[0])} != 0, {reg}, 0)"
+                return reg
             if buf.kind in ("local", "lanes", "const"):
                 raise GpuPrintError(f"{self.where}: a read of a {buf.kind} buffer")
             idx = self.aff(v.index)
             if self.lane_var is not None and self.lane_var not in ir.deps(v):
-                idx += " + tl.zeros([BLOCK], tl.int64)"  # (one address for every lane)
+                idx += f" + tl.zeros([{self.lane_block}], tl.int64)"  # (one address, every lane)
             guards = list(self.guard)
             if op == "mload":
                 guards.append(f"({self.value(v.args[0])} != 0)")
@@ -377,7 +452,45 @@ class _Printer:
                 return f"({args[0]} != 0)"
             if dt.is_integral and (src.is_integral or src.is_pred):
                 return f"({args[0]}).to({t})"  # (a narrower type keeps the low bits, as XLA)
+            if dt.is_integral and src.is_float:
+                return self.float_to_int(args[0], dt, t)
+        if code is Opcode.BITCAST_CONVERT:
+            src = v.args[0].dtype
+            if src.bits == dt.bits and not src.is_pred and not dt.is_pred:
+                return f"({args[0]}).to({t}, bitcast=True)"
+        if code is Opcode.POWER and dt.name == "f32":
+            return self.power(args[0], args[1])
         raise GpuPrintError(f"{self.where}: no Triton form for {code.value} on {dt}")
+
+
+    def float_to_int(self, x: str, dt: DType, t: str) -> str:
+        """XLA's float -> integer convert: truncates, saturates, nan -> 0 (compared in f64,
+        where every bound is exact)."""
+        lowest, highest = (-(1 << (dt.bits - 1)), (1 << (dt.bits - 1)) - 1) if dt.is_signed \
+            else (0, (1 << dt.bits) - 1)
+        xd, out = self.fresh("v"), self.fresh("v")
+        self.line(f"{xd} = ({x}).to(tl.float64)")
+        big, small = f"({xd} >= {float(highest + 1)!r})", f"({xd} <= {float(lowest - 1)!r})"
+        self.line(f"{out} = tl.where(({xd} != {xd}) | {big} | {small}, 0.0, {xd}).to({t})")
+        return (f"tl.where({big}, tl.full([], {highest}, {t}), "
+                f"tl.where({small}, tl.full([], {lowest}, {t}), {out}))")
+
+    def power(self, x: str, y: str) -> str:
+        """f32 `pow` as C's: |x|^y as exp2(y * log2|x|) in f64 (then rounded to f32), the sign
+        of an odd integer power of a negative x, nan for a negative x to a non-integer power,
+        and x^0 = 1^y = 1 (nan included)."""
+        xd, yd, mag, odd = (self.fresh("v") for _ in range(4))
+        self.line(f"{xd} = ({x}).to(tl.float64)")
+        self.line(f"{yd} = ({y}).to(tl.float64)")
+        self.line(f"{mag} = tl.exp2({yd} * tl.log2(tl.abs({xd})))")
+        self.line(f"{odd} = (tl.floor({yd}) == {yd}) & (tl.floor({yd} * 0.5) != {yd} * 0.5) "
+                  f"& (tl.abs({yd}) < 9007199254740992.0)")
+        neg = f"({xd} < 0) | (({xd} == 0) & (1.0 / {xd} < 0))"
+        signed = (f"tl.where({neg}, tl.where({odd}, -{mag}, "
+                  f"tl.where(tl.floor({yd}) == {yd}, {mag}, float('nan'))), {mag})")
+        return (f"tl.where(({yd} == 0) | ({xd} == 1.0), 1.0, "
+                f"tl.where(tl.abs({xd}) == float('inf'), {mag} * tl.where({neg} & {odd}, "
+                f"-1.0, 1.0), {signed})).to(tl.float32)")
 
 
 def print_kernel(kernel: ir.Kernel) -> str:
@@ -392,10 +505,10 @@ class TritonKernel:
     """A printed kernel, loaded from its file (Triton's JIT reads a function's source) and run
     on torch tensors: `run(ins)` allocates the outputs and launches the grid."""
 
-    def __init__(self, kernel: ir.Kernel) -> None:
+    def __init__(self, kernel: ir.Kernel, source: str | None = None) -> None:
         assert kernel.grid is not None
         self.kernel = kernel
-        self.source = _HEADER + print_kernel(kernel)
+        self.source = _HEADER + (print_kernel(kernel) if source is None else source)
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:16]
         path = Path(tempfile.gettempdir()) / f"hlofuse_triton_{digest}.py"
         if not path.exists():
@@ -409,22 +522,29 @@ class TritonKernel:
         self.fn = module.kernel
 
     def run(self, ins: Sequence[Any]) -> list[Any]:
+        """Run on fresh outputs (the launcher's copies first: `GridPlan.pre`)."""
         import torch
 
         k = self.kernel
-        outs = [torch.zeros(max(1, b.size), dtype=_torch_type(b.dtype)) for b in k.outputs]
-        plan = k.grid
-        assert plan is not None
-        programs = 1
-        if plan.grid_loop is not None:
-            loop = plan.grid_loop
-            programs = max(1, -(-(loop.hi - loop.lo) // plan.block))
+        outs = [torch.zeros(max(1, b.size), dtype=torch_type(b.dtype)) for b in k.outputs]
         args = [torch.as_tensor(x).reshape(-1) for x in ins]
-        self.fn[(programs,)](*args, *outs, BLOCK=plan.block)
+        self.launch(args, outs)
         return outs
 
+    def launch(self, ins: Sequence[Any], outs: Sequence[Any]) -> None:
+        """The launcher's copies (`GridPlan.pre`), then the kernel over its programs, on flat
+        tensors (outputs may be the inputs they are paired with in place)."""
+        plan = self.kernel.grid
+        assert plan is not None
+        for c in plan.pre:
+            dst = outs[c.dst.index] if c.dst.kind == "out" else ins[c.dst.index]
+            src = outs[c.src.index] if c.src.kind == "out" else ins[c.src.index]
+            if not c.if_distinct or dst.data_ptr() != src.data_ptr():
+                dst.copy_(src)
+        self.fn[(plan.programs,)](*ins, *outs)
 
-def _torch_type(dt: DType) -> Any:
+
+def torch_type(dt: DType) -> Any:
     import torch
 
     table = {"f32": torch.float32, "f64": torch.float64, "s32": torch.int32,

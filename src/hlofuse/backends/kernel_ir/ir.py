@@ -636,13 +636,32 @@ class Placement:
 
 @dataclass(eq=False, slots=True)
 class GridPlan:
-    """How a GPU printer runs a kernel's top-level loops (`passes/grid.py`): `modes` maps a
-    loop (by id) to (`grid` | `lanes` | `serial`, the reason); `grid_loop` is the loop spread
-    over programs, if any; `block` the lanes per program."""
+    """How a GPU printer runs a kernel (`passes/grid.py`): `modes` maps each loop it maps (by
+    id) to (`grid` | `programs` | `lanes` | `serial`, the reason) and `blocks` a lanes loop
+    to its lanes per step; `grid_loop` is the top-level loop spread over programs, if any;
+    `pre` the leading copies the driver runs before the launch; `once` the top-level
+    statements program 0 alone runs; `block` the lanes per program of a `grid` loop."""
 
     block: int
     modes: dict[int, tuple[str, str]] = field(default_factory=dict)
+    blocks: dict[int, int] = field(default_factory=dict)
     grid_loop: Loop | None = None
+    pre: list[Copy] = field(default_factory=list)
+    once: set[int] = field(default_factory=set)
+
+    def mode(self, loop: Loop) -> str:
+        return self.modes.get(id(loop), ("serial", ""))[0]
+
+    @property
+    def programs(self) -> int:
+        """How many programs the launch runs."""
+        loop = self.grid_loop
+        if loop is None:
+            return 1
+        n = loop.hi - loop.lo
+        if self.mode(loop) == "programs":
+            return max(1, n)
+        return max(1, -(-n // self.block))
 
 
 def step_of(loop: Loop) -> int:

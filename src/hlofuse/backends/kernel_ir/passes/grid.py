@@ -1,25 +1,45 @@
-"""GPU mapping: how a GPU printer runs a kernel's top-level loops (`ir.GridPlan`, recorded as
-`Kernel.grid` with a reason per loop). A GPU-specific decision, made here so that the printer
-(`backends/gpu/triton_print.py`) decides nothing.
+"""GPU mapping: how a GPU printer runs a kernel (`ir.GridPlan`, recorded as `Kernel.grid` with a
+reason per loop). A GPU-specific decision, made here so that the printer
+(`backends/gpu/triton_print.py`) and the launcher (`backends/gpu/driver.py`) decide nothing.
 
     grid(kernel, block)      Kernel.grid
 
-Each top-level loop runs one of three ways:
+Leading top-level copies (`Copy`, an in-place kernel's "copy the input to the output if they
+differ") go to the launcher (`pre`): it runs them before the launch, so every program sees
+them. Then one top-level loop may be spread over programs:
 
-- `grid`: its iterations are spread over `ceil(n / block)` programs of `block` lanes each. Only
-  for a kernel whose body is that one loop (besides values computed once and comments): the
-  programs run in any order, with nothing between them.
+- `grid`: its iterations are spread over `ceil(n / block)` programs of `block` lanes each
+  (elementwise kernels, one row per lane);
+- `programs`: one iteration per program, run by the program as a scalar (a block of a
+  whole-loop fusion: `lower/whole_loop.py`'s `for blk`, whose body holds the time loop and,
+  inside it, the loop over the block's elements; a row of a 2-D elementwise kernel). Chosen
+  over `grid` when the loop's body holds a loop of at least `MIN_INNER_LANES` iterations that
+  may run as lanes (neighbouring lanes then read neighbouring elements: coalesced, where
+  `grid` lanes would each walk their own row), or when `grid` lanes are refused only for what
+  `programs` allows (a multi-element local with constant indices);
+
+for a kernel whose other top-level statements are values computed once (`Let`: reading no
+buffer the loop writes), comments, and statements that touch no buffer the loop touches
+(`once`: program 0 runs them, in any order with the loop). Anything else keeps every top-level
+loop in one program:
+
 - `lanes`: one program runs it `block` iterations at a time, in order (a barrier after it, so
-  later statements see its stores).
+  later statements see its stores);
 - `serial`: one iteration at a time (a program of one lane for that loop).
 
-A loop's iterations may run as lanes when they are independent, as `passes/parallel.py`
-states it for threads (`parallel.safe`): each store to a buffer that is not a local writes an
-address whose coefficient on the loop variable is nonzero and that no value depending on the
-variable enters, the locals it touches are its own, and it holds no copy or library call;
-and, for the lanes' registers, each local it touches holds one element (larger locals would be
-an array per lane). Anything else is `serial`. Nested loops always run in order inside a lane.
-`block` is a power of two (the printer's `tl.arange`).
+Inside a program that runs scalar code (`programs`, `serial`, or the kernel's top level), each
+nested loop that may run as lanes does (`lanes`, its block the next power of two of its trip
+count, at most `MAX_BLOCK`, stepping through longer ones); loops inside lanes run in order in
+each lane.
+
+A loop's iterations may run as lanes when they are independent, as `passes/parallel.py` states
+it for threads (`parallel.safe`): each store to a buffer that is not a local writes an address
+whose coefficient on the loop variable is nonzero and that no value depending on the variable
+enters, the locals it touches are its own, and it holds no copy or library call; and, for the
+lanes' registers, each local it touches holds one element (larger locals would be an array
+per lane). A local of several elements in scalar code is a row of registers when every access
+has a constant index; the printer refuses any other. `block` is a power of two (the printer's
+`tl.arange`).
 """
 
 from __future__ import annotations
@@ -27,7 +47,9 @@ from __future__ import annotations
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.passes.parallel import access_counts, safe
 
-BLOCK = 128  # lanes per program: 4 warps of 32 threads
+BLOCK = 128  # lanes per program of a `grid` loop: 4 warps of 32 threads
+MAX_BLOCK = 1024  # at most this many lanes in one step of a nested `lanes` loop
+MIN_INNER_LANES = 32  # `programs` when the body has a lanes loop at least this long (a warp)
 
 
 def grid(kernel: ir.Kernel, block: int = BLOCK) -> ir.Kernel:
@@ -36,21 +58,113 @@ def grid(kernel: ir.Kernel, block: int = BLOCK) -> ir.Kernel:
         raise ValueError(f"block {block} is not a power of two")
     counts = access_counts(kernel.body)
     plan = ir.GridPlan(block=block)
-    loops = [s for s in kernel.body if isinstance(s, ir.Loop)]
-    others = [s for s in kernel.body if not isinstance(s, ir.Loop | ir.Let | ir.Comment)]
+    body = kernel.body
+    lead = 0
+    while lead < len(body) and isinstance(body[lead], ir.Copy | ir.Comment):
+        if isinstance(body[lead], ir.Copy):
+            plan.pre.append(body[lead])  # type: ignore[arg-type]
+        lead += 1
+    rest = body[lead:]
+    loops = [s for s in rest if isinstance(s, ir.Loop)]
+    spread = _spread(plan, loops[0], rest, counts) if len(loops) == 1 else None
     for loop in loops:
+        if loop is spread:
+            continue
         why = _lane_refusal(loop, counts)
         if why is not None:
             plan.modes[id(loop)] = ("serial", why)
-        elif len(loops) == 1 and not others:
-            plan.modes[id(loop)] = ("grid", "the kernel is one loop of independent iterations")
-            plan.grid_loop = loop
+            _nested(plan, loop.body, counts)
         else:
             plan.modes[id(loop)] = ("lanes", "independent iterations, but the kernel runs "
-                                             f"{len(loops)} loops and {len(others)} other "
-                                             "statements in order")
+                                             f"{len(loops)} loops and "
+                                             f"{len(rest) - len(loops)} other statements in "
+                                             "one program")
+            plan.blocks[id(loop)] = block
+    if spread is None:
+        plan.pre = []  # (one program: it runs the copies in order itself)
     kernel.grid = plan
     return kernel
+
+
+def _spread(plan: ir.GridPlan, loop: ir.Loop, rest: list[ir.Stmt],
+            counts: dict[ir.Buffer, int]) -> ir.Loop | None:
+    """Spread `loop` over programs if the kernel allows it (returns it), recording its mode."""
+    loop_writes = ir.written(loop.body)
+    loop_touches = set(access_counts(loop.body))
+    once: list[ir.Stmt] = []
+    for s in rest:
+        if s is loop or isinstance(s, ir.Comment):
+            continue
+        if isinstance(s, ir.Let):
+            if ir.reads(s.value) & loop_writes:
+                return None
+            continue
+        if isinstance(s, ir.Copy) or set(access_counts([s])) & loop_touches:
+            return None
+        once.append(s)
+    if not safe(loop, counts):
+        return None
+    lanes_why = _lane_refusal(loop, counts)
+    inner = [s for s in ir.walk(loop.body) if isinstance(s, ir.Loop)
+             and _lane_refusal(s, counts) is None]
+    widest = max((s.hi - s.lo for s in inner), default=0)
+    if lanes_why is None and widest < MIN_INNER_LANES:
+        plan.modes[id(loop)] = ("grid", "the kernel is one loop of independent iterations")
+    elif widest >= MIN_INNER_LANES or _constant_locals_only(loop):
+        reason = (f"one program per iteration: its body's loop of {widest} independent "
+                  "iterations runs as lanes" if widest >= MIN_INNER_LANES else
+                  "one program per iteration: its locals are rows of registers")
+        plan.modes[id(loop)] = ("programs", reason)
+        _nested(plan, loop.body, counts)
+    else:
+        return None
+    plan.grid_loop = loop
+    plan.once = {id(s) for s in once}
+    return loop
+
+
+def _nested(plan: ir.GridPlan, body: list[ir.Stmt], counts: dict[ir.Buffer, int]) -> None:
+    """Modes of the loops in scalar code `body` (see the module docstring)."""
+    for s in body:
+        if isinstance(s, ir.If):
+            _nested(plan, s.then, counts)
+            _nested(plan, s.orelse, counts)
+        if not isinstance(s, ir.Loop):
+            continue
+        why = _lane_refusal(s, counts)
+        if why is None:
+            n = s.hi - s.lo
+            plan.blocks[id(s)] = min(MAX_BLOCK, 1 << max(0, (n - 1).bit_length()))
+            plan.modes[id(s)] = ("lanes", f"{n} independent iterations in a program")
+        else:
+            plan.modes[id(s)] = ("serial", why)
+            _nested(plan, s.body, counts)
+
+
+def _constant_locals_only(loop: ir.Loop) -> bool:
+    """Whether every multi-element local `loop` touches is accessed at constant indices."""
+    return all(b.size == 1 or constant_indices(loop.body, b)
+               for b in access_counts(loop.body) if b.kind == "local")
+
+
+def constant_indices(body: list[ir.Stmt], buf: ir.Buffer) -> bool:
+    """Whether every access of `buf` in `body` has a constant index (a row of registers)."""
+    roots: list[ir.Val] = []
+    for s in ir.walk(body):
+        roots.extend(ir.stmt_vals(s))
+        if isinstance(s, ir.Store) and s.buf is buf and not s.index.is_const:
+            return False
+        if isinstance(s, ir.StoreTile | ir.Copy | ir.LibCall) and buf in _stmt_buffers(s):
+            return False
+    for v in ir.postorder(roots):
+        if v.op in ir.READS and buf in v.buffers and (
+                v.op not in ("load", "mload") or not v.index.is_const):
+            return False
+    return True
+
+
+def _stmt_buffers(s: ir.Stmt) -> set[ir.Buffer]:
+    return set(access_counts([s]))
 
 
 def _lane_refusal(loop: ir.Loop, counts: dict[ir.Buffer, int]) -> str | None:
