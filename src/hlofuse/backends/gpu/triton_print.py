@@ -145,7 +145,7 @@ class _Printer:
         used = access_counts(k.body)
         lane_locals = self.lane_locals()
         for b in k.locals:
-            if b.size == 1:
+            if b.size == 1 or b.uid in self.plan.rows:
                 self.locals[b] = f"t{len(self.locals) + len(self.rows)}"
             elif b in used:
                 if b in lane_locals or not constant_indices(k.body, b):
@@ -153,7 +153,9 @@ class _Printer:
                 n = len(self.locals) + len(self.rows)
                 self.rows[b] = [f"t{n}_{i}" for i in range(b.size)]
         for b in k.locals:
-            if b not in lane_locals:
+            if b.uid in self.plan.rows:
+                self.declare(b, self.plan.rows[b.uid])
+            elif b not in lane_locals:
                 self.declare(b, 0)
         pre = {id(s) for s in self.plan.pre}
         for s in k.body:
@@ -227,7 +229,7 @@ class _Printer:
         self.line(f"{var} = ({base} + tl.arange(0, {block})).to(tl.int64)")
         self.line(f"{m} = {var} < {s.hi}")
         for b in self.k.locals:
-            if b in access_counts(s.body):
+            if b in access_counts(s.body) and b.uid not in self.plan.rows:
                 self.declare(b, block)
         self.guard.append(m)
         self.scopes.append({})
@@ -308,6 +310,12 @@ class _Printer:
 
     def register(self, buf: Buffer, index: Affine) -> str | None:
         """The register holding `buf[index]`, for a local kept in registers."""
+        if buf.uid in self.plan.rows:  # lane j holds element j (`grid.lane_rows`)
+            v = self.lane_var
+            if v is None or index != ir.affine(v) or self.lane_block != self.plan.rows[buf.uid]:
+                raise GpuPrintError(f"{self.where}: a row of accumulators read outside the "
+                                    "lanes of its elements")
+            return self.locals[buf]
         if buf in self.locals:
             return self.locals[buf]
         if buf in self.rows:

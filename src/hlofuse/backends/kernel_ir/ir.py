@@ -640,7 +640,9 @@ class GridPlan:
     id) to (`grid` | `programs` | `lanes` | `serial`, the reason) and `blocks` a lanes loop
     to its lanes per step; `grid_loop` is the top-level loop spread over programs, if any;
     `pre` the leading copies the driver runs before the launch; `once` the top-level
-    statements program 0 alone runs; `block` the lanes per program of a `grid` loop."""
+    statements program 0 alone runs; `rows` the locals held as one block of registers across
+    the lanes loops over their elements (a column reduction's accumulators); `block` the lanes
+    per program of a `grid` loop."""
 
     block: int
     modes: dict[int, tuple[str, str]] = field(default_factory=dict)
@@ -648,6 +650,7 @@ class GridPlan:
     grid_loop: Loop | None = None
     pre: list[Copy] = field(default_factory=list)
     once: set[int] = field(default_factory=set)
+    rows: dict[int, int] = field(default_factory=dict)  # lane rows (by uid) -> their block
 
     def mode(self, loop: Loop) -> str:
         return self.modes.get(id(loop), ("serial", ""))[0]

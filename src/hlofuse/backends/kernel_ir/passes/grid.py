@@ -23,9 +23,15 @@ buffer the loop writes), comments, and statements that touch no buffer the loop 
 (`once`: program 0 runs them, in any order with the loop). Anything else keeps every top-level
 loop in one program:
 
-- `lanes`: one program runs it `block` iterations at a time, in order (a barrier after it, so
-  later statements see its stores);
+- `lanes`: one program runs it as many iterations at a time as the next power of two of its
+  trip count, at most `MAX_BLOCK`, in order (a barrier after it, so later statements see its
+  stores);
 - `serial`: one iteration at a time (a program of one lane for that loop).
+
+A column reduction's row of accumulators (a local of n <= `MAX_BLOCK` elements, every access
+at index j of a loop `for j in [0, n)`: `lane_rows`) is one block of registers across those
+loops, lane j holding element j (`rows`); such a loop's iterations are independent as far as
+the row goes, and the kernel runs in one program.
 
 Inside a program that runs scalar code (`programs`, `serial`, or the kernel's top level), each
 nested loop that may run as lanes does (`lanes`, its block the next power of two of its trip
@@ -59,6 +65,8 @@ def grid(kernel: ir.Kernel, block: int = BLOCK) -> ir.Kernel:
     counts = access_counts(kernel.body)
     plan = ir.GridPlan(block=block)
     body = kernel.body
+    rows = lane_rows(kernel)
+    plan.rows = {b.uid: _block_of(b.size) for b in rows}
     lead = 0
     while lead < len(body) and isinstance(body[lead], ir.Copy | ir.Comment):
         if isinstance(body[lead], ir.Copy):
@@ -66,20 +74,20 @@ def grid(kernel: ir.Kernel, block: int = BLOCK) -> ir.Kernel:
         lead += 1
     rest = body[lead:]
     loops = [s for s in rest if isinstance(s, ir.Loop)]
-    spread = _spread(plan, loops[0], rest, counts) if len(loops) == 1 else None
+    spread = _spread(plan, loops[0], rest, counts, rows) if len(loops) == 1 else None
     for loop in loops:
         if loop is spread:
             continue
-        why = _lane_refusal(loop, counts)
+        why = _lane_refusal(loop, counts, rows)
         if why is not None:
             plan.modes[id(loop)] = ("serial", why)
-            _nested(plan, loop.body, counts)
+            _nested(plan, loop.body, counts, rows)
         else:
             plan.modes[id(loop)] = ("lanes", "independent iterations, but the kernel runs "
                                              f"{len(loops)} loops and "
                                              f"{len(rest) - len(loops)} other statements in "
                                              "one program")
-            plan.blocks[id(loop)] = block
+            plan.blocks[id(loop)] = _block_of(loop.hi - loop.lo)
     if spread is None:
         plan.pre = []  # (one program: it runs the copies in order itself)
     kernel.grid = plan
@@ -87,7 +95,7 @@ def grid(kernel: ir.Kernel, block: int = BLOCK) -> ir.Kernel:
 
 
 def _spread(plan: ir.GridPlan, loop: ir.Loop, rest: list[ir.Stmt],
-            counts: dict[ir.Buffer, int]) -> ir.Loop | None:
+            counts: dict[ir.Buffer, int], rows: frozenset[ir.Buffer]) -> ir.Loop | None:
     """Spread `loop` over programs if the kernel allows it (returns it), recording its mode."""
     loop_writes = ir.written(loop.body)
     loop_touches = set(access_counts(loop.body))
@@ -102,11 +110,11 @@ def _spread(plan: ir.GridPlan, loop: ir.Loop, rest: list[ir.Stmt],
         if isinstance(s, ir.Copy) or set(access_counts([s])) & loop_touches:
             return None
         once.append(s)
-    if not safe(loop, counts):
-        return None
-    lanes_why = _lane_refusal(loop, counts)
+    if rows or not safe(loop, counts):
+        return None  # (lane rows live in one program)
+    lanes_why = _lane_refusal(loop, counts, rows)
     inner = [s for s in ir.walk(loop.body) if isinstance(s, ir.Loop)
-             and _lane_refusal(s, counts) is None]
+             and _lane_refusal(s, counts, rows) is None]
     widest = max((s.hi - s.lo for s in inner), default=0)
     if lanes_why is None and widest < MIN_INNER_LANES:
         plan.modes[id(loop)] = ("grid", "the kernel is one loop of independent iterations")
@@ -115,7 +123,7 @@ def _spread(plan: ir.GridPlan, loop: ir.Loop, rest: list[ir.Stmt],
                   "iterations runs as lanes" if widest >= MIN_INNER_LANES else
                   "one program per iteration: its locals are rows of registers")
         plan.modes[id(loop)] = ("programs", reason)
-        _nested(plan, loop.body, counts)
+        _nested(plan, loop.body, counts, rows)
     else:
         return None
     plan.grid_loop = loop
@@ -123,22 +131,23 @@ def _spread(plan: ir.GridPlan, loop: ir.Loop, rest: list[ir.Stmt],
     return loop
 
 
-def _nested(plan: ir.GridPlan, body: list[ir.Stmt], counts: dict[ir.Buffer, int]) -> None:
+def _nested(plan: ir.GridPlan, body: list[ir.Stmt], counts: dict[ir.Buffer, int],
+            rows: frozenset[ir.Buffer]) -> None:
     """Modes of the loops in scalar code `body` (see the module docstring)."""
     for s in body:
         if isinstance(s, ir.If):
-            _nested(plan, s.then, counts)
-            _nested(plan, s.orelse, counts)
+            _nested(plan, s.then, counts, rows)
+            _nested(plan, s.orelse, counts, rows)
         if not isinstance(s, ir.Loop):
             continue
-        why = _lane_refusal(s, counts)
+        why = _lane_refusal(s, counts, rows)
         if why is None:
             n = s.hi - s.lo
-            plan.blocks[id(s)] = min(MAX_BLOCK, 1 << max(0, (n - 1).bit_length()))
+            plan.blocks[id(s)] = _block_of(n)
             plan.modes[id(s)] = ("lanes", f"{n} independent iterations in a program")
         else:
             plan.modes[id(s)] = ("serial", why)
-            _nested(plan, s.body, counts)
+            _nested(plan, s.body, counts, rows)
 
 
 def _constant_locals_only(loop: ir.Loop) -> bool:
@@ -167,10 +176,68 @@ def _stmt_buffers(s: ir.Stmt) -> set[ir.Buffer]:
     return set(access_counts([s]))
 
 
-def _lane_refusal(loop: ir.Loop, counts: dict[ir.Buffer, int]) -> str | None:
-    if not safe(loop, counts):
+def _lane_refusal(loop: ir.Loop, counts: dict[ir.Buffer, int],
+                  rows: frozenset[ir.Buffer] = frozenset()) -> str | None:
+    mine = frozenset(b for b in rows if _indexed_by(loop, b))
+    if not safe(loop, counts, mine):
         return "iterations are not independent (parallel.safe)"
     for b in access_counts(loop.body):
-        if b.kind in ("local", "lanes") and b.size != 1:
+        if b.kind in ("local", "lanes") and b.size != 1 and b not in mine:
             return f"a local of {b.size} elements (one register per lane holds one)"
     return None
+
+
+def _indexed_by(loop: ir.Loop, b: ir.Buffer) -> bool:
+    """Whether every access of `b` in `loop` is at index `loop.var`."""
+    at = ir.affine(loop.var)
+    roots: list[ir.Val] = []
+    for s in ir.walk(loop.body):
+        roots.extend(ir.stmt_vals(s))
+        if isinstance(s, ir.Store) and s.buf is b and s.index != at:
+            return False
+    return all(v.index == at for v in ir.postorder(roots)
+               if v.op in ir.READS and b in v.buffers)
+
+
+def _block_of(n: int) -> int:
+    """Lanes per step of a loop of `n` iterations: the next power of two, at most MAX_BLOCK."""
+    return min(MAX_BLOCK, 1 << max(0, (n - 1).bit_length()))
+
+
+def lane_rows(kernel: ir.Kernel) -> frozenset[ir.Buffer]:
+    """Locals of n <= MAX_BLOCK elements every access of which is at index `j` of a loop
+    `for j in [0, n)` (a column reduction's row of accumulators): lane j of every such loop
+    holds element j, so the local is one block of registers across the loops."""
+    bounds: dict[ir.Var, tuple[int, int]] = {}
+    stores: list[tuple[ir.Buffer, ir.Affine]] = []
+    roots: list[ir.Val] = []
+    for s in ir.walk(kernel.body):
+        if isinstance(s, ir.Loop):
+            bounds[s.var] = (s.lo, s.hi)
+        roots.extend(ir.stmt_vals(s))
+        if isinstance(s, ir.Store):
+            stores.append((s.buf, s.index))
+    ok = {b for b in kernel.locals if 1 < b.size <= MAX_BLOCK}
+    bad: set[ir.Buffer] = set()
+
+    def check(b: ir.Buffer, index: ir.Affine) -> None:
+        vs = index.vars()
+        if (index.const or len(index.terms) != 1 or len(vs) != 1 or index.coef(vs[0]) != 1
+                or bounds.get(vs[0]) != (0, b.size)):
+            bad.add(b)
+
+    for b, index in stores:
+        if b in ok:
+            check(b, index)
+    for v in ir.postorder(roots):
+        if v.op in ir.READS:
+            for b in v.buffers:
+                if b in ok:
+                    if v.op == "load":
+                        check(b, v.index)
+                    else:
+                        bad.add(b)
+    for s in ir.walk(kernel.body):
+        if isinstance(s, ir.StoreTile | ir.Copy | ir.LibCall):
+            bad.update(access_counts([s]))
+    return frozenset(ok - bad)

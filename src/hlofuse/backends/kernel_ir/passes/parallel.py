@@ -96,12 +96,17 @@ def access_counts(body: list[Stmt]) -> dict[Buffer, int]:
     return count
 
 
-def safe(loop: ir.Loop, counts: dict[Buffer, int]) -> bool:
+def safe(loop: ir.Loop, counts: dict[Buffer, int],
+         per_iteration: frozenset[Buffer] = frozenset()) -> bool:
     """Whether `loop`'s iterations may run at once (the module docstring's conditions, apart
-    from the stack limit); `counts`: `access_counts` of the kernel's body."""
+    from the stack limit); `counts`: `access_counts` of the kernel's body. Locals in
+    `per_iteration` are accessed only at the loop variable's own element (the caller checked):
+    iterations never share one, wherever else it is accessed."""
     v = loop.var
     mine = access_counts(loop.body)
     for b, n in mine.items():
+        if b in per_iteration:
+            continue
         if b.kind in ("local", "lanes") and n != counts.get(b):
             return False  # a local the loop shares with the rest of the kernel (read or written)
     for s in ir.walk(loop.body):
@@ -109,6 +114,8 @@ def safe(loop: ir.Loop, counts: dict[Buffer, int]) -> bool:
             return False
         if isinstance(s, ir.Store | ir.StoreTile):
             idx = s.index if isinstance(s, ir.Store) else s.base
+            if s.buf in per_iteration:
+                continue
             if s.buf.kind in ("local", "lanes"):
                 if mine.get(s.buf) != counts.get(s.buf):
                     return False
