@@ -111,23 +111,29 @@ def _prepared(module_or_text: Module | str, pipeline: str | None,
     return optimise(module, pipeline)[0]
 
 
-def _bind(b: registry.Backend, module: Module, threads: int | None, subnormals: str,
+def _bind(b: registry.Backend, module: Module, threads: int | None, subnormals: str | None,
           host_callbacks: HostCallbacks | None) -> Any:
-    return b.compile(module, threads=threads, subnormals=subnormals,
+    return b.compile(module, threads=threads, subnormals=_mode(b, subnormals),
                      host_callbacks=host_callbacks)
 
 
-def _checked(backend: str, threads: int | None, subnormals: str) -> registry.Backend:
+def _checked(backend: str, threads: int | None, subnormals: str | None) -> registry.Backend:
     b = registry.get(backend)
     b.require()
     _check_threads(threads)
-    subnormal_modes.check(subnormals)
+    if subnormals is not None:
+        subnormal_modes.check(subnormals)
     return b
+
+
+def _mode(b: registry.Backend, subnormals: str | None) -> str:
+    """The subnormal mode asked for, or the backend's own (`Backend.default_subnormals`)."""
+    return b.default_subnormals if subnormals is None else subnormals
 
 
 def build_runner(
     module: Module, *, pipeline: str | None = None, backend: str = "interpreter",
-    threads: int | None = None, subnormals: str = subnormal_modes.DEFAULT,
+    threads: int | None = None, subnormals: str | None = None,
     host_callbacks: HostCallbacks | None = None,
 ) -> tuple[Module, Callable[..., list[np.ndarray]]]:
     """Run `pipeline` (a name or a pass spec) on `module`, then bind it to `backend` (with the
@@ -139,7 +145,7 @@ def build_runner(
 
 def bind(
     module: Module, pipeline: str | None, backend: str | None, *,
-    threads: int | None = None, subnormals: str = subnormal_modes.DEFAULT,
+    threads: int | None = None, subnormals: str | None = None,
     host_callbacks: HostCallbacks | None = None,
     refused: Callable[[str, str, HloError], None] | None = None,
 ) -> tuple[Module, Callable[..., list[np.ndarray]], str]:
@@ -216,7 +222,7 @@ def compile(
     backend: str = DEFAULT_BACKEND,
     threads: int | None = None,
     autotune: bool = False,
-    subnormals: str = subnormal_modes.DEFAULT,
+    subnormals: str | None = None,
     host_callbacks: HostCallbacks | None = None,
 ) -> Executable:
     """Parse (if needed), optimise with `pipeline` (None: none at all) and bind to `backend`.
@@ -225,31 +231,34 @@ def compile(
     this process may run on; 1: no threads). `autotune`: decisions the pipeline can measure
     (the `hlofuse` pipeline's unroll factors) are timed on this machine at compile time and
     cached, instead of taken from the cost model (`pipeline{autotune=true}`). `subnormals`:
-    "flush" (the default: f32/f64/bf16 subnormals become zeros, as in jax.jit on CPU) or
-    "keep" (IEEE 754, as numpy); every backend computes the same values under either
-    (`backends/subnormals.py`). `host_callbacks`: the Python functions the module's host
-    callbacks call (custom calls `xla_ffi_python_cpu_callback`, `backend_config={index = N}`:
-    `table[N](*arrays) -> sequence of arrays`, `backends/host_callbacks.py`); a module with
-    host callbacks and no table is refused, naming the instruction.
+    "flush" (f32/f64/bf16 subnormals become zeros, as in jax.jit on CPU), "keep" (IEEE 754, as
+    numpy and XLA GPU), or None: the backend's own (`Backend.default_subnormals`: cpu and the
+    interpreter flush, gpu keeps); a backend computes the same values as the interpreter under
+    every mode it accepts (`backends/subnormals.py`). `host_callbacks`: the Python functions
+    the module's host callbacks call (custom calls `xla_ffi_python_cpu_callback`,
+    `backend_config={index = N}`: `table[N](*arrays) -> sequence of arrays`,
+    `backends/host_callbacks.py`); a module with host callbacks and no table is refused,
+    naming the instruction.
 
     The module is optimised in place; pass `module.clone()` to keep the original.
     """
     b = registry.get(backend)
     _check_threads(threads)
-    subnormal_modes.check(subnormals)
+    if subnormals is not None:
+        subnormal_modes.check(subnormals)
     with gcpause.paused():  # (the collector would rescan the growing IR: gcpause.py)
         return _compile(module_or_text, pipeline, b, backend, threads, autotune, subnormals,
                         host_callbacks)
 
 
 def _compile(module_or_text: Module | str, pipeline: str | None, b: registry.Backend,
-             backend: str, threads: int | None, autotune: bool, subnormals: str,
+             backend: str, threads: int | None, autotune: bool, subnormals: str | None,
              host_callbacks: HostCallbacks | None) -> Executable:
     if autotune:
         pipeline = with_autotune(pipeline)
     if isinstance(module_or_text, str) and b.compile_text is not None:
         b.require()
-        module, runner = b.compile_text(module_or_text, pipeline, threads, subnormals,
+        module, runner = b.compile_text(module_or_text, pipeline, threads, _mode(b, subnormals),
                                         host_callbacks,
                                         functools.partial(_prepared, module_or_text, pipeline,
                                                           b))

@@ -289,7 +289,8 @@ def cmd_emit(args: argparse.Namespace) -> int:
     else:
         generate = registry.get("cpu").generate
         assert generate is not None
-        source = generate(module, subnormals=args.subnormals)
+        source = generate(module, subnormals=args.subnormals or registry.get("cpu")
+                          .default_subnormals)
     if args.output:
         Path(args.output).write_text(source)
         what = "kernel IR" if args.kernel_ir else "C"
@@ -322,9 +323,10 @@ TOOLS: tuple[tuple[str, str, str], ...] = (
 def _subnormals_argument(p: argparse.ArgumentParser) -> None:
     from hlofuse.backends import subnormals
 
-    p.add_argument("--subnormals", choices=subnormals.MODES, default=subnormals.DEFAULT,
-                   help="flush f32/f64/bf16 subnormals to zero as jax.jit on CPU does "
-                        f"(default {subnormals.DEFAULT}) or keep them (IEEE 754)")
+    p.add_argument("--subnormals", choices=subnormals.MODES, default=None,
+                   help="flush f32/f64/bf16 subnormals to zero as jax.jit on CPU does, or "
+                        "keep them (IEEE 754) (default: the backend's own: "
+                        f"{subnormals.DEFAULT} on cpu and the interpreter, keep on gpu)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -56,6 +56,9 @@ class Backend:
     # the module (the cpu backend: compiling the prebuilt GEMM its dots call), while the
     # pipeline runs; never required, never raises (api calls it before the pipeline)
     warm: Callable[[Module], None] | None = None
+    # the subnormal mode where the caller names none (the cpu backend and the interpreter:
+    # "flush", as jax.jit on CPU; the gpu backend: "keep", as XLA GPU)
+    default_subnormals: str = DEFAULT_SUBNORMALS
 
     def available(self) -> bool:
         try:
@@ -207,14 +210,15 @@ def _gpu_compile(module: Module, threads: int | None = None,
     from hlofuse.backends.gpu import driver
     from hlofuse.errors import UnsupportedOpError
 
-    if subnormals == "flush":
-        raise UnsupportedOpError("the gpu backend keeps subnormals (as XLA GPU does): pass "
-                                 "subnormals='keep'")
+    if subnormals != "keep":
+        raise UnsupportedOpError(f"subnormals={subnormals!r}: the gpu backend keeps subnormals "
+                                 "(IEEE 754, as XLA GPU does); pass subnormals='keep' or none")
     return driver.compile_module(module)
 
 
 register(Backend("gpu", "Triton kernels and torch library calls on one GPU (the optional gpu "
-                 "extra; TRITON_INTERPRET=1 runs them on the CPU)", _gpu_require, _gpu_compile))
+                 "extra; TRITON_INTERPRET=1 runs them on the CPU)", _gpu_require, _gpu_compile,
+                 default_subnormals="keep"))
 
 
 def _interpret(instr: Any, operands: list[Any]) -> Any:

@@ -44,7 +44,6 @@ from hlofuse.api import load, with_autotune
 from hlofuse.backends import host_callbacks
 from hlofuse.backends.cpu.runtime import arm
 from hlofuse.backends.host_callbacks import HostCallbacks
-from hlofuse.backends.subnormals import DEFAULT as DEFAULT_SUBNORMALS
 from hlofuse.backends.subnormals import check as check_subnormals
 from hlofuse.errors import HloError, InputError
 from hlofuse.ir.module import Module
@@ -119,7 +118,7 @@ class _UseDirect(Exception):
 
 def _build(
     module: Module, pipeline: str | None, backend: str | None, name: str,
-    threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS,
+    threads: int | None = None, subnormals: str | None = None,
     host_callbacks: HostCallbacks | None = None, warned: set[str] | None = None,
 ) -> tuple[Module, Callable[..., list[np.ndarray]], str]:
     """Optimise and bind `module` (`api.bind`); with backend None, the default backend, which
@@ -192,7 +191,7 @@ class JittedFunction:
         donate_argnums: int | Sequence[int] | None = None,
         donate_argnames: str | Iterable[str] | None = None,
         pipeline: str | None = "hlofuse", backend: str | None = None,
-        threads: int | None = None, subnormals: str = DEFAULT_SUBNORMALS,
+        threads: int | None = None, subnormals: str | None = None,
     ) -> None:
         if not callable(fn):
             raise InputError(f"hlofuse.jit expects a callable, got {type(fn).__name__}")
@@ -380,7 +379,7 @@ def jit(
     backend: str | None = None,
     threads: int | None = None,
     autotune: bool = False,
-    subnormals: str = DEFAULT_SUBNORMALS,
+    subnormals: str | None = None,
 ) -> Any:
     """Like `jax.jit`, but hlofuse compiles and runs the function.
 
@@ -394,7 +393,8 @@ def jit(
     the function to the interpreter, with a warning); `threads`, `autotune` and `subnormals`
     ("flush", as jax.jit on CPU, or "keep") as for `hlofuse.compile`.
     """
-    check_subnormals(subnormals)
+    if subnormals is not None:
+        check_subnormals(subnormals)
     if autotune:
         pipeline = with_autotune(pipeline)
 

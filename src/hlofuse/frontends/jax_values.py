@@ -430,6 +430,10 @@ class Outputs:
             sharding, devices = self.sharding, [self.device]
 
             def put(a: np.ndarray) -> Any:
+                if type(a) is not np.ndarray:
+                    a = _from_device(a, weak)
+                    if not isinstance(a, np.ndarray):
+                        return a
                 return _batched_device_put(aval, sharding, [a], devices, False)
 
             return put
@@ -459,6 +463,17 @@ class Outputs:
         return self.tree.unflatten([
             v if impl is None else jax.random.wrap_key_data(v, impl=impl)
             for v, impl in zip(values, self._impls, strict=True)])
+
+
+def _from_device(a: Any, weak: bool) -> Any:
+    """A backend's device array (the gpu backend's torch tensors): a jax.Array through DLPack
+    (no copy where jax shares the device), or, for a weakly typed output (DLPack carries no
+    weak type), a numpy copy for `put` to make one."""
+    if not hasattr(a, "__dlpack__"):
+        return np.asarray(a)
+    if weak:
+        return np.asarray(a.cpu() if hasattr(a, "cpu") else a)
+    return jax.dlpack.from_dlpack(a)
 
 
 def _key_impl(dtype: Any) -> Any:
