@@ -220,8 +220,9 @@ def test_interpreter_executable_has_no_profile_or_source() -> None:
 
 
 def test_unknown_backend() -> None:
-    with pytest.raises(HloError, match="unknown backend 'gpu'; available: cpu, interpreter"):
-        hlofuse.compile(ADD, backend="gpu")
+    with pytest.raises(HloError,
+                       match="unknown backend 'tpu'; available: cpu, interpreter, gpu"):
+        hlofuse.compile(ADD, backend="tpu")
 
 
 def test_missing_compiler_names_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:

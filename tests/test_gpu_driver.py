@@ -10,9 +10,10 @@ import os
 import numpy as np
 import pytest
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
+if not torch.cuda.is_available():  # (read when a kernel is made, not when triton is imported)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import hlofuse  # noqa: E402
 from cpu_lower_harness import compare  # noqa: E402
@@ -202,7 +203,7 @@ def test_jit_with_backend_gpu_returns_jax_arrays() -> None:
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
 
-    def f(x, w):  # noqa: ANN001, ANN202
+    def f(x, w):
         return jax.nn.softmax(x @ w, axis=-1), jnp.tanh(x).sum()
 
     rng = np.random.default_rng(0)

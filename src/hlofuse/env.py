@@ -7,6 +7,8 @@
     choice(name, known)   HLOFUSE_TARGET, HLOFUSE_BLAS, HLOFUSE_MALLOC: None, or one of the
                           known words
     path(name)            HLOFUSE_CACHE_DIR, HLOFUSE_BENCHMARKS: None, or an absolute path
+    raw(name)             TRITON_INTERPRET (Triton's own: "1" runs its kernels on the CPU; the
+                          gpu backend asks whether it is set as Triton reads it)
 
 A variable that is unset or empty (blank) means its default everywhere. Any other value that
 is not one hlofuse can use raises `ConfigError`, whose message names the variable, quotes the

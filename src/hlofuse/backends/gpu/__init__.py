@@ -8,8 +8,8 @@ TRITON_INTERPRET=1 is set (how the tests run it: slow, for checking, never for s
 from __future__ import annotations
 
 import importlib.util
-import os
 
+from hlofuse import env
 from hlofuse.errors import CompileError
 
 
@@ -23,7 +23,7 @@ def require() -> None:
     if missing:
         raise GpuUnavailableError(
             f"the gpu backend needs {' and '.join(missing)} (pip install 'hlofuse[gpu]')")
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if env.raw("TRITON_INTERPRET") == "1":  # (as Triton reads it)
         return
     import torch
 

@@ -84,4 +84,4 @@ def lower(instr: Instruction) -> Lowered:
     root = instr.fused_computation.root if instr.opcode is Opcode.FUSION else instr
     outs = tuple(leaves(r.shape)[k] for r, k in kir_lower._root_leaves(root))
     return Lowered(kernel, kernel.name, digest(kernel, (TARGET,)), ins,
-                   outs, instr.name, kir_lower.kind_of(instr))  # type: ignore[arg-type]
+                   outs, instr.name, kir_lower.kind_of(instr))

@@ -1,33 +1,42 @@
 """The kernel IR printed as a Triton kernel: a GPU printer of the same IR the C printer reads.
 
-    print_kernel(kernel) -> str         the source of `@triton.jit def kernel(b0, ..., BLOCK)`
+    print_kernel(kernel) -> str         the source of `@triton.jit def kernel(b0, ...)`
     TritonKernel(kernel).run(ins)       built from a file (Triton reads its source) and run on
-                                        torch tensors; under TRITON_INTERPRET=1 on the CPU
+                                        torch tensors (on the GPU, or under TRITON_INTERPRET=1
+                                        on the CPU); .launch(ins, outs): the driver's call
+    signature(kernel)                   its parameters' Triton types (ahead-of-time compiles)
 
     @triton.jit
-    def kernel(b0, b1, b2, BLOCK: tl.constexpr):    # in0, in1 -> out0 (flat pointers)
+    def kernel(b0, b1, b2):                           # in0, in1 -> out0 (flat pointers)
         pid = tl.program_id(0)
-        x0 = (0 + pid * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)   # a `grid` loop's lanes
-        m0 = x0 < 2048
-        v3 = tl.load(b0 + x0, mask=m0, other=0)
-        tl.store(b2 + x0, v3 * 2.0, mask=m0)
+        x0 = (0 + pid * 128 + tl.arange(0, 128)).to(tl.int64)    # a `grid` loop's lanes
+        m1 = x0 < 2048
+        v3 = tl.load(b0 + x0, mask=m1, other=0)
+        tl.store(b2 + x0, (v3 * 2.0).to(tl.float32), mask=m1)
 
-What it reads, and nothing else: the kernel's statements and values; `Kernel.grid` (the grid
-pass, `kernel_ir/passes/grid.py`: each top-level loop spread over programs, run by one program
-a block of lanes at a time, or one iteration at a time). Nested loops run in order inside a
-lane (`for x1 in range(...)`). Every store and every load whose address depends on a lane is
-masked by the lanes that exist and by the conditions guarding it (an `If`, the taken side of a
-`cond`), so a guarded read never touches memory its guard excludes. One-element locals are
-registers (`t0`: a block of lanes, or a scalar in a serial loop), assigned under their guard.
-A value is computed once and reused until a statement writes a buffer it reads (the IR's reuse
-rule, `ir.py`).
+What it reads, and nothing else: the kernel's statements and values, and `Kernel.grid` (the
+grid pass, `kernel_ir/passes/grid.py`): which top-level loop is spread over programs (`grid`:
+lanes across programs; `programs`: one iteration per program, as scalar code), which loops run
+as lanes inside a program (block by block when longer than their block) or one iteration at a
+time, the leading copies the launcher runs (skipped here), the statements program 0 alone
+runs (guarded by `pid == 0`), and the locals held as rows of lane registers. Loops inside
+lanes run in order in each lane. Every store and every load whose address depends on a lane
+is masked by the lanes that exist and by the conditions guarding it (an `If`, the taken side
+of a `cond`), so a guarded read never touches memory its guard excludes. One-element locals
+are registers (a block of lanes inside a lanes loop, else a scalar), a multi-element local
+read and written only at constant indices is a row of scalar registers, a column reduction's
+accumulators one block register; each is assigned under its guard. A value is computed once
+and reused, under the guards it was computed under or more of them, until a statement
+writes a buffer it reads (the IR's reuse rule, `ir.py`).
 
 The kernel IR given is the target-independent one (`optimize` for the `scalar` target, one
 thread: no vector forms, no parallel marks). Element ops are those with a Triton form in
-`_BINARY`/`_UNARY` and the comparisons, selects and converts between floats and from
-integers to floats; anything else, a library call, a copy, a local of more than one element
-used by lanes, or a type without a Triton form raises `GpuPrintError` (an UnsupportedOpError)
-naming the kernel. Generated text holds only names made here (`b0`, `v3`, `x0`) and numbers.
+`_BINARY`/`_UNARY`, the comparisons, selects, shifts, converts (float -> integer as XLA:
+truncating, saturating, NaN -> 0), bitcast-converts between types of one width, and f32
+power (in f64, `power`); anything else, a library call (the driver runs those:
+`library.py`), a copy inside lanes, a local it cannot keep in registers, or a type without a
+Triton form raises `GpuPrintError` (an UnsupportedOpError) naming the kernel. Generated text
+holds only names made here (`b0`, `v3`, `x0`) and numbers.
 """
 
 from __future__ import annotations
@@ -507,6 +516,19 @@ def print_kernel(kernel: ir.Kernel) -> str:
 
 
 _HEADER = "import triton\nimport triton.language as tl\n\n\n"
+_POINTEE = {"f32": "fp32", "f64": "fp64", "s8": "i8", "s16": "i16", "s32": "i32", "s64": "i64",
+            "u8": "u8", "u16": "u16", "u32": "u32", "u64": "u64", "pred": "i1"}
+
+
+def signature(kernel: ir.Kernel) -> dict[str, str]:
+    """The printed function's parameter types as Triton names them (`b0: *fp32`, ...): what
+    `triton.compile` needs to build the kernel ahead of time, without a launch."""
+    out = {}
+    for i, b in enumerate(kernel.inputs + kernel.outputs):
+        if b.dtype.name not in _POINTEE:
+            raise GpuPrintError(f"kernel {kernel.name}: no Triton pointer type for {b.dtype}")
+        out[f"b{i}"] = "*" + _POINTEE[b.dtype.name]
+    return out
 
 
 class TritonKernel:
@@ -534,8 +556,10 @@ class TritonKernel:
         import torch
 
         k = self.kernel
-        outs = [torch.zeros(max(1, b.size), dtype=torch_type(b.dtype)) for b in k.outputs]
-        args = [torch.as_tensor(x).reshape(-1) for x in ins]
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        outs = [torch.zeros(max(1, b.size), dtype=torch_type(b.dtype), device=device)
+                for b in k.outputs]
+        args = [torch.as_tensor(x).reshape(-1).to(device) for x in ins]
         self.launch(args, outs)
         return outs
 
