@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():  # (before triton is imported: triton.language's own jitted
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # helpers are made interpreted then)
 pytest.importorskip("triton")
-if not torch.cuda.is_available():  # (read when a kernel is made, not when triton is imported)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import hlofuse  # noqa: E402
 from cpu_lower_harness import compare  # noqa: E402
