@@ -9,5 +9,5 @@ library calls.
     rewrite.py substitution with folding (what the passes are built on)
     naming.py  kernel names from what they compute
 
-Backends print it: `backends/cpu/cprint.py` prints C.
+Backends print it: `backends/cpu/cprint.py` prints C, `backends/gpu/triton_print.py` Triton.
 """

@@ -2,7 +2,8 @@
 whose indices are affine expressions kept as structure, scalar ops from the op table, and calls
 of library routines. Every native backend lowers fused HLO to this IR, transforms it (split,
 jam, collapse, fission, narrow, vectorize, parallelize, hoist: `passes/`), then prints it
-(`backends/cpu/cprint.py`).
+(`backends/cpu/cprint.py`; for the gpu backend `passes/grid.py` maps it and
+`backends/gpu/triton_print.py` prints it).
 
     Kernel ─ inputs/outputs/locals: Buffer          (name, element type, size, kind)
            ├ body: [Stmt]
