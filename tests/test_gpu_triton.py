@@ -192,3 +192,24 @@ def test_kernels_compile_for_a_real_gpu(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("compiled") == len(COMPILED)
+
+
+def test_whole_loop_state_stays_in_registers() -> None:
+    """CartPole's whole-loop kernel: each lane's six state elements are loaded once before the
+    100-step time loop, kept in registers through it, and stored once after it
+    (`GridPlan.carried`); the time loop reads only the step's reset tables from memory."""
+    module = parse((EXAMPLES / "cartpole_separate.hlo").read_text())
+    run_pipeline(module, "hlofuse")
+    (instr,) = [i for i in kernels(module) if i.name == "fusion.11"]
+    kernel = mapped(instr, 128)
+    assert kernel.grid is not None
+    ((lane, state),) = kernel.grid.carried.values()
+    assert len(state) == 6 and {b.kind for b, _ in state} == {"out"}
+    src = print_kernel(kernel)
+    head, loop = src.split("for x2 in range(0, 100):")
+    body, tail = loop.split("\n    tl.store", 1)
+    for b, _ in state:
+        name = f"b{len(kernel.inputs) + b.index}"
+        assert f"tl.load({name} +" in head and f"{name} +" not in body
+        assert f"store({name} +" in "\n    tl.store" + tail
+    check(instr)

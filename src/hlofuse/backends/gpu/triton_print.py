@@ -102,6 +102,7 @@ class _Printer:
         self.names: dict[Buffer, str] = {}
         self.locals: dict[Buffer, str] = {}  # one-element locals: registers
         self.rows: dict[Buffer, list[str]] = {}  # constant-indexed locals: rows of registers
+        self.state: dict[tuple[Buffer, Affine], str] = {}  # carried state in lane registers
         self.vars: dict[Var, str] = {}
         self.scopes: list[dict[tuple[int, tuple[str, ...]], tuple[str, frozenset[Buffer]]]] = [{}]
         self.guard: list[str] = []  # masks in force (lanes that exist, conditions)
@@ -255,11 +256,67 @@ class _Printer:
             self.line("tl.debug_barrier()")
 
     def serial(self, s: ir.Loop) -> None:
+        carried = self.plan.carried.get(id(s))
+        if carried is not None:
+            self.carrying(s, *carried)
+            return
         self.invalidate(ir.written(s.body))  # (later iterations follow its writes)
         self.line(f"for {self.bind(s.var)} in range({s.lo}, {s.hi}):")
         self.depth += 1
         self.block(s.body)
         self.depth -= 1
+        self.invalidate(ir.written(s.body))
+
+    def carrying(self, s: ir.Loop, lane: ir.Loop, state: list[tuple[Buffer, Affine]]) -> None:
+        """A serial loop whose one lanes loop keeps `state` in registers (`GridPlan.carried`):
+        the lanes are bound once, before it; each state element is loaded into a block
+        register there, read and written in the register by every iteration, and stored
+        after the loop."""
+        block = self.plan.blocks[id(lane)]
+        var = self.bind(lane.var)
+        m = self.fresh("m")
+        self.invalidate(ir.written(s.body))
+        self.line(f"{var} = ({lane.lo} + tl.arange(0, {block})).to(tl.int64)")
+        self.line(f"{m} = {var} < {lane.hi}")
+        self.guard.append(m)
+        self.lane_var, self.lane_block = lane.var, block
+        regs: list[tuple[Buffer, Affine, str]] = []
+        for b, at in state:
+            reg = self.fresh("s")
+            self.line(f"{reg} = tl.load({self.names[b]} + {self.aff(at)}, mask={self.mask()}, "
+                      "other=0)")
+            regs.append((b, at, reg))
+            self.state[(b, at)] = reg
+        self.lane_var, self.lane_block = None, 0
+        self.guard.pop()
+        self.line(f"for {self.bind(s.var)} in range({s.lo}, {s.hi}):")
+        self.depth += 1
+        self.scopes.append({})
+        for st in s.body:
+            if st is not lane:
+                self.stmt(st)
+                continue
+            for b in self.k.locals:
+                if b in access_counts(lane.body) and b.uid not in self.plan.rows:
+                    self.declare(b, block)
+            self.guard.append(m)
+            self.scopes.append({})
+            self.lane_var, self.lane_block = lane.var, block
+            for x in lane.body:
+                self.stmt(x)
+            self.lane_var, self.lane_block = None, 0
+            self.scopes.pop()
+            self.guard.pop()
+            self.invalidate(ir.written(lane.body))
+        self.scopes.pop()
+        self.depth -= 1
+        for b, at, reg in regs:
+            del self.state[(b, at)]
+            self.guard.append(m)
+            self.lane_var, self.lane_block = lane.var, block
+            self.line(f"tl.store({self.names[b]} + {self.aff(at)}, {reg}, mask={self.mask()})")
+            self.lane_var, self.lane_block = None, 0
+            self.guard.pop()
         self.invalidate(ir.written(s.body))
 
     # -- statements -------------------------------------------------------------------------
@@ -318,7 +375,10 @@ class _Printer:
         self.invalidate({s.dst})
 
     def register(self, buf: Buffer, index: Affine) -> str | None:
-        """The register holding `buf[index]`, for a local kept in registers."""
+        """The register holding `buf[index]`: a local kept in registers, or a lane's carried
+        state element."""
+        if (buf, index) in self.state:
+            return self.state[(buf, index)]
         if buf.uid in self.plan.rows:  # lane j holds element j (`grid.lane_rows`)
             v = self.lane_var
             if v is None or index != ir.affine(v) or self.lane_block != self.plan.rows[buf.uid]:

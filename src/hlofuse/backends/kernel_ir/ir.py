@@ -642,8 +642,9 @@ class GridPlan:
     to its lanes per step; `grid_loop` is the top-level loop spread over programs, if any;
     `pre` the leading copies the driver runs before the launch; `once` the top-level
     statements program 0 alone runs; `rows` the locals held as one block of registers across
-    the lanes loops over their elements (a column reduction's accumulators); `block` the lanes
-    per program of a `grid` loop."""
+    the lanes loops over their elements (a column reduction's accumulators); `carried` the
+    elements a serial loop's lanes keep in registers across its iterations (a whole loop's
+    state); `block` the lanes per program of a `grid` loop."""
 
     block: int
     modes: dict[int, tuple[str, str]] = field(default_factory=dict)
@@ -652,6 +653,9 @@ class GridPlan:
     pre: list[Copy] = field(default_factory=list)
     once: set[int] = field(default_factory=set)
     rows: dict[int, int] = field(default_factory=dict)  # lane rows (by uid) -> their block
+    # a serial loop (by id) -> (its lanes loop, [(buffer, index)]): state kept in the lanes'
+    # registers across the serial loop's iterations, loaded before it and stored after it
+    carried: dict[int, tuple[Loop, list[tuple[Buffer, Affine]]]] = field(default_factory=dict)
 
     def mode(self, loop: Loop) -> str:
         return self.modes.get(id(loop), ("serial", ""))[0]

@@ -33,6 +33,10 @@ at index j of a loop `for j in [0, n)`: `lane_rows`) is one block of registers a
 loops, lane j holding element j (`rows`); such a loop's iterations are independent as far as
 the row goes, and the kernel runs in one program.
 
+A serial loop whose body runs one lanes loop in one step keeps in the lanes' registers the
+elements each lane alone reads and writes there at one index, the same every iteration
+(`carried`: a whole loop's state, loaded before the time loop and stored after it).
+
 Inside a program that runs scalar code (`programs`, `serial`, or the kernel's top level), each
 nested loop that may run as lanes does (`lanes`, its block the next power of two of its trip
 count, at most `MAX_BLOCK`, stepping through longer ones); loops inside lanes run in order in
@@ -90,8 +94,70 @@ def grid(kernel: ir.Kernel, block: int = BLOCK) -> ir.Kernel:
             plan.blocks[id(loop)] = _block_of(loop.hi - loop.lo)
     if spread is None:
         plan.pre = []  # (one program: it runs the copies in order itself)
+    _carry(plan, kernel.body, set())
     kernel.grid = plan
     return kernel
+
+
+def _carry(plan: ir.GridPlan, body: list[ir.Stmt], outer: set[ir.Var]) -> None:
+    """Record the state each serial loop's lanes may keep in registers (`carried`): a serial
+    loop whose body runs one lanes loop in one step, and, of the buffers that lanes loop
+    stores to, each one every access of which within the serial loop is in the lanes loop at
+    one index made of the lanes' variable and variables bound outside the serial loop (each
+    lane reads and writes its own element, the same one every iteration)."""
+    for s in body:
+        if isinstance(s, ir.If):
+            _carry(plan, s.then, outer)
+            _carry(plan, s.orelse, outer)
+        if not isinstance(s, ir.Loop):
+            continue
+        inside = outer | {s.var}
+        if plan.mode(s) == "serial":
+            found = _carried_state(plan, s, outer)
+            if found is not None:
+                plan.carried[id(s)] = found
+                continue
+        if plan.mode(s) in ("serial", "programs"):
+            _carry(plan, s.body, inside)
+
+
+def _carried_state(plan: ir.GridPlan, s: ir.Loop, outer: set[ir.Var]
+                   ) -> tuple[ir.Loop, list[tuple[ir.Buffer, ir.Affine]]] | None:
+    lanes = [x for x in s.body if isinstance(x, ir.Loop)]
+    if (len(lanes) != 1 or plan.mode(lanes[0]) != "lanes"
+            or plan.blocks.get(id(lanes[0]), 0) < lanes[0].hi - lanes[0].lo
+            or any(isinstance(x, ir.If) for x in s.body)):
+        return None
+    lane = lanes[0]
+    allowed = outer | {lane.var}
+    index: dict[ir.Buffer, set[ir.Affine]] = {}
+    roots: list[ir.Val] = []
+    for x in ir.walk(s.body):
+        roots.extend(ir.stmt_vals(x))
+        if isinstance(x, ir.Store):
+            index.setdefault(x.buf, set()).add(x.index)
+        elif isinstance(x, ir.StoreTile | ir.Copy | ir.LibCall):
+            return None
+    other: set[ir.Buffer] = set()  # read other than by a plain load (masked, tiles)
+    for v in ir.postorder(roots):
+        if v.op in ir.READS:
+            for b in v.buffers:
+                if b in index:
+                    if v.op == "load":
+                        index[b].add(v.index)
+                    else:
+                        other.add(b)
+    in_lanes = ir.written(lane.body)
+    out: list[tuple[ir.Buffer, ir.Affine]] = []
+    for b, seen in index.items():
+        if (b.kind not in ("out", "in") or b not in in_lanes or b in other
+                or len(seen) != 1):
+            continue
+        (at,) = seen
+        if at.vals() or not set(at.vars()) <= allowed or not at.coef(lane.var):
+            continue
+        out.append((b, at))
+    return (lane, out) if out else None
 
 
 def _spread(plan: ir.GridPlan, loop: ir.Loop, rest: list[ir.Stmt],
