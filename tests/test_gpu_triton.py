@@ -203,7 +203,7 @@ def test_whole_loop_state_stays_in_registers() -> None:
     (instr,) = [i for i in kernels(module) if i.name == "fusion.11"]
     kernel = mapped(instr, 128)
     assert kernel.grid is not None
-    ((lane, state),) = kernel.grid.carried.values()
+    ((_lane, state),) = kernel.grid.carried.values()
     assert len(state) == 6 and {b.kind for b, _ in state} == {"out"}
     src = print_kernel(kernel)
     head, loop = src.split("for x2 in range(0, 100):")
