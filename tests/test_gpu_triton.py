@@ -154,12 +154,12 @@ import importlib.util, json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-for path, sig in json.load(open(sys.argv[1])):
+for path, sig, warps in json.load(open(sys.argv[1])):
     spec = importlib.util.spec_from_file_location("k", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     k = triton.compile(ASTSource(mod.kernel, signature=sig, constexprs={}),
-                       target=GPUTarget("cuda", 90, 32))
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     assert k.asm["cubin"], path
     print("compiled", path)
 """
@@ -185,7 +185,8 @@ def test_kernels_compile_for_a_real_gpu(tmp_path: Path) -> None:
         k = mapped(instr, 128)
         path = tmp_path / f"{name}_{pipeline}_{kernel.replace('.', '_')}.py"
         path.write_text(_HEADER + print_kernel(k))
-        jobs.append((str(path), signature(k)))
+        assert k.grid is not None
+        jobs.append((str(path), signature(k), k.grid.warps))
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     done = subprocess.run([sys.executable, "-c", _COMPILE, str(tmp_path / "jobs.json")],

@@ -633,7 +633,7 @@ class TritonKernel:
             src = outs[c.src.index] if c.src.kind == "out" else ins[c.src.index]
             if not c.if_distinct or dst.data_ptr() != src.data_ptr():
                 dst.copy_(src)
-        self.fn[(plan.programs,)](*ins, *outs)
+        self.fn[(plan.programs,)](*ins, *outs, num_warps=plan.warps)
 
 
 def torch_type(dt: DType) -> Any:

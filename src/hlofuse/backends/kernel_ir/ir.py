@@ -656,6 +656,7 @@ class GridPlan:
     # a serial loop (by id) -> (its lanes loop, [(buffer, index)]): state kept in the lanes'
     # registers across the serial loop's iterations, loaded before it and stored after it
     carried: dict[int, tuple[Loop, list[tuple[Buffer, Affine]]]] = field(default_factory=dict)
+    warps: int = 4  # warps per program: one lane per thread in its widest lanes loop
 
     def mode(self, loop: Loop) -> str:
         return self.modes.get(id(loop), ("serial", ""))[0]

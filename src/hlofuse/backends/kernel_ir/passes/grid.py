@@ -37,6 +37,10 @@ A serial loop whose body runs one lanes loop in one step keeps in the lanes' reg
 elements each lane alone reads and writes there at one index, the same every iteration
 (`carried`: a whole loop's state, loaded before the time loop and stored after it).
 
+A program runs one thread per lane of its widest lanes loop (`warps`: that block / 32, at
+least 1, at most 32): a lane's registers (a whole loop's state and temporaries) stay in one
+thread instead of several lanes' sharing one thread's registers and spilling.
+
 Inside a program that runs scalar code (`programs`, `serial`, or the kernel's top level), each
 nested loop that may run as lanes does (`lanes`, its block the next power of two of its trip
 count, at most `MAX_BLOCK`, stepping through longer ones); loops inside lanes run in order in
@@ -59,6 +63,8 @@ from hlofuse.backends.kernel_ir.passes.parallel import access_counts, safe
 
 BLOCK = 128  # lanes per program of a `grid` loop: 4 warps of 32 threads
 MAX_BLOCK = 1024  # at most this many lanes in one step of a nested `lanes` loop
+WARP = 32  # threads per warp
+MAX_WARPS = 32  # 1024 threads: the most a program (a CUDA block) has
 MIN_INNER_LANES = 32  # `programs` when the body has a lanes loop at least this long (a warp)
 
 
@@ -95,6 +101,10 @@ def grid(kernel: ir.Kernel, block: int = BLOCK) -> ir.Kernel:
     if spread is None:
         plan.pre = []  # (one program: it runs the copies in order itself)
     _carry(plan, kernel.body, set())
+    widest = max([*plan.blocks.values(), *plan.rows.values(),
+                  block if plan.grid_loop is not None and plan.mode(plan.grid_loop) == "grid"
+                  else 1])
+    plan.warps = min(MAX_WARPS, max(1, widest // WARP))
     kernel.grid = plan
     return kernel
 
