@@ -103,8 +103,7 @@ def test_paper_cartpole_with_rng_in_the_scan() -> None:
     assert exe._runner.launches <= 8
 
 
-def test_while_with_an_unknown_trip_count_and_a_conditional() -> None:
-    text = """HloModule w
+_WHILE_TEXT = """HloModule w
 cond {
   p = (f32[64], s32[]) parameter(0)
   x = f32[64] get-tuple-element(p), index=0
@@ -122,7 +121,6 @@ body {
   p = (f32[64], s32[]) parameter(0)
   x = f32[64] get-tuple-element(p), index=0
   n = s32[] get-tuple-element(p), index=1
-  two = f32[64] constant({...})
   d = f32[64] multiply(x, x)
   y = f32[64] add(d, x)
   one = s32[] constant(1)
@@ -148,7 +146,10 @@ ENTRY e {
   b = f32[64] conditional(k, y, y), true_computation=neg, false_computation=pos
   ROOT r = (f32[64], s32[]) tuple(b, n)
 }"""
-    text = text.replace("  two = f32[64] constant({...})\n", "")
+
+
+def test_while_with_an_unknown_trip_count_and_a_conditional() -> None:
+    text = _WHILE_TEXT
     x = np.full(64, 0.5, np.float32)
     for k in (True, False):
         run_both(text, "xla", [x, np.asarray(k)])
@@ -236,3 +237,24 @@ def test_column_reduction_row_is_one_block_of_registers() -> None:
     assert kernel.grid is not None and list(kernel.grid.rows.values()) == [16]
     src = print_kernel(kernel)
     assert src.count("tl.full([16], 0") == 1
+
+
+def test_which_calls_replay_a_cuda_graph() -> None:
+    """A call replays one CUDA graph on a GPU (graphs.py) unless it reads a value back, launches
+    one kernel, or moves too many bytes; the decision is made from the schedule here, without a
+    GPU (where calls stay eager)."""
+    from hlofuse.backends.gpu import graphs
+
+    softmax = hlofuse.compile((EXAMPLES / "softmax.hlo").read_text(), "xla", backend="gpu")
+    runner = softmax._runner
+    assert graphs.refusal(runner.sched, 3, 1000) is None
+    assert "nothing to save" in graphs.refusal(runner.sched, 1, 1000)
+    assert "bytes" in graphs.refusal(runner.sched, 3, graphs.MAX_IO_BYTES + 1)
+    text = (EXAMPLES / "cartpole_separate.hlo").read_text()
+    scan = hlofuse.compile(text, "xla", backend="gpu")._runner  # (a scan: a known trip count)
+    assert graphs.refusal(scan.sched, 302, 1000) is None
+    unknown = hlofuse.compile(_WHILE_TEXT, "xla", backend="gpu")._runner
+    assert "trip count is unknown" in graphs.refusal(unknown.sched, 5, 1000)
+    if not torch.cuda.is_available():
+        runner(*_inputs((EXAMPLES / "softmax.hlo").read_text()))
+        assert runner._graph is None and runner.graph_why.startswith("not decided")

@@ -14,6 +14,10 @@ whose trip count it does not know) and its body, swapping carried leaves' two bu
 loop with a known trip count (`While.trips`) runs its body that many times and never reads
 its predicate; a `Branch` reads its selector back.
 
+On a GPU, the first call runs as above and decides whether later calls replay a CUDA graph
+of the whole call instead (`graphs.py`: one launch of the graph for every kernel of the call,
+where the schedule reads nothing back to the host); the reason is kept (`graph_why`).
+
 Inputs: numpy arrays (copied to the device once per call), torch tensors on the device, and
 anything with `__dlpack__` (jax and CuPy arrays: no copy); each is checked against the entry
 parameter's type and shape (`InputError` naming it). Outputs are new torch tensors on the
@@ -51,7 +55,7 @@ from hlofuse.backends.driver_ir.schedule import (
     While,
     schedule,
 )
-from hlofuse.backends.gpu import kernels
+from hlofuse.backends.gpu import graphs, kernels
 from hlofuse.backends.gpu.triton_print import torch_type
 from hlofuse.errors import InputError, UnsupportedOpError
 from hlofuse.ir.module import Module
@@ -127,6 +131,10 @@ class GpuExecutable:
         self.in_specs = [(torch_type(s.dtype), tuple(s.dims)) for s in self.sched.inputs]
         self.out_specs = [(torch_type(s.dtype), tuple(s.dims)) for s in self.sched.outputs]
         self.launches = 0  # kernels launched by the last call (library calls included)
+        self.calls = 0
+        self._io_bytes = sum(s.nbytes for s in self.sched.inputs + self.sched.outputs)
+        self._graph: graphs.Graph | None = None  # the calls' CUDA graph, once captured
+        self.graph_why: str | None = "not decided (a first call decides)"  # why none
         self._body = self._block(self.sched.body)
 
     def _const(self, value: Any, dtype: Any, size: int) -> Any:
@@ -182,14 +190,27 @@ class GpuExecutable:
         assert not isinstance(s, HostCall)  # (refused when the executable is made)
         raise TypeError(s)
 
+    def _fixed(self, loc: Loc, shape: ArrayShape) -> Any:
+        """The typed view at `loc` when it is the same every call (an arena buffer, a
+        constant, a slice of one), else None."""
+        base = loc
+        while isinstance(base, View):
+            base = base.base
+        if isinstance(base, Buf | Const):
+            return self._typed(_State([], []), loc, shape)
+        return None
+
     def _call(self, k: Kernel, s: Call) -> Step:
         launcher = self.launchers[k.name]
-        ins_at = list(zip(s.ins, k.inputs, strict=True))
-        outs_at = list(zip(s.outs, k.outputs, strict=True))
+        ins_at = [(self._fixed(loc, shape), loc, shape)
+                  for loc, shape in zip(s.ins, k.inputs, strict=True)]
+        outs_at = [(self._fixed(loc, shape), loc, shape)
+                   for loc, shape in zip(s.outs, k.outputs, strict=True)]
 
         def run(st: _State) -> None:
-            ins = [self._typed(st, loc, shape) for loc, shape in ins_at]
-            outs = [self._typed(st, loc, shape) for loc, shape in outs_at]
+            ins = [self._typed(st, loc, shape) if f is None else f for f, loc, shape in ins_at]
+            outs = [self._typed(st, loc, shape) if f is None else f
+                    for f, loc, shape in outs_at]
             launcher.launch(ins, outs)
             self.launches += 1
 
@@ -276,17 +297,32 @@ class GpuExecutable:
             out.append(a.view(torch.uint8) if a.dtype is not torch.uint8 else a)
         return out
 
-    def __call__(self, *arrays: Any) -> list[Any]:
+    def _run(self, args: list[Any], outs: list[Any]) -> None:
         import torch
 
-        args = self._inputs(arrays)
-        outs = [torch.empty(dims, dtype=dt, device=self.device) for dt, dims in self.out_specs]
         results = [o.reshape(-1).view(torch.uint8) if o.dtype is not torch.uint8
                    else o.reshape(-1) for o in outs]
         self.launches = 0
         st = _State(args, results)
         for step in self._body:
             step(st)
+
+    def _new_outputs(self) -> list[Any]:
+        import torch
+
+        return [torch.empty(dims, dtype=dt, device=self.device) for dt, dims in self.out_specs]
+
+    def __call__(self, *arrays: Any) -> list[Any]:
+        args = self._inputs(arrays)
+        if self._graph is not None:
+            return self._graph.replay(args)
+        outs = self._new_outputs()
+        self._run(args, outs)
+        self.calls += 1
+        if self.calls == 1 and self.device.type == "cuda":
+            self.graph_why = graphs.refusal(self.sched, self.launches, self._io_bytes)
+            if self.graph_why is None:
+                self._graph, self.graph_why = graphs.capture(self)
         return outs
 
 
