@@ -34,8 +34,7 @@ from hlofuse.backends.kernel_ir.naming import kernel_name
 from hlofuse.backends.kernel_ir.passes import optimize
 from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, leaves
+from hlofuse.ir.shape import ArrayShape
 
 __all__ = ["Lowered", "LoweringError", "lower", "lower_kernel"]
 
@@ -85,13 +84,7 @@ def lower(instr: Instruction, target: Target | None = None, threads: int = 1) ->
 def _lower(instr: Instruction, target: Target, threads: int, depth: int) -> Lowered:
     kernel = kir_lower.lower_kernel(instr)
     optimize(kernel, target, threads, lane_cost=lane_cost)
-    if instr.opcode is Opcode.FUSION:
-        params = sorted(instr.fused_computation.parameters,
-                        key=lambda p: p.parameter_number or 0)
-    else:
-        params = list(instr.operands)
-    ins = tuple(s for p in params for s in leaves(p.shape))
-    outs = tuple(_out_shapes(instr))
+    ins, outs = kir_lower.calling_convention(instr)
     return Lowered(kernel, kernel.name, digest(kernel, (target.name,)), ins, outs, instr.name,
                    kir_lower.kind_of(instr), depth)
 
@@ -101,12 +94,3 @@ def lower_kernel(instr: Instruction, target: Target | None = None, threads: int 
     lowered = lower(instr, target, threads)
     return lowered.emit(kernel_name(lowered.stem, lowered.digest, set()))
 
-
-def _out_shapes(instr: Instruction) -> list[ArrayShape]:
-    root = instr.fused_computation.root if instr.opcode is Opcode.FUSION else instr
-    out: list[ArrayShape] = []
-    for r, k in kir_lower._root_leaves(root):
-        leaf = leaves(r.shape)[k]
-        assert isinstance(leaf, ArrayShape)
-        out.append(leaf)
-    return out

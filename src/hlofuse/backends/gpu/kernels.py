@@ -27,8 +27,7 @@ from hlofuse.backends.kernel_ir.passes import optimize
 from hlofuse.backends.kernel_ir.passes.grid import grid
 from hlofuse.backends.kernel_ir.target import Target
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import ArrayShape, leaves
+from hlofuse.ir.shape import ArrayShape
 
 TARGET = "triton"  # the identity's target name: a GPU kernel is never a cpu kernel
 
@@ -75,13 +74,6 @@ def lower(instr: Instruction) -> Lowered:
     kernel = kir_lower.lower_kernel(instr)
     optimize(kernel, Target.named("scalar"), threads=1)
     grid(kernel)
-    if instr.opcode is Opcode.FUSION:
-        params = sorted(instr.fused_computation.parameters,
-                        key=lambda p: p.parameter_number or 0)
-    else:
-        params = list(instr.operands)
-    ins = tuple(s for p in params for s in leaves(p.shape))
-    root = instr.fused_computation.root if instr.opcode is Opcode.FUSION else instr
-    outs = tuple(leaves(r.shape)[k] for r, k in kir_lower._root_leaves(root))
-    return Lowered(kernel, kernel.name, digest(kernel, (TARGET,)), ins,
-                   outs, instr.name, kir_lower.kind_of(instr))
+    ins, outs = kir_lower.calling_convention(instr)
+    return Lowered(kernel, kernel.name, digest(kernel, (TARGET,)), ins, outs, instr.name,
+                   kir_lower.kind_of(instr))

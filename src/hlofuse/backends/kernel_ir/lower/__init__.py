@@ -1,6 +1,7 @@
 """Lowering: one HLO kernel (a fusion, or an unfused op that does work) -> one `ir.Kernel`.
 
     lower_kernel(instr) -> ir.Kernel      (named by its stem; every other name local to it)
+    calling_convention(instr) -> (ins, outs)   the kernel's parameter and result leaf shapes
 
 A single op is lowered exactly like a fusion whose parameters are its operands. The pieces:
 
@@ -53,6 +54,24 @@ def _root_leaves(root: Instruction) -> list[tuple[Instruction, int]]:
         else:
             out += [(r, k) for k in range(len(leaves(r.shape)))]
     return out
+
+
+def calling_convention(instr: Instruction
+                       ) -> tuple[tuple[ArrayShape, ...], tuple[ArrayShape, ...]]:
+    """The shapes of the kernel's inputs (its parameters' leaves, in parameter order) and
+    outputs (its root's array leaves, depth-first): every backend's function signature."""
+    if instr.opcode is Opcode.FUSION:
+        params = sorted(instr.fused_computation.parameters,
+                        key=lambda p: p.parameter_number or 0)
+        root = instr.fused_computation.root
+    else:
+        params = list(instr.operands)
+        root = instr
+    ins = tuple(s for p in params for s in leaves(p.shape))
+    outs = tuple(leaves(r.shape)[k] for r, k in _root_leaves(root))
+    for s in ins + outs:
+        assert isinstance(s, ArrayShape)
+    return ins, outs
 
 
 def kind_of(instr: Instruction) -> str:
