@@ -238,8 +238,18 @@ class _Printer:
             base = str(s.lo)
         self.line(f"{var} = ({base} + tl.arange(0, {block})).to(tl.int64)")
         self.line(f"{m} = {var} < {s.hi}")
+        self.lane_body(s, m, block)
+        if stepped:
+            self.depth -= 1
+        if not spread:
+            self.line("tl.debug_barrier()")
+
+    def lane_body(self, s: ir.Loop, m: str, block: int) -> None:
+        """The body of lanes loop `s` (its lanes bound, `m` the lanes that exist): its locals
+        declared as blocks of `block` lanes, its statements under `m`."""
+        used = access_counts(s.body)
         for b in self.k.locals:
-            if b in access_counts(s.body) and b.uid not in self.plan.rows:
+            if b in used and b.uid not in self.plan.rows:
                 self.declare(b, block)
         self.guard.append(m)
         self.scopes.append({})
@@ -249,11 +259,7 @@ class _Printer:
         self.lane_var, self.lane_block = None, 0
         self.scopes.pop()
         self.guard.pop()
-        if stepped:
-            self.depth -= 1
         self.invalidate(ir.written(s.body))
-        if not spread:
-            self.line("tl.debug_barrier()")
 
     def serial(self, s: ir.Loop) -> None:
         carried = self.plan.carried.get(id(s))
@@ -278,17 +284,10 @@ class _Printer:
         self.invalidate(ir.written(s.body))
         self.line(f"{var} = ({lane.lo} + tl.arange(0, {block})).to(tl.int64)")
         self.line(f"{m} = {var} < {lane.hi}")
-        self.guard.append(m)
-        self.lane_var, self.lane_block = lane.var, block
-        regs: list[tuple[Buffer, Affine, str]] = []
+        mask = " & ".join([*self.guard, m])  # (`at` holds variables only: no values)
         for b, at in state:
-            reg = self.fresh("s")
-            self.line(f"{reg} = tl.load({self.names[b]} + {self.aff(at)}, mask={self.mask()}, "
-                      "other=0)")
-            regs.append((b, at, reg))
-            self.state[(b, at)] = reg
-        self.lane_var, self.lane_block = None, 0
-        self.guard.pop()
+            reg = self.state[(b, at)] = self.fresh("s")
+            self.line(f"{reg} = tl.load({self.names[b]} + {self.aff(at)}, mask={mask}, other=0)")
         self.line(f"for {self.bind(s.var)} in range({s.lo}, {s.hi}):")
         self.depth += 1
         self.scopes.append({})
@@ -296,27 +295,12 @@ class _Printer:
             if st is not lane:
                 self.stmt(st)
                 continue
-            for b in self.k.locals:
-                if b in access_counts(lane.body) and b.uid not in self.plan.rows:
-                    self.declare(b, block)
-            self.guard.append(m)
-            self.scopes.append({})
-            self.lane_var, self.lane_block = lane.var, block
-            for x in lane.body:
-                self.stmt(x)
-            self.lane_var, self.lane_block = None, 0
-            self.scopes.pop()
-            self.guard.pop()
-            self.invalidate(ir.written(lane.body))
+            self.lane_body(lane, m, block)
         self.scopes.pop()
         self.depth -= 1
-        for b, at, reg in regs:
-            del self.state[(b, at)]
-            self.guard.append(m)
-            self.lane_var, self.lane_block = lane.var, block
-            self.line(f"tl.store({self.names[b]} + {self.aff(at)}, {reg}, mask={self.mask()})")
-            self.lane_var, self.lane_block = None, 0
-            self.guard.pop()
+        for b, at in state:
+            reg = self.state.pop((b, at))
+            self.line(f"tl.store({self.names[b]} + {self.aff(at)}, {reg}, mask={mask})")
         self.invalidate(ir.written(s.body))
 
     # -- statements -------------------------------------------------------------------------
