@@ -165,11 +165,7 @@ class GpuExecutable:
         raise TypeError(loc)
 
     def _typed(self, st: _State, loc: Loc, shape: ArrayShape) -> Any:
-        import torch
-
-        b = self._bytes(st, loc)[:shape.nbytes]
-        t = torch_type(shape.dtype)
-        return b.view(t) if t is not torch.uint8 else b
+        return self._bytes(st, loc)[:shape.nbytes].view(torch_type(shape.dtype))
 
     # -- statements -------------------------------------------------------------------------
 

@@ -80,21 +80,22 @@ class LibraryCall:
         self.shapes = [s.dims for s in op.operands]  # type: ignore[union-attr]
         self.out_dims = shape.dims
         self.subscripts = dot_subscripts(op)
-        self.dtype = shape.dtype
+        import torch
+
+        from hlofuse.backends.gpu.triton_print import torch_type
+
+        self.torch_dtype = torch_type(shape.dtype)
+        self.einsum = torch.einsum
         self.in_pos = [b.index for b in call.ins]
         self.out_pos = call.outs[0].index
         if any(b.kind != "in" for b in call.ins) or call.outs[0].kind != "out":
             raise UnsupportedOpError(f"{where}: a library call on the kernel's locals")
 
     def launch(self, ins: list[Any], outs: list[Any]) -> None:
-        import torch
-
-        from hlofuse.backends.gpu.triton_print import torch_type
-
-        t = torch_type(self.dtype)
-        a, b = (ins[p].reshape(dims).to(t) for p, dims in zip(self.in_pos, self.shapes,
-                                                              strict=True))
         out = outs[self.out_pos]
         if out.numel() == 0:
             return
-        out.reshape(self.out_dims).copy_(torch.einsum(self.subscripts, a, b))
+        t = self.torch_dtype
+        a, b = (ins[p].reshape(dims).to(t) for p, dims in zip(self.in_pos, self.shapes,
+                                                              strict=True))
+        out.reshape(self.out_dims).copy_(self.einsum(self.subscripts, a, b))

@@ -41,6 +41,7 @@ holds only names made here (`b0`, `v3`, `x0`) and numbers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import math
@@ -620,7 +621,9 @@ class TritonKernel:
         self.fn[(plan.programs,)](*ins, *outs, num_warps=plan.warps)
 
 
+@functools.cache
 def torch_type(dt: DType) -> Any:
+    """The torch element type of `dt` (the driver's typed views; made once per type)."""
     import torch
 
     table = {"f32": torch.float32, "f64": torch.float64, "s32": torch.int32,

@@ -239,17 +239,13 @@ def constant_indices(body: list[ir.Stmt], buf: ir.Buffer) -> bool:
         roots.extend(ir.stmt_vals(s))
         if isinstance(s, ir.Store) and s.buf is buf and not s.index.is_const:
             return False
-        if isinstance(s, ir.StoreTile | ir.Copy | ir.LibCall) and buf in _stmt_buffers(s):
+        if isinstance(s, ir.StoreTile | ir.Copy | ir.LibCall) and buf in access_counts([s]):
             return False
     for v in ir.postorder(roots):
         if v.op in ir.READS and buf in v.buffers and (
                 v.op not in ("load", "mload") or not v.index.is_const):
             return False
     return True
-
-
-def _stmt_buffers(s: ir.Stmt) -> set[ir.Buffer]:
-    return set(access_counts([s]))
 
 
 def _lane_refusal(loop: ir.Loop, counts: dict[ir.Buffer, int],
