@@ -7,6 +7,7 @@
     print(exe.profile(*arrays))                    # per-kernel times (cpu backend)
     exe = hlofuse.compile(m, pipeline="simplify", backend="interpreter")  # the numpy reference
     f = hlofuse.jit(fn)                            # like jax.jit (needs the jax extra)
+    g = hlofuse.jax_function(fn)                   # inside jax.jit / grad / vmap / shard_map
     m = hlofuse.from_jax(fn, *args)                # lower a JAX function (needs jax)
     print(hlofuse.explain(m).to_text())            # kernels per iteration, why each boundary
     print(hlofuse.lint(m))                         # frontend patterns that cost kernels
@@ -51,6 +52,7 @@ __all__ = [
     "compile",
     "explain",
     "from_jax",
+    "jax_function",
     "jit",
     "lint",
     "parse",
@@ -77,6 +79,10 @@ def __getattr__(name: str) -> Any:
         from hlofuse.frontends import jax as _jax
 
         return getattr(_jax, name)
+    if name == "jax_function":
+        from hlofuse.frontends.jax_function import jax_function
+
+        return jax_function
     if name == "explain":
         from hlofuse.tools.explain import explain
 

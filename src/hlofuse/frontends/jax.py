@@ -405,3 +405,25 @@ def jit(
                               backend=backend, threads=threads, subnormals=subnormals)
 
     return wrap(fn) if fn is not None else wrap
+
+
+def compile_flat(flat: Callable[..., Any], sig: Sequence[tuple[tuple[int, ...], Any, bool]],
+                 name: str, options: dict[str, Any]) -> Any:
+    """`flat` (array leaves in, a list of array leaves out) traced by jax.jit at `sig`
+    ((shape, dtype, weak type) per leaf), optimised and compiled by the cpu backend with
+    `options` (pipeline, threads, subnormals): the runner, for `jax_primitive.Program`. Raises
+    an HloError where the cpu backend cannot run it, or where the program has ordered effects
+    (a token parameter the custom call has no operand for)."""
+    from hlofuse.api import bind
+
+    structs = [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in sig]
+    lowered = jax.jit(flat, keep_unused=True).trace(*structs).lower()
+    text = str(lowered.as_text(dialect="hlo", debug_info=True))
+    module = load(text, source_name=f"<jax:{name}>")
+    if _param_plan(module, [(np.dtype(d), tuple(s)) for s, d, _ in sig], name) is not None:
+        raise HloError(f"{name}: the program has ordered effects (a token parameter)")
+    table = _host_table(lowered, module, name)
+    _, run, _ = bind(module, options.get("pipeline", "hlofuse"), "cpu",
+                     threads=options.get("threads"), subnormals=options.get("subnormals"),
+                     host_callbacks=table)
+    return run
