@@ -108,6 +108,31 @@ def test_forward_mode_and_higher_derivatives() -> None:
     _close(jax.jacfwd(lambda w: f(w, g))(w2), jax.jacfwd(lambda w: f(w, _loss))(w2))
 
 
+def test_a_custom_vjp_inside_keeps_its_own_backward_rule() -> None:
+    """The backward program is jax's transpose of the linear program it traces: a custom_vjp
+    inside the function (diffrax's and equinox's checkpointed loops) is never differentiated
+    a second time (its jvp is a `custom_lin`, which has no derivative of its own)."""
+    @jax.custom_vjp
+    def scaled(x: jax.Array) -> jax.Array:
+        return jnp.sin(x)
+
+    def fwd(x: jax.Array) -> tuple:
+        return jnp.sin(x), x
+
+    def bwd(x: jax.Array, ct: jax.Array) -> tuple:
+        return (3.0 * ct * jnp.cos(x),)  # not the true derivative: the rule must be used
+
+    scaled.defvjp(fwd, bwd)
+
+    def f(x: jax.Array) -> jax.Array:
+        return jnp.sum(scaled(x) * x)
+
+    x = jnp.linspace(-1.0, 1.0, 9, dtype=jnp.float32)
+    got = jax.jit(jax.grad(hlofuse.jax_function(f)))(x)
+    _close(got, jax.grad(f)(x))
+    _close(got, 3.0 * jnp.cos(x) * x + jnp.sin(x))
+
+
 def test_vmap_batches_the_program_instead_of_looping() -> None:
     params, x, _ = _data(3)
     g = hlofuse.jax_function(_mlp)

@@ -20,8 +20,9 @@ hlofuse too, from what JAX traces for it):
   program `t -> jax.jvp(flat, x, t)[1]` on the primals and the non-zero tangents. That second
   call is linear in its tangent operands.
 - transpose (of a call linear in its undefined operands, as the jvp emits): one call of
-  `ct -> vjp(u -> flat(defined, u))(ct)`, the cotangents of the undefined operands (a linear
-  map's transpose does not depend on the point: the vjp is taken at zeros). Under `jax.grad`
+  `jax.linear_transpose(u -> flat(defined, u))` on the cotangents: the cotangents of the
+  undefined operands (jax transposes the linear program it traces, so a `custom_vjp` inside
+  the function keeps its own backward rule, never differentiated twice). Under `jax.grad`
   the forward therefore runs once in the forward pass and once more inside the fused backward
   program (as under `jax.checkpoint`).
 - batching: one call of `jax.vmap(flat)` with the operands' batch axes (unbatched: None) and
@@ -265,8 +266,8 @@ def _transpose(cts: Sequence[Any], *args: Any, program: Program) -> list[Any]:
             def at(*u: Any) -> list[Any]:
                 di, ui = iter(d), iter(u)
                 return list(program.flat(*[next(ui) if x else next(di) for x in und]))
-            _, vjp = jax.vjp(at, *[_zeros(a) for a in u_avals])
-            return list(vjp(ct))
+            structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in u_avals]
+            return list(jax.linear_transpose(at, *structs)(ct))
         return transposed, f"transpose({program.name})"
 
     tp = program.derived(("transpose", und, nzct), make)
