@@ -417,6 +417,80 @@ def test_loop_leaves_swapped_duplicated_and_constant_are_copied_into_the_spare()
     assert re.search(r"\(hf_b\d+, hf_w\d+_5, hf_w\d+_3s\)", loop)
 
 
+ZERO_TRIPS = """
+HloModule zero_trip_alias
+
+cond {
+  p = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  zero = s32[] constant(0)
+  ROOT gt = pred[] compare(i, zero), direction=GT
+}
+
+body_one {
+  p = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  acc = f32[4] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  j = s32[] subtract(i, one)
+  onef = f32[] constant(1)
+  ones = f32[4] broadcast(onef), dimensions={}
+  acc2 = f32[4] add(acc, ones)
+  ROOT t = (s32[], f32[4]) tuple(j, acc2)
+}
+
+cond2 {
+  p = (s32[], f32[4], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  zero = s32[] constant(0)
+  ROOT gt = pred[] compare(i, zero), direction=GT
+}
+
+body_x {
+  p = (s32[], f32[4], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  acc = f32[4] get-tuple-element(p), index=1
+  x = f32[4] get-tuple-element(p), index=2
+  one = s32[] constant(1)
+  j = s32[] subtract(i, one)
+  acc2 = f32[4] add(acc, x)
+  ROOT t = (s32[], f32[4], f32[4]) tuple(j, acc2, x)
+}
+
+ENTRY e {
+  n = s32[] parameter(0)
+  x = f32[4] parameter(1)
+  z = f32[] constant(0)
+  b = f32[4] broadcast(z), dimensions={}
+  t1 = (s32[], f32[4]) tuple(n, b)
+  w1 = (s32[], f32[4]) while(t1), condition=cond, body=body_one
+  r1 = f32[4] get-tuple-element(w1), index=1
+  three = s32[] constant(3)
+  t2 = (s32[], f32[4], f32[4]) tuple(three, b, x)
+  w2 = (s32[], f32[4], f32[4]) while(t2), condition=cond2, body=body_x
+  r2 = f32[4] get-tuple-element(w2), index=1
+  ROOT s = f32[4] add(r1, r2)
+}
+"""
+
+
+@pytest.mark.parametrize("trips", [0, 2])
+def test_a_loop_that_runs_no_iteration_keeps_its_init_buffer(trips: int) -> None:
+    """w1 runs `trips` iterations from b's buffer; a loop that runs none leaves its result
+    pointer at b, so w2 (later, given b too) must not take b's buffer over while w1's result
+    is still to be read. diffrax's gradient (an equinox checkpointed loop with no step to
+    redo) once summed w2's result twice this way. Reuse stays where it is safe: w2's own
+    init buffer carries its state when nothing else may read it."""
+    x = np.arange(4, dtype=np.float32)
+    program, (got,) = compile_and_check(ZERO_TRIPS, np.int32(trips), x)
+    np.testing.assert_array_equal(got, trips + 3 * x)
+    alone = ZERO_TRIPS.replace("ROOT s = f32[4] add(r1, r2)", "ROOT s = f32[4] add(r2, r2)")
+    program2, _ = compile_and_check(alone, np.int32(trips), x)
+    # without w1's result read after w2, w2 takes b's buffer for its accumulator: one buffer
+    # fewer than when it may not
+    assert len(program2.source.split("hf_arena + ")) < len(program.source.split("hf_arena + "))
+
+
 UNSUPPORTED = """
 HloModule bad
 ENTRY e {

@@ -6,7 +6,11 @@ place, and how while loops carry their state (where each buffer then lives in th
   *source* `(instruction, leaf)`, the instruction that really produces it; tuple,
   get-tuple-element, bitcast, reshape, copy, opt-barrier, add-dependency and identity custom
   calls only rename a source (they alias, never copy). Each source records its last reader (the
-  position of the last instruction that reads it; the root's sources are live out). A kernel's
+  position of the last instruction that reads it; the root's sources are live out). A while
+  loop's result leaf may be its init's buffer (a loop that runs no iteration leaves the
+  pointer at the init it was given), so a read of the result counts as a read of the init too
+  (`CompAnalysis.read_via`): no kernel or other loop may take that init's buffer over while
+  the result is still to be read (the loop itself may: then its result is that buffer). A kernel's
   `inplace` pair (output o, input i) is accepted only when input i's source is *owned* (a buffer
   this program allocated, or a loop-carried leaf the loop made writable: never `args`, results of
   another owner, or a constant), is read by no later instruction, is not live out, and appears
@@ -78,6 +82,12 @@ class CompAnalysis:
     overwrites: dict[Src, Src] = field(default_factory=dict)
     loops: dict[Instruction, LoopPlan] = field(default_factory=dict)
     branches: dict[Instruction, list[CompAnalysis]] = field(default_factory=dict)
+    # a while loop's result leaf -> the values whose buffers it may be, each with the loops
+    # that hand it on (a loop that runs no iteration returns its init's buffer)
+    may_be: dict[Src, list[tuple[Src, frozenset[Instruction]]]] = field(default_factory=dict)
+    # value -> (those loops, position) of each read of a result that may be its buffer
+    read_via: dict[Src, list[tuple[frozenset[Instruction], int]]] = field(
+        default_factory=dict)
     calls: dict[Instruction, CompAnalysis] = field(default_factory=dict)
     param_offset: dict[Instruction, int] = field(default_factory=dict)
 
@@ -90,6 +100,14 @@ class CompAnalysis:
         for op in instr.operands:
             out.extend(self.srcs[op])
         return out
+
+    def read(self, src: Src, pos: int) -> None:
+        """`src` is read at `pos` (past the end: live out): and so may be every value whose
+        buffer `src` may be (`may_be`), through the loops that may hand it on."""
+        if pos < len(self.comp.instructions):
+            self.last_read[src] = pos
+        for x, loops in self.may_be.get(src, ()):
+            self.read_via.setdefault(x, []).append((loops, pos))
 
     def head(self, src: Src) -> Src:
         """The start of the in-place chain ending at `src` (the value whose buffer it uses)."""
@@ -134,8 +152,16 @@ class Analyzer:
             an.srcs[instr] = self._sources(an, instr)
             if not is_alias(instr):
                 for s in an.operand_srcs(instr):
-                    an.last_read[s] = pos
+                    an.read(s, pos)
+            if instr.opcode is Opcode.WHILE:
+                init = an.srcs[instr.operand(0)]
+                for k, s in enumerate(an.srcs[instr]):
+                    if s[0] is instr:  # (a loop that runs no iteration returns its init)
+                        an.may_be[s] = [(init[k], frozenset({instr})), *(
+                            (x, loops | {instr}) for x, loops in an.may_be.get(init[k], ()))]
         an.live_out = set(an.root_srcs)
+        for s in an.root_srcs:
+            an.read(s, len(order))
         for pos, instr in enumerate(order):
             self._plan(an, instr, pos)
         return an
@@ -196,13 +222,19 @@ class Analyzer:
                 an.owned[s] = True
             self._plan_inplace(an, instr, pos)
 
-    def _dead_owned(self, an: CompAnalysis, src: Src, pos: int, ins: list[Src]) -> bool:
-        """May the instruction at `pos` (with flat inputs `ins`) destroy `src`'s buffer?"""
+    def _dead_owned(self, an: CompAnalysis, src: Src, pos: int, ins: list[Src],
+                    loop: Instruction | None = None) -> bool:
+        """May the instruction at `pos` (with flat inputs `ins`) destroy `src`'s buffer? A
+        later read of a loop result that may be `src`'s buffer forbids it, unless it comes
+        through `loop` itself (the loop deciding to carry that leaf in `src`'s buffer: its
+        result then is that buffer by design)."""
         return (
             an.owned.get(src, False)
             and src not in an.live_out
             and an.last_read.get(src, -1) <= pos
             and ins.count(src) == 1
+            and all(at <= pos or (loop is not None and loop in loops)
+                    for loops, at in an.read_via.get(src, ()))
         )
 
     def _plan_inplace(self, an: CompAnalysis, instr: Instruction, pos: int) -> None:
@@ -232,7 +264,8 @@ class Analyzer:
         full = self.analyze(body_c, frozenset(range(n)))
         passthrough = [s == (param, k) for k, s in enumerate(full.root_srcs)]
         targets = full.inplace_params()
-        dead = [not passthrough[k] and self._dead_owned(an, init[k], pos, init) for k in range(n)]
+        dead = [not passthrough[k] and self._dead_owned(an, init[k], pos, init, instr)
+                for k in range(n)]
         writable = frozenset(
             k for k in range(n) if not passthrough[k] and (dead[k] or k in targets))
         body = self.analyze(body_c, writable)
