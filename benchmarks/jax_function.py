@@ -29,6 +29,7 @@ Writes results/jax_function.json.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import traceback
@@ -228,7 +229,7 @@ def _grad_check(name: str, fn: Any, args: tuple[Any, ...], static: tuple[int, ..
             with jax.enable_x64(True):
                 ref = jax.jit(jax.grad(scalar(fn), argnums=argnums))(
                     *[jnp.asarray(np.asarray(x), jnp.float64) for x in xs])
-        except Exception as exc:
+        except Exception as exc:  # (a library that fixes its dtypes: no f64 run)
             row["why"] = f"no f64 reference ({type(exc).__name__})"
         else:
             e_jax, e_hl = _error(want, ref), _error(got, ref)
@@ -294,9 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--only", nargs="*", default=None, help="grads: these programs only")
+    ap.add_argument("--merge", action="store_true",
+                    help="update results/jax_function.json: these parts (grads: these rows)")
     ns = ap.parse_args(argv)
     out: dict[str, Any] = {"benchmark": "jax_function", "machine": harness.machine(),
                            "repeat": ns.repeat}
+    old: dict[str, Any] = {}
+    if ns.merge and (harness.RESULTS / "jax_function.json").exists():
+        old = json.loads((harness.RESULTS / "jax_function.json").read_text())
     if "overhead" in ns.parts:
         out["overhead"] = _overhead(ns.repeat)
         print("overhead (us per call):", {k: round(v, 2) for k, v in
@@ -313,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
         n = sum(r["status"].startswith("match") for r in out["grads"])
         d = sum(r["status"] not in ("jax.grad fails", "no inexact input") for r in out["grads"])
         print(f"grads: {n} of {d} differentiable programs match jax.grad", flush=True)
+    if old:
+        rows = {r["program"]: r for r in old.get("grads", [])}
+        rows.update({r["program"]: r for r in out.get("grads", [])})
+        out = {**old, **out, "grads": list(rows.values())} if rows else {**old, **out}
+        out["merged"] = True  # (parts measured in more than one run)
     print(f"wrote {harness.save('jax_function', out)}")
     return 0
 
