@@ -212,6 +212,38 @@ def test_bad_arguments_are_refused() -> None:
         hlofuse.jax_function(lambda x, n: x, static_argnums=1)(jnp.ones(2), [1])
 
 
+# Programs of the differential suite (tests/programs.py) whose gradient goes through loops,
+# branches, scans in reverse and per-example vmaps: benchmarks/jax_function.py runs all of them
+GRAD_PROGRAMS = ["cartpole_separate", "rollout_scan_linear_policy", "vmap_per_example_grad",
+                 "scan_cumulative_reverse", "cond_two_branches", "nested_scan_fori"]
+
+
+@pytest.mark.parametrize("name", GRAD_PROGRAMS)
+def test_grad_through_suite_programs_matches_jax(name: str) -> None:
+    import programs
+
+    p = programs.by_name(name)
+    args = tuple(p.make_args())
+    grad_at = [i for i, a in enumerate(args) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact)]
+
+    def total(fn: object) -> object:
+        def s(*xs: jax.Array) -> jax.Array:
+            call = list(args)
+            for i, x in zip(grad_at, xs, strict=True):
+                call[i] = x
+            outs = [o for o in jax.tree_util.tree_leaves(fn(*call))  # type: ignore[operator]
+                    if jnp.issubdtype(o.dtype, jnp.inexact)]
+            return sum(jnp.sum(o) for o in outs)
+        return s
+
+    xs = [jnp.asarray(args[i]) for i in grad_at]
+    argnums = tuple(range(len(xs)))
+    g = hlofuse.jax_function(p.fn)
+    got = jax.jit(jax.grad(total(g), argnums=argnums))(*xs)
+    assert _compiles(g).get(f"transpose(jvp({p.fn.__name__}))", 0) == 1  # hlofuse's backward
+    _close(got, jax.jit(jax.grad(total(p.fn), argnums=argnums))(*xs), rtol=1e-4, atol=1e-5)
+
+
 def _run(script: str, timeout: int = 240, **env: str) -> str:
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **env}, cwd=ROOT)
