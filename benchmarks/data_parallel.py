@@ -187,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         r["vs_jax"] = r["steps_per_s"] / rate[(r["processes"], "jax")]
     path = harness.save("data_parallel", {
         "benchmark": "data_parallel", "machine": harness.machine(),
-        "conditions": {"rounds": ns.rounds, "batch": ns.batch, "features": ns.features, "width": ns.width,
-                       "steps": ns.steps,
+        "conditions": {"rounds": ns.rounds, "batch": ns.batch, "features": ns.features,
+                       "width": ns.width, "steps": ns.steps,
                        "hlofuse_threads_per_process": ns.threads or "CPUs / processes"},
         "rows": rows})
     print(f"wrote {path}")
