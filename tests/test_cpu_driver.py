@@ -740,8 +740,10 @@ def _random_loop(rng: np.random.Generator, tag: str,
                  params: list[str]) -> tuple[list[str], list[str], dict[str, str]]:
     """One while loop with randomly wired carried state: leaves that pass through, trade places,
     repeat each other, become constants or fresh values; a matrix updated by
-    dynamic-update-slice (in place unless the old matrix is read afterwards). Returns the
-    computations' lines, the entry lines, and the entry values to return (name -> shape)."""
+    dynamic-update-slice (in place unless the old matrix is read afterwards); 0 to 4 trips;
+    inits drawn from `params` (the entry's parameters and earlier loops' fresh inits, so two
+    loops may start from one buffer). Returns the computations' lines, the entry lines, and
+    the entry values to return (name -> shape)."""
     k = int(rng.integers(2, 5))
     st = "(s32[], " + ", ".join(["f32[4]"] * k) + ", f32[3,4])"
     cond = [f"{tag}c {{", f"  p = {st} parameter(0)",
@@ -807,7 +809,7 @@ def _random_loop(rng: np.random.Generator, tag: str,
     return cond + body, entry, outs
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", range(8))
 def test_random_loop_state_wiring_matches_the_interpreter(seed: int):
     rng = np.random.default_rng(seed)
     comps: list[str] = []
@@ -815,11 +817,13 @@ def test_random_loop_state_wiring_matches_the_interpreter(seed: int):
              "  mat = f32[3,4] parameter(2)"]
     outs: dict[str, str] = {}
     updated_in_place = 0
+    pool = ["a", "b"]  # a loop's init may be an earlier loop's (owned) init as well
     for n in range(4):
-        c, e, o = _random_loop(rng, f"l{n}", ["a", "b"])
+        c, e, o = _random_loop(rng, f"l{n}", pool)
         comps += c
         entry += e
         outs.update(o)
+        pool += [line.split()[0] for line in e if " negate(" in line and "f32[4]" in line]
         updated_in_place += "  m2 = " in "\n".join(c) and "  old = " not in "\n".join(c)
     entry.append(f"  ROOT r = ({', '.join(outs.values())}) tuple({', '.join(outs)})")
     entry.append("}")
