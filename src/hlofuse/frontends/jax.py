@@ -259,8 +259,7 @@ class JittedFunction:
         traced = jax.jit(self.fn, keep_unused=True, **self.spec.jax_options()).trace(
             *args, **kwargs)
         lowered = traced.lower()
-        text = str(lowered.as_text(dialect="hlo", debug_info=True))
-        module = load(text, source_name=f"<jax:{name}>")
+        module = _module_of(lowered, name)
         params = _param_plan(module, specs, name)
         table = _host_table(lowered, module, name)
         module, run, backend = _build(module, self.pipeline, self.backend, name, self.threads,
@@ -407,20 +406,25 @@ def jit(
     return wrap(fn) if fn is not None else wrap
 
 
-def compile_flat(flat: Callable[..., Any], sig: Sequence[tuple[tuple[int, ...], Any, bool]],
-                 name: str, options: dict[str, Any]) -> Any:
-    """`flat` (array leaves in, a list of array leaves out) traced by jax.jit at `sig`
-    ((shape, dtype, weak type) per leaf), optimised and compiled by the cpu backend with
+def _module_of(lowered: Any, name: str) -> Module:
+    """The verified hlofuse Module of a `jax.stages.Lowered` (short form, stack frames kept)."""
+    return load(str(lowered.as_text(dialect="hlo", debug_info=True)),
+                source_name=f"<jax:{name}>")
+
+
+def compile_flat(flat: Callable[..., Any], structs: Sequence[Any], name: str,
+                 options: dict[str, Any]) -> Any:
+    """`flat` (array leaves in, a list of array leaves out) traced by jax.jit at `structs`
+    (a `jax.ShapeDtypeStruct` per leaf), optimised and compiled by the cpu backend with
     `options` (pipeline, threads, subnormals): the runner, for `jax_primitive.Program`. Raises
     an HloError where the cpu backend cannot run it, or where the program has ordered effects
     (a token parameter the custom call has no operand for)."""
     from hlofuse.api import bind
 
-    structs = [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in sig]
     lowered = jax.jit(flat, keep_unused=True).trace(*structs).lower()
-    text = str(lowered.as_text(dialect="hlo", debug_info=True))
-    module = load(text, source_name=f"<jax:{name}>")
-    if _param_plan(module, [(np.dtype(d), tuple(s)) for s, d, _ in sig], name) is not None:
+    module = _module_of(lowered, name)
+    if _param_plan(module, [(np.dtype(a.dtype), tuple(a.shape)) for a in structs],
+                   name) is not None:
         raise HloError(f"{name}: the program has ordered effects (a token parameter)")
     table = _host_table(lowered, module, name)
     _, run, _ = bind(module, options.get("pipeline", "hlofuse"), "cpu",

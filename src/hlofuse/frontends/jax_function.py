@@ -88,7 +88,7 @@ class JaxFunction:
         data = [leaf if impl is None else jax.random.key_data(leaf)
                 for leaf, impl in zip(leaves, impls, strict=True)]
         values = jax_primitive.call(program, *data)
-        out_tree, out_impls = outs[jax_primitive._sig([jax.typeof(d) for d in data])]
+        out_tree, out_impls = outs[jax_primitive.signature([jax.typeof(d) for d in data])]
         return out_tree.unflatten([
             v if impl is None else jax.random.wrap_key_data(v, impl=impl)
             for v, impl in zip(values, out_impls, strict=True)])
@@ -108,7 +108,7 @@ class JaxFunction:
                 args, kwargs = _merge(dyn, dkw, static)
                 out_leaves, out_tree = jax.tree_util.tree_flatten(fn(*args, **kwargs))
                 out_impls = tuple(_key_impl(v) for v in out_leaves)
-                outs[jax_primitive._sig([jax.typeof(d) for d in data])] = (out_tree, out_impls)
+                outs[jax_primitive.signature([jax.typeof(d) for d in data])] = (out_tree, out_impls)
                 return [v if impl is None else jax.random.key_data(v)
                         for v, impl in zip(out_leaves, out_impls, strict=True)]
 

@@ -36,7 +36,6 @@ compiles once.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -68,9 +67,14 @@ hlofuse_call_p.multiple_results = True
 Flat = Callable[..., Sequence[Any]]
 
 
-def _sig(avals: Sequence[Any]) -> tuple[tuple[tuple[int, ...], Any, bool], ...]:
+def signature(avals: Sequence[Any]) -> tuple[tuple[tuple[int, ...], Any, bool], ...]:
+    """(shape, dtype, weak type) per aval: what a program is traced and compiled for."""
     return tuple((tuple(a.shape), a.dtype, bool(getattr(a, "weak_type", False)))
                  for a in avals)
+
+
+def _structs(sig: Sequence[tuple[tuple[int, ...], Any, bool]]) -> list[Any]:
+    return [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in sig]
 
 
 def _inexact(aval: Any) -> bool:
@@ -86,7 +90,7 @@ class Program:
         self.options = options
         self._lock = threading.Lock()
         self._derived: dict[Any, Program] = {}
-        self._outs: dict[Any, list[Any]] = {}
+        self._jaxprs: dict[Any, Any] = {}  # signature -> the program traced there
         self._entries: dict[Any, Any] = {}  # signature -> jax_ffi.NativeEntry | None
         self.warned: str | None = None  # why the program runs as jax's own lowering
         self.compiles = 0  # hlofuse compiles of this program (one per signature)
@@ -110,12 +114,13 @@ class Program:
                 p = self._derived[key] = Program(flat, name, self.options)
         return p
 
-    def out_avals(self, avals: Sequence[Any]) -> list[Any]:
-        sig = _sig(avals)
-        outs = self._outs.get(sig)
-        if outs is None:
-            structs = [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in sig]
-            closed = jax.make_jaxpr(lambda *a: list(self.flat(*a)))(*structs)
+    def jaxpr(self, avals: Sequence[Any]) -> Any:
+        """The program traced at `avals` (a ClosedJaxpr, once per signature); a function with
+        side effects other than jax.debug's is refused here."""
+        sig = signature(avals)
+        closed = self._jaxprs.get(sig)
+        if closed is None:
+            closed = jax.make_jaxpr(lambda *a: list(self.flat(*a)))(*_structs(sig))
             effects = [e for e in closed.effects if not isinstance(e, _DebugEffect)]
             if effects:
                 raise InputError(
@@ -123,15 +128,17 @@ class Program:
                     f"({', '.join(sorted({type(e).__name__ for e in effects}))}: an "
                     "io_callback or ordered callback), which a custom call cannot order; "
                     "use jax.pure_callback, or hlofuse.jit around the whole program")
-            outs = [ShapedArray(o.shape, o.dtype, weak_type=o.weak_type)
-                    for o in closed.out_avals]
-            self._outs[sig] = outs
-        return outs
+            self._jaxprs[sig] = closed
+        return closed
+
+    def out_avals(self, avals: Sequence[Any]) -> list[Any]:
+        return [ShapedArray(o.shape, o.dtype, weak_type=o.weak_type)
+                for o in self.jaxpr(avals).out_avals]
 
     def entry(self, avals: Sequence[Any]) -> Any:
         """The program compiled by hlofuse for `avals` and registered with the XLA FFI
         handler, or None where hlofuse cannot run it (warned once per program)."""
-        sig = _sig(avals)
+        sig = signature(avals)
         with self._lock:
             if sig not in self._entries:
                 self._entries[sig] = self._compile(sig)
@@ -144,7 +151,7 @@ class Program:
         if not jax_ffi.available():
             return self._inline("the XLA FFI handler could not be built here")
         try:
-            exe = compile_flat(self.flat, sig, self.name, self.options)
+            exe = compile_flat(self.flat, _structs(sig), self.name, self.options)
         except HloError as exc:
             return self._inline(str(exc))
         if not jax_ffi.eligible(exe):
@@ -187,12 +194,10 @@ def _abstract_eval(*avals: Any, program: Program) -> list[Any]:
     varying = [a for a in avals if getattr(getattr(a, "mat", None), "varying", None)]
     if not varying:
         return outs
-    # Inside shard_map (check_vma): an output varies over every manual axis an operand
-    # varies over, as jax's standard rule has it for one primitive
-    union = frozenset().union(*(a.mat.varying for a in varying))
-    like = max(varying, key=lambda a: len(a.mat.varying))
-    mat = like.mat if like.mat.varying == union else dataclasses.replace(like.mat,
-                                                                         varying=union)
+    # Inside shard_map (check_vma): `call` made every operand vary over the same manual axes,
+    # and every output varies over them too, as jax's standard rule has it for one primitive
+    like = varying[0]
+    mat = like.mat
     mesh = like.sharding.mesh
     return [ShapedArray(o.shape, o.dtype, o.weak_type,
                         sharding=jax.sharding.NamedSharding(mesh, jax.P(*[None] * o.ndim)),
@@ -280,8 +285,7 @@ def _batched_outputs(program: Program, avals: Sequence[Any], batched: Sequence[b
     """Which outputs depend on a batched operand (conservatively: an equation with any such
     operand batches all its results): those the batched program returns on axis 0; the rest
     stay unbatched, as jax's own rules leave them (`jax.jacfwd` wants its primal unbatched)."""
-    jaxpr = jax.make_jaxpr(lambda *a: list(program.flat(*a)))(
-        *[jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in avals]).jaxpr
+    jaxpr = program.jaxpr(avals).jaxpr
     dep = {v for v, b in zip(jaxpr.invars, batched, strict=True) if b}
     for eqn in jaxpr.eqns:
         if any(not isinstance(v, Literal) and v in dep for v in eqn.invars):
