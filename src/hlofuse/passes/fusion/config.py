@@ -123,6 +123,13 @@ class FusionConfig:
     # f32[64,9,3] as nine f32[64,3]) gain nothing and cost 5% (measured on AVX-512: ant
     # positional 150 -> 158 ms per run, inverted pendulum unchanged).
     unstack_max_row_rank: int = 1
+    # A scan output computed per step from reductions over the batch (a reward sum, an episode
+    # count) is computed after the loop from per-element rows written by the loop, when that
+    # makes the loop one that whole-loop fusion takes (loop_reductions.py) ...
+    hoist_loop_reductions: bool = False
+    # ... and the rows take at most this many bytes (CartPole's per-step reward sum, 2048 x
+    # 10,000 steps: 82 MB).
+    hoist_max_bytes: int = 256 * 1024 * 1024
     # Loops that stay on the host (not whole-loop fused) are unrolled by the factor the cost
     # model picks, at most `max_unroll` (the paper's step 4, chosen instead of fixed).
     auto_unroll: bool = False

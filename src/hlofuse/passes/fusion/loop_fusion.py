@@ -24,7 +24,9 @@ Legality (`whole_loop_legal`, each refusal names its rule):
   table, a parameter), a batch leaf with exactly one dimension of size N (the state; or an
   output whose only update is a `dynamic-update-slice` of a slice of N elements per
   iteration), or a leaf without that dimension whose new value depends on no batch value (a
-  random key split every step: computed once per iteration, not per element).
+  random key split every step: computed once per iteration, not per element; or a scan
+  output of such values, `urow`, written once after the blocks). A per-step reduction over
+  the batch is moved out of the loop first (`loop_reductions.py`).
 - `whole_loop.op`: every instruction of the body, and of the fusions it calls, keeps batch
   elements apart (`batch_axes.infer`: elementwise ops, broadcasts, reshapes and transposes that
   keep the batch dimension, slices and concatenates along other dimensions, reductions over
@@ -89,7 +91,7 @@ class LoopPlan:
 
     batch: int  # N
     counter: int  # leaf index of the induction variable
-    kinds: tuple[str, ...]  # per leaf: counter | state | uniform | invariant | output
+    kinds: tuple[str, ...]  # per leaf: counter | state | uniform | invariant | output | urow
     axes: tuple[int | None, ...]  # per leaf: its batch axis (None: no batch dimension)
 
 
@@ -192,7 +194,10 @@ def _plan_for(w: Instruction, n: int, counter: int, arrays: list[ArrayShape],
             return _no(f"carried leaf {k} ({s}) has more than one dimension of the batch size "
                        f"{n}", "whole_loop.leaf")
         elif n not in dims:
-            kinds.append("uniform")
+            # a scan output that depends on no batch value (a constant, the counter, a random
+            # key's bits): written by the replay after the blocks, not per block
+            row = row_write(root.operand(k), p, k) is not None
+            kinds.append("urow" if row else "uniform")
             axes.append(None)
         else:
             row = row_write(root.operand(k), p, k) is not None and dims.index(n) > 0
@@ -208,7 +213,7 @@ def _plan_for(w: Instruction, n: int, counter: int, arrays: list[ArrayShape],
         return None, exc.decision
     out = found[id(root)]
     for k, kind in enumerate(kinds):
-        if kind == "uniform" and out[k] is not None:
+        if kind in ("uniform", "urow") and out[k] is not None:
             return _no(f"carried leaf {k} ({arrays[k]}) has no batch dimension, but its new value "
                        "depends on the batch (a reduction over the elements?)", "whole_loop.op")
         if kind in ("state", "output") and out[k] not in (None, axes[k]):
@@ -253,7 +258,8 @@ def whole_loop_cost(w: Instruction, plan: LoopPlan, config: FusionConfig, trips:
     shape = w.shape
     assert isinstance(shape, TupleShape)
     rows = sum(e.size * e.dtype.itemsize for k, e in enumerate(shape.elements)
-               if plan.kinds[k] == "output" and isinstance(e, ArrayShape)) // max(trips, 1)
+               if plan.kinds[k] in ("output", "urow") and isinstance(e, ArrayShape)
+               ) // max(trips, 1)
     ns_op = config.host_ns_per_op
     separate = kernels * config.host_kernel_overhead_ns + moved / config.host_bandwidth_gbs \
         + ops * ns_op

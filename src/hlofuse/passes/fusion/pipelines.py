@@ -15,6 +15,8 @@
     hlofuse      beyond XLA (`BEYOND_XLA`, docs/beyond-xla.md): simplify
                  unroll-small-loops            threefry's rounds become elementwise code
                  simplify, unstack-loop-state  stacked loop state carried as rows
+                 simplify, hoist-loop-reductions  per-step reductions over the batch
+                                               computed after the loop from rows
                  simplify, auto-unroll         host loops unrolled when the cost model says so
                  simplify (the peeled iterations' counters fold back into constants)
                  simplify, xla's fusion and horizontal fixpoints
@@ -48,10 +50,12 @@ RELAXATIONS: dict[str, Any] = {"allow_multi_user_concatenate": True,
 # `hlofuse{whole_loop_fusion=false}` leaves one out. 8 iterations: JAX lowers threefry2x32 on
 # CPU to a loop of 5 (of 4 rounds each).
 BEYOND_XLA: dict[str, Any] = {"unroll_small_loops": 8, "unstack_loop_state": True,
+                              "hoist_loop_reductions": True,
                               "auto_unroll": True, "whole_loop_fusion": True,
                               "gpu_cheap_ops": frozenset(), "max_reevaluated_ops": 40}
 # The passes that make those transformations (their trace events are what `explain` lists).
-BEYOND_PASSES = ("unroll-small-loops", "unstack-loop-state", "auto-unroll", "whole-loop-fusion")
+BEYOND_PASSES = ("unroll-small-loops", "unstack-loop-state", "hoist-loop-reductions",
+                 "auto-unroll", "whole-loop-fusion")
 
 
 def _simplify() -> Fixpoint:
@@ -107,12 +111,14 @@ def hlofuse(**settings: Any) -> Pipeline:
     FusionConfig overrides on top of `BEYOND_XLA`."""
     from hlofuse.passes.fusion.auto_unroll import AutoUnroll
     from hlofuse.passes.fusion.loop_fusion import WholeLoopFusion
+    from hlofuse.passes.fusion.loop_reductions import HoistLoopReductions
     from hlofuse.passes.fusion.small_loops import UnrollSmallLoops
     from hlofuse.passes.fusion.unstack import UnstackLoopState
 
     c = FusionConfig.from_options({**BEYOND_XLA, **settings})
     return Pipeline("hlofuse", [_simplify(), DotStrengthReduction(), UnrollSmallLoops(c),
                                 _simplify(),
-                                UnstackLoopState(c), _simplify(), AutoUnroll(c),
+                                UnstackLoopState(c), _simplify(), HoistLoopReductions(c),
+                                _simplify(), AutoUnroll(c),
                                 _simplify(), fusion_fixpoint(c), horizontal_fixpoint(c),
                                 WholeLoopFusion(c)])

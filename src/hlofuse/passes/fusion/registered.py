@@ -6,7 +6,7 @@ import importlib
 import importlib.util
 
 PASS_MODULES = ("core_passes", "fusion_merger", "horizontal",
-                "priority_fusion", "loop_fusion", "small_loops", "unstack",
+                "priority_fusion", "loop_fusion", "loop_reductions", "small_loops", "unstack",
                 "auto_unroll")
 _PACKAGE = "hlofuse.passes.fusion"
 

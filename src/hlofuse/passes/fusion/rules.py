@@ -223,6 +223,15 @@ _TABLE: tuple[Rule, ...] = (
          "the batch: every block would compute it again", "limit", figures=("uniform",)),
     Rule("whole_loop.cost", "the cost model predicts one kernel is slower than the body's "
          "kernels, or cannot tell"),
+    # ----- beyond XLA: hoist-loop-reductions (loop_reductions.py) ----------------------------
+    Rule("hoist.row", "the carried array is not a scan output written one whole row per "
+         "iteration at the counter"),
+    Rule("hoist.cone", "the row is not computed from reductions through ops that can run for "
+         "every iteration at once after the loop"),
+    Rule("hoist.whole_loop", "with the reductions moved out the loop would still not be one "
+         "kernel, so moving them gains nothing"),
+    Rule("hoist_max_bytes", "the per-element rows the loop would write take more memory than "
+         "the setting", "limit", figures=("bytes",)),
     # ----- beyond XLA: unstack-loop-state (unstack.py) ---------------------------------------
     Rule("unstack.writes", "the carried array is not written row by row"),
     Rule("unstack.reads", "the carried array is read other than one row at a time"),

@@ -57,8 +57,16 @@ def describe(pass_name: str, fired: bool, reason: str, rule: str, f: dict[str, A
     if pass_name == "whole-loop-fusion":
         per = f.get("kernels_per_iteration")
         was = f" (was {per} kernels per iteration)" if per is not None else ""
-        return (f"one kernel for all {f.get('trips', '?')} iterations{was}, batch of "
+        text = (f"one kernel for all {f.get('trips', '?')} iterations{was}, batch of "
                 f"{f.get('batch', '?')} elements, time loop inside")
+        if f.get("separate_ns") is not None and f.get("whole_ns") is not None:
+            text += (f" (modelled {f['separate_ns'] / 1e3:.1f} -> {f['whole_ns'] / 1e3:.1f} us "
+                     "per iteration)")
+        return text
+    if pass_name == "hoist-loop-reductions":
+        return (f"{f.get('reduces', '?')} reduction(s) over the batch per iteration computed "
+                f"after the loop from per-element rows ({_size(f.get('bytes', 0))}), so the "
+                "loop can be one kernel")
     if pass_name == "unroll-small-loops":
         text = f"{f.get('trips', '?')} iterations unrolled into straight-line code"
         if f.get("rng"):
@@ -73,3 +81,12 @@ def describe(pass_name: str, fired: bool, reason: str, rule: str, f: dict[str, A
                 f"{f.get('kernels_before', '?')} -> {f.get('kernels_after', '?')} kernels per "
                 "original iteration)")
     return ", ".join(f"{k}={v}" for k, v in f.items())
+
+
+def _size(n: object) -> str:
+    b = float(n) if isinstance(n, int | float) else 0.0
+    for unit in ("B", "KiB", "MiB"):
+        if b < 1024 or unit == "MiB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+    return f"{b:.1f} GiB"

@@ -13,7 +13,8 @@
                 output_k[row(t), .., n, ..] = ...                           of element n
             u = u'
     a tail nest for the last N % B elements; then the uniform state's and the counter's final
-    values (the uniform part replayed once: it does not depend on the batch)
+    values, and the scan outputs that depend on no batch value (`urow`: the uniform part
+    replayed once, writing their rows; it does not depend on the batch)
 
 Each element's trajectory depends only on its own state and on uniform values, so running
 element by element gives the loop's results (`batch_axes.infer` checked that every instruction
@@ -125,7 +126,7 @@ class _WholeLoop:
             b.alias.pop(id(user), None)
             if kind == "counter":
                 b.fixed[id(user)] = self.counter
-            elif kind in ("state", "output"):
+            elif kind in ("state", "output", "urow"):
                 b.params[id(user)] = [self.outs[k]]
             elif kind == "uniform":
                 b.params[id(user)] = [uniform[k]]
@@ -141,7 +142,7 @@ class _WholeLoop:
         b.hoist_scalars = False  # scalars may depend on the iteration: the hoist pass moves them
         pairs: dict[int, int] = {}
         for k, kind in enumerate(self.plan.kinds):
-            if kind in ("state", "output"):
+            if kind in ("state", "output", "urow"):
                 src = self.ins[k]
                 if src is None:
                     raise LoweringError(f"{self.where}: carried leaf {k} starts as a constant")
@@ -249,9 +250,10 @@ class _WholeLoop:
         for instr, _ in self.heavy:
             b.fixed.pop(id(instr), None)
 
-    def row(self, k: int, n: Affine) -> list[tuple[Buffer, Affine, Val]]:
-        """A dynamic-update-slice's update region for element `n`: where it lands (starts
-        clamped like the interpreter's) and its values."""
+    def row(self, k: int, n: Affine | None) -> list[tuple[Buffer, Affine, Val]]:
+        """A dynamic-update-slice's update region for element `n` (all of it for a `urow`
+        leaf, n None): where it lands (starts clamped like the interpreter's) and its
+        values."""
         from hlofuse.passes.fusion.loop_fusion import row_write
 
         b = self.b
@@ -264,12 +266,11 @@ class _WholeLoop:
         upd = dus.operand(1)
         od, ud = tuple(array_shape(dus).dims), tuple(array_shape(upd).dims)
         axis = self.plan.axes[k]
-        assert axis is not None
         starts = []
         for d, s in enumerate(dus.operands[2:]):
             starts.append(b.clamp(b.value(s, ix.zero(())), od[d] - ud[d]))
         out = []
-        for coords in _coords(ud, axis, n):
+        for coords in _coords(ud, axis, n) if n is not None else _all_coords(ud):
             target = ix.linearize(tuple(starts[d] + coords[d] for d in range(len(od))), od)
             out.append((self.outs[k], target, b.value(upd, ix.of_multi(ud, coords))))
         return out
@@ -280,13 +281,16 @@ class _WholeLoop:
         iv = self.iv
         out_c = self.outs[iv.index]
         b.emit(ir.Store(out_c, ir.ZERO, b.g.const(iv.init + iv.step * self.trips, out_c.dtype)))
-        if "uniform" not in self.plan.kinds:
+        if "uniform" not in self.plan.kinds and "urow" not in self.plan.kinds:
             return
         uniform = self.uniform_buffers()
         self.bind(uniform)
         with b.loop(self.trips, "t") as t:
             self.t.append(t)
-            b.assign(self.uniform_updates(uniform))
+            updates = self.uniform_updates(uniform)
+            b.assign([s for k, kind in enumerate(self.plan.kinds) if kind == "urow"
+                      for s in self.row(k, None)])
+            b.assign(updates)
             self.t.pop()
         for k, buf in uniform.items():
             # element by element, not a Copy: a local holds a narrow float (f16, bf16, fp8, f4,
@@ -330,6 +334,11 @@ def _coords(dims: tuple[int, ...], axis: int | None, n: Affine) -> list[tuple[Af
     if math.prod(dims) == 0:
         return []
     return out
+
+
+def _all_coords(dims: tuple[int, ...]) -> list[tuple[Affine, ...]]:
+    """Every multi-index of `dims` (unrolled)."""
+    return [tuple(ir.affine(int(v)) for v in c) for c in itertools.product(*map(range, dims))]
 
 
 Coords = Callable[[int], list[tuple[Affine, ...]]]
