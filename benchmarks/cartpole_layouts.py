@@ -1,15 +1,20 @@
-"""CartPole in every layout RL code uses, hlofuse (`xla` pipeline, cpu backend) vs jax.jit of the
-same program: the state as four [N] arrays, one [N, 4] or one [4, N] array; the precomputed
-resets as four [S, N] arrays, one [S, N, 4] (read as `rst[:, k]`) or one [S, 4, N] array
+"""CartPole in every layout RL code uses, hlofuse (`xla` and `hlofuse` pipelines, cpu backend)
+vs jax.jit of the same program and the hand-written C: the state as four [N] arrays, one [N, 4]
+or one [4, N] array; the precomputed resets as four [S, N] arrays, one [S, N, 4] (read as
+`rst[:, k]`) or one [S, 4, N] array; the scan's per-step output none, a scalar (environments
+reset that step: a sum over the batch) or per environment (`[S, N]`)
 (`hlofuse.examples.cartpole.make_layout`). Part of benchmarks/cartpole.py (`--layouts`), or on
 its own:
 
     python benchmarks/cartpole_layouts.py [--envs 2048] [--steps 10000] [--repeat 5]
 
-For each of the 9 programs: env-steps/s of both, the ratio, hlofuse's kernels per env step, and
-whether every loop over the environments in the loop body's kernels is a vector loop (read off
-the kernel IR for this machine's target: explicit SIMD, not the C compiler's choice). Each
-executable is first checked against the interpreter on a 12-step rollout.
+For each of the 27 programs: env-steps/s of every peer, hlofuse's ratios to jax.jit, the
+`hlofuse` pipeline's kernels per run (the whole loop is one of them), and whether every loop over the environments in the
+`xla` pipeline's loop body kernels is a vector loop (read off the kernel IR for this machine's
+target: explicit SIMD, not the C compiler's choice). The C reference
+(`cartpole_ref.c: cartpole_ref_layout`) reads the same resets and emits the same output, with
+the state as four arrays (its rows only). Each executable is first checked against the
+interpreter on a 12-step rollout.
 """
 
 from __future__ import annotations
@@ -70,53 +75,77 @@ def _check(fn: Any, args: tuple, text: str, exe_short: Any) -> None:
             np.testing.assert_array_equal(g, w)
 
 
-def run_layouts(envs: int, steps: int, repeat: int, prog: harness.Progress | None = None
-                ) -> list[dict[str, Any]]:
+PIPELINES = ("xla", "hlofuse")
+
+
+def run_layouts(envs: int, steps: int, repeat: int, prog: harness.Progress | None = None,
+                outputs: tuple[str, ...] = cartpole.STEP_OUTPUTS) -> list[dict[str, Any]]:
     import jax
+    from cartpole_peers import c_reference_layout
 
     rows = []
-    for sl in cartpole.STATE_LAYOUTS:
-        for rl in cartpole.RESET_LAYOUTS:
-            name = f"state {sl} / resets {rl}"
-            if prog is not None:
-                prog.update(0, f"layouts: {name}")
-            s_fn, s_args = cartpole.make_layout(sl, rl, min(envs, 64), CHECK_STEPS)
-            s_text = hlo_text(s_fn, *s_args)
-            _check(s_fn, s_args, s_text, hlofuse.compile(s_text, backend="cpu"))
-            fn, args = cartpole.make_layout(sl, rl, envs, steps)
-            text = hlo_text(fn, *args)
-            exe = hlofuse.compile(text, backend="cpu")
-            compiled = jax.jit(fn).lower(*args).compile()
-            dev = [jax.device_put(a) for a in args]
-            best = harness.interleaved({
-                "jax.jit": lambda c=compiled, d=dev: jax.block_until_ready(c(*d)),
-                "hlofuse": lambda e=exe, a=args: e(*a),
-            }, repeat)
-            prof = exe.profile(*args)
-            rows.append({
-                "state": sl, "resets": rl, "envs": envs, "steps": steps,
-                "seconds": best,
-                "env_steps_per_s": {k: envs * steps / v for k, v in best.items()},
-                "ratio_vs_jax": best["jax.jit"] / best["hlofuse"],
-                "kernels_per_step": sum(r.calls for r in prof.rows if r.calls > 1) / steps,
-                "main_kernel_vectorized": vectorized(exe, envs),
-            })
-            if prog is not None:
-                prog.update(1, f"layouts: {name}: {rows[-1]['ratio_vs_jax']:.2f}x jax.jit")
+    for ys in outputs:
+        for sl in cartpole.STATE_LAYOUTS:
+            for rl in cartpole.RESET_LAYOUTS:
+                name = f"state {sl} / resets {rl} / ys {ys}"
+                if prog is not None:
+                    prog.update(0, f"layouts: {name}")
+                s_fn, s_args = cartpole.make_layout(sl, rl, min(envs, 64), CHECK_STEPS, ys=ys)
+                s_text = hlo_text(s_fn, *s_args)
+                for pipeline in PIPELINES:
+                    _check(s_fn, s_args, s_text,
+                           hlofuse.compile(s_text, pipeline=pipeline, backend="cpu"))
+                if sl == "four":
+                    _check(s_fn, s_args, s_text, c_reference_layout(rl, ys))
+                fn, args = cartpole.make_layout(sl, rl, envs, steps, ys=ys)
+                text = hlo_text(fn, *args)
+                exes = {p: hlofuse.compile(text, pipeline=p, backend="cpu") for p in PIPELINES}
+                compiled = jax.jit(fn).lower(*args).compile()
+                dev = [jax.device_put(a) for a in args]
+                peers = {"jax.jit": lambda c=compiled, d=dev: jax.block_until_ready(c(*d))}
+                for p, exe in exes.items():
+                    peers[f"hlofuse[{p}]"] = lambda e=exe, a=args: e(*a)
+                if sl == "four":
+                    ref = c_reference_layout(rl, ys)
+                    peers["C"] = lambda f=ref, a=args: f(*a)
+                best = harness.interleaved(peers, repeat)
+                prof = exes["hlofuse"].profile(*args)
+                row = {
+                    "state": sl, "resets": rl, "ys": ys, "envs": envs, "steps": steps,
+                    "seconds": best,
+                    "env_steps_per_s": {k: envs * steps / v for k, v in best.items()},
+                    "ratio_vs_jax": {p: best["jax.jit"] / best[f"hlofuse[{p}]"]
+                                     for p in PIPELINES},
+                    "hlofuse_vs_xla": best["hlofuse[xla]"] / best["hlofuse[hlofuse]"],
+                    "kernels_per_run": sum(r.calls for r in prof.rows),
+                    "xla_body_vectorized": vectorized(exes["xla"], envs),
+                }
+                if "C" in best:
+                    row["hlofuse_vs_c"] = best["C"] / best["hlofuse[hlofuse]"]
+                rows.append(row)
+                if prog is not None:
+                    prog.update(1, f"layouts: {name}: "
+                                f"{row['ratio_vs_jax']['hlofuse']:.2f}x jax.jit")
     return rows
 
 
 def markdown(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| state | resets | jax.jit env-steps/s | hlofuse env-steps/s | vs jax.jit | "
-             "kernels/step | vectorized |", "|---|---|---:|---:|---:|---:|---|"]
+    lines = ["| ys | state | resets | jax.jit env-steps/s | `hlofuse` env-steps/s | `hlofuse` vs "
+             "jax.jit | `xla` vs jax.jit | `hlofuse` vs `xla` | `hlofuse` vs C | kernels/run "
+             "| `xla` body vectorized |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     state_names = {"four": "four [N]", "n4": "[N, 4]", "4n": "[4, N]"}
     reset_names = {"four": "four [S, N]", "sn4": "[S, N, 4]", "s4n": "[S, 4, N]"}
+    ys_names = {"none": "none", "scalar": "scalar (sum)", "env": "per env [S, N]"}
     for r in rows:
         rate = r["env_steps_per_s"]
+        vs_c = f"{r['hlofuse_vs_c']:.2f}x" if "hlofuse_vs_c" in r else "-"
         lines.append(
-            f"| {state_names[r['state']]} | {reset_names[r['resets']]} "
-            f"| {rate['jax.jit']:.2e} | {rate['hlofuse']:.2e} | {r['ratio_vs_jax']:.2f}x "
-            f"| {r['kernels_per_step']:.0f} | {'yes' if r['main_kernel_vectorized'] else 'NO'} |")
+            f"| {ys_names[r['ys']]} | {state_names[r['state']]} | {reset_names[r['resets']]} "
+            f"| {rate['jax.jit']:.2e} | {rate['hlofuse[hlofuse]']:.2e} "
+            f"| {r['ratio_vs_jax']['hlofuse']:.2f}x | {r['ratio_vs_jax']['xla']:.2f}x "
+            f"| {r['hlofuse_vs_xla']:.2f}x | {vs_c} | {r['kernels_per_run']} "
+            f"| {'yes' if r['xla_body_vectorized'] else 'NO'} |")
     return lines
 
 
@@ -125,9 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--envs", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--ys", nargs="*", default=list(cartpole.STEP_OUTPUTS),
+                    choices=cartpole.STEP_OUTPUTS)
     ap.add_argument("--out", default="cartpole_layouts")
     ns = ap.parse_args(argv)
-    rows = run_layouts(ns.envs, ns.steps, ns.repeat)
+    rows = run_layouts(ns.envs, ns.steps, ns.repeat, outputs=tuple(ns.ys))
     path = harness.save(ns.out, {"rows": rows})
     print("\n".join(markdown(rows)))
     print(f"wrote {path}")

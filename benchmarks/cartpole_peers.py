@@ -64,6 +64,50 @@ def c_reference() -> Rollout:
     return run
 
 
+def c_reference_layout(reset_layout: str, ys: str) -> Rollout:
+    """The hand-written C rollout (`cartpole_ref_layout`) as a Python function of
+    `cartpole.make_layout(state_layout="four", reset_layout, ys=ys)`'s arguments: it reads the
+    resets in their layout and emits the same per-step output."""
+    from hlofuse.backends.cpu import build, mathlib
+
+    source = (mathlib.source() + "\n#define HF_SIN hf__sin_small_f32\n"
+              "#define HF_COS hf__cos_small_f32\n" + (HERE / "cartpole_ref.c").read_text())
+    lib = build.load_library(source, name="cartpole_ref", extra_flags=("-fopenmp",))
+    fn = lib.cartpole_ref_layout
+    fn.restype = None
+    fn.argtypes = ([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 9 + [ctypes.c_int64] * 2
+                   + [ctypes.c_void_p] * 9)
+
+    def ptr(a: np.ndarray | None) -> int | None:
+        return None if a is None else int(a.__array_interface__["data"][0])
+
+    def run(x: np.ndarray, x_dot: np.ndarray, theta: np.ndarray, theta_dot: np.ndarray,
+            actions: np.ndarray, *resets: np.ndarray) -> tuple[np.ndarray, ...]:
+        n, steps = x.shape[0], actions.shape[0]
+        f32 = np.dtype(np.float32).itemsize
+        if reset_layout == "four":
+            tables = [np.ascontiguousarray(r, np.float32) for r in resets]
+            bases = [ptr(r) for r in tables]
+            strides = (n, 1)
+        else:
+            (table,) = (np.ascontiguousarray(r, np.float32) for r in resets)
+            step = 1 if reset_layout == "sn4" else n  # element k's offset from element 0
+            bases = [ptr(table) + k * step * f32 for k in range(4)]  # type: ignore[operator]
+            strides = (4 * n, 4 if reset_layout == "sn4" else 1)
+        outs = [np.empty(n, np.float32) for _ in range(5)] + [np.empty(n, np.int32)]
+        blocks = -(-n // 256)
+        per_step = np.empty(steps, np.float32) if ys == "scalar" else None
+        partial = np.empty(blocks * steps, np.float32) if ys == "scalar" else None
+        xs = np.empty((steps, n), np.float32) if ys == "env" else None
+        fn(n, steps, *(ptr(a) for a in (x, x_dot, theta, theta_dot, actions)), *bases, *strides,
+           *(ptr(a) for a in (*outs, per_step, partial, xs)))
+        extra = () if ys == "none" else ((per_step,) if ys == "scalar" else (xs,))
+        return (*outs, *extra)
+
+    # the separate state arrays the C reads must be contiguous f32 (make_layout's are)
+    return run
+
+
 def torch_available() -> bool:
     try:
         import torch  # noqa: F401

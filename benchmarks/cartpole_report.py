@@ -199,9 +199,10 @@ def _layout_table(rows: list[dict[str, Any]] | None) -> list[str]:
 
     return ["", "## Every layout of the state and of the precomputed resets", "",
             "The `separate` physics with the state and the resets stored as RL code stores "
-            "them; hlofuse's `xla` pipeline vs jax.jit of the same program; \"vectorized\": "
-            "every loop over the environments in the loop body's kernels is an explicit vector "
-            "loop.", "", *cartpole_layouts.markdown(rows)]
+            "them, and the scan's per-step output as RL code emits it; hlofuse's `hlofuse` and "
+            "`xla` pipelines vs jax.jit of the same program and the hand-written C; \"`xla` "
+            "body vectorized\": every loop over the environments in the `xla` pipeline's loop "
+            "body kernels is an explicit vector loop.", "", *cartpole_layouts.markdown(rows)]
 
 
 def _sweep_table(sweep: dict[str, Any] | None) -> list[str]:

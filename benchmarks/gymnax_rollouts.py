@@ -1,10 +1,10 @@
 """Benchmark: gymnax rollouts through `hlofuse.jit`, against `jax.jit` of the same function.
 
 The programs are gymnax's own environments (CartPole-v1, Acrobot-v1, and with --all also
-Pendulum-v1 and MountainCar-v0), written the way gymnax's examples write a rollout: `jax.vmap`
-of `env.reset` and `env.step` over the environments, inside `lax.scan`, the key split every
-step, random actions from `env.action_space(params).sample`, gymnax's auto-reset inside
-`env.step`. Nothing here is shaped for hlofuse.
+Pendulum-v1, MountainCar-v0 and MinAtar's Breakout), written the way gymnax's examples write a
+rollout: `jax.vmap` of `env.reset` and `env.step` over the environments, inside `lax.scan`, the
+key split every step, random actions from `env.action_space(params).sample`, gymnax's
+auto-reset inside `env.step`. Nothing here is shaped for hlofuse.
 
     rollout(key) -> (final observations [N, obs], summed rewards [N])
 
@@ -40,7 +40,7 @@ import harness
 import plots
 
 ENVS = ("CartPole-v1", "Acrobot-v1")
-MORE = ("Pendulum-v1", "MountainCar-v0")
+MORE = ("Pendulum-v1", "MountainCar-v0", "Breakout-MinAtar")
 CHECK_STEPS = 10
 
 

@@ -234,9 +234,10 @@ def _separate(num_envs: int, steps: int, randoms: str, unroll: int) -> Callable[
 # four [S, N] arrays, one [S, N, 4] array, one [S, 4, N] array.
 STATE_LAYOUTS: tuple[str, ...] = ("four", "n4", "4n")
 RESET_LAYOUTS: tuple[str, ...] = ("four", "sn4", "s4n")
+STEP_OUTPUTS: tuple[str, ...] = ("none", "scalar", "env")
 
 
-def _layout(num_envs: int, steps: int, state_layout: str, reset_layout: str
+def _layout(num_envs: int, steps: int, state_layout: str, reset_layout: str, ys: str = "none"
             ) -> Callable[..., tuple]:
     import jax.numpy as jnp
     from jax import lax
@@ -275,24 +276,28 @@ def _layout(num_envs: int, steps: int, state_layout: str, reset_layout: str
             parts = tuple(jnp.where(reset_now, r, v)
                           for r, v in zip(fresh, (x, x_dot, theta, theta_dot), strict=True))
             reward = jnp.ones(done.shape, x.dtype)
-            return (join_state(parts), total_reward + reward, episodes + done), None
+            out = {"none": None, "scalar": jnp.sum(done.astype(x.dtype)), "env": parts[0]}[ys]
+            return (join_state(parts), total_reward + reward, episodes + done), out
 
         init = (state, jnp.zeros((num_envs,), jnp.float32), jnp.zeros((num_envs,), jnp.int32))
-        (state, total_reward, episodes), _ = lax.scan(body, init, (actions, resets))
-        return (*state, total_reward, episodes)
+        (state, total_reward, episodes), out = lax.scan(body, init, (actions, resets))
+        return (*state, total_reward, episodes) + (() if out is None else (out,))
 
     return run
 
 
 def make_layout(state_layout: str, reset_layout: str, num_envs: int = 2048, steps: int = 100,
-                seed: int = 0) -> tuple[Callable[..., tuple], Args]:
+                seed: int = 0, ys: str = "none") -> tuple[Callable[..., tuple], Args]:
     """The ``separate`` variant's physics with the state held as ``state_layout`` (four [N]
     arrays, ``n4`` = one [N, 4] array, ``4n`` = one [4, N] array) and the precomputed resets as
     ``reset_layout`` (four [S, N] arrays, ``sn4`` = one [S, N, 4] array read as ``rst[:, k]``,
     ``s4n`` = one [S, 4, N] array). Returns ``(fn, args)`` like `make`; the outputs are the final
-    state (in its layout), total_reward and episodes."""
-    if state_layout not in STATE_LAYOUTS or reset_layout not in RESET_LAYOUTS:
-        raise KeyError(f"unknown layout {state_layout!r}/{reset_layout!r}")
+    state (in its layout), total_reward and episodes, then the scan's per-step output ``ys``:
+    ``none``, ``scalar`` (the number of environments reset that step: a sum over the batch, as
+    code that logs one number per step) or ``env`` (every environment's x: ``[S, N]``)."""
+    if state_layout not in STATE_LAYOUTS or reset_layout not in RESET_LAYOUTS or \
+            ys not in STEP_OUTPUTS:
+        raise KeyError(f"unknown layout {state_layout!r}/{reset_layout!r}/{ys!r}")
     state = initial_state(num_envs, seed)
     actions, resets = random_inputs(num_envs, steps, seed + 1)
     state_args: Args = {
@@ -305,8 +310,9 @@ def make_layout(state_layout: str, reset_layout: str, num_envs: int = 2048, step
         "sn4": (np.ascontiguousarray(resets.transpose(0, 2, 1)),),
         "s4n": (resets,),
     }[reset_layout]
-    fn = _layout(num_envs, steps, state_layout, reset_layout)
-    name = f"cartpole_state_{state_layout}_resets_{reset_layout}"
+    fn = _layout(num_envs, steps, state_layout, reset_layout, ys)
+    name = f"cartpole_state_{state_layout}_resets_{reset_layout}" + \
+        ("" if ys == "none" else f"_ys_{ys}")
     fn.__name__ = fn.__qualname__ = name
     return fn, (*state_args, actions, *reset_args)
 
