@@ -258,3 +258,30 @@ def test_which_calls_replay_a_cuda_graph() -> None:
     if not torch.cuda.is_available():
         runner(*_inputs((EXAMPLES / "softmax.hlo").read_text()))
         assert runner._graph is None and runner.graph_why.startswith("not decided")
+
+
+def test_whole_loop_with_per_step_outputs() -> None:
+    """A scan emitting a sum over the batch (moved after the loop) and the counter (a `urow`
+    leaf, written by the replay after the blocks) is still one whole-loop kernel on the gpu
+    backend, matching the interpreter."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def run(x: object, table: object) -> object:
+        def body(carry: object, row: object) -> object:
+            x, t = carry
+            x = jnp.where(jnp.abs(x) > 2.0, row, x * 1.1 + 0.1)
+            return (x, t + 1), (jnp.sum(x), t * 2)
+
+        return jax.lax.scan(body, (x, jnp.int32(0)), table)
+
+    rng = np.random.default_rng(3)
+    args = [rng.uniform(-2, 2, 64).astype(np.float32),
+            rng.uniform(-1, 1, (80, 64)).astype(np.float32)]
+    text = jax.jit(run).lower(*args).as_text(dialect="hlo")
+    exe = run_both(text, "hlofuse", args)
+    from hlofuse.passes.fusion.loop_fusion import is_whole_loop
+
+    assert sum(is_whole_loop(i) for i in exe.module.entry.instructions) == 1
+    # the rows' and ys's initial values, the loop, the reduce after it, the counter's double
+    assert exe._runner.launches <= 5
