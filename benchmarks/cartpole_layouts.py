@@ -9,9 +9,9 @@ its own:
     python benchmarks/cartpole_layouts.py [--envs 2048] [--steps 10000] [--repeat 5]
 
 For each of the 27 programs: env-steps/s of every peer, hlofuse's ratios to jax.jit, the
-`hlofuse` pipeline's kernels per run (the whole loop is one of them), and whether every loop over the environments in the
-`xla` pipeline's loop body kernels is a vector loop (read off the kernel IR for this machine's
-target: explicit SIMD, not the C compiler's choice). The C reference
+`hlofuse` pipeline's kernels per run (the whole loop is one of them), and whether every loop
+over the environments in the `xla` pipeline's loop body kernels is a vector loop (read off the
+kernel IR for this machine's target: explicit SIMD, not the C compiler's choice). The C reference
 (`cartpole_ref.c: cartpole_ref_layout`) reads the same resets and emits the same output, with
 the state as four arrays (its rows only). Each executable is first checked against the
 interpreter on a 12-step rollout.

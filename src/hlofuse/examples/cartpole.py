@@ -265,7 +265,7 @@ def _layout(num_envs: int, steps: int, state_layout: str, reset_layout: str, ys:
         actions = args[n_state]
         resets = tuple(args[n_state + 1:])
 
-        def body(carry: tuple, xs: tuple) -> tuple[tuple, None]:
+        def body(carry: tuple, xs: tuple) -> tuple[tuple, Any]:
             state, total_reward, episodes = carry
             action, reset = xs
             x, x_dot, theta, theta_dot = split_state(state)
