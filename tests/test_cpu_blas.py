@@ -274,14 +274,15 @@ def own_gemm(request: pytest.FixtureRequest) -> ctypes.CDLL:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_own_gemm_every_path(own_gemm: ctypes.CDLL, dtype: type) -> None:
     """Rows around the tile heights (1..9, 13, 25, 100: ragged panels, 8-row panels, 4 + 4),
-    columns around the panel width (read in place or packed), short and long K, both operand
-    orders, batches, on 1 to 3 threads (the larger dots are cut into tasks): against numpy in
-    float64."""
+    columns around the panel width (read in place or packed) and narrow ones (1-4: one dot
+    product per output, `hflib_gemm_narrow`, where n * 8 <= NR and A's rows are contiguous),
+    short and long K (300: past one KC block), both operand orders, batches, on 1 to 3 threads
+    (the larger dots are cut into tasks): against numpy in float64."""
     fn = own_gemm.hf_test_gemm_f32 if dtype is np.float32 else own_gemm.hf_test_gemm_f64
     rng = np.random.default_rng(7)
     tol = 1e-4 if dtype is np.float32 else 1e-12
     for m in (1, 2, 3, 5, 7, 8, 9, 13, 25, 100):
-        for n in (1, 5, 16, 33, 70, 300):
+        for n in (1, 2, 3, 4, 5, 16, 33, 70, 300):
             for k in (1, 7, 40, 300):
                 for ta, tb in ((0, 0), (1, 0), (0, 1), (1, 1)):
                     batch = 1 + (m + n + k) % 3
