@@ -23,8 +23,9 @@ columns (two SIMD vectors, GCC/clang vector extensions) keep their accumulators 
 store whole tiles as vectors. Operands that few panels reuse (small M, narrow N, small B) are
 read where they are instead of packed. A product of at most NR / 8 columns whose A rows are
 contiguous (a policy's or a value head's outputs) is instead one vectorized dot product per
-output (`hflib_gemm_narrow_*`): the tiles would compute NR columns. Single-threaded it reaches 0.88-1.1x OpenBLAS's
-AVX-512 kernels on the shapes of benchmarks/gemm.py (docs/cpu-backend.md, "Dots").
+output (`hflib_gemm_narrow_*`): the tiles would compute NR columns. Single-threaded it
+reaches 0.88-1.1x OpenBLAS's AVX-512 kernels on the shapes of benchmarks/gemm.py
+(docs/cpu-backend.md, "Dots").
 `hflib_gemm_one_*` is one single-threaded product (c = or += a x b) packing into scratch its
 caller allocated (`hflib_gemm_scratch_*` elements): for callers that cut their own work into
 tasks (convolutions, conv_gemm.py).
