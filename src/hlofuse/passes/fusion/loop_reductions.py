@@ -25,7 +25,8 @@ Legality (`hoist_legal`, per carried leaf; each refusal names its rule):
 
 Profitability (`hoist_profitable`, separate): `hoist_max_bytes`, the rows the loop now writes
 stay under the setting; and `hoist.whole_loop`, the rewritten loop is one that whole-loop
-fusion takes (checked on a copy: the rewrite only pays when it makes the loop one kernel).
+fusion takes (checked on a copy of the module: the rewrite only pays when it makes the loop one
+kernel; no copy is made when the op whole-loop fusion names is not one of the reduces moved).
 
 Values: every row of `ys` is the same ops applied to the same reduce of the same operand; the
 reduce runs over a row of `H` instead of over the operand itself (the order of a reduce is the
@@ -317,7 +318,15 @@ class HoistLoopReductions(FusionPass):
                 if not hoists:
                     continue
                 figures = {"leaves": [h.leaf for h in hoists], **source_figure(module, w)}
-                decision = hoist_profitable(w, hoists, module, config)
+                named = why.figures.get("instruction")
+                if named is not None and named not in {r.name for h in hoists
+                                                       for r in h.reduces}:
+                    # the op that blocks is not one this moves: refused without trying a copy
+                    decision = FusionDecision.no(
+                        f"the loop would still not be one kernel: {why.reason}",
+                        "hoist.whole_loop", why=why.rule)
+                else:
+                    decision = hoist_profitable(w, hoists, module, config)
                 if not decision:
                     trace.record(PASS, w.name, w.name, decision.with_figures(**figures),
                                  comp.name)
