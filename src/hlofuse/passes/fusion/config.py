@@ -98,6 +98,9 @@ class FusionConfig:
     sm_count: int = 84
     fpus_per_sm: int = 128
     clock_ghz: float = 1.41
+    # E3 model (priority fusion, spec 7.2): how far memory and compute overlap in a kernel
+    # (exec = compute + memory - p * min(compute, memory); XLA's value for priority fusion).
+    memory_compute_parallelism: float = 0.95
 
     # --- beyond XLA: the hlofuse pipeline's transformations (docs/beyond-xla.md) -------------
     # Off here, as XLA has none of them; the `hlofuse` pipeline switches them on

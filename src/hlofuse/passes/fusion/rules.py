@@ -223,6 +223,19 @@ _TABLE: tuple[Rule, ...] = (
          "the batch: every block would compute it again", "limit", figures=("uniform",)),
     Rule("whole_loop.cost", "the cost model predicts one kernel is slower than the body's "
          "kernels, or cannot tell"),
+    # ----- priority fusion (priority_fusion.py) -----------------------------------------------
+    Rule("priority.producer_not_fusible", "the producer is not an op XLA GPU fuses"),
+    Rule("priority.consumer_not_fusible", "the consumer is not an op XLA GPU fuses"),
+    Rule("priority.bitcast_consumer", "nothing is fused into a lone bitcast"),
+    Rule("priority.scatter", "a scatter's in-place operand is not fused into it"),
+    Rule("priority.reduce_into_reduce", "both sides hold a significant reduce: the cost model "
+         "cannot tile reduce-into-reduce"),
+    Rule("priority.root", "the computation's root is not fused into a consumer"),
+    Rule("priority.constant", "constants are not queued: small ones are fused at the end"),
+    Rule("priority.no_users", "the producer has no users to fuse into"),
+    Rule("priority.only_bitcast_users", "the producer's only users are bitcasts"),
+    Rule("priority.not_profitable", "the performance model estimates fusing into all users "
+         "slower than not fusing"),
     # ----- beyond XLA: hoist-loop-reductions (loop_reductions.py) ----------------------------
     Rule("hoist.row", "the carried array is not a scan output written one whole row per "
          "iteration at the counter"),

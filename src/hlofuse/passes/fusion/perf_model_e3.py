@@ -1,0 +1,106 @@
+"""XLA's GpuPerformanceModel of the priority-fusion era (spec 7.2): run times of kernels and of
+a producer fused into its consumers.
+
+    exec(K)       = compute + memory - p * min(compute, memory)          p = 0.95
+    compute       = flops / (2 * clock * min(threads, SMs * FPUs per SM))
+    memory        = sum over operands of read(net, total) + out_bytes / DRAM bw
+    read(net, t)  = net bytes at DRAM speed, the t - net re-read bytes at DRAM x 2.5 when net fits
+                    in L2 (x 8 more when it fits in L1)
+    fused(P, c)   = exec of one kernel: flops F_p * u + F_c, P's operands read u times, c's
+                    other operands as c reads them, c's output written
+
+    unfused = launch * (n + 1) + exec(P) + sum_c exec(c)
+    fused   = launch * n + sum_c fused(P, c)            priority(P) = unfused - fused
+
+where `u` is how many times consumer c reads each element of P's output. The device comes from
+the `FusionConfig` settings shared with the first model (RTXA6000 by default, as XLA's
+priority-fusion tests use), plus `memory_compute_parallelism`.
+
+Simplifications (documented deviations): no coalescing analysis or occupancy cap (every read is
+coalesced, launch dimensions are one thread per output element); a shared operand's reads are
+added, not merged ("common" elementwise utilisation); flops and operand utilisation come from
+`perf_model.cost_of` (spec 1.11's flop table, a walk over the fused computation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlofuse.ir.instruction import Instruction
+from hlofuse.passes.fusion.analysis import FusionAnalyses
+from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.perf_model import Cost, consumer_utilization, cost_of
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A priority-fusion estimate: both sides of the comparison, in microseconds."""
+
+    unfused_us: float
+    fused_us: float
+
+    @property
+    def saving_us(self) -> float:
+        return self.unfused_us - self.fused_us
+
+
+def _read_us(net: float, total: float, config: FusionConfig) -> float:
+    """ReadTimeWithDRAMHeuristic, coalesced reads: the first `net` bytes from DRAM, the rest
+    from the cache the operand fits in."""
+    dram = config.dram_bandwidth_gbs * 1e9
+    net = min(net, total)
+    again = dram
+    if net < config.l2_cache_bytes:
+        again *= config.l2_cache_speedup
+        if net < config.l1_cache_bytes_per_sm * config.sm_count:
+            again *= config.l1_cache_speedup
+    return (net / dram + (total - net) / again) * 1e6
+
+
+def _compute_us(flops: float, threads: float, config: FusionConfig) -> float:
+    lanes = max(min(threads, config.sm_count * config.fpus_per_sm), 1.0)
+    return flops / (2 * config.clock_ghz * 1e9 * lanes) * 1e6
+
+
+def _combine(compute: float, memory: float, config: FusionConfig) -> float:
+    return compute + memory - config.memory_compute_parallelism * min(compute, memory)
+
+
+def exec_us(cost: Cost, config: FusionConfig, operands: list[tuple[float, float]] | None = None
+            ) -> float:
+    """The run time of one kernel of `cost` (its operands' (net, total) bytes unless given)."""
+    reads = sum(_read_us(net, total, config)
+                for net, total in (cost.operand_bytes if operands is None else operands))
+    write = cost.out_bytes / (config.dram_bandwidth_gbs * 1e9) * 1e6
+    return _combine(_compute_us(cost.flops, cost.out_elements, config), reads + write, config)
+
+
+def fused_exec_us(producer: Instruction, consumer: Instruction, config: FusionConfig,
+                  analyses: FusionAnalyses | None = None) -> float:
+    """EstimateRunTimeForFusion: `producer` fused into `consumer`, as one kernel."""
+    p, c = cost_of(producer, analyses), cost_of(consumer, analyses)
+    u = consumer_utilization(producer, consumer, analyses)
+    reads: dict[int, list[float]] = {}
+    for k, o in enumerate(producer.operands):
+        net, total = p.operand_bytes[k]
+        entry = reads.setdefault(id(o), [net, 0.0])
+        entry[1] += total * u
+    for k, o in enumerate(consumer.operands):
+        if o is producer:
+            continue
+        net, total = c.operand_bytes[k]
+        entry = reads.setdefault(id(o), [net, 0.0])
+        entry[1] += total
+    fused = Cost(p.flops * u + c.flops, c.out_elements, c.out_bytes, ())
+    return exec_us(fused, config, [(net, total) for net, total in reads.values()])
+
+
+def estimate(producer: Instruction, consumers: list[Instruction], config: FusionConfig,
+             analyses: FusionAnalyses | None = None) -> Estimate:
+    """EstimateRunTimesForPriorityFusion(P, consumers)."""
+    launch = config.kernel_launch_overhead_us
+    n = len(consumers)
+    unfused = launch * (n + 1) + exec_us(cost_of(producer, analyses), config) + sum(
+        exec_us(cost_of(c, analyses), config) for c in consumers)
+    fused = launch * n + sum(fused_exec_us(producer, c, config, analyses) for c in consumers)
+    return Estimate(unfused, fused)

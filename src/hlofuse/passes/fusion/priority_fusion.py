@@ -1,0 +1,339 @@
+"""Priority fusion (XLA GPU's fusion since 2024, spec section 8; `priority_fusion.cc`): producers
+in a queue ordered by the time fusing them into all their users saves, fused greedily.
+
+    queue = every fusible producer P with users, keyed by priority(P) (ties: the later one)
+    while queue:  P = the largest
+        fuse P into each of its users (bitcast users excepted): a fusion P is merged in,
+        another P is cloned in; a user that is not a fusion is wrapped into one
+        P dies once unused; the new fusions and their operands get new priorities
+    then every constant of at most one element is fused into each of its fusible users
+
+priority(P) (`CalculateProducerPriority`): +inf for a bitcast, -inf (never queued) for a
+constant, a producer without users, one whose users are all bitcasts, or one some non-bitcast
+user of which `can_fuse` refuses; else `unfused - fused` of the performance model
+(`perf_model_e3.estimate`, spec 7.2): the estimated microseconds saved by fusing P into all its
+users. A producer whose saving is negative is not queued ("fuse into all users or none").
+
+Legality (`can_fuse`, spec 8.4, in XLA's order; each refusal names its rule):
+`priority.producer_not_fusible` / `priority.consumer_not_fusible` (XLA GPU's local IsFusible:
+elementwise ops, non-custom fusions, copy, iota, constant, reduce, bitcast, broadcast,
+concatenate, dynamic-(update-)slice, gather, pad, reduce-window, reshape, reverse, scatter,
+slice, transpose), `priority.bitcast_consumer`, `priority.scatter` (nothing into a scatter's
+in-place operand), `priority.reduce_into_reduce` (both sides hold a reduce of at least 16 inputs
+per output), then `producer_consumer_fusible` (E3's: a reduction may take an epilogue of
+one-operand ops; multi-output producers, constants), the budget (`fusion_fits_in_budget`),
+`producer_consumer_merged_too_large`, `priority.root` and the in-place rule. Priority (the
+model) and legality are separate functions; the kind of a new fusion is `kInput` when either
+side is input-fusible (a reduction, a tiled transpose: XLA's emitter kind), else `kLoop`.
+
+Every fusion step is a trace event (`explain --pipeline xla-priority`): the step number, the
+producer's estimated times unfused and fused and the saving; producers that stay unfused are
+recorded once with the refusal or the negative saving.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import ClassVar
+
+from hlofuse.ir.computation import Computation
+from hlofuse.ir.fusion import (
+    create_fusion,
+    fuse_instruction,
+    is_fusion,
+    is_multi_output_fusion,
+    set_kind,
+)
+from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import FusionKind, Opcode
+from hlofuse.ir.shape import ArrayShape
+from hlofuse.passes.fusion import perf_model_e3
+from hlofuse.passes.fusion.config import FusionConfig
+from hlofuse.passes.fusion.decision import FusionDecision
+from hlofuse.passes.fusion.gpu_fusible import (
+    fusion_fits_in_budget,
+    is_input_fusible,
+    is_input_fusible_reduction,
+    is_input_fusible_transpose,
+    is_loop_fusible_as_consumer,
+    is_loop_fusible_as_producer,
+    reshape_is_bitcast,
+    transpose_is_bitcast,
+)
+from hlofuse.passes.fusion.instruction_fusion import fusible_computations
+from hlofuse.passes.fusion.options import FUSIBLE, INDEXING, PERF_MODEL, FusionPass
+from hlofuse.passes.fusion.perf_model import producer_consumer_merged_too_large
+from hlofuse.passes.fusion.predicates import is_fusible, should_fuse_in_place_op
+from hlofuse.passes.fusion.trace import FusionTrace, trace_of
+from hlofuse.passes.registry import register
+
+PASS = "priority-fusion"
+# XLA GPU's local IsFusible (priority_fusion.cc): besides elementwise ops and fusions
+_GPU_FUSIBLE = frozenset({
+    Opcode.COPY, Opcode.IOTA, Opcode.CONSTANT, Opcode.REDUCE, Opcode.BITCAST, Opcode.BROADCAST,
+    Opcode.CONCATENATE, Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE, Opcode.GATHER,
+    Opcode.PAD, Opcode.REDUCE_WINDOW, Opcode.RESHAPE, Opcode.REVERSE, Opcode.SCATTER,
+    Opcode.SLICE, Opcode.TRANSPOSE})
+_NOT_QUEUED = frozenset({Opcode.PARAMETER, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT})
+SIGNIFICANT_REDUCE = 16  # input elements per output element that make a reduce "significant"
+
+
+def gpu_fusible(instr: Instruction) -> bool:
+    if not is_fusible(instr):
+        return False
+    if instr.opcode is Opcode.FUSION:
+        return instr.fusion_kind != FusionKind.CUSTOM
+    return instr.is_elementwise or instr.opcode in _GPU_FUSIBLE
+
+
+def _significant_reduce(instr: Instruction) -> bool:
+    inner = instr.fused_computation.instructions if is_fusion(instr) else [instr]
+    for i in inner:
+        if i.opcode is Opcode.REDUCE and isinstance(i.shape, ArrayShape):
+            src = i.operand(0).shape
+            if isinstance(src, ArrayShape) and src.size >= SIGNIFICANT_REDUCE * max(
+                    i.shape.size, 1):
+                return True
+    return False
+
+
+def _scatter_operand(producer: Instruction, consumer: Instruction) -> bool:
+    """Does `producer` feed the in-place operand of a scatter `consumer` (or fusion rooted at
+    one)?"""
+    if consumer.opcode is Opcode.SCATTER:
+        return consumer.operand(0) is producer
+    if is_fusion(consumer) and consumer.fused_computation.root.opcode is Opcode.SCATTER:
+        base = consumer.fused_computation.root.operand(0)
+        return base.opcode is Opcode.PARAMETER and \
+            consumer.operand(base.parameter_number or 0) is producer
+    return False
+
+
+def _intermediate(instr: Instruction) -> bool:
+    """IsIntermediate(instr, allowed_operand_count=1): a one-operand elementwise op or a
+    bitcast (also a bitcast reshape or transpose): what a reduction epilogue may hold."""
+    if is_fusion(instr):
+        return all(i.opcode is Opcode.PARAMETER or _intermediate(i)
+                   for i in instr.fused_computation.instructions)
+    if len(instr.operands) != 1:
+        return False
+    if instr.is_elementwise or instr.opcode is Opcode.BITCAST:
+        return True
+    if instr.opcode is Opcode.RESHAPE:
+        return reshape_is_bitcast(instr)
+    return instr.opcode is Opcode.TRANSPOSE and transpose_is_bitcast(instr)
+
+
+def producer_consumer_fusible(producer: Instruction, consumer: Instruction,
+                              config: FusionConfig) -> FusionDecision:
+    """IsProducerConsumerFusible of the priority-fusion era: a reduction (or a fusion whose
+    hero is one) may be a producer when its consumer is an epilogue of one-operand ops, and an
+    input fusion that became a loop fusion is a loop-fusible consumer."""
+    reduction = is_input_fusible_reduction(producer, config)
+    if not is_loop_fusible_as_producer(producer, config) and not reduction and \
+            not is_input_fusible_transpose(producer, config):
+        return FusionDecision.no("the producer is not loop-fusible",
+                                 "gpu_fusible.producer_not_loop_fusible")
+    if reduction:
+        if not _intermediate(consumer):
+            return FusionDecision.no("Reductions from/to continuous dims epilogue not fusible",
+                                     "gpu_fusible.reduction_epilogue")
+        if producer.user_count > 1:
+            return FusionDecision.no("reduction output fusion only works for single user",
+                                     "gpu_fusible.reduction_users")
+    loop_input = is_fusion(consumer) and consumer.fusion_kind == FusionKind.INPUT and \
+        not is_input_fusible(consumer, config)
+    if not is_input_fusible(consumer, config) and \
+            not is_loop_fusible_as_consumer(consumer, config) and not loop_input:
+        return FusionDecision.no("the consumer is not input-fusible and not loop-fusible",
+                                 "gpu_fusible.consumer_not_fusible")
+    if is_multi_output_fusion(producer):
+        return FusionDecision.no("the producer is not fusible as it is a multi-output fusion",
+                                 "gpu_fusible.producer_multi_output")
+    if producer.opcode is Opcode.CONSTANT and (
+            not producer.array_shape.is_effective_scalar or not is_fusion(consumer)):
+        return FusionDecision.no("not fusing constant", "gpu_fusible.constant")
+    return should_fuse_in_place_op(producer, consumer)
+
+
+def can_fuse(producer: Instruction, consumer: Instruction, config: FusionConfig
+             ) -> FusionDecision:
+    """PriorityFusionQueue::CanFuse (spec 8.4), in order."""
+    if not gpu_fusible(producer):
+        return FusionDecision.no("the producer is not fusible", "priority.producer_not_fusible")
+    if not gpu_fusible(consumer):
+        return FusionDecision.no("the consumer is not fusible", "priority.consumer_not_fusible")
+    if consumer.opcode is Opcode.BITCAST:
+        return FusionDecision.no("not fusing into a single bitcast as consumer",
+                                 "priority.bitcast_consumer")
+    if _scatter_operand(producer, consumer):
+        return FusionDecision.no("a scatter's in-place operand is not fused into it",
+                                 "priority.scatter")
+    if _significant_reduce(producer) and _significant_reduce(consumer):
+        return FusionDecision.no("both the producer and the consumer contain a reduce",
+                                 "priority.reduce_into_reduce")
+    decision = producer_consumer_fusible(producer, consumer, config)
+    if not decision:
+        return decision
+    decision = fusion_fits_in_budget(consumer, producer, config, True)
+    if not decision:
+        return decision
+    decision = producer_consumer_merged_too_large(producer, consumer, config)
+    if not decision:
+        return decision
+    if producer.is_root:
+        return FusionDecision.no("not fusing into the output of the root instruction",
+                                 "priority.root")
+    return should_fuse_in_place_op(producer, consumer)
+
+
+def priority(producer: Instruction, config: FusionConfig
+             ) -> tuple[float, FusionDecision, perf_model_e3.Estimate | None]:
+    """CalculateProducerPriority: (priority, why, the estimate when one was made)."""
+    if producer.opcode is Opcode.BITCAST:
+        return math.inf, FusionDecision.ok(), None
+    if producer.opcode is Opcode.CONSTANT:
+        return -math.inf, FusionDecision.no("constants are fused at the end, when small",
+                                            "priority.constant"), None
+    users = list(dict.fromkeys(producer.users))
+    if not users:
+        return -math.inf, FusionDecision.no("No users to fuse", "priority.no_users"), None
+    others = [u for u in users if u.opcode is not Opcode.BITCAST]
+    if not others:
+        return -math.inf, FusionDecision.no("not fusing because there are only bitcast users",
+                                            "priority.only_bitcast_users"), None
+    for u in others:
+        decision = can_fuse(producer, u, config)
+        if not decision:
+            return -math.inf, decision, None
+    est = perf_model_e3.estimate(producer, users, config)
+    figures = {"unfused_us": round(est.unfused_us, 4), "fused_us": round(est.fused_us, 4),
+               "saving_us": round(est.saving_us, 4)}
+    if est.saving_us < 0:
+        return est.saving_us, FusionDecision.no(
+            f"fusing into all {len(users)} user(s) is estimated slower "
+            f"({est.fused_us:.3f} us against {est.unfused_us:.3f} us)",
+            "priority.not_profitable", **figures), est
+    return est.saving_us, FusionDecision.ok(**figures), est
+
+
+def _fuse(producer: Instruction, consumer: Instruction, config: FusionConfig) -> Instruction:
+    """Fuse `producer` into `consumer` (wrapped first when not a fusion); returns the fusion."""
+    kind = FusionKind.INPUT if is_input_fusible(consumer, config) or is_input_fusible(
+        producer, config) else FusionKind.LOOP
+    if is_fusion(consumer):
+        if consumer.fusion_kind != kind and consumer.fusion_kind != FusionKind.INPUT:
+            set_kind(consumer, kind)
+        fusion = consumer
+    else:
+        fusion = create_fusion(consumer, kind)
+    fuse_instruction(fusion, producer)
+    return fusion
+
+
+class _Queue:
+    """The priority queue of one computation (spec 8.2, 8.5)."""
+
+    def __init__(self, comp: Computation, config: FusionConfig, trace: FusionTrace) -> None:
+        self.comp, self.config, self.trace = comp, config, trace
+        self.heap: list[tuple[float, int, int, Instruction]] = []
+        self.version: dict[int, int] = {}
+        self.uid: dict[int, int] = {}
+        self.why: dict[int, tuple[Instruction, FusionDecision]] = {}
+        self.steps = 0
+
+    def candidate(self, instr: Instruction) -> bool:
+        return instr.parent is self.comp and instr.opcode not in _NOT_QUEUED and \
+            bool(instr.users) and gpu_fusible(instr)
+
+    def update(self, instr: Instruction) -> None:
+        key = id(instr)
+        self.version[key] = self.version.get(key, 0) + 1
+        if key not in self.uid:
+            self.uid[key] = len(self.uid)
+        if not self.candidate(instr):
+            return
+        prio, why, _ = priority(instr, self.config)
+        if prio < 0 or not why:
+            self.why[key] = (instr, why)
+            return
+        self.why.pop(key, None)
+        heapq.heappush(self.heap, (-prio, -self.uid[key], self.version[key], instr))
+
+    def run(self) -> bool:
+        for instr in list(self.comp.instructions):
+            self.update(instr)
+        changed = False
+        while self.heap:
+            neg, _, version, producer = heapq.heappop(self.heap)
+            if version != self.version.get(id(producer)) or producer.parent is not self.comp:
+                continue
+            if producer.opcode is Opcode.BITCAST:
+                consumers = [u for u in dict.fromkeys(producer.users)
+                             if can_fuse(producer, u, self.config)]
+            else:
+                consumers = [u for u in dict.fromkeys(producer.users)
+                             if u.opcode is not Opcode.BITCAST]
+            if not consumers:
+                continue
+            self.steps += 1
+            touched: list[Instruction] = []
+            for consumer in consumers:
+                name = consumer.name
+                fusion = _fuse(producer, consumer, self.config)
+                self.trace.record(PASS, name, producer.name, FusionDecision.ok(
+                    step=self.steps, saving_us=round(-neg, 4) if math.isfinite(neg) else "inf"),
+                    self.comp.name)
+                touched.append(fusion)
+            changed = True
+            marked = dict.fromkeys(touched)
+            for f in touched:
+                for o in f.operands:
+                    if o.opcode not in (Opcode.CONSTANT, Opcode.GET_TUPLE_ELEMENT) and \
+                            gpu_fusible(o):
+                        marked[o] = None
+            if producer.parent is self.comp:
+                marked[producer] = None
+            for instr in marked:
+                self.update(instr)
+        changed |= self.small_constants()
+        for instr, why in self.why.values():
+            if instr.parent is self.comp and instr.users and why.rule not in (
+                    "priority.constant", "priority.no_users"):
+                self.trace.record(PASS, instr.name, instr.name, why, self.comp.name, False)
+        return changed
+
+    def small_constants(self) -> bool:
+        """Every constant of at most one element into each fusible user (spec 8.5 step 3)."""
+        changed = False
+        for c in [i for i in self.comp.instructions if i.opcode is Opcode.CONSTANT]:
+            shape = c.shape
+            if not isinstance(shape, ArrayShape) or shape.size > 1:
+                continue
+            for user in list(dict.fromkeys(c.users)):
+                if c.parent is not self.comp or not gpu_fusible(user) or \
+                        user.opcode is Opcode.BITCAST or _scatter_operand(c, user):
+                    continue
+                _fuse(c, user, self.config)
+                changed = True
+        return changed
+
+
+@register(PASS)
+class PriorityFusion(FusionPass):
+    """XLA GPU's priority fusion (module docstring); its options are the settings in
+    OPTIONS."""
+
+    OPTIONS: ClassVar[tuple[str, ...]] = ("memory_compute_parallelism", *FUSIBLE, *INDEXING,
+                                          *PERF_MODEL)
+    name: ClassVar[str] = PASS
+
+    def run(self, module: Module) -> bool:
+        config: FusionConfig = self.run_config(module)
+        trace = trace_of(module)
+        changed = False
+        for comp in fusible_computations(module):
+            changed |= _Queue(comp, config, trace).run()
+        return changed
