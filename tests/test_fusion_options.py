@@ -33,7 +33,7 @@ def _fusion_passes() -> list[type[FusionPass]]:
 
 def test_every_fusion_pass_declares_real_settings() -> None:
     classes = _fusion_passes()
-    assert len(classes) == 10
+    assert len(classes) == 11
     for cls in classes:
         assert cls.OPTIONS and set(cls.OPTIONS) <= set(ALL_SETTINGS), cls
         assert len(set(cls.OPTIONS)) == len(cls.OPTIONS), cls

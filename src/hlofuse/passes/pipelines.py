@@ -65,6 +65,7 @@ PIPELINES: dict[str, Callable[[], Pass]] = {
     "none": fusion_pipelines.none,
     "xla": fusion_pipelines.xla,
     "xla-relaxed": fusion_pipelines.xla_relaxed,
+    "xla-priority": fusion_pipelines.xla_priority,
     "hlofuse": fusion_pipelines.hlofuse,
 }
 

@@ -262,9 +262,11 @@ def _ir_size_and_splits_of(instr: Instruction, evaluation: FusionNodeIndexingEva
 
 def producer_consumer_merged_too_large(producer: Instruction, consumer: Instruction,
                                        config: FusionConfig,
-                                       analyses: FusionAnalyses | None = None
-                                       ) -> FusionDecision:
-    """GpuHloCostAnalysis::ProducerConsumerMergedTooLarge."""
+                                       analyses: FusionAnalyses | None = None,
+                                       count_splits: bool = True) -> FusionDecision:
+    """GpuHloCostAnalysis::ProducerConsumerMergedTooLarge. `count_splits=False`: the MLIR
+    emitters' version (priority-fusion era), which has no cache-invalidating basic blocks, so
+    only the merged IR size counts."""
     p_size, p_splits = _ir_size_and_splits(producer, analyses)
     c_size, c_splits = _ir_size_and_splits(consumer, analyses)
     replication = 1
@@ -272,7 +274,7 @@ def producer_consumer_merged_too_large(producer: Instruction, consumer: Instruct
         evaluation = (FusionNodeIndexingEvaluation(consumer) if analyses is None
                       else analyses.indexing(consumer))
         replication = max(evaluation.emitted_instructions(producer), 1)
-    splits = replication * p_splits + c_splits
+    splits = replication * p_splits + c_splits if count_splits else 0
     reason = f"if merged with {consumer.name} will generate huge IR"
     if splits > config.max_basic_block_splits:
         return FusionDecision.no(reason, "max_basic_block_splits", splits=splits)

@@ -17,7 +17,8 @@ the `FusionConfig` settings shared with the first model (RTXA6000 by default, as
 priority-fusion tests use), plus `memory_compute_parallelism`.
 
 Simplifications (documented deviations): no coalescing analysis or occupancy cap (every read is
-coalesced, launch dimensions are one thread per output element); a shared operand's reads are
+coalesced); launch dimensions are one thread per output element, or one per 8 inputs of a
+reduce (`threads`), not the emitters' own; a shared operand's reads are
 added, not merged ("common" elementwise utilisation); flops and operand utilisation come from
 `perf_model.cost_of` (spec 1.11's flop table, a walk over the fused computation).
 """
@@ -26,7 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.shape import ArrayShape
 from hlofuse.passes.fusion.analysis import FusionAnalyses
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.perf_model import Cost, consumer_utilization, cost_of
@@ -66,13 +70,36 @@ def _combine(compute: float, memory: float, config: FusionConfig) -> float:
     return compute + memory - config.memory_compute_parallelism * min(compute, memory)
 
 
-def exec_us(cost: Cost, config: FusionConfig, operands: list[tuple[float, float]] | None = None
-            ) -> float:
-    """The run time of one kernel of `cost` (its operands' (net, total) bytes unless given)."""
+REDUCE_ELEMENTS_PER_THREAD = 8  # a reduction emitter's thread reads about this many inputs
+
+
+def threads(instr: Instruction) -> int:
+    """Launch threads: one per output element, or for a kernel with a reduce, one per
+    `REDUCE_ELEMENTS_PER_THREAD` of the reduce's input (a reduction emitter's rows run on
+    warps, not on one thread per output)."""
+    inner = instr.fused_computation.instructions if is_fusion(instr) else [instr]
+    out = max((s.size for s in [instr.shape] if isinstance(s, ArrayShape)), default=1)
+    for i in inner:
+        src = i.operand(0).shape if i.opcode is Opcode.REDUCE and i.operands else None
+        if isinstance(src, ArrayShape):
+            out = max(out, src.size // REDUCE_ELEMENTS_PER_THREAD)
+    return max(out, 1)
+
+
+def exec_us(cost: Cost, config: FusionConfig, operands: list[tuple[float, float]] | None = None,
+            lanes: int | None = None) -> float:
+    """The run time of one kernel of `cost` (its operands' (net, total) bytes unless given, on
+    `lanes` threads, else one per output element)."""
     reads = sum(_read_us(net, total, config)
                 for net, total in (cost.operand_bytes if operands is None else operands))
     write = cost.out_bytes / (config.dram_bandwidth_gbs * 1e9) * 1e6
-    return _combine(_compute_us(cost.flops, cost.out_elements, config), reads + write, config)
+    compute = _compute_us(cost.flops, cost.out_elements if lanes is None else lanes, config)
+    return _combine(compute, reads + write, config)
+
+
+def kernel_us(instr: Instruction, config: FusionConfig,
+              analyses: FusionAnalyses | None = None) -> float:
+    return exec_us(cost_of(instr, analyses), config, lanes=threads(instr))
 
 
 def fused_exec_us(producer: Instruction, consumer: Instruction, config: FusionConfig,
@@ -92,7 +119,8 @@ def fused_exec_us(producer: Instruction, consumer: Instruction, config: FusionCo
         entry = reads.setdefault(id(o), [net, 0.0])
         entry[1] += total
     fused = Cost(p.flops * u + c.flops, c.out_elements, c.out_bytes, ())
-    return exec_us(fused, config, [(net, total) for net, total in reads.values()])
+    return exec_us(fused, config, [(net, total) for net, total in reads.values()],
+                   lanes=max(threads(producer), threads(consumer)))
 
 
 def estimate(producer: Instruction, consumers: list[Instruction], config: FusionConfig,
@@ -100,7 +128,7 @@ def estimate(producer: Instruction, consumers: list[Instruction], config: Fusion
     """EstimateRunTimesForPriorityFusion(P, consumers)."""
     launch = config.kernel_launch_overhead_us
     n = len(consumers)
-    unfused = launch * (n + 1) + exec_us(cost_of(producer, analyses), config) + sum(
-        exec_us(cost_of(c, analyses), config) for c in consumers)
+    unfused = launch * (n + 1) + kernel_us(producer, config, analyses) + sum(
+        kernel_us(c, config, analyses) for c in consumers)
     fused = launch * n + sum(fused_exec_us(producer, c, config, analyses) for c in consumers)
     return Estimate(unfused, fused)

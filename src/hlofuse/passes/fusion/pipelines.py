@@ -10,6 +10,8 @@
                                        dce
                  (cse*: inside fusion computations only, as XLA's
                  HloCSE(only_fusion_computations=true) there)
+    xla-priority simplify, fusion fixpoint: priority-fusion, multi-output-fusion, cse*, dce;
+                 horizontal fixpoint (XLA GPU's order since priority fusion, 2024)
     xla-relaxed  xla with the study's relaxations: allow_multi_user_concatenate,
                  relax_code_duplication
     hlofuse      beyond XLA (`BEYOND_XLA`, docs/beyond-xla.md): simplify
@@ -99,6 +101,20 @@ def xla(name: str = "xla", **settings: Any) -> Pipeline:
     config = FusionConfig.from_options(settings)
     return Pipeline(name, [_simplify(), DotStrengthReduction(), fusion_fixpoint(config),
                            horizontal_fixpoint(config)])
+
+
+def xla_priority(**settings: Any) -> Pipeline:
+    """XLA GPU's current fusion order (spec 8.7, 9): priority fusion in place of the two
+    instruction-fusion passes and the fusion merger; multi-output fusion, CSE and DCE after it
+    in the fixpoint, then the horizontal fixpoint."""
+    from hlofuse.passes.fusion.priority_fusion import PriorityFusion
+
+    config = FusionConfig.from_options(settings)
+    return Pipeline("xla-priority", [
+        _simplify(), DotStrengthReduction(),
+        Fixpoint(Pipeline("fusion", [PriorityFusion(config), MultiOutputFusion(config),
+                                     Cse(only_fusion_computations=True), Dce()])),
+        horizontal_fixpoint(config)])
 
 
 def xla_relaxed(**settings: Any) -> Pipeline:

@@ -18,13 +18,16 @@ Legality (`can_fuse`, spec 8.4, in XLA's order; each refusal names its rule):
 `priority.producer_not_fusible` / `priority.consumer_not_fusible` (XLA GPU's local IsFusible:
 elementwise ops, non-custom fusions, copy, iota, constant, reduce, bitcast, broadcast,
 concatenate, dynamic-(update-)slice, gather, pad, reduce-window, reshape, reverse, scatter,
-slice, transpose), `priority.bitcast_consumer`, `priority.scatter` (nothing into a scatter's
-in-place operand), `priority.reduce_into_reduce` (both sides hold a reduce of at least 16 inputs
-per output), then `producer_consumer_fusible` (E3's: a reduction may take an epilogue of
-one-operand ops; multi-output producers, constants), the budget (`fusion_fits_in_budget`),
-`producer_consumer_merged_too_large`, `priority.root` and the in-place rule. Priority (the
-model) and legality are separate functions; the kind of a new fusion is `kInput` when either
-side is input-fusible (a reduction, a tiled transpose: XLA's emitter kind), else `kLoop`.
+slice, transpose), `priority.bitcast_consumer`, `priority.coalescing` (a tiled transpose is
+fused only into one-operand epilogue ops: a stand-in for the model's coalescing analysis, which
+rates a consumer reading the transposed output as uncoalesced), `priority.scatter` (nothing
+into a scatter's in-place operand), `priority.reduce_into_reduce` (both sides hold a reduce of
+at least 16 inputs per output), then `producer_consumer_fusible` (E3's: a reduction may take an
+epilogue of one-operand ops; multi-output producers, constants), the budget
+(`fusion_fits_in_budget`), `producer_consumer_merged_too_large`, `priority.root` and the in-
+place rule. Priority (the model) and legality are separate functions; the kind of a new fusion
+is `kInput` when either side is input-fusible (a reduction, a tiled transpose: XLA's emitter
+kind), else `kLoop`.
 
 Every fusion step is a trace event (`explain --pipeline xla-priority`): the step number, the
 producer's estimated times unfused and fused and the saving; producers that stay unfused are
@@ -171,6 +174,9 @@ def can_fuse(producer: Instruction, consumer: Instruction, config: FusionConfig
     if _scatter_operand(producer, consumer):
         return FusionDecision.no("a scatter's in-place operand is not fused into it",
                                  "priority.scatter")
+    if is_input_fusible_transpose(producer, config) and not _intermediate(consumer):
+        return FusionDecision.no("the consumer would read the transpose's output uncoalesced",
+                                 "priority.coalescing")
     if _significant_reduce(producer) and _significant_reduce(consumer):
         return FusionDecision.no("both the producer and the consumer contain a reduce",
                                  "priority.reduce_into_reduce")
@@ -180,7 +186,8 @@ def can_fuse(producer: Instruction, consumer: Instruction, config: FusionConfig
     decision = fusion_fits_in_budget(consumer, producer, config, True)
     if not decision:
         return decision
-    decision = producer_consumer_merged_too_large(producer, consumer, config)
+    decision = producer_consumer_merged_too_large(producer, consumer, config,
+                                                  count_splits=False)
     if not decision:
         return decision
     if producer.is_root:

@@ -228,6 +228,8 @@ _TABLE: tuple[Rule, ...] = (
     Rule("priority.consumer_not_fusible", "the consumer is not an op XLA GPU fuses"),
     Rule("priority.bitcast_consumer", "nothing is fused into a lone bitcast"),
     Rule("priority.scatter", "a scatter's in-place operand is not fused into it"),
+    Rule("priority.coalescing", "a tiled transpose is not fused into a consumer that would read "
+         "its output uncoalesced"),
     Rule("priority.reduce_into_reduce", "both sides hold a significant reduce: the cost model "
          "cannot tile reduce-into-reduce"),
     Rule("priority.root", "the computation's root is not fused into a consumer"),
