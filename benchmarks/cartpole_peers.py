@@ -33,18 +33,21 @@ Rollout = Callable[..., tuple[np.ndarray, ...]]
 HERE = Path(__file__).resolve().parent
 
 
-def c_reference() -> Rollout:
-    """The hand-written C rollout as a Python function of the `separate` arguments."""
+def _library() -> ctypes.CDLL:
+    """cartpole_ref.c compiled with the f32 polynomials without the large-argument fallback
+    (the pole angle stays within 12 degrees of upright, or is reset), as a hand-writer would
+    pick them, and OpenMP (hlofuse's own code needs none: its threads are the runtime's pool;
+    the reference's `omp parallel for` and `omp simd` do)."""
     from hlofuse.backends.cpu import build, mathlib
 
-    # the f32 polynomials without the large-argument fallback (the pole angle stays within
-    # 12 degrees of upright, or is reset), as a hand-writer would pick them
     source = (mathlib.source() + "\n#define HF_SIN hf__sin_small_f32\n"
               "#define HF_COS hf__cos_small_f32\n" + (HERE / "cartpole_ref.c").read_text())
-    # hlofuse's own code needs no OpenMP (its threads are the runtime's pool); the reference's
-    # `omp parallel for` and `omp simd` do
-    lib = build.load_library(source, name="cartpole_ref", extra_flags=("-fopenmp",))
-    fn = lib.cartpole_ref
+    return build.load_library(source, name="cartpole_ref", extra_flags=("-fopenmp",))
+
+
+def c_reference() -> Rollout:
+    """The hand-written C rollout as a Python function of the `separate` arguments."""
+    fn = _library().cartpole_ref
     fn.restype = None
     fn.argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 15
 
@@ -68,12 +71,7 @@ def c_reference_layout(reset_layout: str, ys: str) -> Rollout:
     """The hand-written C rollout (`cartpole_ref_layout`) as a Python function of
     `cartpole.make_layout(state_layout="four", reset_layout, ys=ys)`'s arguments: it reads the
     resets in their layout and emits the same per-step output."""
-    from hlofuse.backends.cpu import build, mathlib
-
-    source = (mathlib.source() + "\n#define HF_SIN hf__sin_small_f32\n"
-              "#define HF_COS hf__cos_small_f32\n" + (HERE / "cartpole_ref.c").read_text())
-    lib = build.load_library(source, name="cartpole_ref", extra_flags=("-fopenmp",))
-    fn = lib.cartpole_ref_layout
+    fn = _library().cartpole_ref_layout
     fn.restype = None
     fn.argtypes = ([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 9 + [ctypes.c_int64] * 2
                    + [ctypes.c_void_p] * 9)
@@ -104,7 +102,6 @@ def c_reference_layout(reset_layout: str, ys: str) -> Rollout:
         extra = () if ys == "none" else ((per_step,) if ys == "scalar" else (xs,))
         return (*outs, *extra)
 
-    # the separate state arrays the C reads must be contiguous f32 (make_layout's are)
     return run
 
 

@@ -329,33 +329,59 @@ def is_reduction_epilogue(instr: Instruction, config: FusionConfig = DEFAULT) ->
     return _all_satisfy(instr, is_reduce_intermediate)
 
 
+def is_epilogue_intermediate(instr: Instruction) -> bool:
+    """IsIntermediate(instr, allowed_operand_count=1), E3: a one-operand elementwise op, a
+    bitcast, or a reshape or transpose that is one."""
+    if len(instr.operands) != 1:
+        return False
+    op = instr.opcode
+    if instr.is_elementwise or op is Opcode.BITCAST:
+        return True
+    if op is Opcode.RESHAPE:
+        return reshape_is_bitcast(instr)
+    return op is Opcode.TRANSPOSE and transpose_is_bitcast(instr)
+
+
+def is_epilogue(instr: Instruction, config: FusionConfig = DEFAULT) -> bool:
+    """E3's reduction epilogue: only `is_epilogue_intermediate` ops in `instr` or its
+    fusion."""
+    return _all_satisfy(instr, is_epilogue_intermediate)
+
+
 Ask = Callable[[Callable[[Instruction, FusionConfig], object], Instruction], object]
 
 
 def is_producer_consumer_fusible(producer: Instruction, consumer: Instruction,
                                  config: FusionConfig = DEFAULT,
-                                 ask: Ask | None = None) -> FusionDecision:
+                                 ask: Ask | None = None, e3: bool = False) -> FusionDecision:
     """IsProducerConsumerFusible (E2), checked in order. `ask(pred, instr)`, when given,
-    answers `pred(instr, config)` for the one-instruction predicates (a pass run's memo)."""
+    answers `pred(instr, config)` for the one-instruction predicates (a pass run's memo).
+    `e3`: the priority-fusion era's version: a reduction (or a fusion whose hero is one) may
+    be a producer, its epilogue one-operand ops (`is_epilogue`), and an input fusion that
+    became a loop fusion is a loop-fusible consumer."""
     def answer(pred: Callable[[Instruction, FusionConfig], object], instr: Instruction
                ) -> object:
         return pred(instr, config)
 
     q = answer if ask is None else ask
 
+    reduction = bool(q(is_input_fusible_reduction, producer))
     if not q(is_loop_fusible_as_producer, producer) and not (
+            e3 and (reduction or q(is_input_fusible_transpose, producer))) and not (
             q(tiled_transpose_dims, producer) is not None
             and find_non_trivial_hero(consumer) is producer):  # a tiled transpose into itself
         return FusionDecision.no("the producer is not loop-fusible",
                                  "gpu_fusible.producer_not_loop_fusible")
-    if q(is_input_fusible_reduction, producer):
-        if not q(is_reduction_epilogue, consumer):
+    if reduction:
+        if not q(is_epilogue if e3 else is_reduction_epilogue, consumer):
             return FusionDecision.no("Reductions from/to continuous dims epilogue not fusible",
                                      "gpu_fusible.reduction_epilogue")
         if producer.user_count > 1:
             return FusionDecision.no("reduction output fusion only works for single user",
                                      "gpu_fusible.reduction_users")
-    if not q(is_input_fusible, consumer) and not q(is_loop_fusible_as_consumer, consumer):
+    loop_input = e3 and is_fusion(consumer) and consumer.fusion_kind == FusionKind.INPUT
+    if not q(is_input_fusible, consumer) and not q(is_loop_fusible_as_consumer, consumer) \
+            and not loop_input:
         return FusionDecision.no("the consumer is not input-fusible and not loop-fusible",
                                  "gpu_fusible.consumer_not_fusible")
     if is_multi_output_fusion(producer):

@@ -134,11 +134,16 @@ def hoist_legal(w: Instruction, k: int) -> tuple[Hoist | None, FusionDecision]:
 
 
 def hoist_profitable(w: Instruction, hoists: list[Hoist], module: Module,
-                     config: FusionConfig) -> FusionDecision:
-    """The rows fit `hoist_max_bytes`, and the rewritten loop is whole-loop fusible (tried on
-    a copy of the module)."""
+                     config: FusionConfig, blocked: FusionDecision) -> FusionDecision:
+    """The rewritten loop is whole-loop fusible and its rows fit `hoist_max_bytes`. Refused at
+    once when whole-loop fusion's refusal of the loop as it is (`blocked`) names an op that is
+    not one of the reduces moved; else tried on a copy of the module."""
     trips = trip_count(w) or 0
     total = trips * sum(h.row_bytes for h in hoists)
+    named = blocked.figures.get("instruction")
+    if named is not None and named not in {r.name for h in hoists for r in h.reduces}:
+        return FusionDecision.no(f"the loop would still not be one kernel: {blocked.reason}",
+                                 "hoist.whole_loop", bytes=total, why=blocked.rule)
     if total > config.hoist_max_bytes:
         return FusionDecision.no(
             f"the rows would take {total} bytes (more than {config.hoist_max_bytes})",
@@ -189,40 +194,42 @@ def hoist(w: Instruction, hoists: list[Hoist]) -> None:
     p, root = body.parameter(0), body.root
     trips = trip_count(w)
     assert trips is not None
-    operands = list(dict.fromkeys(r.operand(0) for h in hoists for r in h.reduces))
+    # each reduce operand, with the row write of the first ys it feeds (its row index)
+    writes: dict[Instruction, Instruction] = {}
+    for h in hoists:
+        for r in h.reduces:
+            writes.setdefault(r.operand(0), h.dus)
+    operands = list(writes)
     rows = [ArrayShape(_array(v).dtype, (trips, *_array(v).dims)) for v in operands]
     base = len(old.elements)
     new = TupleShape((*old.elements, *rows))
 
     # body: each reduce operand written as row i of a new leaf; the ys leaf passes through
     ops = list(root.operands)
-    dus_of = {h.leaf: h.dus for h in hoists}
-    for k, dus in dus_of.items():
-        ops[k] = dus.operand(0)
+    for h in hoists:
+        ops[h.leaf] = h.dus.operand(0)
+    counter = _array(hoists[0].dus.operand(2)).dtype
+    zero = body.add(Instruction.create(Opcode.CONSTANT, ArrayShape(counter, ()), name="zero",
+                                       literal=np.asarray(0, dtype=counter.np)), before=root)
     for j, (v, rs) in enumerate(zip(operands, rows, strict=True)):
-        one = ArrayShape(rs.dtype, (1, *rs.dims[1:]))
-        first = next(h.dus for h in hoists for r in h.reduces if r.operand(0) is v)
+        dus = writes[v]
         leaf = body.add(Instruction.create(Opcode.GET_TUPLE_ELEMENT, rs, [p], name="rows",
                                            attrs={"index": base + j}), before=root)
-        row = body.add(Instruction.create(Opcode.RESHAPE, one, [v], name="row"), before=root)
-        zero = body.add(Instruction.create(Opcode.CONSTANT, ArrayShape(
-            _array(first.operand(2)).dtype, ()), literal=np.asarray(
-                0, dtype=_array(first.operand(2)).dtype.np), name="zero"), before=root)
+        row = body.add(Instruction.create(Opcode.RESHAPE, ArrayShape(rs.dtype, (1, *rs.dims[1:])),
+                                          [v], name="row"), before=root)
         ops.append(body.add(Instruction.create(
-            Opcode.DYNAMIC_UPDATE_SLICE, rs, [leaf, row, first.operand(2),
+            Opcode.DYNAMIC_UPDATE_SLICE, rs, [leaf, row, dus.operand(2),
                                               *([zero] * (rs.rank - 1))],
-            name="rows_write", metadata=first.metadata), before=root))
+            name="rows_write", metadata=dus.metadata), before=root))
     body.root = body.add(Instruction.create(Opcode.TUPLE, new, ops, name=root.name,
                                             metadata=root.metadata))
     p.shape = new
     cond.parameter(0).shape = new
 
-    # init: zeros for the rows
+    # init (a tuple: `run` takes no other loop): zeros for the rows
     init = w.operand(0)
     out = _Outside(comp, w)
-    elems = list(init.operands) if init.opcode is Opcode.TUPLE else [
-        comp.add(Instruction.create(Opcode.GET_TUPLE_ELEMENT, e, [init], attrs={"index": i}),
-                 before=w) for i, e in enumerate(old.elements)]
+    elems = list(init.operands)
     for rs in rows:
         zero = comp.add(Instruction.create(Opcode.CONSTANT, ArrayShape(rs.dtype, ()),
                                            literal=np.asarray(0, dtype=rs.dtype.np),
@@ -234,20 +241,18 @@ def hoist(w: Instruction, hoists: list[Hoist]) -> None:
     w.shape = new
 
     # after the loop: ys = the row's ops lifted over a leading [S], from reduces of the rows
+    results = {v: comp.add(Instruction.create(Opcode.GET_TUPLE_ELEMENT, rs, [w],
+                                              attrs={"index": base + j}))
+               for j, (v, rs) in enumerate(zip(operands, rows, strict=True))}
     lifted: dict[int, Instruction] = {}
-    for j, v in enumerate(operands):
-        rows_out = comp.add(Instruction.create(Opcode.GET_TUPLE_ELEMENT, rows[j], [w],
-                                               attrs={"index": base + j}))
-        for h in hoists:
-            for r in h.reduces:
-                if r.operand(0) is v:
-                    rshape = _array(r)
-                    lifted[id(r)] = out.add(
-                        Opcode.REDUCE, ArrayShape(rshape.dtype, (trips, *rshape.dims)),
-                        [rows_out, out.constant(r.operand(1))],
-                        dimensions=tuple(int(d) + 1 for d in r.dimensions),
-                        to_apply=r.attrs["to_apply"])
     for h in hoists:
+        for r in h.reduces:
+            rshape = _array(r)
+            lifted[id(r)] = out.add(
+                Opcode.REDUCE, ArrayShape(rshape.dtype, (trips, *rshape.dims)),
+                [results[r.operand(0)], out.constant(r.operand(1))],
+                dimensions=tuple(int(d) + 1 for d in r.dimensions),
+                to_apply=r.attrs["to_apply"])
         for x in h.cone:
             lifted[id(x)] = _lift(out, x, lifted, trips)
         ys = _array(h.dus)
@@ -318,15 +323,7 @@ class HoistLoopReductions(FusionPass):
                 if not hoists:
                     continue
                 figures = {"leaves": [h.leaf for h in hoists], **source_figure(module, w)}
-                named = why.figures.get("instruction")
-                if named is not None and named not in {r.name for h in hoists
-                                                       for r in h.reduces}:
-                    # the op that blocks is not one this moves: refused without trying a copy
-                    decision = FusionDecision.no(
-                        f"the loop would still not be one kernel: {why.reason}",
-                        "hoist.whole_loop", why=why.rule)
-                else:
-                    decision = hoist_profitable(w, hoists, module, config)
+                decision = hoist_profitable(w, hoists, module, config, why)
                 if not decision:
                     trace.record(PASS, w.name, w.name, decision.with_figures(**figures),
                                  comp.name)

@@ -97,38 +97,45 @@ def exec_us(cost: Cost, config: FusionConfig, operands: list[tuple[float, float]
     return _combine(compute, reads + write, config)
 
 
-def kernel_us(instr: Instruction, config: FusionConfig,
-              analyses: FusionAnalyses | None = None) -> float:
-    return exec_us(cost_of(instr, analyses), config, lanes=threads(instr))
+@dataclass(frozen=True)
+class _Kernel:
+    """What the model reads of one kernel, computed once per estimate."""
+
+    instr: Instruction
+    cost: Cost
+    threads: int
+
+    def exec_us(self, config: FusionConfig) -> float:
+        return exec_us(self.cost, config, lanes=self.threads)
 
 
-def fused_exec_us(producer: Instruction, consumer: Instruction, config: FusionConfig,
-                  analyses: FusionAnalyses | None = None) -> float:
-    """EstimateRunTimeForFusion: `producer` fused into `consumer`, as one kernel."""
-    p, c = cost_of(producer, analyses), cost_of(consumer, analyses)
-    u = consumer_utilization(producer, consumer, analyses)
+def _kernel(instr: Instruction, analyses: FusionAnalyses | None) -> _Kernel:
+    return _Kernel(instr, cost_of(instr, analyses), threads(instr))
+
+
+def _fused_us(p: _Kernel, c: _Kernel, config: FusionConfig,
+              analyses: FusionAnalyses | None) -> float:
+    """EstimateRunTimeForFusion: producer `p` fused into consumer `c`, as one kernel."""
+    u = consumer_utilization(p.instr, c.instr, analyses)
     reads: dict[int, list[float]] = {}
-    for k, o in enumerate(producer.operands):
-        net, total = p.operand_bytes[k]
-        entry = reads.setdefault(id(o), [net, 0.0])
-        entry[1] += total * u
-    for k, o in enumerate(consumer.operands):
-        if o is producer:
-            continue
-        net, total = c.operand_bytes[k]
-        entry = reads.setdefault(id(o), [net, 0.0])
-        entry[1] += total
-    fused = Cost(p.flops * u + c.flops, c.out_elements, c.out_bytes, ())
+    for k, o in enumerate(p.instr.operands):
+        net, total = p.cost.operand_bytes[k]
+        reads.setdefault(id(o), [net, 0.0])[1] += total * u
+    for k, o in enumerate(c.instr.operands):
+        if o is not p.instr:
+            net, total = c.cost.operand_bytes[k]
+            reads.setdefault(id(o), [net, 0.0])[1] += total
+    fused = Cost(p.cost.flops * u + c.cost.flops, c.cost.out_elements, c.cost.out_bytes, ())
     return exec_us(fused, config, [(net, total) for net, total in reads.values()],
-                   lanes=max(threads(producer), threads(consumer)))
+                   lanes=max(p.threads, c.threads))
 
 
 def estimate(producer: Instruction, consumers: list[Instruction], config: FusionConfig,
              analyses: FusionAnalyses | None = None) -> Estimate:
     """EstimateRunTimesForPriorityFusion(P, consumers)."""
     launch = config.kernel_launch_overhead_us
-    n = len(consumers)
-    unfused = launch * (n + 1) + kernel_us(producer, config, analyses) + sum(
-        kernel_us(c, config, analyses) for c in consumers)
-    fused = launch * n + sum(fused_exec_us(producer, c, config, analyses) for c in consumers)
+    p = _kernel(producer, analyses)
+    cs = [_kernel(c, analyses) for c in consumers]
+    unfused = launch * (len(cs) + 1) + p.exec_us(config) + sum(c.exec_us(config) for c in cs)
+    fused = launch * len(cs) + sum(_fused_us(p, c, config, analyses) for c in cs)
     return Estimate(unfused, fused)

@@ -22,8 +22,8 @@ slice, transpose), `priority.bitcast_consumer`, `priority.coalescing` (a tiled t
 fused only into one-operand epilogue ops: a stand-in for the model's coalescing analysis, which
 rates a consumer reading the transposed output as uncoalesced), `priority.scatter` (nothing
 into a scatter's in-place operand), `priority.reduce_into_reduce` (both sides hold a reduce of
-at least 16 inputs per output), then `producer_consumer_fusible` (E3's: a reduction may take an
-epilogue of one-operand ops; multi-output producers, constants), the budget
+at least 16 inputs per output), then `is_producer_consumer_fusible(e3=True)` (a reduction may
+take an epilogue of one-operand ops; multi-output producers, constants), the budget
 (`fusion_fits_in_budget`), `producer_consumer_merged_too_large`, `priority.root` and the in-
 place rule. Priority (the model) and legality are separate functions; the kind of a new fusion
 is `kInput` when either side is input-fusible (a reduction, a tiled transpose: XLA's emitter
@@ -41,13 +41,7 @@ import math
 from typing import ClassVar
 
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.fusion import (
-    create_fusion,
-    fuse_instruction,
-    is_fusion,
-    is_multi_output_fusion,
-    set_kind,
-)
+from hlofuse.ir.fusion import create_fusion, fuse_instruction, is_fusion, set_kind
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import FusionKind, Opcode
@@ -57,13 +51,10 @@ from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
     fusion_fits_in_budget,
+    is_epilogue,
     is_input_fusible,
-    is_input_fusible_reduction,
     is_input_fusible_transpose,
-    is_loop_fusible_as_consumer,
-    is_loop_fusible_as_producer,
-    reshape_is_bitcast,
-    transpose_is_bitcast,
+    is_producer_consumer_fusible,
 )
 from hlofuse.passes.fusion.instruction_fusion import fusible_computations
 from hlofuse.passes.fusion.options import FUSIBLE, INDEXING, PERF_MODEL, FusionPass
@@ -114,53 +105,6 @@ def _scatter_operand(producer: Instruction, consumer: Instruction) -> bool:
     return False
 
 
-def _intermediate(instr: Instruction) -> bool:
-    """IsIntermediate(instr, allowed_operand_count=1): a one-operand elementwise op or a
-    bitcast (also a bitcast reshape or transpose): what a reduction epilogue may hold."""
-    if is_fusion(instr):
-        return all(i.opcode is Opcode.PARAMETER or _intermediate(i)
-                   for i in instr.fused_computation.instructions)
-    if len(instr.operands) != 1:
-        return False
-    if instr.is_elementwise or instr.opcode is Opcode.BITCAST:
-        return True
-    if instr.opcode is Opcode.RESHAPE:
-        return reshape_is_bitcast(instr)
-    return instr.opcode is Opcode.TRANSPOSE and transpose_is_bitcast(instr)
-
-
-def producer_consumer_fusible(producer: Instruction, consumer: Instruction,
-                              config: FusionConfig) -> FusionDecision:
-    """IsProducerConsumerFusible of the priority-fusion era: a reduction (or a fusion whose
-    hero is one) may be a producer when its consumer is an epilogue of one-operand ops, and an
-    input fusion that became a loop fusion is a loop-fusible consumer."""
-    reduction = is_input_fusible_reduction(producer, config)
-    if not is_loop_fusible_as_producer(producer, config) and not reduction and \
-            not is_input_fusible_transpose(producer, config):
-        return FusionDecision.no("the producer is not loop-fusible",
-                                 "gpu_fusible.producer_not_loop_fusible")
-    if reduction:
-        if not _intermediate(consumer):
-            return FusionDecision.no("Reductions from/to continuous dims epilogue not fusible",
-                                     "gpu_fusible.reduction_epilogue")
-        if producer.user_count > 1:
-            return FusionDecision.no("reduction output fusion only works for single user",
-                                     "gpu_fusible.reduction_users")
-    loop_input = is_fusion(consumer) and consumer.fusion_kind == FusionKind.INPUT and \
-        not is_input_fusible(consumer, config)
-    if not is_input_fusible(consumer, config) and \
-            not is_loop_fusible_as_consumer(consumer, config) and not loop_input:
-        return FusionDecision.no("the consumer is not input-fusible and not loop-fusible",
-                                 "gpu_fusible.consumer_not_fusible")
-    if is_multi_output_fusion(producer):
-        return FusionDecision.no("the producer is not fusible as it is a multi-output fusion",
-                                 "gpu_fusible.producer_multi_output")
-    if producer.opcode is Opcode.CONSTANT and (
-            not producer.array_shape.is_effective_scalar or not is_fusion(consumer)):
-        return FusionDecision.no("not fusing constant", "gpu_fusible.constant")
-    return should_fuse_in_place_op(producer, consumer)
-
-
 def can_fuse(producer: Instruction, consumer: Instruction, config: FusionConfig
              ) -> FusionDecision:
     """PriorityFusionQueue::CanFuse (spec 8.4), in order."""
@@ -174,13 +118,13 @@ def can_fuse(producer: Instruction, consumer: Instruction, config: FusionConfig
     if _scatter_operand(producer, consumer):
         return FusionDecision.no("a scatter's in-place operand is not fused into it",
                                  "priority.scatter")
-    if is_input_fusible_transpose(producer, config) and not _intermediate(consumer):
+    if is_input_fusible_transpose(producer, config) and not is_epilogue(consumer):
         return FusionDecision.no("the consumer would read the transpose's output uncoalesced",
                                  "priority.coalescing")
     if _significant_reduce(producer) and _significant_reduce(consumer):
         return FusionDecision.no("both the producer and the consumer contain a reduce",
                                  "priority.reduce_into_reduce")
-    decision = producer_consumer_fusible(producer, consumer, config)
+    decision = is_producer_consumer_fusible(producer, consumer, config, e3=True)
     if not decision:
         return decision
     decision = fusion_fits_in_budget(consumer, producer, config, True)
