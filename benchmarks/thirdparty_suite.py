@@ -6,7 +6,11 @@ brax under each pipeline, MuJoCo MJX, jumanji, diffrax, evosax, flax (CNN, ResNe
 equinox and optax. Nothing in them is shaped for hlofuse.
 
 Each program runs in a process of its own (a crash, a hang or a leak stays there; both
-compilers start cold: hlofuse with an empty cache directory, jax.jit with no persistent cache):
+compilers start cold: hlofuse with a cache directory of its own that holds only the prebuilt
+library, jax.jit with no persistent cache). Before the programs, hlofuse is prepared as an
+install leaves it (`prepare`): its modules byte-compiled, and `hlofuse prebuild` run once (the
+GEMM units, compiled once per machine as jax's runtime is compiled before its wheel ships;
+`--cold-library` leaves it out, and each program compiles them too):
 
 1. jax.jit: the first call (trace, lower, compile, run) and its outputs;
 2. hlofuse.jit under each pipeline (default `hlofuse`; `--pipelines` adds `xla`): the first
@@ -37,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -138,10 +143,34 @@ def _worker(args: argparse.Namespace) -> None:
     print("\nRESULT " + json.dumps(row, default=str), flush=True)
 
 
-def run_isolated(name: str, pipelines: list[str], repeat: int | None, timeout: float
-                 ) -> dict[str, Any]:
-    """`run_one` in a fresh process with an empty hlofuse cache."""
+def prepare(seed: str) -> dict[str, Any]:
+    """What every program's process starts from, as an installed hlofuse would have it:
+    hlofuse's modules byte-compiled (an editable install with PYTHONDONTWRITEBYTECODE set
+    compiles them from source at each import, 0.2-0.4 s of a first call that no installed
+    copy pays) and the prebuilt library built for this machine into `seed`
+    (`hlofuse prebuild`: the GEMM units, compiled once per machine, not per program), which
+    each program's empty cache is seeded with. Returns what was done, for the JSON."""
+    import compileall
+
+    import hlofuse
+
+    t0 = time.perf_counter()
+    compileall.compile_dir(str(Path(hlofuse.__file__).parent), quiet=1)
+    compiled_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "hlofuse", "prebuild"], check=True,
+                   capture_output=True, env={**os.environ, "HLOFUSE_CACHE_DIR": seed})
+    return {"byte_compiled_s": round(compiled_s, 2),
+            "prebuild_s": round(time.perf_counter() - t0, 2)}
+
+
+def run_isolated(name: str, pipelines: list[str], repeat: int | None, timeout: float,
+                 seed: str | None = None) -> dict[str, Any]:
+    """`run_one` in a fresh process with an hlofuse cache of its own: empty, or a copy of
+    `seed` (the prebuilt library alone, `prepare`)."""
     with tempfile.TemporaryDirectory(prefix="hlofuse-suite-") as cache:
+        if seed is not None:
+            shutil.copytree(seed, cache, dirs_exist_ok=True)
         env = {**os.environ, "HLOFUSE_CACHE_DIR": cache}
         cmd = [sys.executable, __file__, "--worker", name, "--pipelines", *pipelines]
         if repeat:
@@ -245,6 +274,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per program")
     ap.add_argument("--out", default="thirdparty", help="results/<out>.{json,md,png}")
     ap.add_argument("--report", help="print the table of a saved JSON payload")
+    ap.add_argument("--cold-library", action="store_true",
+                    help="no `hlofuse prebuild` first: each program compiles the GEMM too")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -258,8 +289,11 @@ def main() -> None:
     names = args.only or [p.name for p in PROGRAMS]
     rows = []
     t0 = time.perf_counter()
+    seed_dir = tempfile.TemporaryDirectory(prefix="hlofuse-suite-seed-")
+    seed = None if args.cold_library else seed_dir.name
+    prepared = prepare(seed_dir.name) if seed else {}
     for name in names:
-        row = run_isolated(name, args.pipelines, args.repeat, args.timeout)
+        row = run_isolated(name, args.pipelines, args.repeat, args.timeout, seed)
         rows.append(row)
         res = row.get("pipelines", {}).get(args.pipelines[0], {})
         print(f"{name:40s} {status(row, args.pipelines[0]):9s} "
@@ -268,8 +302,9 @@ def main() -> None:
             detail = res.get("error") or res.get("small_why") or res.get("bench_why") or \
                 row.get("stderr", "")[-400:]
             print(f"    {detail}", flush=True)
+    seed_dir.cleanup()
     payload = {"pipelines": args.pipelines, "cpu_kind": cpu_kind(), "rows": rows,
-               "wall_s": time.perf_counter() - t0}
+               "prepared": prepared, "wall_s": time.perf_counter() - t0}
     path = harness.save(args.out, payload)
     text = table(json.loads(path.read_text()))
     path.with_suffix(".md").write_text(text + "\n")

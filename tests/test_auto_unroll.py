@@ -11,6 +11,7 @@ from hlo_loops import mlp_scan, scan, stacked
 from hlofuse.api import optimise
 from hlofuse.backends import interpreter
 from hlofuse.ir.module import Module
+from hlofuse.ir.opcodes import Opcode
 from hlofuse.passes.base import Context
 from hlofuse.passes.fusion.trace import TraceEvent, trace_of
 from hlofuse.passes.pipelines import run_pipeline
@@ -51,11 +52,31 @@ def test_gain_threshold_is_a_setting() -> None:
 
 def test_long_iterations_skip_costing_the_factors() -> None:
     """Dense layers of 256 x 64: each iteration's ops dwarf its kernel calls and its carried
-    state, so no factor could gain 1.2x; the loop is costed once (factor 1), not four times."""
+    state, so no factor could gain 1.2x; the loop as it stands shows it, so nothing is costed
+    (no copy of the loop is fused, not even at factor 1)."""
     _, event = _event(mlp_scan(n=256, d=64, h=64, s=24), HOST_LOOPS + "}")
     assert event.verdict == "refused" and event.rule == "auto_unroll.gain"
-    assert event.figures["bound"] < 1.2
-    assert list(event.figures["model_ns"]) == ["1"]
+    assert event.figures["bound"] < 1.2 and event.figures["bound_from"] == "unfused"
+    assert "model_ns" not in event.figures
+
+
+@pytest.mark.parametrize("text", [mlp_scan(n=256, d=64, h=64, s=24), mlp_scan(n=64, d=16, h=32),
+                                  mlp_scan(n=1024, d=4, h=8), mlp_scan(), stacked(),
+                                  stacked(4096, 24), scan(), scan(n=100_000)],
+                         ids=["mlp-256x64", "mlp-64x16", "mlp-1024x4", "mlp", "stacked",
+                              "stacked-4096", "scan", "scan-100k"])
+def test_the_unfused_screen_bounds_the_modelled_gain(text: str) -> None:
+    """`screen_bound` (the loop before fusion) is never below `gain_bound` (the loop fused and
+    costed; None is no bound at all): a refusal it makes is one the model would have made."""
+    from hlofuse.passes.fusion.auto_unroll import gain_bound, modelled, screen_bound
+    from hlofuse.passes.fusion.config import FusionConfig
+
+    module, config = parse(text), FusionConfig()
+    run_pipeline(module, "simplify")
+    (w,) = [i for c in module.computations for i in c.instructions if i.opcode is Opcode.WHILE]
+    screen, bound = screen_bound(w, config), gain_bound(w, modelled(module, w.name, 1, config),
+                                                        config)
+    assert screen is None or (bound is not None and screen >= bound)
 
 
 def test_code_size_bounds_the_candidates() -> None:

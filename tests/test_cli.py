@@ -347,3 +347,37 @@ def test_emit_errors_are_clean(capsys: pytest.CaptureFixture[str], add_file: Pat
     assert_clean_error(code, err, "nope.hlo: no such file")
     code, _, err = run_cli(capsys, "emit", str(add_file), "--pipeline", "nope")
     assert_clean_error(code, err, "nope")
+
+
+@pytest.mark.usefixtures("private_cpu_cache")
+def test_prebuild_compiles_the_libraries_once_and_programs_reuse_them(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hlofuse prebuild` builds the GEMM units, the runtime and the jax handler into the cache;
+    run again, it finds them all there; a program with a dot then compiles no GEMM unit."""
+    from hlofuse.backends.cpu import build
+
+    assert main(["prebuild"]) == 0
+    first = capsys.readouterr().out
+    names = ["hflib_gemm_f32", "hflib_gemm_f64", "hlofuse_runtime", "hlofuse_xla_ffi"]
+    for name in names:
+        assert f"{name}: built" in first
+    assert main(["prebuild"]) == 0
+    second = capsys.readouterr().out
+    for name in names:
+        assert f"{name}: cached" in second
+    compiled: list[str] = []
+    real = build._compile_object
+    monkeypatch.setattr(build, "_compile_object",
+                        lambda unit, okey, name, *a: (compiled.append(name),
+                                                      real(unit, okey, name, *a))[1])
+    text = """HloModule d
+ENTRY e {
+  a = f32[8,16] parameter(0)
+  b = f32[16,4] parameter(1)
+  ROOT d = f32[8,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}"""
+    x = np.arange(128, dtype=np.float32).reshape(8, 16) / 100
+    y = np.arange(64, dtype=np.float32).reshape(16, 4) / 10
+    (got,) = hlofuse.compile(text, backend="cpu")(x, y)
+    np.testing.assert_allclose(got, x @ y, rtol=1e-5)
+    assert "hlofuse_gemm" not in compiled

@@ -1,4 +1,4 @@
-"""The `hlofuse` command line: parse | opt | passes | run | emit | demo.
+"""The `hlofuse` command line: parse | opt | passes | run | emit | prebuild | demo.
 
     hlofuse run FILE [--backend cpu|interpreter] [--pipeline xla] [--profile]
                      [--subnormals flush|keep]
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 import time
 import tokenize
@@ -301,6 +302,25 @@ def cmd_emit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prebuild(args: argparse.Namespace) -> int:
+    """Compile the prebuilt libraries (the GEMM of each element type, the runtime and, with
+    jax installed, the handler `hlofuse.jit` calls through XLA) into the cache now: the first
+    program on this machine would otherwise compile them (`cpu.prebuild`)."""
+    from hlofuse.backends import cpu
+    from hlofuse.backends.cpu import cachefs
+
+    t0 = time.perf_counter()
+    done = cpu.prebuild()
+    if importlib.util.find_spec("jax") is not None:  # the frontend's handler for jax.jit
+        from hlofuse.frontends import jax_ffi
+
+        done["hlofuse_xla_ffi"] = jax_ffi.prebuild()
+    for name, outcome in done.items():
+        print(terminal(f"{name}: {outcome}"))
+    print(terminal(f"in {time.perf_counter() - t0:.1f} s, cache {cachefs.root()}"))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from hlofuse.tools.demo import run_demo
 
@@ -392,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         tool.add_arguments(p)
         p.set_defaults(func=tool.main)
+
+    p = sub.add_parser("prebuild", help="compile the prebuilt library (GEMM) for this machine "
+                       "into the cache, once, instead of in the first program that needs it")
+    p.set_defaults(func=cmd_prebuild)
 
     p = sub.add_parser("demo", help="the built-in CartPole case study, end to end")
     p.add_argument("--quick", action="store_true", help="a smaller run")

@@ -260,19 +260,46 @@ def _header() -> Path | None:
     return path if path.is_file() else None
 
 
+def _source() -> tuple[str, tuple[str, ...]] | None:
+    """The handler's C (named by the digest of the FFI header it includes) and its flags;
+    None without jax.ffi's header."""
+    header = _header()
+    if header is None:  # pragma: no cover - jax without jax.ffi
+        return None
+    digest = hashlib.sha256(header.read_bytes()).hexdigest()
+    return f"/* XLA FFI header {digest} */\n{SOURCE}", (f"-I{header.parents[3]}",)
+
+
+def prebuild() -> str:
+    """Build (or find cached) the handler library now, as `hlofuse prebuild` does once per
+    machine: "built", "cached", or why it cannot be built."""
+    from hlofuse.backends.cpu import build
+    from hlofuse.errors import HloError
+
+    found = _source()
+    if found is None:  # pragma: no cover - jax without jax.ffi
+        return "not built: jax.ffi and its C header are not available"
+    source, extra_flags = found
+    if build.load_cached(build.cache_key(source, extra_flags)) is not None:
+        return "cached"
+    try:  # (into this cache, even where this process loaded the handler from another)
+        build.load_library(source, name="hlofuse_xla_ffi", extra_flags=extra_flags)
+    except (HloError, OSError) as exc:
+        return f"not built: {type(exc).__name__}: {exc}"
+    return "built"
+
+
 def _load() -> ctypes.CDLL | None:
     from hlofuse.backends.cpu import build
     from hlofuse.errors import HloError
 
-    header = _header()
-    if header is None:  # pragma: no cover - jax without jax.ffi
+    found = _source()
+    if found is None:  # pragma: no cover - jax without jax.ffi
         _state["failed"] = "jax.ffi and its C header are not available"
         return None
-    digest = hashlib.sha256(header.read_bytes()).hexdigest()
-    source = f"/* XLA FFI header {digest} */\n{SOURCE}"
+    source, extra_flags = found
     try:
-        lib = build.load_library(source, name="hlofuse_xla_ffi",
-                                 extra_flags=(f"-I{header.parents[3]}",))
+        lib = build.load_library(source, name="hlofuse_xla_ffi", extra_flags=extra_flags)
         lib.hf_xla_add.restype = ctypes.c_int64
         lib.hf_xla_add.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                    ctypes.c_int64, ctypes.c_int64,

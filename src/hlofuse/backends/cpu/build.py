@@ -473,6 +473,17 @@ def compile_early(unit: str, name: str, kernel_flags: tuple[str, ...]) -> None:
                                                 kernel_flags)
 
 
+def compile_object(unit: str, name: str, kernel_flags: tuple[str, ...] = ()) -> bool:
+    """Compile the translation unit `unit` into the object cache now (as `load_units` would,
+    with `kernel_flags`), unless a valid object is cached: whether it compiled. Errors are
+    raised (`CCompileError`, `CompilerNotFoundError`)."""
+    okey = object_key(unit, kernel_flags)
+    if _cached_object(okey) is not None:
+        return False
+    _compile_early(unit, okey, name, kernel_flags)
+    return True
+
+
 def _compile_early(unit: str, okey: str, name: str, kernel_flags: tuple[str, ...]) -> None:
     work = Path(tempfile.mkdtemp(prefix=".early-", dir=cachefs.root()))  # 0700
     try:

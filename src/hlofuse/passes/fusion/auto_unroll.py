@@ -29,7 +29,9 @@ Conditions (each refusal names its rule):
 - `auto_unroll.gain`: the best factor's cost beats no unroll by the setting. The loop as it
   is is costed first; when even saving every kernel call and the carried state's traffic
   could not reach the setting (`gain_bound`: iterations long beside their loop overhead, a
-  training step's), the larger factors are not costed at all; `auto_unroll.cost_unknown`
+  training step's), the larger factors are not costed at all, and where the loop as it
+  stands, before fusion, already shows that (`screen_bound`), not even the loop as it is (no
+  copy, no fusion run: a training step's loops cost nothing here); `auto_unroll.cost_unknown`
   when a factor's cost cannot be modelled (a nested loop's trip count is unknown).
 Candidates are the powers of two up to `max_unroll` that do not exceed the trip count.
 """
@@ -122,6 +124,33 @@ def gain_bound(w: Instruction, first: Estimate, config: FusionConfig) -> float |
         trips * 2 * carried / config.host_bandwidth_gbs
     rest = first.ns - saving
     return first.ns / rest if rest > 0 else None
+
+
+# slack of the unfused screen (`screen_bound`): fusing may split an instruction into two
+# kernels (a tree reduction) and simplification may drop ops, so the unfused counts are
+# stretched by these factors before they bound the fused loop's
+SCREEN_KERNEL_SLACK = 2
+SCREEN_OPS_SLACK = 0.5
+
+
+def screen_bound(w: Instruction, config: FusionConfig) -> float | None:
+    """`gain_bound` before any fusion, from the loop as it stands (no copy, no pipeline run): a
+    run's kernels only fall and its ops only rise as fusion duplicates producers, so with the
+    unfused kernels (times `SCREEN_KERNEL_SLACK`) as the calls saved and the unfused ops
+    (times `SCREEN_OPS_SLACK`) as the least time left, the result bounds what the modelled
+    `gain_bound` can find. None where the bound says nothing (unknown trip counts, or the
+    carried state's traffic outweighs the ops)."""
+    from hlofuse.analysis.loops import body_of
+
+    trips = trip_count(w)
+    body, cond = body_of(w), condition_of(w)
+    kernels, ops = kernels_per_run(body, cond), ops_per_run(body, cond)
+    if trips is None or kernels is None or ops is None:
+        return None
+    carried = trips * 2 * _rewritten_bytes(w) / config.host_bandwidth_gbs
+    saving = SCREEN_KERNEL_SLACK * kernels * trips * config.host_kernel_overhead_ns + carried
+    rest = SCREEN_OPS_SLACK * ops * trips * config.host_ns_per_op - carried
+    return 1.0 + saving / rest if rest > 0 else None
 
 
 def _rewritten_bytes(w: Instruction) -> int:
@@ -340,14 +369,16 @@ class AutoUnroll(FusionPass):
                                cached=cached, factor=best)
                 gain = times[1] / times[best]
                 return self._verdict(best, gain, config, figures, "measured")
+        screen = screen_bound(w, config)
+        if screen is not None and screen < config.min_unroll_gain:
+            figures.update(bound=round(screen, 3), bound_from="unfused")
+            return self._cannot_pay(screen, config, figures)
         first = modelled(module, w.name, 1, config)
         bound = gain_bound(w, first, config)
         if bound is not None and bound < config.min_unroll_gain:
-            figures.update(bound=round(bound, 3), model_ns={"1": round(first.ns or 0)})
-            return FusionDecision.no(
-                f"unrolling cannot pay: it saves at most the loop's kernel calls and its "
-                f"carried state's traffic, a gain of at most {bound:.2f}x (needs "
-                f"{config.min_unroll_gain}x)", "auto_unroll.gain", **figures)
+            figures.update(bound=round(bound, 3), bound_from="modelled",
+                           model_ns={"1": round(first.ns or 0)})
+            return self._cannot_pay(bound, config, figures)
         est = {1: first, **{k: modelled(module, w.name, k, config) for k in factors[1:]}}
         if any(e.ns is None for e in est.values()):
             return FusionDecision.no("the cost of a run is unknown (a nested trip count)",
@@ -358,6 +389,14 @@ class AutoUnroll(FusionPass):
                        model_ns={str(k): round(e.ns or 0) for k, e in est.items()})
         gain = (est[1].ns or 0) / (est[best].ns or 1)
         return self._verdict(best, gain, config, figures, "modelled")
+
+    @staticmethod
+    def _cannot_pay(bound: float, config: FusionConfig, figures: dict[str, Any]
+                    ) -> FusionDecision:
+        return FusionDecision.no(
+            f"unrolling cannot pay: it saves at most the loop's kernel calls and its carried "
+            f"state's traffic, a gain of at most {bound:.2f}x (needs {config.min_unroll_gain}x)",
+            "auto_unroll.gain", **figures)
 
     @staticmethod
     def _verdict(best: int, gain: float, config: FusionConfig, figures: dict[str, Any],
