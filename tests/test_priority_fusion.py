@@ -78,3 +78,51 @@ def test_priority_rules() -> None:
     assert est is not None and prio == pytest.approx(est.saving_us) and why.figures["saving_us"]
     run_pipeline(module, "xla-priority")
     assert sum(i.opcode.value == "fusion" for i in module.entry.instructions) <= 2
+
+
+SOFTMAX_ROWS = """HloModule softmax
+max_f {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+add_f {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[128,512] parameter(0)
+  ninf = f32[] constant(-inf)
+  mx = f32[128] reduce(x, ninf), dimensions={1}, to_apply=max_f
+  mb = f32[128,512] broadcast(mx), dimensions={0}
+  sub = f32[128,512] subtract(x, mb)
+  ex = f32[128,512] exponential(sub)
+  zero = f32[] constant(0)
+  sm = f32[128] reduce(ex, zero), dimensions={1}, to_apply=add_f
+  sb = f32[128,512] broadcast(sm), dimensions={0}
+  ROOT d = f32[128,512] divide(ex, sb)
+}
+"""
+
+
+def test_explain_lists_the_queue_steps_and_each_unfused_edge() -> None:
+    """`explain --pipeline xla-priority`: every step with its estimated saving, the consumers
+    it went into and the fusion each is in now; edges left unfused, each with its own rule."""
+    from hlofuse.tools.explain import analyse
+
+    expl = analyse(parse(SOFTMAX_ROWS), "xla-priority")
+    steps = expl.priority_steps
+    assert [s.step for s in steps] == list(range(1, len(steps) + 1)) and len(steps) >= 3
+    for s in steps:
+        assert s.saving_us is not None and s.saving_us > 0
+        assert s.unfused_us is not None and s.fused_us is not None
+        assert s.unfused_us - s.fused_us == pytest.approx(s.saving_us, abs=1e-3)
+        assert all(c.split(" (")[1].startswith("fusion") for c in s.consumers)
+    edges = {(e.producer, e.consumer): e.rule for e in expl.priority_refused}
+    assert edges and all(p != c for p, c in edges)  # per edge, not per producer
+    assert "priority.reduce_into_reduce" in edges.values()
+    text = expl.to_text()
+    assert f"priority fusion: {len(steps)} step(s)" in text
+    assert "[rule priority.reduce_into_reduce]" in text
+    assert expl.to_json()["priority_steps"][0]["step"] == 1

@@ -31,7 +31,8 @@ kind), else `kLoop`.
 
 Every fusion step is a trace event (`explain --pipeline xla-priority`): the step number, the
 producer's estimated times unfused and fused and the saving; producers that stay unfused are
-recorded once with the refusal or the negative saving.
+recorded at the end, once per edge (`refusals`): each user with the refusal `can_fuse` gives
+it, or every user with the negative saving.
 """
 
 from __future__ import annotations
@@ -193,7 +194,9 @@ class _Queue:
         self.version: dict[int, int] = {}
         self.uid: dict[int, int] = {}
         self.why: dict[int, tuple[Instruction, FusionDecision]] = {}
+        self.estimate: dict[int, perf_model_e3.Estimate | None] = {}
         self.steps = 0
+        self.run_number = 1
 
     def candidate(self, instr: Instruction) -> bool:
         return instr.parent is self.comp and instr.opcode not in _NOT_QUEUED and \
@@ -206,11 +209,12 @@ class _Queue:
             self.uid[key] = len(self.uid)
         if not self.candidate(instr):
             return
-        prio, why, _ = priority(instr, self.config)
+        prio, why, est = priority(instr, self.config)
         if prio < 0 or not why:
             self.why[key] = (instr, why)
             return
         self.why.pop(key, None)
+        self.estimate[key] = est
         heapq.heappush(self.heap, (-prio, -self.uid[key], self.version[key], instr))
 
     def run(self) -> bool:
@@ -229,14 +233,24 @@ class _Queue:
                              if u.opcode is not Opcode.BITCAST]
             if not consumers:
                 continue
+            if not self.steps:  # (which run of the pass over this computation: explain)
+                self.run_number = 1 + sum(
+                    1 for e in self.trace if e.pass_name == PASS and e.computation ==
+                    self.comp.name and e.verdict == "fused" and e.figures.get("step") == 1)
             self.steps += 1
             touched: list[Instruction] = []
+            est = self.estimate.get(id(producer))
+            figures: dict[str, object] = {
+                "step": self.steps, "saving_us": round(-neg, 4) if math.isfinite(neg) else "inf",
+                "users": len(consumers), "run": self.run_number}
+            if est is not None:
+                figures.update(unfused_us=round(est.unfused_us, 4),
+                               fused_us=round(est.fused_us, 4))
             for consumer in consumers:
                 name = consumer.name
                 fusion = _fuse(producer, consumer, self.config)
-                self.trace.record(PASS, name, producer.name, FusionDecision.ok(
-                    step=self.steps, saving_us=round(-neg, 4) if math.isfinite(neg) else "inf"),
-                    self.comp.name)
+                self.trace.record(PASS, name, producer.name,
+                                  FusionDecision.ok(**figures, into=fusion.name), self.comp.name)
                 touched.append(fusion)
             changed = True
             marked = dict.fromkeys(touched)
@@ -253,8 +267,21 @@ class _Queue:
         for instr, why in self.why.values():
             if instr.parent is self.comp and instr.users and why.rule not in (
                     "priority.constant", "priority.no_users"):
-                self.trace.record(PASS, instr.name, instr.name, why, self.comp.name, False)
+                for user_name, decision in self.refusals(instr, why):
+                    self.trace.record(PASS, user_name, instr.name, decision, self.comp.name,
+                                      False)
         return changed
+
+    def refusals(self, producer: Instruction, why: FusionDecision
+                 ) -> list[tuple[str, FusionDecision]]:
+        """(consumer, decision) for each edge of a producer left unfused, so each boundary
+        names its own reason: every user for a negative saving ("all or none"), each user
+        `can_fuse` refuses for a refusal; the producer itself for a rule about it alone."""
+        others = [u for u in dict.fromkeys(producer.users) if u.opcode is not Opcode.BITCAST]
+        if why.rule == "priority.not_profitable":
+            return [(u.name, why) for u in others]
+        out = [(u.name, d) for u in others if not (d := can_fuse(producer, u, self.config))]
+        return out or [(producer.name, why)]
 
     def small_constants(self) -> bool:
         """Every constant of at most one element into each fusible user (spec 8.5 step 3)."""

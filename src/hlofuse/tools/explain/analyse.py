@@ -429,7 +429,7 @@ def analyse(module: Module, pipeline: str = DEFAULT_PIPELINE, *, verify_fixes: b
     """Run `pipeline` on `module` (in place: pass a copy) and explain the result."""
     from hlofuse.api import optimise
     from hlofuse.passes.pipelines import build
-    from hlofuse.tools.explain import beyond
+    from hlofuse.tools.explain import beyond, priority
 
     beyond_xla = beyond.has_beyond_passes(build(pipeline))
     original = module.clone() if verify_fixes or beyond_xla else None
@@ -444,6 +444,7 @@ def analyse(module: Module, pipeline: str = DEFAULT_PIPELINE, *, verify_fixes: b
     if not any(loc for s in sections for k in s.kernels for loc in k.sources):
         expl.notes.append("the module carries no source locations (metadata source_file/"
                           "source_line or stack frames): no lines to show")
+    expl.priority_steps, expl.priority_refused = priority.steps(module)
     if beyond_xla:
         assert original is not None
         expl.transformations = beyond.transformations(module)

@@ -161,6 +161,20 @@ class Transformation:
 
 
 @dataclass
+class PriorityStep:
+    """One step of priority fusion's queue: a producer fused into all its users."""
+
+    step: int
+    producer: str
+    computation: str
+    consumers: list[str]  # "consumer (the fusion it is in now)"
+    saving_us: float | None  # the performance model's estimate (inf: a bitcast)
+    unfused_us: float | None = None
+    fused_us: float | None = None
+    run: int = 1  # which run of the pass over its computation (a fixpoint runs it again)
+
+
+@dataclass
 class Explanation:
     module: str
     pipeline: str
@@ -171,6 +185,9 @@ class Explanation:
     transformations: list[Transformation] = field(default_factory=list)
     # with beyond-XLA passes: the same input under `xla`, {"pipeline", "kernels", "bytes"}
     baseline: dict[str, Any] = field(default_factory=dict)
+    # with priority fusion: its queue's steps and the producers it left unfused
+    priority_steps: list[PriorityStep] = field(default_factory=list)
+    priority_refused: list[Any] = field(default_factory=list)  # TraceEvents
 
     @property
     def kernels_per_run(self) -> int | None:
@@ -198,7 +215,9 @@ class Explanation:
                                "kernels_per_run": self.kernels_per_run,
                                "bytes_per_run": self.bytes_per_run.get("entry"),
                                "transformations": [asdict(t) for t in self.transformations],
-                               "baseline": dict(self.baseline)}
+                               "baseline": dict(self.baseline),
+                               "priority_steps": [asdict(p) for p in self.priority_steps],
+                               "priority_refused": [asdict(e) for e in self.priority_refused]}
         for s in self.sections:
             d = asdict(s)
             d["kernels_per_run"] = s.kernels_per_run

@@ -127,6 +127,11 @@ def render_text(expl: Explanation, *, history: bool = True) -> str:
                 src = f" from {b.source}" if b.source else ""
                 out.append(f"    {b.producer} -> {b.consumer}: value {b.value} "
                            f"({human_bytes(b.bytes)}){src}")
+    if expl.priority_steps or expl.priority_refused:
+        from hlofuse.tools.explain import priority
+
+        out.append("")
+        out.extend(priority.lines(expl.priority_steps, expl.priority_refused))
     if expl.transformations or expl.baseline:
         out.append("")
         out.extend(_beyond_lines(expl))
