@@ -248,3 +248,17 @@ def test_constant_false_condition_means_zero_trips() -> None:
     before, after, _ = optimize(text, "simplify")
     assert "while" not in all_opcodes(after)
     check_outputs(before, after, random_args(before))
+
+
+def test_a_fused_condition_keeps_its_trip_count() -> None:
+    """Priority fusion fuses the bound's constant into the condition's compare; the trip count
+    is still read through the fusion (whole-loop fusion and auto-unroll need it)."""
+    from hlo_loops import stacked
+    from hlofuse.analysis.loops import condition_of
+    from hlofuse.passes.pipelines import run_pipeline
+
+    module = parse(stacked(s=20))
+    run_pipeline(module, "xla-priority")
+    (w,) = [i for c in module.computations for i in c.instructions if i.opcode is Opcode.WHILE]
+    assert condition_of(w).root.opcode is Opcode.FUSION
+    assert trip_count(w) == 20

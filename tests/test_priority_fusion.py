@@ -30,13 +30,14 @@ def _args(text: str) -> list[np.ndarray]:
     return out
 
 
+@pytest.mark.parametrize("pipeline", ["xla-priority", "hlofuse-priority"])
 @pytest.mark.parametrize("name", ["softmax", "layernorm", "attention", "mlp_train_step"])
-def test_xla_priority_keeps_the_values(name: str) -> None:
+def test_priority_pipelines_keep_the_values(name: str, pipeline: str) -> None:
     text = examples.text(name)
     args = _args(text)
     want = interpreter.run(parse(text), *args)
     want = want if isinstance(want, list | tuple) else [want]
-    got = hlofuse.compile(text, pipeline="xla-priority", backend="cpu")(*args)
+    got = hlofuse.compile(text, pipeline=pipeline, backend="cpu")(*args)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
 
@@ -126,3 +127,48 @@ def test_explain_lists_the_queue_steps_and_each_unfused_edge() -> None:
     assert f"priority fusion: {len(steps)} step(s)" in text
     assert "[rule priority.reduce_into_reduce]" in text
     assert expl.to_json()["priority_steps"][0]["step"] == 1
+
+
+def _estimate(text: str, producer: str, model: str) -> float:
+    from hlofuse.passes.fusion import perf_model_cpu, perf_model_e3
+
+    module = parse(text)
+    by = {i.name: i for i in module.entry.instructions}
+    p = by[producer]
+    users = list(dict.fromkeys(p.users))
+    config = FusionConfig(priority_cost_model=model)
+    est = (perf_model_cpu if model == "cpu" else perf_model_e3).estimate(p, users, config)
+    return est.saving_us
+
+
+def test_the_cpu_model_weighs_a_cpu_s_costs() -> None:
+    """The CPU model (perf_model_cpu.py): a row max a broadcast repeats 512 times costs its
+    consumer nothing to recompute (hoisted), so fusing it saves; exp, 12 ops an element, into
+    both a reduce and a divide of [128, 512] costs more than writing its 256 KiB once and
+    reading it back from the cache; the GPU's E3 model says the opposite for exp."""
+    assert _estimate(SOFTMAX_ROWS, "mb", "cpu") > 0
+    assert _estimate(SOFTMAX_ROWS, "ex", "cpu") < 0
+    assert _estimate(SOFTMAX_ROWS, "ex", "gpu") > 0
+
+
+def test_hlofuse_priority_is_priority_fusion_under_the_cpu_model() -> None:
+    from hlofuse.passes.base import leaf_passes
+    from hlofuse.passes.pipelines import build
+
+    passes = {p.name: p for p in leaf_passes(build("hlofuse-priority"))}
+    assert "priority-fusion" in passes and "instruction-fusion" not in passes
+    assert passes["priority-fusion"].priority_cost_model == "cpu"
+    assert "whole-loop-fusion" in passes  # (the rest of the hlofuse pipeline is there)
+    module = parse(SOFTMAX_ROWS)
+    run_pipeline(module, "hlofuse-priority")
+    rules = {e.rule for e in trace_of(module) if e.pass_name == "priority-fusion"}
+    assert "priority.not_profitable" in rules  # exp is not duplicated on a CPU
+
+
+def test_fusion_settings_are_checked() -> None:
+    from hlofuse.errors import PassError
+
+    with pytest.raises(PassError, match="fusion_algorithm"):
+        run_pipeline(parse(SOFTMAX_ROWS), "xla{fusion_algorithm=greedy}")
+    with pytest.raises(PassError, match="priority_cost_model"):
+        run_pipeline(parse(SOFTMAX_ROWS), "xla-priority{priority_cost_model=tpu}")

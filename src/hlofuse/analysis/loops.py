@@ -88,11 +88,10 @@ def induction_variable(w: Instruction) -> InductionVariable | None:
     if not cond.parameters or not body.parameters:
         return None
     q, p = cond.parameter(0), body.parameter(0)
-    root = cond.root
-    if root.opcode is not Opcode.COMPARE or body.root.opcode is not Opcode.TUPLE:
+    found = _compare(cond.root)
+    if found is None or body.root.opcode is not Opcode.TUPLE:
         return None
-    a, b = root.operands
-    direction = str(root.attrs.get("direction", ""))
+    a, b, direction = found
     for iv, other, d in ((a, b, direction), (b, a, _FLIP.get(direction, ""))):
         k = gte_index(iv, q)
         if k is None or not isinstance(iv.shape, ArrayShape) or not iv.shape.dtype.is_integral:
@@ -113,6 +112,23 @@ def induction_variable(w: Instruction) -> InductionVariable | None:
             continue
         return InductionVariable(k, init, step, d, bound, iv.shape.dtype.np)
     return None
+
+
+def _compare(root: Instruction) -> tuple[Instruction, Instruction, str] | None:
+    """The condition's compare (a, b, direction); a fused one (priority fusion fuses the
+    bound's constant into it) seen through its fusion: its parameters as the fusion's
+    operands, its constants as they are."""
+    op = root.fused_computation.root if root.opcode is Opcode.FUSION else root
+    if op.opcode is not Opcode.COMPARE:
+        return None
+    sides = []
+    for x in op.operands:
+        if root.opcode is Opcode.FUSION and x.opcode is Opcode.PARAMETER:
+            x = root.operand(x.parameter_number or 0)
+        elif root.opcode is Opcode.FUSION and x.opcode is not Opcode.CONSTANT:
+            return None
+        sides.append(x)
+    return sides[0], sides[1], str(op.attrs.get("direction", ""))
 
 
 def _step(update: Instruction, p: Instruction, k: int) -> int | None:

@@ -67,6 +67,7 @@ PIPELINES: dict[str, Callable[[], Pass]] = {
     "xla-relaxed": fusion_pipelines.xla_relaxed,
     "xla-priority": fusion_pipelines.xla_priority,
     "hlofuse": fusion_pipelines.hlofuse,
+    "hlofuse-priority": fusion_pipelines.hlofuse_priority,
 }
 
 

@@ -101,6 +101,12 @@ class FusionConfig:
     # E3 model (priority fusion, spec 7.2): how far memory and compute overlap in a kernel
     # (exec = compute + memory - p * min(compute, memory); XLA's value for priority fusion).
     memory_compute_parallelism: float = 0.95
+    # Which vertical fusion the fusion fixpoint runs: "instruction" (instruction fusion twice,
+    # the fusion merger: XLA's ladder) or "priority" (priority fusion: XLA GPU since 2024), and
+    # the cost model priority fusion asks: "gpu" (the E3 model, perf_model_e3.py) or "cpu"
+    # (perf_model_cpu.py, the host_* settings).
+    fusion_algorithm: str = "instruction"
+    priority_cost_model: str = "gpu"
 
     # --- beyond XLA: the hlofuse pipeline's transformations (docs/beyond-xla.md) -------------
     # Off here, as XLA has none of them; the `hlofuse` pipeline switches them on
@@ -143,6 +149,15 @@ class FusionConfig:
     host_kernel_overhead_ns: float = 20.0
     host_bandwidth_gbs: float = 20.0
     host_ns_per_op: float = 0.03
+    # ... and, for priority fusion's CPU model (perf_model_cpu.py), the cache a buffer of at
+    # most this many bytes lives in and how much faster it reads from there (the cpu backend's
+    # parallelizer: 512 KiB, 0.08 against 0.02 ns a byte), the threads a kernel longer than
+    # host_parallel_ns runs on, and what waking them costs.
+    host_cache_bytes: int = 512 * 1024
+    host_cache_speedup: float = 4.0
+    host_threads: int = 1
+    host_parallel_ns: float = 20_000.0
+    host_fork_ns: float = 2_000.0
     min_unroll_gain: float = 1.2
     # ... and never beyond this many instructions in the unrolled body (compile time).
     max_unroll_instructions: int = 4000
@@ -204,6 +219,11 @@ class FusionConfig:
                 raise PassError(f"unknown fusion setting {key!r}; known settings: {known}")
             changes[key] = _coerce(key, raw, getattr(base, key))
         cfg = dataclasses.replace(base, **changes)
+        for name, allowed in (("fusion_algorithm", ("instruction", "priority")),
+                              ("priority_cost_model", ("gpu", "cpu"))):
+            if getattr(cfg, name) not in allowed:
+                raise PassError(f"{name} must be one of {', '.join(map(repr, allowed))}, not "
+                                f"{getattr(cfg, name)!r}")
         if cfg.variant not in ("gpu", "generic"):
             raise PassError(f"fusion variant must be 'gpu' or 'generic', not {cfg.variant!r}")
         if cfg.merger_version not in ("2022", "2023"):

@@ -49,7 +49,9 @@ PERF_MODEL = ("clock_ghz", "dram_bandwidth_gbs", "fpus_per_sm", "kernel_launch_o
 HORIZONTAL = ("horizontal_all_computations", "horizontal_max_batch",  # horizontal
               "horizontal_max_cuda_param_bytes", "horizontal_max_elements",
               "horizontal_max_instructions", "horizontal_require_row_major")
-HOST_MODEL = ("host_bandwidth_gbs", "host_kernel_overhead_ns", "host_ns_per_op")  # loop costs
+HOST_MODEL = ("host_bandwidth_gbs", "host_kernel_overhead_ns", "host_ns_per_op",  # loop costs
+              "host_cache_bytes", "host_cache_speedup", "host_threads", "host_parallel_ns",
+              "host_fork_ns")
 ALL_SETTINGS = tuple(f.name for f in dataclasses.fields(FusionConfig))
 
 

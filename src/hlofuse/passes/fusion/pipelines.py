@@ -1,5 +1,5 @@
 """The fusion pipelines, as plain functions returning a `Pipeline` (registered in
-`hlofuse.passes.pipelines.PIPELINES` as "none", "xla" and "xla-relaxed").
+`hlofuse.passes.pipelines.PIPELINES` under these names).
 
     none         simplify                                  every op its own kernel ("eager")
     xla          simplify
@@ -24,6 +24,8 @@
                  simplify, xla's fusion and horizontal fixpoints
                  whole-loop-fusion             a per-element loop becomes one kernel, time
                                                loop inside
+    hlofuse-priority  hlofuse with priority fusion under the CPU cost model as its vertical
+                 fusion (`fusion_algorithm=priority`, `priority_cost_model=cpu`)
 
 This is XLA's GPU pass order of era E2 (spec section 9, `FusionPipeline` and
 `HorizontalFusionPipeline` in gpu_compiler.cc / fusion_pipeline.cc), each fixpoint limited to 25
@@ -67,7 +69,14 @@ def _simplify() -> Fixpoint:
 
 
 def fusion_fixpoint(config: FusionConfig) -> Fixpoint:
-    """XLA's HloPassFix "fusion" (vertical, merger, multi-output, cleanup)."""
+    """XLA's HloPassFix "fusion" (vertical, merger, multi-output, cleanup); with
+    `fusion_algorithm=priority`, XLA GPU's since 2024 (priority fusion in place of instruction
+    fusion and the merger)."""
+    if config.fusion_algorithm == "priority":
+        from hlofuse.passes.fusion.priority_fusion import PriorityFusion
+
+        return Fixpoint(Pipeline("fusion", [PriorityFusion(config), MultiOutputFusion(config),
+                                            Cse(only_fusion_computations=True), Dce()]))
     return Fixpoint(Pipeline("fusion", [
         InstructionFusion(config.replace(may_duplicate=False)),
         InstructionFusion(config.replace(may_duplicate=True)),
@@ -107,19 +116,20 @@ def xla_priority(**settings: Any) -> Pipeline:
     """XLA GPU's current fusion order (spec 8.7, 9): priority fusion in place of the two
     instruction-fusion passes and the fusion merger; multi-output fusion, CSE and DCE after it
     in the fixpoint, then the horizontal fixpoint."""
-    from hlofuse.passes.fusion.priority_fusion import PriorityFusion
-
-    config = FusionConfig.from_options(settings)
-    return Pipeline("xla-priority", [
-        _simplify(), DotStrengthReduction(),
-        Fixpoint(Pipeline("fusion", [PriorityFusion(config), MultiOutputFusion(config),
-                                     Cse(only_fusion_computations=True), Dce()])),
-        horizontal_fixpoint(config)])
+    config = FusionConfig.from_options({"fusion_algorithm": "priority", **settings})
+    return Pipeline("xla-priority", [_simplify(), DotStrengthReduction(),
+                                     fusion_fixpoint(config), horizontal_fixpoint(config)])
 
 
 def xla_relaxed(**settings: Any) -> Pipeline:
     """`xla` with the study's relaxations switched on."""
     return xla("xla-relaxed", **{**RELAXATIONS, **settings})
+
+
+def hlofuse_priority(**settings: Any) -> Pipeline:
+    """`hlofuse` with priority fusion, costed by the CPU model (perf_model_cpu.py), in place
+    of instruction fusion and the fusion merger (in auto-unroll's trials too)."""
+    return hlofuse(**{"fusion_algorithm": "priority", "priority_cost_model": "cpu", **settings})
 
 
 def hlofuse(**settings: Any) -> Pipeline:

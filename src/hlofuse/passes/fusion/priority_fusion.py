@@ -47,7 +47,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import FusionKind, Opcode
 from hlofuse.ir.shape import ArrayShape
-from hlofuse.passes.fusion import perf_model_e3
+from hlofuse.passes.fusion import perf_model_cpu, perf_model_e3
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.decision import FusionDecision
 from hlofuse.passes.fusion.gpu_fusible import (
@@ -58,7 +58,7 @@ from hlofuse.passes.fusion.gpu_fusible import (
     is_producer_consumer_fusible,
 )
 from hlofuse.passes.fusion.instruction_fusion import fusible_computations
-from hlofuse.passes.fusion.options import FUSIBLE, INDEXING, PERF_MODEL, FusionPass
+from hlofuse.passes.fusion.options import FUSIBLE, HOST_MODEL, INDEXING, PERF_MODEL, FusionPass
 from hlofuse.passes.fusion.perf_model import producer_consumer_merged_too_large
 from hlofuse.passes.fusion.predicates import is_fusible, should_fuse_in_place_op
 from hlofuse.passes.fusion.trace import FusionTrace, trace_of
@@ -141,7 +141,8 @@ def can_fuse(producer: Instruction, consumer: Instruction, config: FusionConfig
     return should_fuse_in_place_op(producer, consumer)
 
 
-def priority(producer: Instruction, config: FusionConfig
+def priority(producer: Instruction, config: FusionConfig,
+             memo: perf_model_cpu.Memo | None = None
              ) -> tuple[float, FusionDecision, perf_model_e3.Estimate | None]:
     """CalculateProducerPriority: (priority, why, the estimate when one was made)."""
     if producer.opcode is Opcode.BITCAST:
@@ -160,7 +161,10 @@ def priority(producer: Instruction, config: FusionConfig
         decision = can_fuse(producer, u, config)
         if not decision:
             return -math.inf, decision, None
-    est = perf_model_e3.estimate(producer, users, config)
+    if config.priority_cost_model == "cpu":
+        est = perf_model_cpu.estimate(producer, users, config, memo)
+    else:
+        est = perf_model_e3.estimate(producer, users, config)
     figures = {"unfused_us": round(est.unfused_us, 4), "fused_us": round(est.fused_us, 4),
                "saving_us": round(est.saving_us, 4)}
     if est.saving_us < 0:
@@ -197,6 +201,7 @@ class _Queue:
         self.estimate: dict[int, perf_model_e3.Estimate | None] = {}
         self.steps = 0
         self.run_number = 1
+        self.memo = perf_model_cpu.Memo()  # (the CPU model's; one queue run)
 
     def candidate(self, instr: Instruction) -> bool:
         return instr.parent is self.comp and instr.opcode not in _NOT_QUEUED and \
@@ -209,7 +214,7 @@ class _Queue:
             self.uid[key] = len(self.uid)
         if not self.candidate(instr):
             return
-        prio, why, est = priority(instr, self.config)
+        prio, why, est = priority(instr, self.config, self.memo)
         if prio < 0 or not why:
             self.why[key] = (instr, why)
             return
@@ -304,8 +309,8 @@ class PriorityFusion(FusionPass):
     """XLA GPU's priority fusion (module docstring); its options are the settings in
     OPTIONS."""
 
-    OPTIONS: ClassVar[tuple[str, ...]] = ("memory_compute_parallelism", *FUSIBLE, *INDEXING,
-                                          *PERF_MODEL)
+    OPTIONS: ClassVar[tuple[str, ...]] = ("memory_compute_parallelism", "priority_cost_model",
+                                          *FUSIBLE, *INDEXING, *PERF_MODEL, *HOST_MODEL)
     name: ClassVar[str] = PASS
 
     def run(self, module: Module) -> bool:
