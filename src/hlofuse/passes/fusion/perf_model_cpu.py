@@ -33,7 +33,7 @@ from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
 from hlofuse.passes.fusion.config import FusionConfig
 from hlofuse.passes.fusion.perf_model import Cost, consumer_utilization, cost_of
-from hlofuse.passes.fusion.perf_model_e3 import Estimate
+from hlofuse.passes.fusion.perf_model_e3 import Estimate, fused_reads
 
 
 def _bytes_ns(nbytes: float, resident: float, config: FusionConfig) -> float:
@@ -112,16 +112,8 @@ def _fused_ns(p: Instruction, c: Instruction, config: FusionConfig, memo: Memo) 
     # u > 1 times does not compute it u times, as it does on a GPU's threads)
     u = min(memo.utilization(p, c), 1.0)
     pc, cc = memo.cost(p), memo.cost(c)
-    reads: dict[int, list[float]] = {}
-    for k, o in enumerate(p.operands):
-        net, total = pc.operand_bytes[k]
-        reads.setdefault(id(o), [net, 0.0])[1] += total * u
-    for k, o in enumerate(c.operands):
-        if o is not p:
-            net, total = cc.operand_bytes[k]
-            reads.setdefault(id(o), [net, 0.0])[1] += total
     ops = memo.ops(p) * u + memo.ops(c)
-    return kernel_ns(ops, [(n, t) for n, t in reads.values()], cc.out_bytes, config)
+    return kernel_ns(ops, fused_reads(p, pc, c, cc, u), cc.out_bytes, config)
 
 
 def estimate(producer: Instruction, consumers: list[Instruction], config: FusionConfig,

@@ -117,17 +117,24 @@ def _fused_us(p: _Kernel, c: _Kernel, config: FusionConfig,
               analyses: FusionAnalyses | None) -> float:
     """EstimateRunTimeForFusion: producer `p` fused into consumer `c`, as one kernel."""
     u = consumer_utilization(p.instr, c.instr, analyses)
-    reads: dict[int, list[float]] = {}
-    for k, o in enumerate(p.instr.operands):
-        net, total = p.cost.operand_bytes[k]
-        reads.setdefault(id(o), [net, 0.0])[1] += total * u
-    for k, o in enumerate(c.instr.operands):
-        if o is not p.instr:
-            net, total = c.cost.operand_bytes[k]
-            reads.setdefault(id(o), [net, 0.0])[1] += total
     fused = Cost(p.cost.flops * u + c.cost.flops, c.cost.out_elements, c.cost.out_bytes, ())
-    return exec_us(fused, config, [(net, total) for net, total in reads.values()],
+    return exec_us(fused, config, fused_reads(p.instr, p.cost, c.instr, c.cost, u),
                    lanes=max(p.threads, c.threads))
+
+
+def fused_reads(p: Instruction, pc: Cost, c: Instruction, cc: Cost, u: float
+                ) -> list[tuple[float, float]]:
+    """The (net, accessed) bytes of each distinct operand of `p` fused into `c`: `p`'s
+    operands read `u` times as often as `p` reads them, `c`'s others as `c` does."""
+    reads: dict[int, list[float]] = {}
+    for k, o in enumerate(p.operands):
+        net, total = pc.operand_bytes[k]
+        reads.setdefault(id(o), [net, 0.0])[1] += total * u
+    for k, o in enumerate(c.operands):
+        if o is not p:
+            net, total = cc.operand_bytes[k]
+            reads.setdefault(id(o), [net, 0.0])[1] += total
+    return [(net, total) for net, total in reads.values()]
 
 
 def estimate(producer: Instruction, consumers: list[Instruction], config: FusionConfig,
