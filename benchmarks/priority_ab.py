@@ -14,9 +14,9 @@ one process (best of rounds, `harness.interleaved`), inputs as jax device arrays
     python benchmarks/priority_ab.py [--only NAME ...] [--rounds 7] [--gymnax]
 
 The gymnax rollouts are opt-in (`--gymnax`): priority fusion's queue over their unrolled
-threefry rounds (thousands of elementwise ops in a few growing fusions) re-checks legality and
-IR size by walking those fusions at every step, and does not finish in minutes; CartPole's
-loop is then whole-loop fused as under `hlofuse`.
+threefry rounds (thousands of elementwise ops in a few growing fusions) re-estimates the growing
+fusions at every step: CartPole's pipeline takes 18.6 s against `hlofuse`'s 0.2 s (its loop is
+then whole-loop fused as under `hlofuse`).
 
 Writes results/priority_ab.{json,md}. Ratios: `hlofuse` time / `hlofuse-priority` time (> 1:
 priority fusion is faster) and jax.jit time / each.
@@ -134,7 +134,7 @@ def main() -> None:
     ap.add_argument("--out", default="priority_ab")
     ap.add_argument("--gymnax", action="store_true",
                     help="the gymnax rollouts too (hlofuse-priority's compile of their unrolled "
-                         "threefry rounds takes minutes: see the module docstring)")
+                         "threefry rounds is slow: see the module docstring)")
     args = ap.parse_args()
     rows = []
     for name, build, check in _cases():

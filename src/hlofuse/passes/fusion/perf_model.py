@@ -31,7 +31,9 @@ element read; operand utilisation comes from a walk over the fused computation
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
@@ -134,7 +136,7 @@ class Cost:
     operand_bytes: tuple[tuple[float, float], ...]  # (net, accessed) per operand
 
 
-def cost_of(instr: Instruction, analyses: FusionAnalyses | None = None) -> Cost:
+def cost_of(instr: Instruction, analyses: Analyses | None = None) -> Cost:
     if is_fusion(instr):
         util = utilizations(instr) if analyses is None else analyses.memo(utilizations, instr)
         comp = instr.fused_computation
@@ -154,7 +156,7 @@ def cost_of(instr: Instruction, analyses: FusionAnalyses | None = None) -> Cost:
 
 
 def consumer_utilization(producer: Instruction, consumer: Instruction,
-                         analyses: FusionAnalyses | None = None) -> float:
+                         analyses: Analyses | None = None) -> float:
     """How many times `consumer` reads each element of `producer`'s output."""
     total = 0.0
     if is_fusion(consumer):
@@ -195,7 +197,7 @@ def _compute_time_us(flops: float, threads: float, config: FusionConfig) -> floa
 
 def estimate_run_times(producer: Instruction, consumers: list[Instruction],
                        config: FusionConfig, multi_output: bool = False,
-                       analyses: FusionAnalyses | None = None) -> RunTimes:
+                       analyses: Analyses | None = None) -> RunTimes:
     """GpuPerformanceModel::EstimateRunTimes, first version (spec 7.1). `analyses`: a pass
     run's memo of per-fusion walks (the same figures)."""
     cost = cost_of(producer, analyses)
@@ -225,7 +227,7 @@ def estimate_run_times(producer: Instruction, consumers: list[Instruction],
 
 def fusion_is_faster(producer: Instruction, consumers: list[Instruction],
                      config: FusionConfig, multi_output: bool = False,
-                     analyses: FusionAnalyses | None = None) -> FusionDecision:
+                     analyses: Analyses | None = None) -> FusionDecision:
     times = estimate_run_times(producer, consumers, config, multi_output, analyses)
     figures = {"time_unfused_us": round(times.unfused_us, 4),
                "time_fused_us": round(times.fused_us, 4)}
@@ -234,10 +236,53 @@ def fusion_is_faster(producer: Instruction, consumers: list[Instruction],
     return FusionDecision.ok(**figures)
 
 
+class VersionMemo:
+    """`FusionAnalyses`' `memo` and `indexing` for a pass that only grows fusions (priority
+    fusion: a fusion gains the producers fused into it, never loses one) and keeps no
+    `FusionAnalyses` of its own: a fusion is known by its instruction count, so an answer
+    asked again after steps that did not touch the fusion walks none of it again, and one
+    asked after it grew is computed afresh. Held for one run of the pass."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[Instruction, int, object], Any] = {}
+        self._indexing: dict[tuple[Instruction, int], FusionNodeIndexingEvaluation] = {}
+
+    @staticmethod
+    def version(instr: Instruction) -> int:
+        return len(instr.fused_computation.instructions) if is_fusion(instr) else -1
+
+    def memo(self, fn: Callable[[Instruction], Any], instr: Instruction,
+             compute: Callable[[], Any] | None = None) -> Any:
+        key = (instr, self.version(instr), fn)
+        if key not in self._memo:
+            self._memo[key] = fn(instr) if compute is None else compute()
+        return self._memo[key]
+
+    def usage(self, instr: Instruction, config: FusionConfig) -> tuple[int, int]:
+        """(shared memory bytes, unnested reductions): `fusion_fits_in_budget`'s sums."""
+        from hlofuse.passes.fusion.gpu_fusible import (
+            num_unnested_reductions,
+            shared_memory_usage,
+        )
+
+        return self.memo(shared_memory_usage, instr, lambda: (  # (keyed by the first)
+            shared_memory_usage(instr, config), num_unnested_reductions(instr, config)))
+
+    def indexing(self, fusion: Instruction) -> FusionNodeIndexingEvaluation:
+        key = (fusion, self.version(fusion))
+        found = self._indexing.get(key)
+        if found is None:
+            found = self._indexing[key] = FusionNodeIndexingEvaluation(fusion)
+        return found
+
+
+Analyses = FusionAnalyses | VersionMemo
+
+
 # ----- IR size guard -------------------------------------------------------------------------
 
 
-def _ir_size_and_splits(instr: Instruction, analyses: FusionAnalyses | None = None
+def _ir_size_and_splits(instr: Instruction, analyses: Analyses | None = None
                         ) -> tuple[int, int]:
     if not is_fusion(instr):
         return 1, int(instr.opcode in INVALIDATES_CACHE)
@@ -262,7 +307,7 @@ def _ir_size_and_splits_of(instr: Instruction, evaluation: FusionNodeIndexingEva
 
 def producer_consumer_merged_too_large(producer: Instruction, consumer: Instruction,
                                        config: FusionConfig,
-                                       analyses: FusionAnalyses | None = None,
+                                       analyses: Analyses | None = None,
                                        count_splits: bool = True) -> FusionDecision:
     """GpuHloCostAnalysis::ProducerConsumerMergedTooLarge. `count_splits=False`: the MLIR
     emitters' version (priority-fusion era), which has no cache-invalidating basic blocks, so

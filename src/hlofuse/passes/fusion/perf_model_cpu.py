@@ -29,10 +29,9 @@ that knows its machine passes its own (`host_threads`).
 from __future__ import annotations
 
 from hlofuse.analysis.cost import kernel_ops
-from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
 from hlofuse.passes.fusion.config import FusionConfig
-from hlofuse.passes.fusion.perf_model import Cost, consumer_utilization, cost_of
+from hlofuse.passes.fusion.perf_model import Cost, VersionMemo, consumer_utilization, cost_of
 from hlofuse.passes.fusion.perf_model_e3 import Estimate, fused_reads
 
 
@@ -63,41 +62,38 @@ def kernel_ns(ops: float, reads: list[tuple[float, float]], out_bytes: float,
     return config.host_kernel_overhead_ns + fork + serial / max(fan, 1)
 
 
-class Memo:
+class Memo(VersionMemo):
     """What the model reads of each kernel (its `Cost`, weighted ops, and how often it reads a
-    producer), kept for one run of priority fusion: a fusion is known by its instruction count
-    (priority fusion only adds to fusions), so an estimate asked again after a step that did
-    not touch a kernel walks none of its fused computation again (a run over threefry's
-    unrolled rounds asks about the same growing fusions thousands of times)."""
+    producer), kept for one run of priority fusion (`VersionMemo`: a fusion known by its
+    instruction count, which priority fusion only grows), so an estimate asked again after a
+    step that did not touch a kernel walks none of its fused computation again (a run over
+    threefry's unrolled rounds asks about the same growing fusions thousands of times)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._cost: dict[tuple[Instruction, int], Cost] = {}
         self._ops: dict[tuple[Instruction, int], int] = {}
         self._util: dict[tuple[Instruction, Instruction, int], float] = {}
 
-    @staticmethod
-    def _version(instr: Instruction) -> int:
-        return len(instr.fused_computation.instructions) if is_fusion(instr) else -1
-
     def cost(self, instr: Instruction) -> Cost:
-        key = (instr, self._version(instr))
+        key = (instr, self.version(instr))
         found = self._cost.get(key)
         if found is None:
-            found = self._cost[key] = cost_of(instr)
+            found = self._cost[key] = cost_of(instr, self)
         return found
 
     def ops(self, instr: Instruction) -> int:
-        key = (instr, self._version(instr))
+        key = (instr, self.version(instr))
         found = self._ops.get(key)
         if found is None:
             found = self._ops[key] = kernel_ops(instr)
         return found
 
     def utilization(self, p: Instruction, c: Instruction) -> float:
-        key = (p, c, self._version(c))
+        key = (p, c, self.version(c))
         found = self._util.get(key)
         if found is None:
-            found = self._util[key] = consumer_utilization(p, c)
+            found = self._util[key] = consumer_utilization(p, c, self)
         return found
 
 

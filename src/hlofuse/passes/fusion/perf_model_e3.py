@@ -31,9 +31,8 @@ from hlofuse.ir.fusion import is_fusion
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
-from hlofuse.passes.fusion.analysis import FusionAnalyses
 from hlofuse.passes.fusion.config import FusionConfig
-from hlofuse.passes.fusion.perf_model import Cost, consumer_utilization, cost_of
+from hlofuse.passes.fusion.perf_model import Analyses, Cost, consumer_utilization, cost_of
 
 
 @dataclass(frozen=True)
@@ -109,12 +108,12 @@ class _Kernel:
         return exec_us(self.cost, config, lanes=self.threads)
 
 
-def _kernel(instr: Instruction, analyses: FusionAnalyses | None) -> _Kernel:
+def _kernel(instr: Instruction, analyses: Analyses | None) -> _Kernel:
     return _Kernel(instr, cost_of(instr, analyses), threads(instr))
 
 
 def _fused_us(p: _Kernel, c: _Kernel, config: FusionConfig,
-              analyses: FusionAnalyses | None) -> float:
+              analyses: Analyses | None) -> float:
     """EstimateRunTimeForFusion: producer `p` fused into consumer `c`, as one kernel."""
     u = consumer_utilization(p.instr, c.instr, analyses)
     fused = Cost(p.cost.flops * u + c.cost.flops, c.cost.out_elements, c.cost.out_bytes, ())
@@ -138,7 +137,7 @@ def fused_reads(p: Instruction, pc: Cost, c: Instruction, cc: Cost, u: float
 
 
 def estimate(producer: Instruction, consumers: list[Instruction], config: FusionConfig,
-             analyses: FusionAnalyses | None = None) -> Estimate:
+             analyses: Analyses | None = None) -> Estimate:
     """EstimateRunTimesForPriorityFusion(P, consumers)."""
     launch = config.kernel_launch_overhead_us
     p = _kernel(producer, analyses)

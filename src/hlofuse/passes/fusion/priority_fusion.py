@@ -59,7 +59,7 @@ from hlofuse.passes.fusion.gpu_fusible import (
 )
 from hlofuse.passes.fusion.instruction_fusion import fusible_computations
 from hlofuse.passes.fusion.options import FUSIBLE, HOST_MODEL, INDEXING, PERF_MODEL, FusionPass
-from hlofuse.passes.fusion.perf_model import producer_consumer_merged_too_large
+from hlofuse.passes.fusion.perf_model import VersionMemo, producer_consumer_merged_too_large
 from hlofuse.passes.fusion.predicates import is_fusible, should_fuse_in_place_op
 from hlofuse.passes.fusion.trace import FusionTrace, trace_of
 from hlofuse.passes.registry import register
@@ -106,9 +106,10 @@ def _scatter_operand(producer: Instruction, consumer: Instruction) -> bool:
     return False
 
 
-def can_fuse(producer: Instruction, consumer: Instruction, config: FusionConfig
-             ) -> FusionDecision:
-    """PriorityFusionQueue::CanFuse (spec 8.4), in order."""
+def can_fuse(producer: Instruction, consumer: Instruction, config: FusionConfig,
+             memo: VersionMemo | None = None) -> FusionDecision:
+    """PriorityFusionQueue::CanFuse (spec 8.4), in order (`memo`: the queue run's, for the
+    IR-size check's walks of the fusions)."""
     if not gpu_fusible(producer):
         return FusionDecision.no("the producer is not fusible", "priority.producer_not_fusible")
     if not gpu_fusible(consumer):
@@ -122,16 +123,20 @@ def can_fuse(producer: Instruction, consumer: Instruction, config: FusionConfig
     if is_input_fusible_transpose(producer, config) and not is_epilogue(consumer):
         return FusionDecision.no("the consumer would read the transpose's output uncoalesced",
                                  "priority.coalescing")
-    if _significant_reduce(producer) and _significant_reduce(consumer):
+    significant = _significant_reduce if memo is None else (
+        lambda i: bool(memo.memo(_significant_reduce, i)))
+    if significant(producer) and significant(consumer):
         return FusionDecision.no("both the producer and the consumer contain a reduce",
                                  "priority.reduce_into_reduce")
     decision = is_producer_consumer_fusible(producer, consumer, config, e3=True)
     if not decision:
         return decision
-    decision = fusion_fits_in_budget(consumer, producer, config, True)
+    decision = fusion_fits_in_budget(
+        consumer, producer, config, True,
+        usage=None if memo is None else (lambda i: memo.usage(i, config)))
     if not decision:
         return decision
-    decision = producer_consumer_merged_too_large(producer, consumer, config,
+    decision = producer_consumer_merged_too_large(producer, consumer, config, memo,
                                                   count_splits=False)
     if not decision:
         return decision
@@ -158,13 +163,13 @@ def priority(producer: Instruction, config: FusionConfig,
         return -math.inf, FusionDecision.no("not fusing because there are only bitcast users",
                                             "priority.only_bitcast_users"), None
     for u in others:
-        decision = can_fuse(producer, u, config)
+        decision = can_fuse(producer, u, config, memo)
         if not decision:
             return -math.inf, decision, None
     if config.priority_cost_model == "cpu":
         est = perf_model_cpu.estimate(producer, users, config, memo)
     else:
-        est = perf_model_e3.estimate(producer, users, config)
+        est = perf_model_e3.estimate(producer, users, config, memo)
     figures = {"unfused_us": round(est.unfused_us, 4), "fused_us": round(est.fused_us, 4),
                "saving_us": round(est.saving_us, 4)}
     if est.saving_us < 0:
@@ -201,7 +206,7 @@ class _Queue:
         self.estimate: dict[int, perf_model_e3.Estimate | None] = {}
         self.steps = 0
         self.run_number = 1
-        self.memo = perf_model_cpu.Memo()  # (the CPU model's; one queue run)
+        self.memo = perf_model_cpu.Memo()  # (the models' and the IR-size check's; one run)
 
     def candidate(self, instr: Instruction) -> bool:
         return instr.parent is self.comp and instr.opcode not in _NOT_QUEUED and \
@@ -232,7 +237,7 @@ class _Queue:
                 continue
             if producer.opcode is Opcode.BITCAST:
                 consumers = [u for u in dict.fromkeys(producer.users)
-                             if can_fuse(producer, u, self.config)]
+                             if can_fuse(producer, u, self.config, self.memo)]
             else:
                 consumers = [u for u in dict.fromkeys(producer.users)
                              if u.opcode is not Opcode.BITCAST]
@@ -285,7 +290,8 @@ class _Queue:
         others = [u for u in dict.fromkeys(producer.users) if u.opcode is not Opcode.BITCAST]
         if why.rule == "priority.not_profitable":
             return [(u.name, why) for u in others]
-        out = [(u.name, d) for u in others if not (d := can_fuse(producer, u, self.config))]
+        out = [(u.name, d) for u in others
+               if not (d := can_fuse(producer, u, self.config, self.memo))]
         return out or [(producer.name, why)]
 
     def small_constants(self) -> bool:
