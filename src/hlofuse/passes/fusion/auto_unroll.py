@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from hlofuse.analysis.cost import ops_per_run
 from hlofuse.analysis.kernels import bytes_per_run, kernels_per_run
-from hlofuse.analysis.loops import condition_of, trip_count
+from hlofuse.analysis.loops import body_of, condition_of, trip_count
 from hlofuse.ir.clone import clone_computation, clone_instruction
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
@@ -119,9 +119,7 @@ def gain_bound(w: Instruction, first: Estimate, config: FusionConfig) -> float |
     trips = trip_count(w)
     if first.ns is None or first.kernels is None or trips is None:
         return None
-    carried = _rewritten_bytes(w)
-    saving = first.kernels * config.host_kernel_overhead_ns + \
-        trips * 2 * carried / config.host_bandwidth_gbs
+    saving = first.kernels * config.host_kernel_overhead_ns + _carried_ns(w, trips, config)
     rest = first.ns - saving
     return first.ns / rest if rest > 0 else None
 
@@ -140,23 +138,26 @@ def screen_bound(w: Instruction, config: FusionConfig) -> float | None:
     (times `SCREEN_OPS_SLACK`) as the least time left, the result bounds what the modelled
     `gain_bound` can find. None where the bound says nothing (unknown trip counts, or the
     carried state's traffic outweighs the ops)."""
-    from hlofuse.analysis.loops import body_of
-
     trips = trip_count(w)
     body, cond = body_of(w), condition_of(w)
     kernels, ops = kernels_per_run(body, cond), ops_per_run(body, cond)
     if trips is None or kernels is None or ops is None:
         return None
-    carried = trips * 2 * _rewritten_bytes(w) / config.host_bandwidth_gbs
+    carried = _carried_ns(w, trips, config)
     saving = SCREEN_KERNEL_SLACK * kernels * trips * config.host_kernel_overhead_ns + carried
     rest = SCREEN_OPS_SLACK * ops * trips * config.host_ns_per_op - carried
     return 1.0 + saving / rest if rest > 0 else None
 
 
+def _carried_ns(w: Instruction, trips: int, config: FusionConfig) -> float:
+    """The most unrolling can save of the carried state's traffic: its write and read back
+    every iteration (`_rewritten_bytes`), at the host's bandwidth."""
+    return trips * 2 * _rewritten_bytes(w) / config.host_bandwidth_gbs
+
+
 def _rewritten_bytes(w: Instruction) -> int:
     """Bytes of the carried leaves the body rewrites whole each iteration: not those it passes
     through, nor those it updates one row at a time (a scan's `ys`, written in place)."""
-    from hlofuse.analysis.loops import body_of
     from hlofuse.passes.fusion.loop_fusion import row_write
 
     body = body_of(w)

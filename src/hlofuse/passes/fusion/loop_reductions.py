@@ -54,7 +54,7 @@ from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
 from hlofuse.passes.simplify.dce import dce_computation
 from hlofuse.passes.simplify.while_loops import own_computation
-from hlofuse.passes.utils import callers, reachable_computations
+from hlofuse.passes.utils import callers, each_while, reachable_computations
 
 PASS = "hoist-loop-reductions"
 _LIFTED = frozenset({Opcode.BROADCAST, Opcode.RESHAPE, Opcode.CONSTANT, Opcode.CONCATENATE,
@@ -307,33 +307,32 @@ class HoistLoopReductions(FusionPass):
         changed = False
         comps = reachable_computations(module)
         counts = callers(module, comps)
-        for comp in comps:
-            for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
-                if body_of(w).root.opcode is not Opcode.TUPLE or \
-                        w.operand(0).opcode is not Opcode.TUPLE or w.is_root or any(
-                            gte_index(u, w) is None for u in w.users):
-                    continue
-                _, why = whole_loop_legal(w)
-                if why or why.rule not in ("whole_loop.op", "whole_loop.uniform"):
-                    continue  # fusible already, or refused for a reason this cannot fix
-                tup = w.shape
-                assert isinstance(tup, TupleShape)
-                hoists = [h for k in range(len(tup.elements))
-                          for h in [hoist_legal(w, k)[0]] if h is not None]
-                if not hoists:
-                    continue
-                figures = {"leaves": [h.leaf for h in hoists], **source_figure(module, w)}
-                decision = hoist_profitable(w, hoists, module, config, why)
-                if not decision:
-                    trace.record(PASS, w.name, w.name, decision.with_figures(**figures),
-                                 comp.name)
-                    continue
-                own_computation(module, w, "body", counts)
-                own_computation(module, w, "condition", counts)
-                hoists = [h for h in (hoist_legal(w, h.leaf)[0] for h in hoists)
-                          if h is not None]
-                hoist(w, hoists)
-                trace.record(PASS, w.name, w.name, decision.with_figures(
-                    **figures, reduces=sum(len(h.reduces) for h in hoists)), comp.name, True)
-                changed = True
+        for comp, w in each_while(comps):
+            if body_of(w).root.opcode is not Opcode.TUPLE or \
+                    w.operand(0).opcode is not Opcode.TUPLE or w.is_root or any(
+                        gte_index(u, w) is None for u in w.users):
+                continue
+            _, why = whole_loop_legal(w)
+            if why or why.rule not in ("whole_loop.op", "whole_loop.uniform"):
+                continue  # fusible already, or refused for a reason this cannot fix
+            tup = w.shape
+            assert isinstance(tup, TupleShape)
+            hoists = [h for k in range(len(tup.elements))
+                      for h in [hoist_legal(w, k)[0]] if h is not None]
+            if not hoists:
+                continue
+            figures = {"leaves": [h.leaf for h in hoists], **source_figure(module, w)}
+            decision = hoist_profitable(w, hoists, module, config, why)
+            if not decision:
+                trace.record(PASS, w.name, w.name, decision.with_figures(**figures),
+                             comp.name)
+                continue
+            own_computation(module, w, "body", counts)
+            own_computation(module, w, "condition", counts)
+            hoists = [h for h in (hoist_legal(w, h.leaf)[0] for h in hoists)
+                      if h is not None]
+            hoist(w, hoists)
+            trace.record(PASS, w.name, w.name, decision.with_figures(
+                **figures, reduces=sum(len(h.reduces) for h in hoists)), comp.name, True)
+            changed = True
         return changed

@@ -71,25 +71,17 @@ class Memo(VersionMemo):
 
     def __init__(self) -> None:
         super().__init__()
-        self._cost: dict[tuple[Instruction, int], Cost] = {}
-        self._ops: dict[tuple[Instruction, int], int] = {}
         self._util: dict[tuple[Instruction, Instruction, int], float] = {}
 
     def cost(self, instr: Instruction) -> Cost:
-        key = (instr, self.version(instr))
-        found = self._cost.get(key)
-        if found is None:
-            found = self._cost[key] = cost_of(instr, self)
-        return found
+        cost: Cost = self.memo(cost_of, instr, lambda: cost_of(instr, self))
+        return cost
 
     def ops(self, instr: Instruction) -> int:
-        key = (instr, self.version(instr))
-        found = self._ops.get(key)
-        if found is None:
-            found = self._ops[key] = kernel_ops(instr)
-        return found
+        return int(self.memo(kernel_ops, instr))
 
     def utilization(self, p: Instruction, c: Instruction) -> float:
+        """(of a producer and a consumer: keyed by both, the consumer's version)"""
         key = (p, c, self.version(c))
         found = self._util.get(key)
         if found is None:

@@ -48,7 +48,7 @@ from hlofuse.passes.fusion.options import FusionPass
 from hlofuse.passes.fusion.trace import source_figure, trace_of
 from hlofuse.passes.registry import register
 from hlofuse.passes.simplify.while_loops import own_computation
-from hlofuse.passes.utils import callers, reachable_computations
+from hlofuse.passes.utils import callers, each_while, reachable_computations
 
 PASS = "unstack-loop-state"
 _ROW_DEPTH = 64  # deepest chain of ops `row_of` pushes a row selection through
@@ -302,32 +302,31 @@ class UnstackLoopState(FusionPass):
         changed = False
         comps = reachable_computations(module)
         counts = callers(module, comps)
-        for comp in comps:
-            for w in [i for i in comp.instructions if i.opcode is Opcode.WHILE]:
-                if body_of(w).root.opcode is not Opcode.TUPLE:
+        for comp, w in each_while(comps):
+            if body_of(w).root.opcode is not Opcode.TUPLE:
+                continue
+            tup = w.shape
+            assert isinstance(tup, TupleShape)
+            for k in range(len(tup.elements)):
+                axis, decision = unstack_legal(w, k, config)
+                if axis is None and decision.rule == "unstack.writes":
+                    continue  # not stacked at all: nothing to report
+                leaf = tup.elements[k]
+                figures = {"leaf": k, "shape": str(leaf), **source_figure(module, w)}
+                if axis is not None:
+                    assert isinstance(leaf, ArrayShape)
+                    worth = unstack_profitable(leaf, config)
+                    decision = decision if worth else worth
+                if axis is None or not decision:
+                    trace.record(PASS, w.name, w.name, decision.with_figures(**figures),
+                                 comp.name)
                     continue
-                tup = w.shape
+                own_computation(module, w, "body", counts)
+                own_computation(module, w, "condition", counts)
+                rows = unstack(w, k, axis)
+                tup = w.shape  # (the rows are new elements at its end)
                 assert isinstance(tup, TupleShape)
-                for k in range(len(tup.elements)):
-                    axis, decision = unstack_legal(w, k, config)
-                    if axis is None and decision.rule == "unstack.writes":
-                        continue  # not stacked at all: nothing to report
-                    leaf = tup.elements[k]
-                    figures = {"leaf": k, "shape": str(leaf), **source_figure(module, w)}
-                    if axis is not None:
-                        assert isinstance(leaf, ArrayShape)
-                        worth = unstack_profitable(leaf, config)
-                        decision = decision if worth else worth
-                    if axis is None or not decision:
-                        trace.record(PASS, w.name, w.name, decision.with_figures(**figures),
-                                     comp.name)
-                        continue
-                    own_computation(module, w, "body", counts)
-                    own_computation(module, w, "condition", counts)
-                    rows = unstack(w, k, axis)
-                    tup = w.shape  # (the rows are new elements at its end)
-                    assert isinstance(tup, TupleShape)
-                    trace.record(PASS, w.name, w.name, decision.with_figures(
-                        **figures, rows=rows, row_shape=str(tup.elements[-1])), comp.name, True)
-                    changed = True
+                trace.record(PASS, w.name, w.name, decision.with_figures(
+                    **figures, rows=rows, row_shape=str(tup.elements[-1])), comp.name, True)
+                changed = True
         return changed
