@@ -31,6 +31,13 @@ and after is recorded with each program.
     python benchmarks/thirdparty_suite.py                      # all programs, hlofuse + xla
     python benchmarks/thirdparty_suite.py --only ppo-cartpole flax-cnn
     python benchmarks/thirdparty_suite.py --report results/thirdparty.json   # the table again
+    python benchmarks/thirdparty_suite.py --isa avx2 --out thirdparty_avx2
+
+`--isa avx2` measures both compilers as an AVX2 machine would run them, on any x86 host with
+AVX2: hlofuse generates and compiles for x86-64-v3 (`HLOFUSE_TARGET=avx2`) and jax.jit's
+XLA for AVX2 (`--xla_cpu_max_isa=AVX2`: no EVEX instructions, no ymm16-31, no mask
+registers, which XLA's default code on an AVX-512 host uses even at its 256-bit vector width).
+The memory system and clocks stay this host's, which the table's title says.
 
 Writes results/thirdparty.json, results/thirdparty.md and results/thirdparty.png.
 """
@@ -76,6 +83,10 @@ def run_one(name: str, pipelines: list[str], repeat: int | None) -> dict[str, An
     row: dict[str, Any] = {"program": name, "library": program.library,
                            "source": program.source, "chaotic": program.chaotic,
                            "load_before": os.getloadavg()}
+    from hlofuse.backends.cpu import host_target
+
+    row["hlofuse_march"] = host_target.march()
+    row["xla_flags"] = os.environ.get("XLA_FLAGS", "")
     small, case = program.build(True), program.build(False)
     row["size"] = case.size
     jitted = jax.jit(case.fn, static_argnums=case.static_argnums)
@@ -143,7 +154,7 @@ def _worker(args: argparse.Namespace) -> None:
     print("\nRESULT " + json.dumps(row, default=str), flush=True)
 
 
-def prepare(seed: str) -> dict[str, Any]:
+def prepare(seed: str, isa: str = "native") -> dict[str, Any]:
     """What every program's process starts from, as an installed hlofuse would have it:
     hlofuse's modules byte-compiled (an editable install with PYTHONDONTWRITEBYTECODE set
     compiles them from source at each import, 0.2-0.4 s of a first call that no installed
@@ -159,19 +170,19 @@ def prepare(seed: str) -> dict[str, Any]:
     compiled_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "hlofuse", "prebuild"], check=True,
-                   capture_output=True, env={**os.environ, "HLOFUSE_CACHE_DIR": seed})
+                   capture_output=True, env={**isa_env(isa), "HLOFUSE_CACHE_DIR": seed})
     return {"byte_compiled_s": round(compiled_s, 2),
             "prebuild_s": round(time.perf_counter() - t0, 2)}
 
 
 def run_isolated(name: str, pipelines: list[str], repeat: int | None, timeout: float,
-                 seed: str | None = None) -> dict[str, Any]:
+                 seed: str | None = None, isa: str = "native") -> dict[str, Any]:
     """`run_one` in a fresh process with an hlofuse cache of its own: empty, or a copy of
     `seed` (the prebuilt library alone, `prepare`)."""
     with tempfile.TemporaryDirectory(prefix="hlofuse-suite-") as cache:
         if seed is not None:
             shutil.copytree(seed, cache, dirs_exist_ok=True)
-        env = {**os.environ, "HLOFUSE_CACHE_DIR": cache}
+        env = {**isa_env(isa), "HLOFUSE_CACHE_DIR": cache}
         cmd = [sys.executable, __file__, "--worker", name, "--pipelines", *pipelines]
         if repeat:
             cmd += ["--repeat", str(repeat)]
@@ -196,7 +207,24 @@ def status(row: dict[str, Any], pipeline: str = "hlofuse") -> str:
     return str(row["pipelines"].get(pipeline, {}).get("status", "-"))
 
 
-def cpu_kind() -> str:
+# What `--isa` sets in each process (prepare's prebuild, and every program's worker).
+ISA_ENV: dict[str, dict[str, str]] = {
+    "native": {},
+    "avx2": {"HLOFUSE_TARGET": "avx2", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"},
+}
+
+
+def isa_env(isa: str) -> dict[str, str]:
+    """os.environ with `--isa`'s settings (XLA_FLAGS appended to any the caller set)."""
+    env = dict(os.environ)
+    for key, value in ISA_ENV[isa].items():
+        env[key] = f"{env[key]} {value}" if key == "XLA_FLAGS" and env.get(key) else value
+    return env
+
+
+def cpu_kind(isa: str = "native") -> str:
+    if isa != "native":
+        return f"{isa.upper()} code on an {cpu_kind()} host"
     try:
         flags = Path("/proc/cpuinfo").read_text().split("flags", 1)[1].split("\n", 1)[0]
     except (OSError, IndexError):
@@ -276,6 +304,8 @@ def main() -> None:
     ap.add_argument("--report", help="print the table of a saved JSON payload")
     ap.add_argument("--cold-library", action="store_true",
                     help="no `hlofuse prebuild` first: each program compiles the GEMM too")
+    ap.add_argument("--isa", choices=sorted(ISA_ENV), default="native",
+                    help="avx2: both compilers generate AVX2 code (on an AVX-512 host too)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -291,9 +321,9 @@ def main() -> None:
     t0 = time.perf_counter()
     seed_dir = tempfile.TemporaryDirectory(prefix="hlofuse-suite-seed-")
     seed = None if args.cold_library else seed_dir.name
-    prepared = prepare(seed_dir.name) if seed else {}
+    prepared = prepare(seed_dir.name, args.isa) if seed else {}
     for name in names:
-        row = run_isolated(name, args.pipelines, args.repeat, args.timeout, seed)
+        row = run_isolated(name, args.pipelines, args.repeat, args.timeout, seed, args.isa)
         rows.append(row)
         res = row.get("pipelines", {}).get(args.pipelines[0], {})
         print(f"{name:40s} {status(row, args.pipelines[0]):9s} "
@@ -303,7 +333,8 @@ def main() -> None:
                 row.get("stderr", "")[-400:]
             print(f"    {detail}", flush=True)
     seed_dir.cleanup()
-    payload = {"pipelines": args.pipelines, "cpu_kind": cpu_kind(), "rows": rows,
+    payload = {"pipelines": args.pipelines, "cpu_kind": cpu_kind(args.isa), "isa": args.isa,
+               "isa_env": ISA_ENV[args.isa], "rows": rows,
                "prepared": prepared, "wall_s": time.perf_counter() - t0}
     path = harness.save(args.out, payload)
     text = table(json.loads(path.read_text()))
