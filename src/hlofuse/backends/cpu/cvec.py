@@ -70,6 +70,30 @@ def vtype(short: str, w: int) -> str:
     return f"hf_v{w}_{short}"
 
 
+def convert(lib: VecLib, x: str, src: str, dst: str, w: int) -> str:
+    """The vector expression converting `x` (lanes of `src`) to lanes of `dst` (short names).
+    GCC 12 converts 8- and 16-bit integer lanes to and from wider ones in one
+    `__builtin_convertvector` lane by lane on most targets (u8 x 8 -> i32 x 8: 32 instructions
+    on x86-64-v3, 72 for 16 lanes on -v4; i32 x 8 -> u8 x 8 on -v3: 38), and one halving or
+    doubling at a time as one or two vector instructions each (vpmovzxbw, vpmovzxwd, vpackusdw:
+    12-20 in all). So integers widen a doubling at a time (keeping the source's signedness:
+    sign or zero extension; to a float through 32-bit integers, exact), and narrow from 2- or
+    4-byte lanes in `VecLib.narrow`'s steps. Narrowing from 8-byte lanes stays one conversion
+    (the steps were no better there on -v3)."""
+    if src == dst:
+        return x
+    a, b = CTYPES[src][1], CTYPES[dst][1]
+    src_int, dst_int = src[0] in "iu", dst[0] in "iu"
+    if src_int and dst_int and 4 * b <= a <= 4:
+        return f"{lib.narrow(src, dst, w)}({x})"
+    if src_int and dst_int and 4 * a <= b:
+        return f"{lib.widen(src, dst, w)}({x})"
+    if src_int and not dst_int and a < 4:  # (to a float: through 32-bit integers, exact)
+        x = f"{lib.widen(src, 'i32', w)}({x})" if a == 1 else \
+            f"__builtin_convertvector({x}, {lib.t('i32', w)})"
+    return f"__builtin_convertvector({x}, {lib.t(dst, w)})"
+
+
 def _utype(short: str) -> str:
     """The unsigned lane type of the same width."""
     return "u" + _INT_OF_BYTES[CTYPES[short][1]]
@@ -205,7 +229,7 @@ static inline {vt} {name}(const {ct} *p, {ot} o) {{
             fast = f"""#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX__)
     typedef {ft} hf__mv __attribute__((vector_size(32)));
     typedef {it} hf__mi __attribute__((vector_size(32)));
-    const hf__mi k = -__builtin_convertvector(m, hf__mi);
+    const hf__mi k = -(hf__mi){convert(self, "m", "u8", _itype(short), w)};
     return ({vt}){blt}((const hf__mv *)p, k);
 #else
 """
@@ -218,6 +242,75 @@ static inline {vt} {name}(const {ct} *p, {ot} o) {{
 """
         self._add(name, f"static inline {vt} {name}(const {ct} *p, {pt} m)\n{{\n{fast}"
                         f"{lanes}{'#endif' + chr(10) if fast else ''}}}")
+        return name
+
+    def widen(self, src: str, dst: str, w: int) -> str:
+        """`NAME(x)`: integer lanes of `src` extended to the wider `dst` (`convert`), with the
+        source's signedness (sign or zero extension). Bytes to 32-bit lanes are one vpmovzxbd
+        or vpmovsxbd with GCC on AVX2 (8 lanes) and AVX-512F (16 lanes), through GCC's
+        builtins (one conversion instead took 33 instructions on -v3 and 73 on -v4 where the
+        bytes come from a load, and the steps split the 16-lane one into 128-bit halves);
+        to 64-bit lanes through those; elsewhere a doubling at a time, or one conversion with
+        AVX-512BW and VL where the result is at most 64 bytes."""
+        a, b = CTYPES[src][1], CTYPES[dst][1]
+        if a == 1 and b == 8:
+            via = self.widen(src, src[0] + "32", w)
+            return self._helper(f"hf_wdn_{self.t(src, w)[3:]}_{dst}", src, dst, w,
+                                f"    return __builtin_convertvector({via}(x), "
+                                f"{self.t(dst, w)});\n")
+        body = self._step_body(src, dst, w, 2 * a, 1)
+        if a == 1 and b == 4 and w in (8, 16):
+            ext = "zx" if src[0] == "u" else "sx"
+            if w == 16:
+                call = (f"__builtin_ia32_pmov{ext}bd512_mask((hf__qi)x, (hf__si){{0}}, "
+                        "(unsigned short)-1)")
+                isa, si = "__AVX512F__", 64
+            else:
+                call = (f"__builtin_ia32_pmov{ext}bd256((hf__qi)__builtin_shufflevector(x, x, "
+                        + ", ".join(str(i % 8) for i in range(16)) + "))")
+                isa, si = "__AVX2__", 32
+            body = (f"#if defined(__GNUC__) && !defined(__clang__) && defined({isa})\n"
+                    f"    typedef char hf__qi __attribute__((vector_size(16)));\n"
+                    f"    typedef int hf__si __attribute__((vector_size({si})));\n"
+                    f"    return ({self.t(dst, w)}){call};\n#else\n{body}#endif\n")
+        return self._helper(f"hf_wdn_{self.t(src, w)[3:]}_{dst}", src, dst, w, body)
+
+    def narrow(self, src: str, dst: str, w: int) -> str:
+        """`NAME(x)`: 32-bit integer lanes truncated to bytes (`convert`): one vpmovdb with GCC
+        on AVX-512F (16 lanes) or AVX-512VL (8), through GCC's builtins (one conversion took
+        66 instructions on -v4 where the lanes come from a load), elsewhere a halving at a
+        time (keeping the low bits: 20-29 instructions for 8 lanes on -v3, against 38-60)."""
+        body = self._step_body(src, dst, w, CTYPES[src][1] // 2, -1)
+        if w in (8, 16):
+            isa, mask = ("__AVX512F__", "unsigned short") if w == 16 else \
+                ("__AVX512VL__", "unsigned char")
+            call = f"__builtin_ia32_pmovdb{32 * w}_mask((hf__si)x, (hf__qi){{0}}, ({mask})-1)"
+            low = "r" if w == 16 else "__builtin_shufflevector(r, r, 0, 1, 2, 3, 4, 5, 6, 7)"
+            body = (f"#if defined(__GNUC__) && !defined(__clang__) && defined({isa})\n"
+                    f"    typedef char hf__qi __attribute__((vector_size(16)));\n"
+                    f"    typedef int hf__si __attribute__((vector_size({4 * w})));\n"
+                    f"    const hf__qi r = {call};\n"
+                    f"    return ({self.t(dst, w)}){low};\n#else\n{body}#endif\n")
+        return self._helper(f"hf_nrw_{self.t(src, w)[3:]}_{dst}", src, dst, w, body)
+
+    def _step_body(self, src: str, dst: str, w: int, first: int, way: int) -> str:
+        """`return` of `x` converted a halving (way -1) or doubling (1) at a time from `first`
+        bytes, or in one conversion with AVX-512BW and VL up to 64 bytes."""
+        dt = self.t(dst, w)
+        x, n, end, sign = "x", first, CTYPES[dst][1], (dst if way < 0 else src)[0]
+        while n * way < end * way:
+            x = f"__builtin_convertvector({x}, {self.t(sign + _INT_OF_BYTES[n], w)})"
+            n = n * 2 if way > 0 else n // 2
+        x = f"__builtin_convertvector({x}, {dt})"
+        one = f"__builtin_convertvector(x, {dt})"
+        if x != one and max(CTYPES[src][1], CTYPES[dst][1]) * w <= 64:
+            return (f"#if defined(__AVX512BW__) && defined(__AVX512VL__)\n    return {one};\n"
+                    f"#else\n    return {x};\n#endif\n")
+        return f"    return {x};\n"
+
+    def _helper(self, name: str, src: str, dst: str, w: int, body: str) -> str:
+        st, dt = self.t(src, w), self.t(dst, w)
+        self._add(name, f"static inline {dt} {name}({st} x)\n{{\n{body}}}")
         return name
 
     def splat(self, short: str, w: int) -> str:
@@ -241,18 +334,18 @@ static inline {vt} {name}(const {ct} *p, {ot} o) {{
         """A comparison's mask (lanes of -1/0 as wide as `short`) -> pred lanes (0/1 bytes)."""
         mt = self.t(_itype(short), w)
         name = f"hf_m2p_v{w}_{_itype(short)}"
+        narrow = convert(self, "m", _itype(short), "i8", w)
         self._add(name, f"static inline {self.t('u8', w)} {name}({mt} m) "
-                        f"{{ return (({self.t('u8', w)})__builtin_convertvector(m, "
-                        f"{self.t('i8', w)})) & 1; }}")
+                        f"{{ return (({self.t('u8', w)}){narrow}) & 1; }}")
         return name
 
     def select(self, short: str, w: int) -> str:
-        vt, ut, it = self.t(short, w), self.t(_utype(short), w), self.t(_itype(short), w)
+        vt, ut = self.t(short, w), self.t(_utype(short), w)
         name = f"hf_sel_{vt[3:]}"
         self._add(name, f"""
 static inline {vt} {name}({self.t('u8', w)} p, {vt} a, {vt} b)
 {{
-    {ut} m = ({ut})(-__builtin_convertvector(p, {it}));
+    {ut} m = ({ut})(-{convert(self, "p", "u8", _itype(short), w)});
     return ({vt})((({ut})a & m) | (({ut})b & ~m));
 }}""")
         return name
@@ -626,13 +719,7 @@ def _convert(lib: VecLib, src: DType, dst: DType, x: str, w: int) -> str | None:
         return None  # saturating float -> int: lane by lane (cexpr's hf_cvt_*)
     if src.name == dst.name:
         return x
-    dt = lib.t(d_short, w)
-    if dst.is_float and not src.is_float and CTYPES[s_short][1] < 4:
-        # 8- and 16-bit lanes (pred, u8, s16, ...) widened to 32-bit integers first: exact,
-        # and GCC 12 converts bytes to floats lane by lane (one vcvtusi2ss each) otherwise
-        x = f"__builtin_convertvector({x}, {lib.t('i32', w)})"
-        s_short = "i32"
-    out = x if s_short == d_short else f"__builtin_convertvector({x}, {dt})"
+    out = convert(lib, x, s_short, d_short, w)
     if dst.name in ("f16", "bf16"):
         if src.name == "f64" and dst.name == "f16":
             return None  # rounds once from f64 (cprelude's hf_f64_to_f16)
