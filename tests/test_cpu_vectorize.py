@@ -761,3 +761,59 @@ def test_narrow_integer_lanes_convert_as_vectors(target: str, tmp_path: Path,
     for k in kernels:
         lanewise = re.findall(r"\bv?p(extr|insr)[bwdq]\b", _function(asm, k.name))
         assert not lanewise, (k.name, len(lanewise))
+
+
+# brax's generalized pipeline (inverted_pendulum): a 2 x 2 matrix-vector product per body,
+# accumulated in f64 (jax's dot_general with preferred_element_type f64, strength-reduced)
+F64_PAIRS = """HloModule f64_pairs
+add {
+  a = f64[] parameter(0)
+  b = f64[] parameter(1)
+  ROOT s = f64[] add(a, b)
+}
+fused {
+  p0 = f32[256,2] parameter(0)
+  v = f64[256,2] convert(p0)
+  vb = f64[256,2,2] broadcast(v), dimensions={0,2}
+  p1 = f32[256,2,2] parameter(1)
+  m = f64[256,2,2] convert(p1)
+  x = f64[256,2,2] multiply(m, vb)
+  zero = f64[] constant(0)
+  ROOT r = f64[256,2] reduce(x, zero), dimensions={2}, to_apply=add
+}
+ENTRY e {
+  p0 = f32[256,2] parameter(0)
+  p1 = f32[256,2,2] parameter(1)
+  ROOT f = f64[256,2] fusion(p0, p1), kind=kInput, calls=fused
+}"""
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_wide_tile_shuffles_stay_in_registers(tmp_path: Path, target: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """[n, 2] and [n, 4] arrays read and written as column vectors of f64 (brax's 2 x 2
+    products): vectors wider than the target's registers are shuffled in register-sized parts
+    (`cvec.shuffle_helper`): GCC 12 spilled the 64-byte whole-vector shuffles to the stack on
+    AVX2, element by element (2.7x the kernel's time). The kernel moves no element on its own
+    and keeps its values in registers, and matches the interpreter."""
+    import numpy as np
+
+    from hlofuse.backends import cpu, interpreter
+
+    module = parse(F64_PAIRS)
+    (k,) = [lower_kernel(i, Target.named(target)) for i in module.entry.instructions
+            if is_kernel(i)]
+    assert "hf_deint" in k.source and "hf_int2_" in k.source
+    asm = _asm(tmp_path, "#define HF_KERNEL\n" + cexpr.prelude() + k.source, target)
+    body = _function(asm, k.name)
+    lanes = re.findall(r"\bvmov[lh]pd\b|\bvmovsd\b|\bvextractf64x2\b", body)
+    assert not lanes, (k.name, len(lanes))  # no element moved on its own
+    assert len(re.findall(r"\(%rsp\)", body)) <= 2, k.name  # (an accumulator's zeros)
+    rng = np.random.default_rng(2)
+    args = (rng.standard_normal((256, 2), dtype=np.float32),
+            rng.standard_normal((256, 2, 2), dtype=np.float32))
+    module = parse(F64_PAIRS)
+    want = interpreter.run(module, *args)
+    monkeypatch.setenv("HLOFUSE_TARGET", target)
+    (got,) = cpu.compile_module(module)(*args)
+    np.testing.assert_allclose(got, want[0], rtol=1e-12)

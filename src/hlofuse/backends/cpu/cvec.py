@@ -518,28 +518,82 @@ static inline {u16} {names['f32_to_bf16']}({f} v)
 
     def shuffle_helper(self, kind: str, short: str, w: int, s: int) -> str:
         """`deint`: s vectors loaded from s*w consecutive elements -> s vectors of columns;
-        `int`: the inverse (s column vectors -> s vectors to store consecutively)."""
-        vt, (ct, _n) = self.t(short, w), CTYPES[short]
+        `int`: the inverse (s column vectors -> s vectors to store consecutively). A vector
+        wider than the target's registers (64 bytes with AVX-512F, 32 with AVX, else 16) is
+        shuffled in register-sized parts, each from the parts of the sources its lanes come
+        from: GCC 12 spilled the whole-vector shuffles of 64-byte vectors to the stack on
+        AVX2, element by element (brax's f64 [n, 2] stores)."""
+        vt, (ct, n) = self.t(short, w), CTYPES[short]
         name = f"hf_{kind}{s}_{vt[3:]}"
-        ld, st = self.load(short, w), self.store(short, w)
-        ins = [f"v{j}" for j in range(s)]
-        body = []
         if kind == "deint":
-            body += [f"    const {vt} v{j} = {ld}(p + {j * w});" for j in range(s)]
-            for k in range(s):
-                lanes = [divmod(lane * s + k, w) for lane in range(w)]
-                body.append(f"    *o{k} = {_shuffle_tree(ins, lanes, w)};")
             sig = f"const {ct} *p, " + ", ".join(f"{vt} *o{k}" for k in range(s))
         else:
-            for j in range(s):
-                lanes = []
-                for m in range(w):
-                    row, col = divmod(j * w + m, s)
-                    lanes.append((col, row))
-                body.append(f"    {st}(p + {j * w}, {_shuffle_tree(ins, lanes, w)});")
             sig = f"{ct} *p, " + ", ".join(f"{vt} v{k}" for k in range(s))
-        self._add(name, f"static inline void {name}({sig})\n{{\n" + "\n".join(body) + "\n}")
+        # (register bytes, the test that the target has them); each implies the next
+        tiers = [(cond, max(1, w * n // r)) for cond, r in
+                 (("defined(__AVX512F__)", 64), ("defined(__AVX__)", 32), ("", 16))]
+        tiers = [t for k, t in enumerate(tiers) if k + 1 == len(tiers) or t[1] != tiers[k + 1][1]]
+        if len(tiers) == 1:
+            body = self._shuffle_body(kind, short, w, s, 1)
+        else:
+            body = "\n".join(
+                [(f"#{'if' if k == 0 else 'elif'} {cond}" if cond else "#else") + "\n"
+                 + self._shuffle_body(kind, short, w, s, parts)
+                 for k, (cond, parts) in enumerate(tiers)] + ["#endif"])
+        self._add(name, f"static inline void {name}({sig})\n{{\n{body}\n}}")
         return name
+
+    def _shuffle_body(self, kind: str, short: str, w: int, s: int, parts: int) -> str:
+        """`shuffle_helper`'s statements with each vector cut into `parts` pieces of w/parts
+        lanes (1: whole vectors)."""
+        pw = w // parts
+        ld, st = self.load(short, pw), self.store(short, pw)
+        body = []
+        srcs: list[str] = []  # piece q of source v: srcs[v * parts + q]
+        if kind == "deint":
+            for j in range(s):
+                for q in range(parts):
+                    body.append(f"    const {self.t(short, pw)} v{j}_{q} = "
+                                f"{ld}(p + {j * w + q * pw});")
+                    srcs.append(f"v{j}_{q}")
+        else:
+            for j in range(s):
+                for q in range(parts):
+                    if parts == 1:
+                        srcs.append(f"v{j}")
+                        continue
+                    lanes = ", ".join(str(q * pw + x) for x in range(pw))
+                    body.append(f"    const {self.t(short, pw)} v{j}_{q} = "
+                                f"__builtin_shufflevector(v{j}, v{j}, {lanes});")
+                    srcs.append(f"v{j}_{q}")
+
+        def piece(lanes: list[tuple[int, int]]) -> str:
+            return _shuffle_tree(srcs, [(v * parts + x // pw, x % pw) for v, x in lanes], pw)
+
+        for j in range(s):
+            if kind == "deint":
+                lanes = [divmod(lane * s + j, w) for lane in range(w)]
+            else:
+                lanes = [divmod(j * w + m, s)[::-1] for m in range(w)]
+            cut = [piece(lanes[q * pw:(q + 1) * pw]) for q in range(parts)]
+            if kind == "deint":
+                whole = cut[0] if parts == 1 else _concat(cut, pw)
+                body.append(f"    *o{j} = {whole};")
+            else:
+                body += [f"    {st}(p + {j * w + q * pw}, {c});" for q, c in enumerate(cut)]
+        return "\n".join(body)
+
+
+def _concat(pieces: list[str], pw: int) -> str:
+    """One vector of the lanes of `pieces` (each `pw` lanes) in order, by shuffles that double
+    the width."""
+    while len(pieces) > 1:
+        w = 2 * pw
+        idx = ", ".join(str(x) for x in range(w))
+        pieces = [f"__builtin_shufflevector({a}, {b}, {idx})"
+                  for a, b in zip(pieces[::2], pieces[1::2], strict=True)]
+        pw = w
+    return pieces[0]
 
 
 def _shuffle_tree(srcs: list[str], lanes: list[tuple[int, int]], w: int) -> str:
