@@ -562,19 +562,19 @@ static inline {u16} {names['f32_to_bf16']}({f} v)
                     if parts == 1:
                         srcs.append(f"v{j}")
                         continue
-                    lanes = ", ".join(str(q * pw + x) for x in range(pw))
+                    idx = ", ".join(str(q * pw + x) for x in range(pw))
                     body.append(f"    const {self.t(short, pw)} v{j}_{q} = "
-                                f"__builtin_shufflevector(v{j}, v{j}, {lanes});")
+                                f"__builtin_shufflevector(v{j}, v{j}, {idx});")
                     srcs.append(f"v{j}_{q}")
 
         def piece(lanes: list[tuple[int, int]]) -> str:
             return _shuffle_tree(srcs, [(v * parts + x // pw, x % pw) for v, x in lanes], pw)
 
         for j in range(s):
-            if kind == "deint":
+            if kind == "deint":  # (source vector, lane) of each lane
                 lanes = [divmod(lane * s + j, w) for lane in range(w)]
             else:
-                lanes = [divmod(j * w + m, s)[::-1] for m in range(w)]
+                lanes = [((j * w + m) % s, (j * w + m) // s) for m in range(w)]
             cut = [piece(lanes[q * pw:(q + 1) * pw]) for q in range(parts)]
             if kind == "deint":
                 whole = cut[0] if parts == 1 else _concat(cut, pw)
