@@ -18,6 +18,7 @@ import pytest
 
 from hlofuse.analysis.kernels import is_kernel
 from hlofuse.backends.cpu import build, cexpr, mathlib
+from hlofuse.backends.cpu.contract import Kernel
 from hlofuse.backends.cpu.kernels import lower_kernel
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir import lower as kir_lower
@@ -62,6 +63,20 @@ def _function(asm: str, name: str) -> str:
                   re.S | re.M)
     assert m, f"no function {name} in the assembly"
     return m.group(1)
+
+
+def _kernel_asm(tmp_path: Path, text: str, target: str, pipeline: str | None = "xla"
+                ) -> tuple[list[Kernel], str]:
+    """The entry's kernels of `text` (after `pipeline`) printed for `target`, and the assembly
+    of them all compiled together for its `-march`."""
+    module = parse(text)
+    if pipeline:
+        run_pipeline(module, pipeline)
+    kernels = [lower_kernel(i, Target.named(target)) for i in module.entry.instructions
+               if is_kernel(i)]
+    functions = {k.name: k.source for k in kernels}  # (equal kernels: one function)
+    src = "#define HF_KERNEL\n" + cexpr.prelude() + "".join(functions.values())
+    return kernels, _asm(tmp_path, src, target)
 
 
 @pytest.mark.parametrize("target", ["avx2", "avx512"])
@@ -190,12 +205,7 @@ def test_layouts_vectorize(tmp_path: Path, case: str, target: str) -> None:
     for k in kernels:
         loops = [lp for lp in _loops(k) if lp.hi - lp.lo >= 512]
         assert loops and all(lp.vector for lp in loops), k.name
-    module = parse(text)
-    run_pipeline(module, "xla")
-    ck = [lower_kernel(i, Target.named(target)) for i in module.entry.instructions
-          if is_kernel(i)]
-    src = "#define HF_KERNEL\n" + cexpr.prelude() + "".join({k.name: k.source for k in ck}.values())
-    asm = _asm(tmp_path, src, target)
+    ck, asm = _kernel_asm(tmp_path, text, target)
     for k in ck:
         body = _function(asm, k.name)
         assert not SCALAR.findall(body), (k.name, SCALAR.findall(body)[:10])
@@ -752,12 +762,7 @@ def test_narrow_integer_lanes_convert_as_vectors(target: str, tmp_path: Path,
     _vector_ops_match_interpreter(NARROW_CONVERTS, args, target, monkeypatch)
     if target == "scalar":
         return
-    module = parse(NARROW_CONVERTS)
-    run_pipeline(module, "xla")
-    kernels = [lower_kernel(i, Target.named(target)) for i in module.entry.instructions
-               if is_kernel(i)]
-    src = "#define HF_KERNEL\n" + cexpr.prelude() + "".join(k.source for k in kernels)
-    asm = _asm(tmp_path, src, target)
+    kernels, asm = _kernel_asm(tmp_path, NARROW_CONVERTS, target)
     for k in kernels:
         lanewise = re.findall(r"\bv?p(extr|insr)[bwdq]\b", _function(asm, k.name))
         assert not lanewise, (k.name, len(lanewise))
@@ -800,11 +805,8 @@ def test_wide_tile_shuffles_stay_in_registers(tmp_path: Path, target: str,
 
     from hlofuse.backends import cpu, interpreter
 
-    module = parse(F64_PAIRS)
-    (k,) = [lower_kernel(i, Target.named(target)) for i in module.entry.instructions
-            if is_kernel(i)]
+    (k,), asm = _kernel_asm(tmp_path, F64_PAIRS, target, pipeline=None)
     assert "hf_deint" in k.source and "hf_int2_" in k.source
-    asm = _asm(tmp_path, "#define HF_KERNEL\n" + cexpr.prelude() + k.source, target)
     body = _function(asm, k.name)
     lanes = re.findall(r"\bvmov[lh]pd\b|\bvmovsd\b|\bvextractf64x2\b", body)
     assert not lanes, (k.name, len(lanes))  # no element moved on its own
