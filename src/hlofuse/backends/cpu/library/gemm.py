@@ -76,10 +76,13 @@ _SPLIT = r"""
 #define HFLIB_ENTRY static  /* prebuilt.py's objects make the entry points hidden globals */
 #endif
 /* How a dot is cut into tasks for `threads` threads: batch items first, then row (or, for fewer
-   rows than columns, column) blocks of multiples of 16, at most 4 tasks per thread and about
+   rows than columns, column) blocks of multiples of 16, at most 2 tasks per thread and about
    HFLIB_TASK_WORK multiply-adds or more each; one task below `parallel_work`. The tasks run on
    the runtime's pool (hf_parallel_ptr), claimed one at a time, so a thread the OS has
-   descheduled delays only the task it holds. */
+   descheduled delays only the task it holds. Each row block packs all of B again: at 4 tasks
+   per thread that was a third of a 256^3 product's time (2 threads: 1.53x one thread's speed;
+   2 per thread 1.78x, 1 per thread 1.89x with no task left to hand a descheduled thread's
+   share to). */
 enum { HFLIB_TASK_WORK = 1 << 19 };
 typedef struct { int64_t bt, mt, nt, mc, nc; } hflib_split;
 static hflib_split hflib_dot_split(int64_t batch, int64_t M, int64_t N, int64_t K,
@@ -88,7 +91,7 @@ static hflib_split hflib_dot_split(int64_t batch, int64_t M, int64_t N, int64_t 
     const double work = (double)batch * M * N * K;
     if (work < parallel_work) threads = 1;
     double want = work / HFLIB_TASK_WORK;
-    if (want > 4.0 * threads) want = 4.0 * threads;
+    if (want > 2.0 * threads) want = 2.0 * threads;
     const int64_t tasks = threads > 1 && want > 1 ? (int64_t)want : 1;
     s.bt = batch < tasks ? batch : tasks;
     const int64_t rest = (tasks + s.bt - 1) / s.bt;
