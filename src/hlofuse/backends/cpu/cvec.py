@@ -72,14 +72,12 @@ def vtype(short: str, w: int) -> str:
 
 def convert(lib: VecLib, x: str, src: str, dst: str, w: int) -> str:
     """The vector expression converting `x` (lanes of `src`) to lanes of `dst` (short names).
-    GCC 12 converts 8- and 16-bit integer lanes to and from wider ones in one
-    `__builtin_convertvector` lane by lane on most targets (u8 x 8 -> i32 x 8: 32 instructions
-    on x86-64-v3, 72 for 16 lanes on -v4; i32 x 8 -> u8 x 8 on -v3: 38), and one halving or
-    doubling at a time as one or two vector instructions each (vpmovzxbw, vpmovzxwd, vpackusdw:
-    12-20 in all). So integers widen a doubling at a time (keeping the source's signedness:
-    sign or zero extension; to a float through 32-bit integers, exact), and narrow from 2- or
-    4-byte lanes in `VecLib.narrow`'s steps. Narrowing from 8-byte lanes stays one conversion
-    (the steps were no better there on -v3)."""
+    GCC 12 compiles one `__builtin_convertvector` across a 4x or 8x integer width change lane by
+    lane on most targets (u8 x 8 -> i32 x 8: 32 instructions on x86-64-v3, 72 for 16 lanes on
+    -v4; i32 x 8 -> u8 x 8 on -v3: 38). Those go through `VecLib.widen` (bytes and 16-bit lanes
+    to 32- and 64-bit ones; integers of under 4 bytes to a float through 32-bit integers, exact)
+    and `VecLib.narrow` (32-bit lanes to bytes); a 2x change is one conversion, as is narrowing
+    from 8-byte lanes (the steps were no better there on -v3)."""
     if src == dst:
         return x
     a, b = CTYPES[src][1], CTYPES[dst][1]
@@ -92,6 +90,18 @@ def convert(lib: VecLib, x: str, src: str, dst: str, w: int) -> str:
         x = f"{lib.widen(src, 'i32', w)}({x})" if a == 1 else \
             f"__builtin_convertvector({x}, {lib.t('i32', w)})"
     return f"__builtin_convertvector({x}, {lib.t(dst, w)})"
+
+
+def _gcc_x86(isa: str, builtin: str, fallback: str) -> str:
+    """C statements: `builtin` where GCC compiles for `isa` (GCC's own x86 builtins, not
+    <immintrin.h>, see `vmath`; clang's differ), else `fallback`."""
+    return (f"#if defined(__GNUC__) && !defined(__clang__) && defined({isa})\n{builtin}"
+            f"#else\n{fallback}#endif\n")
+
+
+# the 16-byte and 4-byte-lane vector types GCC's pmov builtins take
+_PMOV_TYPES = ("    typedef char hf__qi __attribute__((vector_size(16)));\n"
+               "    typedef int hf__si __attribute__((vector_size({})));\n")
 
 
 def _utype(short: str) -> str:
@@ -204,7 +214,7 @@ static inline {vt} {name}(const {ct} *p, {ot} o) {{
         pt = self.t("u8", w)
         name = f"hf_mld_{vt[3:]}"
         size = n * w
-        fast = ""
+        isa, fast = "", ""
         if n in (4, 8) and size == 64:
             ft, kt = ("float", "unsigned short") if n == 4 else ("double", "unsigned char")
             blt = "__builtin_ia32_loadups512_mask" if n == 4 else "__builtin_ia32_loadupd512_mask"
@@ -218,20 +228,16 @@ static inline {vt} {name}(const {ct} *p, {ot} o) {{
 #else
 {bits}#endif
 """
-            fast = f"""#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
-    typedef {ft} hf__mv __attribute__((vector_size(64)));
+            isa, fast = "__AVX512F__", f"""    typedef {ft} hf__mv __attribute__((vector_size(64)));
 {bits}    return ({vt}){blt}((const {ft} *)p, (hf__mv){{0}}, k);
-#else
 """
         elif n in (4, 8) and size == 32:
             ft, it = ("float", "int") if n == 4 else ("double", "long long")
             blt = "__builtin_ia32_maskloadps256" if n == 4 else "__builtin_ia32_maskloadpd256"
-            fast = f"""#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX__)
-    typedef {ft} hf__mv __attribute__((vector_size(32)));
+            isa, fast = "__AVX__", f"""    typedef {ft} hf__mv __attribute__((vector_size(32)));
     typedef {it} hf__mi __attribute__((vector_size(32)));
     const hf__mi k = -(hf__mi){convert(self, "m", "u8", _itype(short), w)};
     return ({vt}){blt}((const hf__mv *)p, k);
-#else
 """
         lanes = f"""    int all = 1;
     for (int l = 0; l < {w}; ++l) all &= m[l];
@@ -240,8 +246,8 @@ static inline {vt} {name}(const {ct} *p, {ot} o) {{
     for (int l = 0; l < {w}; ++l) if (m[l]) v[l] = p[l];
     return v;
 """
-        self._add(name, f"static inline {vt} {name}(const {ct} *p, {pt} m)\n{{\n{fast}"
-                        f"{lanes}{'#endif' + chr(10) if fast else ''}}}")
+        body = _gcc_x86(isa, fast, lanes) if fast else lanes
+        self._add(name, f"static inline {vt} {name}(const {ct} *p, {pt} m)\n{{\n{body}}}")
         return name
 
     def widen(self, src: str, dst: str, w: int) -> str:
@@ -269,10 +275,8 @@ static inline {vt} {name}(const {ct} *p, {ot} o) {{
                 call = (f"__builtin_ia32_pmov{ext}bd256((hf__qi)__builtin_shufflevector(x, x, "
                         + ", ".join(str(i % 8) for i in range(16)) + "))")
                 isa, si = "__AVX2__", 32
-            body = (f"#if defined(__GNUC__) && !defined(__clang__) && defined({isa})\n"
-                    f"    typedef char hf__qi __attribute__((vector_size(16)));\n"
-                    f"    typedef int hf__si __attribute__((vector_size({si})));\n"
-                    f"    return ({self.t(dst, w)}){call};\n#else\n{body}#endif\n")
+            body = _gcc_x86(isa, _PMOV_TYPES.format(si)
+                            + f"    return ({self.t(dst, w)}){call};\n", body)
         return self._helper(f"hf_wdn_{self.t(src, w)[3:]}_{dst}", src, dst, w, body)
 
     def narrow(self, src: str, dst: str, w: int) -> str:
@@ -286,11 +290,8 @@ static inline {vt} {name}(const {ct} *p, {ot} o) {{
                 ("__AVX512VL__", "unsigned char")
             call = f"__builtin_ia32_pmovdb{32 * w}_mask((hf__si)x, (hf__qi){{0}}, ({mask})-1)"
             low = "r" if w == 16 else "__builtin_shufflevector(r, r, 0, 1, 2, 3, 4, 5, 6, 7)"
-            body = (f"#if defined(__GNUC__) && !defined(__clang__) && defined({isa})\n"
-                    f"    typedef char hf__qi __attribute__((vector_size(16)));\n"
-                    f"    typedef int hf__si __attribute__((vector_size({4 * w})));\n"
-                    f"    const hf__qi r = {call};\n"
-                    f"    return ({self.t(dst, w)}){low};\n#else\n{body}#endif\n")
+            body = _gcc_x86(isa, _PMOV_TYPES.format(4 * w) + f"    const hf__qi r = {call};\n"
+                            f"    return ({self.t(dst, w)}){low};\n", body)
         return self._helper(f"hf_nrw_{self.t(src, w)[3:]}_{dst}", src, dst, w, body)
 
     def _step_body(self, src: str, dst: str, w: int, first: int, way: int) -> str:
@@ -556,12 +557,11 @@ static inline {u16} {names['f32_to_bf16']}({f} v)
                     body.append(f"    const {self.t(short, pw)} v{j}_{q} = "
                                 f"{ld}(p + {j * w + q * pw});")
                     srcs.append(f"v{j}_{q}")
+        elif parts == 1:
+            srcs = [f"v{j}" for j in range(s)]
         else:
             for j in range(s):
                 for q in range(parts):
-                    if parts == 1:
-                        srcs.append(f"v{j}")
-                        continue
                     idx = ", ".join(str(q * pw + x) for x in range(pw))
                     body.append(f"    const {self.t(short, pw)} v{j}_{q} = "
                                 f"__builtin_shufflevector(v{j}, v{j}, {idx});")
