@@ -280,13 +280,10 @@ def prebuild() -> str:
     if found is None:  # pragma: no cover - jax without jax.ffi
         return "not built: jax.ffi and its C header are not available"
     source, extra_flags = found
-    if build.load_cached(build.cache_key(source, extra_flags)) is not None:
-        return "cached"
     try:  # (into this cache, even where this process loaded the handler from another)
-        build.load_library(source, name="hlofuse_xla_ffi", extra_flags=extra_flags)
+        return build.prebuild_library(source, name="hlofuse_xla_ffi", extra_flags=extra_flags)
     except (HloError, OSError) as exc:
         return f"not built: {type(exc).__name__}: {exc}"
-    return "built"
 
 
 def _load() -> ctypes.CDLL | None:

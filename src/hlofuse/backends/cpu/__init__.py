@@ -120,9 +120,8 @@ def prebuild(suffixes: Sequence[str] | None = None) -> dict[str, str]:
                               todo))
     out = {f"hflib_gemm_{s}": "built" if b else "cached"
            for s, b in zip(todo, built, strict=True)}
-    cached = build.load_cached(build.cache_key(runtime.RUNTIME_SOURCE)) is not None
-    build.load_library(runtime.RUNTIME_SOURCE, name="hlofuse_runtime")
-    out["hlofuse_runtime"] = "cached" if cached else "built"
+    out["hlofuse_runtime"] = build.prebuild_library(runtime.RUNTIME_SOURCE,
+                                                    name="hlofuse_runtime")
     return out
 
 

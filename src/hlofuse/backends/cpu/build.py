@@ -150,6 +150,14 @@ def load_library(
         source, key, name, lib_path, sum_path, extra_flags))
 
 
+def prebuild_library(source: str, *, name: str, extra_flags: tuple[str, ...] = ()) -> str:
+    """`load_library` ahead of need (`hlofuse prebuild`): "cached" when the cache held it,
+    "built" when it was compiled now."""
+    cached = load_cached(cache_key(source, extra_flags)) is not None
+    load_library(source, name=name, extra_flags=extra_flags)
+    return "cached" if cached else "built"
+
+
 def library_key(lib: ctypes.CDLL) -> str | None:
     """The cache key this process loaded `lib` under, if it did."""
     return next((k for k, v in _LOADED.items() if v is lib), None)
