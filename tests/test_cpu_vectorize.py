@@ -819,3 +819,45 @@ def test_wide_tile_shuffles_stay_in_registers(tmp_path: Path, target: str,
     monkeypatch.setenv("HLOFUSE_TARGET", target)
     (got,) = cpu.compile_module(module)(*args)
     np.testing.assert_allclose(got, want[0], rtol=1e-12)
+
+
+def _columns_product(rows: int, cols: int) -> str:
+    """brax's positional pipeline: each column of a [rows, cols] f32 array sliced out and
+    combined (a quaternion or 3 x 3 matrix per body, `cols` wide), one value per row."""
+    lines = [f"HloModule columns_{cols}", "ENTRY e {", f"  p = f32[{rows},{cols}] parameter(0)"]
+    for c in range(cols):
+        lines.append(f"  s{c} = f32[{rows},1] slice(p), slice={{[0:{rows}], [{c}:{c + 1}]}}")
+        lines.append(f"  c{c} = f32[{rows}] reshape(s{c})")
+    acc = "c0"
+    for c in range(1, cols):
+        lines.append(f"  m{c} = f32[{rows}] multiply({acc}, c{c})")
+        lines.append(f"  a{c} = f32[{rows}] add(m{c}, c{c})")
+        acc = f"a{c}"
+    lines += [f"  ROOT r = f32[{rows}] negate({acc})", "}"]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_wide_rows_read_as_tiles(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Columns of rows up to TILE_STRIDE_MAX elements wide (brax's ant: 27, 36 and 64) are
+    read as tiles (`hf_deintN`: whole vectors, shuffled) rather than assembled lane by lane
+    from strided loads, whose initializers cost GCC about 7 ms of -O2 each (brax's ant had
+    1,600 of them: a quarter of its compile) for no faster code. Wider rows still gather."""
+    import numpy as np
+
+    from hlofuse.backends import cpu, interpreter
+    from hlofuse.backends.kernel_ir.passes.vectorize import TILE_STRIDE_MAX
+
+    for cols in (27, 36, 64, TILE_STRIDE_MAX + 1):
+        (src,) = _sources(_columns_product(64, cols), target)
+        gathered = re.findall(r"= \{in\d+\[", src)
+        if cols <= 64:
+            assert f"hf_deint{cols}_" in src and not gathered, cols
+        else:
+            assert f"hf_deint{cols}_" not in src and gathered, cols
+    text = _columns_product(64, 27)
+    x = np.random.default_rng(3).standard_normal((64, 27)).astype(np.float32) * 0.5
+    want = interpreter.run(parse(text), x)
+    monkeypatch.setenv("HLOFUSE_TARGET", target)
+    (got,) = cpu.compile_module(parse(text))(x)
+    np.testing.assert_array_equal(got, want[0])

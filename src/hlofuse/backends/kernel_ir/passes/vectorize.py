@@ -71,6 +71,12 @@ from hlofuse.ir.opcodes import REASSOCIATIVE_REDUCERS, Opcode
 # Element types with vector lanes (the cpu backend's `cvec` tables).
 LANE_TYPES = frozenset({"pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f16",
                         "bf16", "f32", "f64"})
+# Strided loads of rows up to this many elements wide are read as tiles (whole vectors and
+# shuffles, `hf_deintN`), wider ones lane by lane. An initializer of 16 lane loads costs GCC
+# 12 about 7 ms of -O2 where a tile's column costs 2-3: brax's ant (positional; rows of 27,
+# 36 and 64) compiled its kernels in 16.3 s of compiler CPU with 16 here, 12.2 s with 64, its
+# rollout as fast (152/150 against 154/148 ms, alternated runs on AVX-512 Zen).
+TILE_STRIDE_MAX = 64
 UNROLL_MAX = 16  # inner loops up to this many iterations may be unrolled into a vector loop
 # Values (loads, arithmetic, ...) the body of a vector loop may hold once its inner loops are
 # unrolled; a larger one keeps its loop nest (scalar). GCC's time on one basic block grows
@@ -442,7 +448,7 @@ class _Vectorizer:
             if x.op != "load" or x.buffer.kind == "lanes":
                 return None
             stride = x.index.coef(v)
-            if stride <= 1 or stride > 16 or _varies(x.index, v):
+            if stride <= 1 or stride > TILE_STRIDE_MAX or _varies(x.index, v):
                 return None
             base, k = _tile_base(x.index, v, stride)
             if base is None:
