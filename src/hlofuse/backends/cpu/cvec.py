@@ -22,6 +22,8 @@ function.
 
 from __future__ import annotations
 
+import functools
+
 from hlofuse.backends.cpu import cexpr, vmath
 from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.backends.subnormals import PASSTHROUGH
@@ -523,17 +525,25 @@ static inline {u16} {names['f32_to_bf16']}({f} v)
         wider than the target's registers (64 bytes with AVX-512F, 32 with AVX, else 16) is
         shuffled in register-sized parts, each from the parts of the sources its lanes come
         from: GCC 12 spilled the whole-vector shuffles of 64-byte vectors to the stack on
-        AVX2, element by element (brax's f64 [n, 2] stores)."""
-        vt, (ct, n) = self.t(short, w), CTYPES[short]
+        AVX2, element by element (brax's f64 [n, 2] stores). The text is made once per
+        process (`_shuffle_text`: brax's ant asks for 1,400 of them, 0.4 s of printing)."""
+        name = f"hf_{kind}{s}_{self.t(short, w)[3:]}"
+        if name not in self.defs:
+            for _cond, parts in _shuffle_tiers(short, w):
+                self.load(short, w // parts)
+                self.store(short, w // parts)
+            self._add(name, _shuffle_text(kind, short, w, s))
+        return name
+
+    def _shuffle_text(self, kind: str, short: str, w: int, s: int) -> str:
+        """The definition of `shuffle_helper`'s function (its helpers added to `self`)."""
+        vt, (ct, _n) = self.t(short, w), CTYPES[short]
         name = f"hf_{kind}{s}_{vt[3:]}"
         if kind == "deint":
             sig = f"const {ct} *p, " + ", ".join(f"{vt} *o{k}" for k in range(s))
         else:
             sig = f"{ct} *p, " + ", ".join(f"{vt} v{k}" for k in range(s))
-        # (register bytes, the test that the target has them); each implies the next
-        tiers = [(cond, max(1, w * n // r)) for cond, r in
-                 (("defined(__AVX512F__)", 64), ("defined(__AVX__)", 32), ("", 16))]
-        tiers = [t for k, t in enumerate(tiers) if k + 1 == len(tiers) or t[1] != tiers[k + 1][1]]
+        tiers = _shuffle_tiers(short, w)
         if len(tiers) == 1:
             body = self._shuffle_body(kind, short, w, s, 1)
         else:
@@ -541,8 +551,7 @@ static inline {u16} {names['f32_to_bf16']}({f} v)
                 [(f"#{'if' if k == 0 else 'elif'} {cond}" if cond else "#else") + "\n"
                  + self._shuffle_body(kind, short, w, s, parts)
                  for k, (cond, parts) in enumerate(tiers)] + ["#endif"])
-        self._add(name, f"static inline void {name}({sig})\n{{\n{body}\n}}")
-        return name
+        return f"static inline void {name}({sig})\n{{\n{body}\n}}"
 
     def _shuffle_body(self, kind: str, short: str, w: int, s: int, parts: int) -> str:
         """`shuffle_helper`'s statements with each vector cut into `parts` pieces of w/parts
@@ -594,6 +603,20 @@ def _concat(pieces: list[str], pw: int) -> str:
                   for a, b in zip(pieces[::2], pieces[1::2], strict=True)]
         pw = w
     return pieces[0]
+
+
+def _shuffle_tiers(short: str, w: int) -> list[tuple[str, int]]:
+    """`shuffle_helper`'s (preprocessor test, parts per vector): registers of 64, 32, then 16
+    bytes, each test implying the next; a tier cutting vectors as the next does is left out."""
+    n = CTYPES[short][1]
+    tiers = [(cond, max(1, w * n // r)) for cond, r in
+             (("defined(__AVX512F__)", 64), ("defined(__AVX__)", 32), ("", 16))]
+    return [t for k, t in enumerate(tiers) if k + 1 == len(tiers) or t[1] != tiers[k + 1][1]]
+
+
+@functools.lru_cache(maxsize=1024)
+def _shuffle_text(kind: str, short: str, w: int, s: int) -> str:
+    return VecLib()._shuffle_text(kind, short, w, s)
 
 
 def _shuffle_tree(srcs: list[str], lanes: list[tuple[int, int]], w: int) -> str:
