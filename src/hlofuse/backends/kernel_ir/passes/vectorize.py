@@ -431,12 +431,28 @@ class _Vectorizer:
             # nothing stored between its own position and there
             pos = {id(s): n for n, s in enumerate(out)}
             last = max(pos[id(s)] for s in members.values())
+            gone = {id(s) for s in members.values()}
             if any(ir.reads(s.value) & ir.written(out[pos[id(s)] + 1:last + 1])
                    for s in members.values()):
+                # a member's value reads what a later statement stores (an accumulator the
+                # next column reuses: MJX's [n, 12] outputs, 84 columns a loop stored lane by
+                # lane): each value is kept in a register where it was computed and the tile
+                # stored from those, when nothing else touches the tile's buffer between
+                buf = members[0].buf
+                first = min(pos[id(s)] for s in members.values())
+                between = [x for x in out[first:last + 1] if id(x) not in gone]
+                if buf in ir.written(between) or any(
+                        buf in ir.reads(x) for st in ir.walk(between) for x in ir.stmt_vals(st)):
+                    continue
+                held = {}
+                for k, st in members.items():
+                    held[k] = self.new_buffer(f"{buf.name}c{k}", st.buf.dtype, w)
+                    out[pos[id(st)]] = ir.Store(held[k], ir.ZERO, st.value)
+                values = [self.g.load(held[k], ir.ZERO) for k in range(stride)]
+                out.insert(last + 1, ir.StoreTile(buf, base, stride, values))
                 continue
             tile = ir.StoreTile(members[0].buf, base, stride,
                                 [members[k].value for k in range(stride)])
-            gone = {id(s) for s in members.values()}
             out[last] = tile
             out = [s for s in out if id(s) not in gone]
         return self.tiles(out, v, w, starts)
