@@ -894,3 +894,40 @@ def test_rows_whose_columns_read_reused_accumulators_store_as_tiles(
     got = cpu.compile_module(parse(text))(*args)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+DYNAMIC_COLUMN = """HloModule dynamic_column
+ENTRY e {
+  p0 = f32[64,3,4] parameter(0)
+  p1 = s32[] parameter(1)
+  z = s32[] constant(0)
+  ds = f32[64,1,4] dynamic-slice(p0, z, p1, z), dynamic_slice_sizes={64,1,4}
+  r = f32[64,4] reshape(ds)
+  c0 = f32[64,1] slice(r), slice={[0:64], [0:1]}
+  c1 = f32[64,1] slice(r), slice={[0:64], [1:2]}
+  c3 = f32[64,1] slice(r), slice={[0:64], [3:4]}
+  m = f32[64,1] multiply(c0, c1)
+  a = f32[64,1] add(m, c3)
+  ROOT o = f32[64] reshape(a)
+}"""
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_a_column_chosen_per_call_reads_the_row_as_a_tile(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`x[i, 4 * j + c]` with j one of a few values fixed per call (MuJoCo MJX's bodies and
+    joints): the row is read as one tile (`hf_deint12`) and the column selected on j
+    (`vectorize._dynamic_column`), not assembled from 16 lane loads a vector step. Values
+    match the interpreter for j inside and outside the clamp's range."""
+    import numpy as np
+
+    from hlofuse.backends import cpu, interpreter
+
+    (src,) = _sources(DYNAMIC_COLUMN, target)
+    assert "hf_deint12_" in src and not re.findall(r"= \{in\d+\[", src)
+    x = np.random.default_rng(4).standard_normal((64, 3, 4)).astype(np.float32)
+    monkeypatch.setenv("HLOFUSE_TARGET", target)
+    run = cpu.compile_module(parse(DYNAMIC_COLUMN))
+    for j in (-1, 0, 1, 2, 5):
+        want = interpreter.run(parse(DYNAMIC_COLUMN), x, np.int32(j))
+        np.testing.assert_array_equal(run(x, np.int32(j))[0], want[0])

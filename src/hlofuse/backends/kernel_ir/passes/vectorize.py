@@ -467,8 +467,13 @@ class _Vectorizer:
             if stride <= 1 or stride > TILE_STRIDE_MAX or _varies(x.index, v):
                 return None
             base, k = _tile_base(x.index, v, stride)
+            picks: list[tuple[int, int]] = []  # (value of the column's term, its column)
+            term = None
             if base is None:
-                return None
+                found = _dynamic_column(x.index, v, stride)
+                if found is None:
+                    return None
+                base, term, picks = found
             b = base.without(v).bounds()
             if b is None:
                 return None
@@ -476,7 +481,18 @@ class _Vectorizer:
             hi = b[1] + stride * starts[1]
             if lo < 0 or hi + stride * w > x.buffer.size:
                 return None
-            return self.g.make("tile", x.dtype, (), (x.buffer, base, stride, k))
+            if term is None:
+                return self.g.make("tile", x.dtype, (), (x.buffer, base, stride, k))
+            # a column chosen by a loop-invariant term: the row's tile, and a select of the
+            # term's few possible columns (uniform conditions)
+            g = self.g
+            out = g.make("tile", x.dtype, (), (x.buffer, base, stride, picks[-1][1]))
+            select = ir.ScalarOp(Opcode.SELECT, x.dtype)
+            for u, col in reversed(picks[:-1]):
+                hit = g.alu(_EQ, term, g.const(u, term.dtype))
+                out = g.alu(select, hit, g.make("tile", x.dtype, (), (x.buffer, base, stride,
+                                                                       col)), out)
+            return out
 
         roots: list[Val] = []
         for s in ir.walk(body):
@@ -599,6 +615,35 @@ class _Scalarize(Rewriter):
         if isinstance(s, ir.Store) and not s.index.terms and (s.buf, s.index.const) in self.parts:
             return [ir.Store(self.parts[(s.buf, s.index.const)], ir.ZERO, self.val(s.value))]
         return super().stmt(s)
+
+
+# A strided load whose column within its row is a loop-invariant term (MuJoCo MJX's
+# `x[i, 4 * j + c]`, j chosen per call) reads the row as a tile when the term takes at most
+# this many values, each a column of the row: a select of those columns on the term, not 16
+# lane loads per vector step (MJX's humanoid: 530 of the 760 lane-by-lane loads it had left).
+DYNAMIC_COLUMNS_MAX = 4
+_EQ = ir.ScalarOp(Opcode.COMPARE, PRED, (("direction", "EQ"),))
+
+
+def _dynamic_column(index: Affine, v: Var, stride: int
+                    ) -> tuple[Affine, Val, list[tuple[int, int]]] | None:
+    """`index = base + c * t + k0` with `base` a multiple of `stride` in every term, `t` one
+    loop-invariant value term (the others multiples of the stride) whose known values (at most
+    DYNAMIC_COLUMNS_MAX) all put the column `c * t + k0` inside the row: (base, t, [(value of
+    t, its column)]); None otherwise."""
+    odd = [(t, c) for t, c in index.terms if t is not v and c % stride]
+    if len(odd) != 1 or not isinstance(odd[0][0], Val):
+        return None
+    t, c = odd[0]
+    bounds = ir.value_bounds(t)
+    if bounds is None or bounds[1] - bounds[0] + 1 > DYNAMIC_COLUMNS_MAX:
+        return None
+    k0 = index.const % stride
+    picks = [(u, c * u + k0) for u in range(bounds[0], bounds[1] + 1)]
+    if any(not 0 <= col < stride for _u, col in picks):
+        return None
+    base = index - ir.affine(t) * c - k0
+    return base, t, picks
 
 
 def _tile_base(index: Affine, v: Var, stride: int) -> tuple[Affine | None, int]:
