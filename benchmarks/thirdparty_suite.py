@@ -262,8 +262,10 @@ def table(payload: dict[str, Any]) -> str:
     for row in rows:
         res = row.get("pipelines", {})
         main = res.get(pipelines[0], {})
-        lib = sum(row.get("xla_library_kernels", {}).values())
-        mark = "*" if lib and payload.get("isa", "native") != "native" else ""
+        lib = row.get("xla_library_kernels", {})
+        mark = "" if payload.get("isa", "native") == "native" else \
+            "*" if lib.get("dots", 0) + lib.get("convolutions", 0) else \
+            "†" if lib.get("ynn_fusions", 0) else ""
         cells = [row["program"] + mark, row.get("library", ""), row.get("size", ""),
                  status(row, pipelines[0]), main.get("backend", "-"), _ratio(main)]
         cells += [_ratio(res.get(p, {})) for p in pipelines[1:]]
@@ -279,14 +281,16 @@ def table(payload: dict[str, Any]) -> str:
         out.append(f"{len(rows)} programs; {sum(status(r, pipelines[0]) == 'ok' for r in rows)} "
                    f"ok; geomean `{pipelines[0]}` vs jax.jit {geo:.2f}x over {len(ratios)} "
                    f"timed; slowest {min(ratios):.2f}x.")
-    if any("*" in line.split("|")[1] for line in out[2:] if line.startswith("|")):
+    marks = "".join(line.split("|")[1] for line in out[2:] if line.startswith("|"))
+    if "*" in marks or "†" in marks:
         out.append("")
-        out.append("\\* jax.jit calls libraries here (YNNPACK fusions, Eigen dots or "
-                   "convolutions: `xla_library_kernels` in the JSON) that choose their code by "
-                   "CPUID when they run, so they ran AVX-512 code on this host whatever "
-                   "`XLA_FLAGS` said; hlofuse's dots ran AVX2 code. On an AVX2 machine both "
-                   "would; these rows understate hlofuse by up to the library's share of "
-                   "jax.jit's time.")
+        out.append("\\* jax.jit's dots or convolutions here are library calls (YNNPACK fusions or "
+                   "Eigen: `xla_library_kernels` in the JSON) that choose their code by CPUID "
+                   "when they run, so they ran AVX-512 code on this host whatever `XLA_FLAGS` "
+                   "said, where hlofuse's ran AVX2 code; on an AVX2 machine both would, so "
+                   "these rows understate hlofuse by up to those calls' share of jax.jit's "
+                   "time. † jax.jit's only library calls here are YNNPACK fusions of "
+                   "elementwise ops or reductions, CPUID-dispatched too.")
     return "\n".join(out)
 
 
