@@ -706,11 +706,6 @@ def test_a_loop_of_many_gathers_uses_the_targets_gather_instruction(
     if many:
         asm = _asm(tmp_path, "#define HF_KERNEL\n" + cexpr.prelude() + src, "avx512")
         assert "vgatherdps" in asm
-        # the positions are clamped and offset in 32-bit lanes, not widened to 64 bits (two
-        # registers a vector) and narrowed again for the instruction
-        calls = [line for line in src.splitlines() if "hf_gather_v16_f32(in" in line]
-        assert calls and not [c for c in calls if "i64" in c], calls[:2]
-        assert "vpmovqd" not in asm
     if not cpu.available():
         return
     rng = np.random.default_rng(5)

@@ -644,7 +644,7 @@ class KernelPrinter:
             if (v.uid in self.forms.gather and st in cvec.GATHER_TYPES
                     and w in cvec.GATHER_WIDTHS and buf.size <= INT32_MAX):
                 # one of a loop's many gathers (`passes/lanes.py`): `VecLib.gather`
-                raw = f"{self.lib.gather(st, w)}({self.cname[buf]}, {self._offsets(v.index, True)})"
+                raw = f"{self.lib.gather(st, w)}({self.cname[buf]}, {self._offsets(v.index)})"
                 return self._local(vt, self.to_compute(v.dtype, raw))
             # a gather: one initializer of the lanes' loads (GCC inserts them into a register;
             # a lane loop it may assemble through memory, a store-forwarding stall per vector)
@@ -713,9 +713,6 @@ class KernelPrinter:
         if c:
             parts.append(f"{self.lib.iota(w, short)}() * {num(c)}")
         for t, k in self.varying_terms(a):
-            if narrow and t.op == "alu" and t.arg.opcode is Opcode.CONVERT and \
-                    t.args[0].dtype.name in ("s32", "u32"):
-                t = t.args[0]  # (its low 32 bits: a widened 32-bit value is that value)
             x = self.vexpr(t)
             printed = "u32" if t.uid in self.forms.index32 else compute_short(t.dtype)
             if printed != short:  # (a term of another width)

@@ -173,23 +173,21 @@ class VecLib:
 
     def gather(self, short: str, w: int) -> str:
         """`NAME(p, o)`: the `w` elements `p[o[0]] .. p[o[w-1]]` of a 4-byte `short` type, `o`
-        a u32 vector of offsets below 2^31 (`GATHER_TYPES`, `GATHER_WIDTHS`; the printer
-        computes them in 32-bit lanes: SpaceInvaders-MinAtar's 100 gathers a loop each added
-        their offsets in 64-bit lanes, two registers a vector, and narrowed them here). Under
+        an i64 vector of offsets that fit in int32 (`GATHER_TYPES`, `GATHER_WIDTHS`). Under
         AVX-512F one hardware gather (the 512-bit form for w = 16, the 256-bit one for w = 8);
         elsewhere an initializer of the lanes' loads. GCC 12's RTL combiner takes time far
         beyond the code's size on many such initializers in one loop: a MinAtar kernel of two
         loops of 110 16-lane gathers was 23 s of -O2, 0.7 s with hardware gathers."""
         vt, (ct, _n) = self.t(short, w), CTYPES[short]
-        ot = self.t("u32", w)
+        it, ot = self.t("i32", w), self.t("i64", w)
         name = f"hf_gather_{vt[3:]}"
         lanes = ", ".join(f"p[o[{i}]]" for i in range(w))
         if w == 16:
-            hw = ("__m512i i = (__m512i)o;\n"
+            hw = ("__m512i i = (__m512i)__builtin_convertvector(o, " + it + ");\n"
                   + ("    __m512 g = _mm512_i32gather_ps(i, p, 4);" if short == "f32" else
                      "    __m512i g = _mm512_i32gather_epi32(i, p, 4);"))
         else:
-            hw = ("__m256i i = (__m256i)o;\n"
+            hw = ("__m256i i = (__m256i)__builtin_convertvector(o, " + it + ");\n"
                   + ("    __m256 g = _mm256_i32gather_ps(p, i, 4);" if short == "f32" else
                      "    __m256i g = _mm256_i32gather_epi32((const int *)p, i, 4);"))
         self._add(name, f"""

@@ -22,7 +22,7 @@ from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Graph, Stmt, Val, Var
 from hlofuse.backends.kernel_ir.lower.index import Index, zero
 from hlofuse.errors import CompileError
-from hlofuse.ir.dtypes import PRED, S32, S64, U64, DType
+from hlofuse.ir.dtypes import PRED, S64, U64, DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape, TupleShape
@@ -59,9 +59,6 @@ MAX64 = ir.ScalarOp(Opcode.MAXIMUM, S64)
 MIN64 = ir.ScalarOp(Opcode.MINIMUM, S64)
 CVT64 = ir.ScalarOp(Opcode.CONVERT, S64)
 UMIN64 = ir.ScalarOp(Opcode.MINIMUM, U64)
-MAX32 = ir.ScalarOp(Opcode.MAXIMUM, S32)
-MIN32 = ir.ScalarOp(Opcode.MINIMUM, S32)
-S32_MAX = (1 << 31) - 1
 
 
 class Builder:
@@ -344,12 +341,6 @@ class Builder:
             return ir.ZERO
         if v.op == "const":
             return ir.affine(min(max(int(ir.const_value(v)), 0), hi))
-        if v.dtype == S32 and hi <= S32_MAX:
-            # clamped in s32, then widened (the same values): a vector loop's gathered
-            # positions stay in 32-bit lanes (SpaceInvaders-MinAtar: 100 gathers per loop,
-            # each clamped in 64-bit lanes, two registers a vector)
-            x = self.g.alu(MAX32, v, self.g.const(0, S32))
-            return ir.affine(self.g.alu(CVT64, self.g.alu(MIN32, x, self.g.const(hi, S32))))
         if v.dtype == U64:  # clamp as unsigned first: starts >= 2^63 would wrap negative in s64
             v = self.g.alu(UMIN64, v, self.g.const(hi, U64))
         x = v if v.dtype == S64 else self.g.alu(CVT64, v)
