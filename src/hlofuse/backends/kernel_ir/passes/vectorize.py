@@ -77,6 +77,7 @@ LANE_TYPES = frozenset({"pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "
 # 36 and 64) compiled its kernels in 16.3 s of compiler CPU with 16 here, 12.2 s with 64, its
 # rollout as fast (152/150 against 154/148 ms, alternated runs on AVX-512 Zen).
 TILE_STRIDE_MAX = 64
+WIDE_TILE_FROM = 16  # wider rows are tiles only where half their columns are read
 UNROLL_MAX = 16  # inner loops up to this many iterations may be unrolled into a vector loop
 # Values (loads, arithmetic, ...) the body of a vector loop may hold once its inner loops are
 # unrolled; a larger one keeps its loop nest (scalar). GCC's time on one basic block grows
@@ -481,6 +482,8 @@ class _Vectorizer:
             hi = b[1] + stride * starts[1]
             if lo < 0 or hi + stride * w > x.buffer.size:
                 return None
+            used.setdefault((x.buffer.uid, base, stride), set()).update(
+                [k] if term is None else [col for _u, col in picks])
             if term is None:
                 return self.g.make("tile", x.dtype, (), (x.buffer, base, stride, k))
             # a column chosen by a loop-invariant term: the row's tile, and a select of the
@@ -494,6 +497,7 @@ class _Vectorizer:
                                                                        col)), out)
             return out
 
+        used: dict[tuple[int, Affine, int], set[int]] = {}
         roots: list[Val] = []
         for s in ir.walk(body):
             roots.extend(ir.stmt_vals(s))
@@ -502,6 +506,15 @@ class _Vectorizer:
             new = hook_val(x)
             if new is not None:
                 mapping[x.uid] = new
+        # a row wider than 16 is a tile only where the loop reads at least half its columns:
+        # a tile loads the whole row (Freeway-MinAtar's slices of one or two columns of
+        # 32-wide rows ran 3.7 -> 5.2 ms a rollout as tiles)
+        sparse = {key for key, cols in used.items()
+                  if key[2] > WIDE_TILE_FROM and 2 * len(cols) < key[2]}
+        if sparse:
+            mapping = {uid: new for uid, new in mapping.items()
+                       if not any(t.op == "tile" and (t.arg[0].uid, t.arg[1], t.arg[2]) in sparse
+                                  for t in ir.postorder([new]))}
         if not mapping:
             return body
         r = Rewriter(self.g)
