@@ -72,7 +72,7 @@ memory as the output it pairs with).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -396,8 +396,9 @@ def _arith_bounds(v: Val, depth: int, memo: dict[int, Bounds] | None) -> Bounds:
     return (lo, hi) if info.min <= lo and hi <= info.max else None
 
 
-def postorder(roots: Iterable[Val]) -> list[Val]:
-    """Every value reachable from `roots`, operands before users (iterative)."""
+def postorder(roots: Iterable[Val], known: Container[int] = frozenset()) -> list[Val]:
+    """Every value reachable from `roots` but not through a value whose uid is `known` (those
+    left out too), operands before users (iterative)."""
     out: list[Val] = []
     seen: set[int] = set()
     stack: list[tuple[Val, bool]] = [(r, False) for r in reversed(list(roots))]
@@ -406,12 +407,12 @@ def postorder(roots: Iterable[Val]) -> list[Val]:
         if done:
             out.append(v)
             continue
-        if v.uid in seen:
+        if v.uid in seen or v.uid in known:
             continue
         seen.add(v.uid)
         stack.append((v, True))
         for c in reversed(v.children()):
-            if c.uid not in seen:
+            if c.uid not in seen and c.uid not in known:
                 stack.append((c, False))
     return out
 

@@ -85,24 +85,11 @@ class Rewriter:
         """`root` rebuilt; the walk stops at values already rebuilt (a body's roots share
         most of their operands: walking each root's whole graph made rewriting a body
         quadratic, a third of brax's ant's kernel lowering)."""
-        memo = self.memo
-        if root.uid in memo:
-            return memo[root.uid]
-        seen: set[int] = set()
-        stack: list[tuple[Val, bool]] = [(root, False)]
-        while stack:
-            v, done = stack.pop()
-            if done:
-                memo[v.uid] = self._rebuild(v)
-                continue
-            if v.uid in seen or v.uid in memo:
-                continue
-            seen.add(v.uid)
-            stack.append((v, True))
-            for c in reversed(v.children()):
-                if c.uid not in memo and c.uid not in seen:
-                    stack.append((c, False))
-        return memo[root.uid]
+        if root.uid not in self.memo:
+            for v in ir.postorder([root], known=self.memo):
+                if v.uid not in self.memo:  # (an index's values, rebuilt through `affine`)
+                    self.memo[v.uid] = self._rebuild(v)
+        return self.memo[root.uid]
 
     def _rebuild(self, v: Val) -> Val:
         g = self.g
