@@ -845,7 +845,6 @@ def test_wide_rows_read_as_tiles(target: str, monkeypatch: pytest.MonkeyPatch) -
     1,600 of them: a quarter of its compile) for no faster code. Wider rows still gather."""
     import numpy as np
 
-    from hlofuse.backends import cpu, interpreter
     from hlofuse.backends.kernel_ir.passes.vectorize import TILE_STRIDE_MAX
 
     for cols in (27, 36, 64, TILE_STRIDE_MAX + 1):
@@ -862,12 +861,8 @@ def test_wide_rows_read_as_tiles(target: str, monkeypatch: pytest.MonkeyPatch) -
            "  ROOT n = f32[64] negate(r)\n}")
     (src,) = _sources(one, target)
     assert "hf_deint32_" not in src, "a tile for one column of 32"
-    text = _columns_product(64, 27)
     x = np.random.default_rng(3).standard_normal((64, 27)).astype(np.float32) * 0.5
-    want = interpreter.run(parse(text), x)
-    monkeypatch.setenv("HLOFUSE_TARGET", target)
-    (got,) = cpu.compile_module(parse(text))(x)
-    np.testing.assert_array_equal(got, want[0])
+    _vector_ops_match_interpreter(_columns_product(64, 27), (x,), target, monkeypatch)
 
 
 @pytest.mark.parametrize("target", ["avx2", "avx512"])

@@ -535,8 +535,9 @@ static inline {u16} {names['f32_to_bf16']}({f} v)
             self._add(name, _shuffle_text(kind, short, w, s))
         return name
 
-    def _shuffle_text(self, kind: str, short: str, w: int, s: int) -> str:
-        """The definition of `shuffle_helper`'s function (its helpers added to `self`)."""
+    def _shuffle_definition(self, kind: str, short: str, w: int, s: int) -> str:
+        """The definition of `shuffle_helper`'s function (the loads and stores it calls added
+        to `self`, per tier: what `shuffle_helper` adds when the text comes cached)."""
         vt, (ct, _n) = self.t(short, w), CTYPES[short]
         name = f"hf_{kind}{s}_{vt[3:]}"
         if kind == "deint":
@@ -616,7 +617,7 @@ def _shuffle_tiers(short: str, w: int) -> list[tuple[str, int]]:
 
 @functools.lru_cache(maxsize=1024)
 def _shuffle_text(kind: str, short: str, w: int, s: int) -> str:
-    return VecLib()._shuffle_text(kind, short, w, s)
+    return VecLib()._shuffle_definition(kind, short, w, s)
 
 
 def _shuffle_tree(srcs: list[str], lanes: list[tuple[int, int]], w: int) -> str:

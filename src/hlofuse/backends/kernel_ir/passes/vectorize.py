@@ -445,11 +445,11 @@ class _Vectorizer:
                 if buf in ir.written(between) or any(
                         buf in ir.reads(x) for st in ir.walk(between) for x in ir.stmt_vals(st)):
                     continue
-                held = {}
-                for k, st in members.items():
-                    held[k] = self.new_buffer(f"{buf.name}c{k}", st.buf.dtype, w)
-                    out[pos[id(st)]] = ir.Store(held[k], ir.ZERO, st.value)
-                values = [self.g.load(held[k], ir.ZERO) for k in range(stride)]
+                values = []
+                for k in range(stride):
+                    held = self.new_buffer(f"{buf.name}c{k}", buf.dtype, w)
+                    out[pos[id(members[k])]] = ir.Store(held, ir.ZERO, members[k].value)
+                    values.append(self.g.load(held, ir.ZERO))
                 out.insert(last + 1, ir.StoreTile(buf, base, stride, values))
                 continue
             tile = ir.StoreTile(members[0].buf, base, stride,
@@ -461,15 +461,20 @@ class _Vectorizer:
     def tiles(self, body: list[Stmt], v: Var, w: int, starts: tuple[int, int]) -> list[Stmt]:
         """Strided loads of whole rows -> `tile` values (when the block stays in bounds for
         every vector step; `starts` is the range of the loop variable at a step's lane 0)."""
-        def hook_val(x: Val) -> Val | None:
+        Key = tuple[int, Affine, int]  # (buffer, base, stride): one tile
+
+        def row(x: Val) -> tuple[Key, Val | None, list[tuple[int, int]]] | None:
+            """The tile the strided load `x` reads from: its key, the loop-invariant term that
+            chooses the column (None for a fixed column) and each (term value, column);
+            [(0, k)] for a fixed column k."""
             if x.op != "load" or x.buffer.kind == "lanes":
                 return None
             stride = x.index.coef(v)
             if stride <= 1 or stride > TILE_STRIDE_MAX or _varies(x.index, v):
                 return None
             base, k = _tile_base(x.index, v, stride)
-            picks: list[tuple[int, int]] = []  # (value of the column's term, its column)
-            term = None
+            term: Val | None = None
+            picks = [(0, k)]
             if base is None:
                 found = _dynamic_column(x.index, v, stride)
                 if found is None:
@@ -482,39 +487,34 @@ class _Vectorizer:
             hi = b[1] + stride * starts[1]
             if lo < 0 or hi + stride * w > x.buffer.size:
                 return None
-            used.setdefault((x.buffer.uid, base, stride), set()).update(
-                [k] if term is None else [col for _u, col in picks])
-            if term is None:
-                return self.g.make("tile", x.dtype, (), (x.buffer, base, stride, k))
-            # a column chosen by a loop-invariant term: the row's tile, and a select of the
-            # term's few possible columns (uniform conditions)
-            g = self.g
+            return (x.buffer.uid, base, stride), term, picks
+
+        def tile(x: Val, key: Key, term: Val | None, picks: list[tuple[int, int]]) -> Val:
+            """The tile's column; a column chosen by a loop-invariant term: a select of the
+            term's few possible columns (uniform conditions)."""
+            g, (_uid, base, stride) = self.g, key
             out = g.make("tile", x.dtype, (), (x.buffer, base, stride, picks[-1][1]))
             select = ir.ScalarOp(Opcode.SELECT, x.dtype)
             for u, col in reversed(picks[:-1]):
+                assert term is not None
                 hit = g.alu(_EQ, term, g.const(u, term.dtype))
                 out = g.alu(select, hit, g.make("tile", x.dtype, (), (x.buffer, base, stride,
                                                                        col)), out)
             return out
 
-        used: dict[tuple[int, Affine, int], set[int]] = {}
         roots: list[Val] = []
         for s in ir.walk(body):
             roots.extend(ir.stmt_vals(s))
-        mapping: dict[int, Val] = {}
-        for x in ir.postorder(roots):
-            new = hook_val(x)
-            if new is not None:
-                mapping[x.uid] = new
-        # a row wider than 16 is a tile only where the loop reads at least half its columns:
-        # a tile loads the whole row (Freeway-MinAtar's slices of one or two columns of
-        # 32-wide rows ran 3.7 -> 5.2 ms a rollout as tiles)
-        sparse = {key for key, cols in used.items()
-                  if key[2] > WIDE_TILE_FROM and 2 * len(cols) < key[2]}
-        if sparse:
-            mapping = {uid: new for uid, new in mapping.items()
-                       if not any(t.op == "tile" and (t.arg[0].uid, t.arg[1], t.arg[2]) in sparse
-                                  for t in ir.postorder([new]))}
+        reads = {x.uid: (x, *found) for x in ir.postorder(roots)
+                 if (found := row(x)) is not None}
+        cols: dict[Key, set[int]] = {}
+        for _x, key, _term, picks in reads.values():
+            cols.setdefault(key, set()).update(col for _u, col in picks)
+        # a row wider than WIDE_TILE_FROM is a tile only where the loop reads at least half
+        # its columns: a tile loads the whole row (Freeway-MinAtar's slices of one or two
+        # columns of 32-wide rows ran 3.7 -> 5.2 ms a rollout as tiles)
+        mapping = {uid: tile(x, key, term, picks) for uid, (x, key, term, picks) in reads.items()
+                   if key[2] <= WIDE_TILE_FROM or 2 * len(cols[key]) >= key[2]}
         if not mapping:
             return body
         r = Rewriter(self.g)
