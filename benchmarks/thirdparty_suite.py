@@ -262,11 +262,8 @@ def table(payload: dict[str, Any]) -> str:
     for row in rows:
         res = row.get("pipelines", {})
         main = res.get(pipelines[0], {})
-        lib = row.get("xla_library_kernels", {})
-        mark = "" if payload.get("isa", "native") == "native" else \
-            "*" if lib.get("dots", 0) + lib.get("convolutions", 0) else \
-            "†" if lib.get("ynn_fusions", 0) else ""
-        cells = [row["program"] + mark, row.get("library", ""), row.get("size", ""),
+        cells = [row["program"] + _library_mark(row, payload), row.get("library", ""),
+                 row.get("size", ""),
                  status(row, pipelines[0]), main.get("backend", "-"), _ratio(main)]
         cells += [_ratio(res.get(p, {})) for p in pipelines[1:]]
         comp = main.get("compile_s")
@@ -281,8 +278,7 @@ def table(payload: dict[str, Any]) -> str:
         out.append(f"{len(rows)} programs; {sum(status(r, pipelines[0]) == 'ok' for r in rows)} "
                    f"ok; geomean `{pipelines[0]}` vs jax.jit {geo:.2f}x over {len(ratios)} "
                    f"timed; slowest {min(ratios):.2f}x.")
-    marks = "".join(line.split("|")[1] for line in out[2:] if line.startswith("|"))
-    if "*" in marks or "†" in marks:
+    if any(_library_mark(row, payload) for row in rows):
         out.append("")
         out.append("\\* jax.jit's dots or convolutions here are library calls (YNNPACK fusions or "
                    "Eigen: `xla_library_kernels` in the JSON) that choose their code by CPUID "
@@ -292,6 +288,17 @@ def table(payload: dict[str, Any]) -> str:
                    "time. † jax.jit's only library calls here are YNNPACK fusions of "
                    "elementwise ops or reductions, CPUID-dispatched too.")
     return "\n".join(out)
+
+
+def _library_mark(row: dict[str, Any], payload: dict[str, Any]) -> str:
+    """Under `--isa` other than native: "*" where jax.jit's dots or convolutions are library
+    calls (CPUID-dispatched), "†" where its only library calls are other YNNPACK fusions."""
+    lib = row.get("xla_library_kernels", {})
+    if payload.get("isa", "native") == "native":
+        return ""
+    if lib.get("dots", 0) + lib.get("convolutions", 0):
+        return "*"
+    return "†" if lib.get("ynn_fusions", 0) else ""
 
 
 def _ratio(res: dict[str, Any]) -> str:
