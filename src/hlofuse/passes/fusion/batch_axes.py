@@ -17,6 +17,14 @@ reads, the random key it splits): it may be read at any index. Rules, per op (op
     slice, pad, reverse                   allowed when they leave axis a whole and in place
     concatenate                           along another axis
     dynamic-slice, dynamic-update-slice   axis a sliced whole from start 0; starts uniform
+    gather                                indices batched along a dim other than the index
+                                          vector's -> that dim's place in the result; a batched
+                                          operand only along a batching dim paired with the
+                                          indices' batch, or along a dim it keeps whole
+    scatter                               a few points per result position
+                                          (`analysis/scatter.select_form`), each batched input
+                                          along a dim that maps to the same operand dim
+                                          (a batching dim, or a window dim spanning it)
     reduce                                over other axes (a shifts down); over a: refused
     dot                                   one batch operand, a free dimension -> its position
     anything else                         only on uniform operands
@@ -38,7 +46,7 @@ from hlofuse.passes.fusion.decision import FusionDecision
 
 Axis = int | None
 # ops a backend computes whole (library routines), which a whole loop cannot run per element
-_WHOLE = frozenset({Opcode.SORT, Opcode.TOPK, Opcode.SCATTER, Opcode.SELECT_AND_SCATTER,
+_WHOLE = frozenset({Opcode.SORT, Opcode.TOPK, Opcode.SELECT_AND_SCATTER,
                     Opcode.CONVOLUTION, Opcode.FFT, Opcode.CHOLESKY, Opcode.TRIANGULAR_SOLVE,
                     Opcode.RNG, Opcode.RNG_BIT_GENERATOR, Opcode.CUSTOM_CALL})
 Axes = dict[int, list[Axis]]  # id(instruction) -> axis per result leaf
@@ -46,14 +54,28 @@ Axes = dict[int, list[Axis]]  # id(instruction) -> axis per result leaf
 _REDUCING = frozenset({Opcode.DOT, Opcode.REDUCE, Opcode.REDUCE_WINDOW})
 
 
+# a reduce over at most this many of an element's coordinates runs unrolled inside a whole
+# loop: straight-line code, so the element loop stays a vector loop (MinAtar's brick count
+# over a 10 x 10 grid)
+UNROLLED_REDUCE_MAX = 128
+
+
+def unrolled_reduce(instr: Instruction) -> bool:
+    """Is `instr` a reduce small enough to run unrolled per element (`UNROLLED_REDUCE_MAX`)?"""
+    if instr.opcode is not Opcode.REDUCE:
+        return False
+    dims = _dims(instr.operand(0))
+    return math.prod(dims[int(d)] for d in instr.dimensions) <= UNROLLED_REDUCE_MAX
+
+
 def loops_per_element(instr: Instruction) -> bool:
     """Does computing `instr` for one batch element run a loop (a dot or a reduce over the
-    element's other coordinates, also inside a fusion)? Such a body keeps a whole-loop
-    kernel's element loop from being a vector loop."""
-    if instr.opcode in _REDUCING:
-        return True
-    return instr.opcode is Opcode.FUSION and any(
-        i.opcode in _REDUCING for i in instr.fused_computation.instructions)
+    element's other coordinates, also inside a fusion; not a small reduce, which runs
+    unrolled)? Such a body keeps a whole-loop kernel's element loop from being a vector
+    loop."""
+    if instr.opcode is Opcode.FUSION:
+        return any(loops_per_element(i) for i in instr.fused_computation.instructions)
+    return instr.opcode in _REDUCING and not unrolled_reduce(instr)
 
 
 class Refused(Exception):
@@ -121,7 +143,7 @@ def _rule(instr: Instruction, n: int, axes: Axes) -> list[Axis]:
     if op in _WHOLE:
         raise _refuse(instr, "is computed whole by a library routine, not element by element")
     if instr.called_computations() and op not in (Opcode.REDUCE, Opcode.MAP,
-                                                  Opcode.REDUCE_WINDOW):
+                                                  Opcode.REDUCE_WINDOW, Opcode.SCATTER):
         raise _refuse(instr, "calls another computation (a loop or branch inside the body)")
     flat = [a for leaf in ops for a in leaf]
     batched = [a for a in flat if a is not None]
@@ -140,6 +162,16 @@ def _array_rule(instr: Instruction, n: int, a: list[Axis]) -> int:
         return got.pop()
     if op is Opcode.DOT:
         return _dot(instr, a)
+    if op is Opcode.GATHER:
+        return _gather(instr, a)
+    if op is Opcode.SCATTER:
+        return _scatter(instr, a)
+    if op is Opcode.CONCATENATE:
+        (d,) = instr.dimensions
+        got = {v for v in a if v is not None}
+        if len(got) != 1 or d in got:
+            raise _refuse(instr, "concatenates along the batch dimension")
+        return got.pop()
     x = a[0]
     src = _dims(instr.operand(0))
     if x is None:
@@ -169,11 +201,6 @@ def _array_rule(instr: Instruction, n: int, a: list[Axis]) -> int:
     if op is Opcode.REVERSE:
         if x in instr.dimensions:
             raise _refuse(instr, "reverses the batch dimension")
-        return x
-    if op is Opcode.CONCATENATE:
-        (d,) = instr.dimensions
-        if d == x or any(v not in (None, x) for v in a):
-            raise _refuse(instr, "concatenates along the batch dimension")
         return x
     if op is Opcode.DYNAMIC_SLICE:
         start = instr.operand(1 + x) if len(instr.operands) > 2 else None
@@ -210,3 +237,60 @@ def _dot(instr: Instruction, a: list[Axis]) -> int:
     if a[1] is not None and a[0] is None and a[1] in rfree:
         return len(lb) + len(lfree) + rfree.index(a[1])
     raise _refuse(instr, "contracts or batches over the batch dimension")
+
+
+def _gather(instr: Instruction, a: list[Axis]) -> int:
+    attrs = instr.attrs
+
+    def ints(k: str) -> list[int]:
+        return [int(v) for v in attrs.get(k, ())]
+
+    x_o, x_i = a[0], a[1]
+    od, idd = _dims(instr.operand(0)), _dims(instr.operand(1))
+    offset_dims, collapsed = ints("offset_dims"), ints("collapsed_slice_dims")
+    obd, sibd, sizes = ints("operand_batching_dims"), ints("start_indices_batching_dims"), \
+        ints("slice_sizes")
+    ivd = int(attrs.get("index_vector_dim", len(idd)))
+    rank = len(_dims(instr))
+    batch_out = [d for d in range(rank) if d not in offset_dims]
+    batch_dims = [t for t in range(len(idd)) if t != ivd]
+    if x_i is not None:
+        if x_i == ivd:
+            raise _refuse(instr, "reads an index vector that runs along the batch")
+        if x_o is not None and (x_o not in obd or sibd[obd.index(x_o)] != x_i):
+            raise _refuse(instr, "reads another element's operand (the batch is not a "
+                          "batching dimension of the gather)")
+        return batch_out[batch_dims.index(x_i)]
+    assert x_o is not None
+    window = [d for d in range(len(od)) if d not in collapsed and d not in obd]
+    if x_o in window and x_o not in ints("start_index_map") and sizes[x_o] == od[x_o]:
+        return offset_dims[window.index(x_o)]
+    raise _refuse(instr, "gathers across the batch dimension")
+
+
+def _scatter(instr: Instruction, a: list[Axis]) -> int:
+    from hlofuse.analysis.scatter import select_form
+
+    f = select_form(instr)
+    if isinstance(f, str):
+        raise _refuse(instr, f"is computed whole by a library routine, not element by element: "
+                      f"{f}")
+    n = f.operands
+    found: set[int | None] = set()
+    for x in a[:n]:
+        if x is not None:
+            found.add(x)
+    x_i = a[n]
+    if x_i is not None:
+        found.add(f.operand_dim_of_index(x_i) if x_i != f.ivd else None)
+    for x in a[n + 1:]:
+        if x is not None:
+            found.add(f.operand_dim_of_update(x))
+    if None in found or len(found) != 1:
+        raise _refuse(instr, "scatters across the batch (its batched inputs do not all run "
+                      "along one operand dimension)")
+    x = found.pop()
+    assert x is not None
+    if x in f.sdod and x not in f.ibd and f.win[x] != f.od[x]:
+        raise _refuse(instr, "scatters across the batch (an index chooses the batch element)")
+    return x

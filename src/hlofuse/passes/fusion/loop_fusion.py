@@ -30,7 +30,9 @@ Legality (`whole_loop_legal`, each refusal names its rule):
 - `whole_loop.op`: every instruction of the body, and of the fusions it calls, keeps batch
   elements apart (`batch_axes.infer`: elementwise ops, broadcasts, reshapes and transposes that
   keep the batch dimension, slices and concatenates along other dimensions, reductions over
-  other dimensions, ...). No reduction over the batch, no gather indexed by batch values.
+  other dimensions, gathers at positions each element chooses in its own values or in a
+  uniform table, scatters of a few points per element, ...). No reduction over the batch, no
+  gather or scatter that reaches another element.
 - `whole_loop.uniform`: the leaves without the batch dimension hold fewer elements than the
   batch (every block computes them again).
 - `whole_loop.side_effect`: no instruction with a side effect.
@@ -46,7 +48,8 @@ kernel the same ops run with the state in L1 (no bytes but the per-iteration out
 that a dot runs per element as matrix-vector products, `whole_loop_dot_slowdown` times slower
 per op than the body's batched GEMM, and a body that loops per element (a reduce or a dot over
 the element's own coordinates) runs as scalar code, `whole_loop_scalar_slowdown` times slower
-per op than vectorized kernels. A per-element map (an environment step) wins on bytes and
+per op than vectorized kernels, and a scatter runs as selects at every position of its
+operand (`analysis.scatter.select_ops`). A per-element map (an environment step) wins on bytes and
 kernel calls; a policy network's dense layers inside the loop lose (PureJaxRL's PPO rollout:
 0.01x jax.jit fused whole, 1.9x as the body's kernels).
 
@@ -70,6 +73,7 @@ from hlofuse.analysis.loops import (
     induction_variable,
     trip_count,
 )
+from hlofuse.analysis.scatter import select_ops
 from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
@@ -251,10 +255,12 @@ def whole_loop_cost(w: Instruction, plan: LoopPlan, config: FusionConfig, trips:
     moved = bytes_per_run(body, cond)
     ops = ops_per_run(body, cond)
     dots = per_run(body, cond, dot_ops)
-    if None in (kernels, moved, ops, dots):
+    selects = per_run(body, cond, select_ops)
+    if None in (kernels, moved, ops, dots, selects):
         return FusionDecision.no("the body's cost is not known (a loop inside it has an "
                                  "unknown trip count)", "whole_loop.cost")
     assert kernels is not None and moved is not None and ops is not None and dots is not None
+    assert selects is not None
     shape = w.shape
     assert isinstance(shape, TupleShape)
     rows = sum(e.size * e.dtype.itemsize for k, e in enumerate(shape.elements)
@@ -265,10 +271,11 @@ def whole_loop_cost(w: Instruction, plan: LoopPlan, config: FusionConfig, trips:
         + ops * ns_op
     scalar = any(batch_axes.loops_per_element(i) for i in body.instructions)
     ns_element_op = ns_op * (config.whole_loop_scalar_slowdown if scalar else 1.0)
-    whole = rows / config.host_bandwidth_gbs + (ops - dots) * ns_element_op \
+    whole = rows / config.host_bandwidth_gbs + (ops - dots + selects) * ns_element_op \
         + dots * ns_op * config.whole_loop_dot_slowdown
     figures = {"separate_ns": round(separate), "whole_ns": round(whole), "dot_ops": dots,
-               "ops": ops, "kernels_per_iteration": kernels, "scalar": scalar}
+               "ops": ops, "scatter_select_ops": selects, "kernels_per_iteration": kernels,
+               "scalar": scalar}
     if whole >= separate:
         return FusionDecision.no(
             f"one kernel is modelled slower than the body's {kernels} kernel(s) per iteration "

@@ -34,7 +34,7 @@ from hlofuse.backends.xla_facts import reduce_precision_is_identity
 from hlofuse.ir.dtypes import PRED, U16
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
-from hlofuse.ir.shape import TupleShape, leaf_start, leaves
+from hlofuse.ir.shape import ArrayShape, TupleShape, leaf_start, leaves
 
 _MEANINGFUL_ATTRS = ("direction", "type", "exponent_bits", "mantissa_bits")
 
@@ -189,7 +189,24 @@ def _gte(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
         if count != 1:
             raise LoweringError(f"{where(instr)}: nested tuple inputs are not supported")
         return [b.load(bufs[0], idx)]
+    if len({tuple(e.dims) for e in shape.elements if isinstance(e, ArrayShape)}) > 1:
+        # leaves of different shapes (a multi-output fusion's gather beside a map): only
+        # element k has a value at this index
+        elem = _element(b, src, k)
+        if elem is not None:
+            return b.values(elem, idx)
     return b.values(src, idx)[first:first + count]
+
+
+def _element(b: Builder, src: Instruction, k: int) -> Instruction | None:
+    """The instruction computing element `k` of tuple-shaped `src` (a tuple, or a fusion
+    rooted at one, its parameters aliased to the fusion's operands), or None."""
+    while src.opcode is Opcode.FUSION and id(src) not in b.params:
+        comp = src.fused_computation
+        for param in comp.parameters:
+            b.alias[id(param)] = src.operand(param.parameter_number or 0)
+        src = comp.root
+    return src.operand(k) if src.opcode is Opcode.TUPLE else None
 
 
 @handles(Opcode.FUSION)
@@ -213,4 +230,4 @@ def _map(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
 
 
 # the data-movement maps and reductions register themselves in HANDLERS
-from hlofuse.backends.kernel_ir.lower import maps, reduce  # noqa: E402, F401
+from hlofuse.backends.kernel_ir.lower import maps, reduce, scatter  # noqa: E402, F401

@@ -57,6 +57,7 @@ from hlofuse.ir.dtypes import F32, PRED, DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import leaves
+from hlofuse.passes.fusion.batch_axes import unrolled_reduce
 
 
 def _given(v: Val) -> Callable[[], Val]:
@@ -223,6 +224,10 @@ def _fold_over(b: Builder, acc: Accumulators, in_dims: tuple[int, ...], loops: l
         acc.fold([b.value(x, at) for x in acc.inputs])
         return
     d = loops[0]
+    if not b.hoist_scalars and unrolled_reduce(acc.instr):
+        for k in range(in_dims[d]):  # inside a whole loop: straight-line, the same order
+            _fold_over(b, acc, in_dims, loops[1:], [*full[:d], ir.affine(k), *full[d + 1:]])
+        return
     with b.loop(in_dims[d], "r") as r:
         full = list(full)
         full[d] = ir.affine(r)

@@ -10,21 +10,33 @@
 Updates apply one after another in (b, w) order, so repeated indices combine in update order (the
 interpreter's order); `indices_are_sorted` / `unique_indices` are ignored. The combiner is the
 `to_apply` computation inlined; variadic scatters update every operand together.
+
+Inside a whole loop (`whole_loop.py`) a scatter is a value computed at a result position, per
+batch element, when it writes a few points per position (`analysis/scatter.select_form`; the
+batch analysis refuses the loop otherwise): the operand's value there, then for each point in
+update order a select of `to_apply(out, update)` where the position lies in the point's
+in-bounds window (`value_at`).
 """
 
 from __future__ import annotations
 
+import itertools
+
+from hlofuse.analysis.scatter import ScatterForm
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Val
 from hlofuse.backends.kernel_ir.lower import index as ix
 from hlofuse.backends.kernel_ir.lower import scalar
 from hlofuse.backends.kernel_ir.lower.builder import (
     CVT64,
+    EQ,
     GE,
+    LT,
     S64,
     Builder,
     LoweringError,
     dims_of,
+    handles,
     where,
 )
 from hlofuse.ir.dtypes import PRED
@@ -32,6 +44,7 @@ from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 
 LE = ir.ScalarOp(Opcode.COMPARE, PRED, (("direction", "LE"),))
+SUB64 = ir.ScalarOp(Opcode.SUBTRACT, S64)
 
 
 def _ints(instr: Instruction, key: str) -> list[int]:
@@ -158,3 +171,89 @@ def _window(b: Builder, dims: list[int], ud: tuple[int, ...], uwd: list[int],
     olds = [b.g.load(out, target) for out in outs]
     new = scalar.inline(b.g, comp, olds + xs)  # type: ignore[arg-type]
     b.assign([(out, target, v) for out, v in zip(outs, new, strict=True)])
+
+
+@handles(Opcode.SCATTER)
+def value_at(b: Builder, instr: Instruction, idx: ix.Index) -> list[Val]:
+    """Scatter `instr` at result position `idx` (module docstring): inside a whole loop, as
+    selects; elsewhere the library routine's result (`library.values`)."""
+    from hlofuse.analysis.scatter import select_form
+    from hlofuse.backends.kernel_ir.lower import library
+
+    f = select_form(instr)
+    if b.hoist_scalars:
+        return library.values(b, instr, idx)
+    if isinstance(f, str):
+        raise LoweringError(f"{where(instr)}: a library routine inside a whole loop ({f})")
+    g = b.g
+    m = idx.coords(g)
+    n = f.operands
+    indices = instr.operand(n)
+    updates = list(instr.operands[n + 1:])
+    comp = instr.attrs["to_apply"]
+    outs = [b.value(instr.operand(k), idx) for k in range(n)]
+    umulti: list[Affine] = [ir.ZERO] * len(f.ud)
+    for u in f.scatter_dims:
+        d = f.operand_dim_of_update(u)
+        if d is not None:  # a batching dim: the point of this position's batch element
+            umulti[u] = m[d]
+    for point in itertools.product(*(range(f.ud[u]) for u in f.point_dims)):
+        for u, c in zip(f.point_dims, point, strict=True):
+            umulti[u] = ir.affine(c)
+        window = _window_at(b, f, indices, umulti, m)
+        if window is None:
+            continue  # this point's window is out of bounds
+        inside, coords = window
+        always = inside.op == "const"
+        if always and not ir.const_value(inside):
+            continue  # not in this point's window
+        for j, d in enumerate(f.window_operand_dims):
+            umulti[f.uwd[j]] = coords[d]
+        uidx = ix.of_multi(f.ud, umulti)
+        new = scalar.inline(g, comp, outs + [b.value(u, uidx) for u in updates])
+        if always:
+            outs = list(new)
+        else:
+            # a select, not a guarded `cond`: both sides read in bounds wherever they run,
+            # and the element loop stays a vector loop over strided state
+            outs = [g.alu(ir.ScalarOp(Opcode.SELECT, v.dtype), inside, v, old)
+                    for v, old in zip(new, outs, strict=True)]
+    return outs
+
+
+def _window_at(b: Builder, f: ScatterForm, indices: Instruction, umulti: list[Affine],
+               m: tuple[Affine, ...]) -> tuple[Val, list[Affine]] | None:
+    """(whether result position `m` lies in the in-bounds window of the point at `umulti`,
+    the window coordinate along each operand dim), or None when the window is out of bounds
+    for every position."""
+    g = b.g
+    starts: list[Val | int] = [0] * len(f.od)
+    for k, d in enumerate(f.sdod):
+        multi = [ir.affine(k) if t == f.ivd else umulti[f.scatter_dims[f.batch_dims.index(t)]]
+                 for t in range(len(f.idd))]
+        v = b.value(indices, ix.of_multi(f.idd, multi))
+        starts[d] = int(ir.const_value(v)) if v.op == "const" else \
+            (v if v.dtype == S64 else g.alu(CVT64, v))
+    conds: list[Val] = []
+    coords: list[Affine] = [ir.ZERO] * len(f.od)
+    for d in range(len(f.od)):
+        if d in f.ibd:
+            continue  # the batch coordinate: the point's own
+        w, s = f.win[d], starts[d]
+        if isinstance(s, int):
+            if not 0 <= s <= f.od[d] - w:
+                return None
+            if w < f.od[d]:
+                conds += [b.ge(m[d], s), b.lt(m[d], s + w)]
+            coords[d] = m[d] - s
+            continue
+        conds += [g.alu(GE, s, g.const(0, S64)), g.alu(LE, s, g.const(f.od[d] - w, S64))]
+        if w == 1:
+            conds.append(g.alu(EQ, b.index_val(m[d]), s))
+        elif w < f.od[d]:
+            delta = g.alu(SUB64, b.index_val(m[d]), s)
+            conds += [g.alu(GE, delta, g.const(0, S64)), g.alu(LT, delta, g.const(w, S64))]
+            coords[d] = b.clamp(delta, w - 1)
+        else:
+            coords[d] = m[d]
+    return b.all_of(conds), coords

@@ -6,8 +6,10 @@
         uniform state u = its init              (a per-block copy: a random key, ...)
         for t in [0, S):                        the loop's iterations, in order
             u' = uniform part of the body(u, t)
+            if t == S - 1: for j in [0, B):     leaves the body never reads (`final_only`)
+                write them for element n
             for j in [0, B):                    vector: n = B*blk + j
-                m_d[..] = d(state[n], ...)      every dot or reduce of the body and every batch
+                m_d[..] = d(state[n], ...)      every dot or large reduce of the body, every batch
                                                 value one reads, once per element (`heavy`)
                 state_k[.., n, ..] = body_k(state[n], tables[.., n], u, t)  every coordinate
                 output_k[row(t), .., n, ..] = ...                           of element n
@@ -23,6 +25,14 @@ streaming through memory once per iteration, and one kernel call replaces S time
 kernels. Batch state lives in the kernel's output buffers (each paired in place with its input,
 so the driver may pass the same memory); the counter at iteration t is `init + step*t`, so a
 table row read at the counter is an affine index.
+
+State leaves whose element rows are wider than `COLUMN_STATE_FROM` (a 10 x 10 grid per element)
+live, for the block's S iterations, in a block-local copy laid out [coordinate, element]
+(`state_columns`): the element loop reads and writes them a vector at a time, where the rows
+would be loaded and stored lane by lane. Leaves the body never reads (gymnax's observation,
+carried only to be returned) are written by their own element loop in the last iteration only
+(`final_only`, `final_leaf`: a loop over their coordinates, compiled small), so the iterations
+before compute only what the next one reads.
 
 Values are lowered as expressions at an index and shared only at the same index (and scope),
 so a dot's or a reduce's operand, read at every position of its loop, would be computed again
@@ -52,6 +62,11 @@ from hlofuse.ir.shape import ArrayShape
 BLOCK = 256  # the smallest block: a block's state stays in L1 across the iterations
 BLOCKS = (1024, 512, BLOCK)  # tried largest first (`block_size`)
 MIN_BLOCKS = 4  # at least this many blocks, so threads share the batch evenly
+# state leaves whose element rows are wider than this are kept in block-local copies laid out
+# element-minor (`state_columns`): narrower rows load as tiles (the vectorizer's
+# `TILE_STRIDE_MAX`), wider ones would load and store lane by lane
+COLUMN_STATE_FROM = 64
+COLUMN_STATE_MAX_BYTES = 256 * 1024  # a block's copy of one leaf, at most (on the stack)
 L1_STATE_BYTES = 32 * 1024  # a block's carried state must fit a 32 KiB L1 data cache
 
 
@@ -101,6 +116,9 @@ class _WholeLoop:
         self.t: list[ir.Var] = []
         self.where = where(fusion)
         self.heavy = heavy(self.body, list(plan.axes), plan.batch)
+        self.columns: dict[int, Buffer] = {}
+        self.start: Affine = ir.ZERO
+        self.size = 0
 
     # ----- bindings -------------------------------------------------------------------------
 
@@ -185,13 +203,87 @@ class _WholeLoop:
         b = self.b
         uniform = self.uniform_buffers()
         self.bind(uniform)
+        last = self.final_only()
+        self.columns = self.state_columns(size, last)
+        self.start, self.size = start, size
+        self.copy_columns(into=True)
         with b.loop(self.trips, "t") as t:
             self.t.append(t)
             new_uniform = self.uniform_updates(uniform)
+            if last:  # leaves the body never reads: only the last iteration's values count
+                then: list[ir.Stmt] = []
+                with b.into(then), b.loop(size, "j") as j:
+                    self.element(start + ir.affine(j), last)
+                b.emit(ir.If(b.ge(ir.affine(t), self.trips - 1), then))
             with b.loop(size, "j") as j:
-                self.element(start + ir.affine(j))
+                self.element(start + ir.affine(j), skip=last)
             b.assign(new_uniform)
             self.t.pop()
+        self.copy_columns(into=False)
+        self.columns = {}
+
+    def state_columns(self, size: int, last: frozenset[int]) -> dict[int, Buffer]:
+        """Block-local copies, element-minor (`[coordinates, block]`), of the state leaves
+        whose element rows are wider than `COLUMN_STATE_FROM`: the element loop then reads
+        and writes them a whole vector at a time instead of lane by lane (MinAtar's 10 x 10
+        grids). Read by the body through `b.fixed`; copied in before the time loop and out
+        after it."""
+        b, g = self.b, self.b.g
+        out: dict[int, Buffer] = {}
+        for k, kind in enumerate(self.plan.kinds):
+            shape, axis = self.shapes[k], self.plan.axes[k]
+            if kind != "state" or k in last or axis is None or \
+                    math.prod(shape.dims[axis + 1:]) <= COLUMN_STATE_FROM:
+                continue
+            per = shape.size // self.plan.batch
+            if per * size * shape.dtype.itemsize > COLUMN_STATE_MAX_BYTES:
+                continue
+            buf = b.local(shape.dtype, per * size, "st")
+            out[k] = buf
+            other = tuple(d for i, d in enumerate(shape.dims) if i != axis)
+
+            def load(idx: ix.Index, buf: Buffer = buf, axis: int = axis,
+                     other: tuple[int, ...] = other) -> list[Val]:
+                return [g.load(buf, self.column_index(idx.coords(g), axis, other))]
+
+            for user in self.body.parameter(0).users:
+                if user.opcode is Opcode.GET_TUPLE_ELEMENT and int(user.attrs["index"]) == k:
+                    b.params.pop(id(user), None)
+                    b.fixed[id(user)] = load
+        return out
+
+    def column_index(self, coords: tuple[Affine, ...] | list[Affine], axis: int,
+                     other: tuple[int, ...]) -> Affine:
+        """Where coordinates `coords` of a state leaf lie in its block-local column copy."""
+        rest = ix.linearize(tuple(c for i, c in enumerate(coords) if i != axis), other)
+        return rest * self.size + (coords[axis] - self.start)
+
+    def copy_columns(self, into: bool) -> None:
+        """The block's rows of each column-copied state leaf into its copy, or back out."""
+        b, g = self.b, self.b.g
+        for k, buf in self.columns.items():
+            dims, axis = tuple(self.shapes[k].dims), self.plan.axes[k]
+            assert axis is not None
+            other = tuple(d for i, d in enumerate(dims) if i != axis)
+            with contextlib.ExitStack() as stack:
+                loops = [ir.affine(stack.enter_context(b.loop(d, "c"))) for d in other]
+                j = stack.enter_context(b.loop(self.size, "j"))
+                coords = [*loops[:axis], self.start + ir.affine(j), *loops[axis:]]
+                row = ix.of_multi(dims, tuple(coords)).lin()
+                col = self.column_index(coords, axis, other)
+                if into:
+                    b.emit(ir.Store(buf, col, g.load(self.outs[k], row)))
+                else:
+                    b.emit(ir.Store(self.outs[k], row, g.load(buf, col)))
+
+    def final_only(self) -> frozenset[int]:
+        """State leaves the body never reads (gymnax's observation, carried only to be
+        returned): computed in the last iteration alone, by an element loop of their own, so
+        the iterations before write only what the next one reads."""
+        read = {int(u.attrs["index"]) for u in self.body.parameter(0).users
+                if u.opcode is Opcode.GET_TUPLE_ELEMENT and u.users}
+        return frozenset(k for k, kind in enumerate(self.plan.kinds)
+                         if kind == "state" and k not in read)
 
     def uniform_updates(self, uniform: dict[int, Buffer]) -> list[tuple[Buffer, Affine, Val]]:
         """The uniform state's next values, snapshot before the elements run (they read the
@@ -233,22 +325,48 @@ class _WholeLoop:
 
             b.fixed[id(instr)] = load
 
-    def element(self, n: Affine) -> None:
-        """Every coordinate of batch element `n` of every state and output leaf."""
+    def element(self, n: Affine, only: frozenset[int] | None = None,
+                skip: frozenset[int] = frozenset()) -> None:
+        """Every coordinate of batch element `n` of every state and output leaf (of the
+        leaves `only` names, when given; not of those in `skip`)."""
         b = self.b
         self.materialise(n)
         new: list[tuple[Buffer, Affine, Val]] = []
         for k, kind in enumerate(self.plan.kinds):
-            if kind == "state":
-                shape = self.shapes[k]
-                for coords in _coords(tuple(shape.dims), self.plan.axes[k], n):
-                    idx = ix.of_multi(tuple(shape.dims), coords)
-                    new.append((self.outs[k], idx.lin(), b.value(self.root.operand(k), idx)))
+            if k in skip or (only is not None and k not in only):
+                continue
+            if kind == "state" and only is not None:
+                self.final_leaf(k, n)
+            elif kind == "state":
+                shape, axis = self.shapes[k], self.plan.axes[k]
+                dims = tuple(shape.dims)
+                other = tuple(d for i, d in enumerate(dims) if i != axis)
+                for coords in _coords(dims, axis, n):
+                    idx = ix.of_multi(dims, coords)
+                    value = b.value(self.root.operand(k), idx)
+                    if k in self.columns:
+                        assert axis is not None
+                        new.append((self.columns[k], self.column_index(coords, axis, other),
+                                    value))
+                    else:
+                        new.append((self.outs[k], idx.lin(), value))
             elif kind == "output":
                 new.extend(self.row(k, n))
         b.assign(new)
         for instr, _ in self.heavy:
             b.fixed.pop(id(instr), None)
+
+    def final_leaf(self, k: int, n: Affine) -> None:
+        """Element `n` of a leaf only the last iteration writes (`final_only`), by a loop
+        over its coordinates rather than every coordinate unrolled: it runs once, so it is
+        written to compile small (MinAtar's 10 x 10 x 4 observation: 400 select chains)."""
+        b = self.b
+        dims, axis = tuple(self.shapes[k].dims), self.plan.axes[k]
+        with contextlib.ExitStack() as stack:
+            coords = tuple(n if i == axis else ir.affine(stack.enter_context(b.loop(d, "o")))
+                           for i, d in enumerate(dims))
+            idx = ix.of_multi(dims, coords)
+            b.emit(ir.Store(self.outs[k], idx.lin(), b.value(self.root.operand(k), idx)))
 
     def row(self, k: int, n: Affine | None) -> list[tuple[Buffer, Affine, Val]]:
         """A dynamic-update-slice's update region for element `n` (all of it for a `urow`

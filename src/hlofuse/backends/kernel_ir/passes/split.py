@@ -10,6 +10,8 @@ boundaries, dynamic-update-slice windows with constant starts); each piece gets 
 over its sub-range and the body is rewritten with it (`rewrite.Rewriter`, which folds the
 comparisons, `cond`s and `If`s the sub-range decides). A nest is split into at most
 `MAX_COPIES` copies of its innermost body; beyond that it is left whole (correct, with branches).
+The condition of an `If` directly in a loop's body whose branch holds a loop is not a split
+point (a branch per iteration costs less than a copy of the body's other loops).
 """
 
 from __future__ import annotations
@@ -66,8 +68,13 @@ def _points(loop: ir.Loop) -> set[int]:
     """Points p where a comparison involving only `loop.var` may differ between p-1 and p."""
     out: set[int] = set()
     v = loop.var
+    # an If of the body whose branch runs a loop nest stays a branch: splitting would copy the
+    # body's other nests for a branch taken on a few iterations (a whole loop's last one)
+    branches = {s.cond.uid for s in loop.body if isinstance(s, ir.If)
+                and any(isinstance(y, ir.Loop) for y in ir.walk(s.then + s.orelse))}
     for x in ir.body_values(loop.body):
-        if x.op != "alu" or x.arg.opcode is not Opcode.COMPARE or len(x.args) != 2:
+        if x.op != "alu" or x.arg.opcode is not Opcode.COMPARE or len(x.args) != 2 or \
+                x.uid in branches:
             continue
         a, b = (as_affine(y) for y in x.args)
         if a is None or b is None:

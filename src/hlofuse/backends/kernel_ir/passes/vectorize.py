@@ -48,7 +48,8 @@ reduction loops (no `If`, no other inner loop after unrolling, no library call o
 loop stores only privatised accumulators); every store to a buffer that is not
 privatised either writes a lane-distinct address (the index has a nonzero coefficient on the
 loop variable and no value term that depends on it) with loads of that buffer only at the same
-address (read-modify-write per lane), or is a recognised reduction; a `cond` whose condition
+address (read-modify-write per lane) or at addresses only that lane writes, before the first
+store (`_own_row_reads`), or is a recognised reduction; a `cond` whose condition
 varies by lane computes both sides on every lane, so each load it guards must be contiguous
 along the loop, read as a masked load (`mload`, `mask_guarded`) that touches only the lanes
 their conditions select (a window's padding, the first taps of jnp.cumsum's row scan) unless it
@@ -58,6 +59,8 @@ fail stay scalar and correct.
 """
 
 from __future__ import annotations
+
+import math
 
 from hlofuse.backends.kernel_ir import ir, naming
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Graph, Stmt, Val, Var
@@ -312,7 +315,8 @@ class _Vectorizer:
             if buf in nested:
                 return None  # inner (sequential) loops write only registers of their lanes
             if all(s.index.coef(v) and not _varies(s.index, v) for s in mine):
-                if all(any(x.index == s.index for s in mine) for x in loads):
+                if all(any(x.index == s.index for s in mine) for x in loads) or \
+                        _own_row_reads(body, buf, mine, loads, v, n):
                     continue
                 return None
             red = self.reduction(buf, mine, loads, v)
@@ -583,6 +587,45 @@ class _Vectorizer:
         if any(y.uid in r.memo for m in masks.values() for y in ir.postorder([m])):
             return None  # a mask itself reads guarded memory (a nested cond's condition)
         return r.stmts(body) if r.memo else body
+
+
+def _own_row_reads(body: list[Stmt], buf: Buffer, stores: list[ir.Store], loads: list[Val],
+                   v: Var, span: int) -> bool:
+    """Loads of `buf` at other addresses than its lane-distinct stores are safe to vectorize
+    when each lane reads only addresses no other lane writes, and every such load comes before
+    the first store to `buf` (`Builder.assign` computes a state's new values before it stores
+    them): no lane then reads what another lane, or its own later store, writes. A whole
+    loop's per-element state is either element n's row `c*n + [0, c)` (read at a position
+    chosen per element: a MinAtar grid cell) or, copied element-minor
+    (`whole_loop.state_columns`), element n's column `n + k*M` with M >= the loop's `span`."""
+    ref = stores[0].index
+    c = ref.coef(v)
+    exact = {s.index for s in stores}
+    others = {x.uid for x in loads if x.index not in exact}
+    diffs = [s.index - ref for s in stores] + [x.index - ref for x in loads if x.uid in others]
+    if c <= 0 or any(d.coef(v) for d in diffs):
+        return False
+    if c == 1:  # columns: every other term, and the offset, a multiple of some M >= span
+        m = 0
+        for d in diffs:
+            for _t, k in d.terms:
+                m = math.gcd(m, k)
+            m = math.gcd(m, d.const)
+        if 0 < m < span:
+            return False
+    else:  # rows: offsets within [0, c) of the lane's row start
+        for d in diffs:
+            r = (d + ref.const).bounds()
+            if r is None or r[0] < 0 or r[1] >= c or any(isinstance(t, Var)
+                                                         for t, _ in d.terms):
+                return False
+    stored = False
+    for st in body:
+        stored = stored or any(isinstance(y, ir.Store) and y.buf is buf for y in ir.walk([st]))
+        if stored and any(y.uid in others for y in ir.postorder(
+                [x for z in ir.walk([st]) for x in ir.stmt_vals(z)])):
+            return False
+    return True
 
 
 def _speculable(x: Val) -> bool:
