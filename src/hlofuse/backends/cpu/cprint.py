@@ -686,13 +686,29 @@ class KernelPrinter:
                 if blend is not None:
                     return self._local(vt, blend)
             args = [self.vexpr(a) for a in v.args]
-            expr = cvec.vector_op(self.lib, v.arg, [a.dtype for a in v.args], args, w)
+            expr = cvec.vector_op(self.lib, v.arg, [a.dtype for a in v.args], args, w) or \
+                self._by_constant(v, args, w)
             if expr is not None:
                 return self._local(vt, expr)
             return self._lane_loop(v, vt, w)
         if op == "cond":
             return self._cond(v, vt, vector=True)
         raise CompileError(f"{self.where}: cannot print a {op} value in a vector loop")
+
+    def _by_constant(self, v: Val, args: list[str], w: int) -> str | None:
+        """An integer divide or remainder by a positive constant, on vectors: C's truncating
+        `/` and `%` are XLA's there (only a zero or a -1 divisor differs), and GCC turns a
+        constant divisor into multiplies (MinAtar's `randint`: `bits % 3`)."""
+        op, dt = v.arg.opcode, v.dtype
+        if op not in (Opcode.DIVIDE, Opcode.REMAINDER) or dt.kind not in ("signed", "unsigned") \
+                or dt.bits not in (32, 64) or v.args[1].op != "const":
+            return None
+        c = int(ir.const_value(v.args[1]))
+        if not 0 < c < 1 << 31:
+            return None
+        short = compute_short(dt)
+        sym = "/" if op is Opcode.DIVIDE else "%"
+        return f"({args[0]} {sym} {self.lib.splat(short, w)}({c}))"
 
     def _offsets(self, a: Affine, narrow: bool = False) -> str:
         """The i64 vector of `a`'s value on each lane of the current vector loop, or with
