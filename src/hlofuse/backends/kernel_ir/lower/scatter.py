@@ -232,8 +232,7 @@ def _window_at(b: Builder, f: ScatterForm, indices: Instruction, umulti: list[Af
         multi = [ir.affine(k) if t == f.ivd else umulti[f.scatter_dims[f.batch_dims.index(t)]]
                  for t in range(len(f.idd))]
         v = b.value(indices, ix.of_multi(f.idd, multi))
-        starts[d] = int(ir.const_value(v)) if v.op == "const" else \
-            (v if v.dtype == S64 else g.alu(CVT64, v))
+        starts[d] = int(ir.const_value(v)) if v.op == "const" else v
     conds: list[Val] = []
     coords: list[Affine] = [ir.ZERO] * len(f.od)
     for d in range(len(f.od)):
@@ -247,10 +246,18 @@ def _window_at(b: Builder, f: ScatterForm, indices: Instruction, umulti: list[Af
                 conds += [b.ge(m[d], s), b.lt(m[d], s + w)]
             coords[d] = m[d] - s
             continue
+        if w == 1:  # p_d == start: in bounds too, as p_d is
+            at = m[d]
+            if at.is_const and s.dtype.kind in ("signed", "unsigned") and \
+                    at.const < 1 << (s.dtype.bits - 1):
+                conds.append(g.alu(EQ, s, g.const(at.const, s.dtype)))  # in the index's type
+            else:
+                conds.append(g.alu(EQ, b.index_val(at), s if s.dtype == S64 else
+                                   g.alu(CVT64, s)))
+            continue
+        s = s if s.dtype == S64 else g.alu(CVT64, s)
         conds += [g.alu(GE, s, g.const(0, S64)), g.alu(LE, s, g.const(f.od[d] - w, S64))]
-        if w == 1:
-            conds.append(g.alu(EQ, b.index_val(m[d]), s))
-        elif w < f.od[d]:
+        if w < f.od[d]:
             delta = g.alu(SUB64, b.index_val(m[d]), s)
             conds += [g.alu(GE, delta, g.const(0, S64)), g.alu(LT, delta, g.const(w, S64))]
             coords[d] = b.clamp(delta, w - 1)
