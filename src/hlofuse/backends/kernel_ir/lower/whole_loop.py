@@ -2,7 +2,8 @@
 
     copy state and outputs from the inputs (skipped when the driver runs them in place)
     for blk in [0, N / B):                      parallel over blocks of B batch elements
-                                                (B: 256-1024, `block_size`)
+                                                (B: 256-1024, `block_size`; with
+                                                column copies, what fits the stack)
         uniform state u = its init              (a per-block copy: a random key, ...)
         for t in [0, S):                        the loop's iterations, in order
             u' = uniform part of the body(u, t)
@@ -29,10 +30,12 @@ table row read at the counter is an affine index.
 State leaves whose element rows are wider than `COLUMN_STATE_FROM` (a 10 x 10 grid per element)
 live, for the block's S iterations, in a block-local copy laid out [coordinate, element]
 (`state_columns`): the element loop reads and writes them a vector at a time, where the rows
-would be loaded and stored lane by lane. Leaves the body never reads (gymnax's observation,
-carried only to be returned) are written by their own element loop in the last iteration only
-(`final_only`, `final_leaf`: a loop over their coordinates, compiled small), so the iterations
-before compute only what the next one reads.
+would be loaded and stored lane by lane. Such blocks hold a multiple of `COLUMN_BLOCK_STEP`
+elements whose copies fit on the stack (a heap copy would keep the blocks from running in
+parallel; MinAtar's 10 x 10 grid: blocks of 32, 13 KB, in L1). Leaves the body never reads
+(gymnax's observation, carried only to be returned) are written by their own element loop in
+the last iteration only (`final_only`, `final_leaf`: a loop over their coordinates, compiled
+small), so the iterations before compute only what the next one reads.
 
 Values are lowered as expressions at an index and shared only at the same index (and scope),
 so a dot's or a reduce's operand, read at every position of its loop, would be computed again
@@ -66,7 +69,9 @@ MIN_BLOCKS = 4  # at least this many blocks, so threads share the batch evenly
 # element-minor (`state_columns`): narrower rows load as tiles (the vectorizer's
 # `TILE_STRIDE_MAX`), wider ones would load and store lane by lane
 COLUMN_STATE_FROM = 64
-COLUMN_STATE_MAX_BYTES = 256 * 1024  # a block's copy of one leaf, at most (on the stack)
+# a block with such copies holds a multiple of this many elements whose copies fit on the
+# stack (`ir.STACK_LOCAL_BYTES`: heap scratch would keep the block loop from running parallel)
+COLUMN_BLOCK_STEP = 32
 L1_STATE_BYTES = 32 * 1024  # a block's carried state must fit a 32 KiB L1 data cache
 
 
@@ -117,6 +122,7 @@ class _WholeLoop:
         self.where = where(fusion)
         self.heavy = heavy(self.body, list(plan.axes), plan.batch)
         self.columns: dict[int, Buffer] = {}
+        self.column_leaves: frozenset[int] = frozenset()
         self.start: Affine = ir.ZERO
         self.size = 0
 
@@ -170,6 +176,15 @@ class _WholeLoop:
         per_element = sum(self.outs[k].size * self.outs[k].dtype.itemsize
                           for k, kind in enumerate(self.plan.kinds) if kind == "state") // n
         size = block_size(n, per_element)
+        self.column_leaves = self.wide_rows()
+        column_bytes = sum(self.shapes[k].size // n * self.shapes[k].dtype.itemsize
+                           for k in self.column_leaves)
+        if column_bytes:
+            fit = ir.STACK_LOCAL_BYTES // column_bytes // COLUMN_BLOCK_STEP * COLUMN_BLOCK_STEP
+            if fit:
+                size = min(size, fit)
+            else:
+                self.column_leaves = frozenset()  # not even a step's copies fit the stack
         full = n // size
         if full > 1:
             with b.loop(full, "blk") as blk:
@@ -204,7 +219,7 @@ class _WholeLoop:
         uniform = self.uniform_buffers()
         self.bind(uniform)
         last = self.final_only()
-        self.columns = self.state_columns(size, last)
+        self.columns = self.state_columns(size)
         self.start, self.size = start, size
         self.copy_columns(into=True)
         with b.loop(self.trips, "t") as t:
@@ -222,22 +237,30 @@ class _WholeLoop:
         self.copy_columns(into=False)
         self.columns = {}
 
-    def state_columns(self, size: int, last: frozenset[int]) -> dict[int, Buffer]:
+    def wide_rows(self) -> frozenset[int]:
+        """State leaves the body reads whose element rows are wider than
+        `COLUMN_STATE_FROM`."""
+        last = self.final_only()
+        out = []
+        for k, kind in enumerate(self.plan.kinds):
+            axis = self.plan.axes[k]
+            if kind == "state" and k not in last and axis is not None and \
+                    math.prod(self.shapes[k].dims[axis + 1:]) > COLUMN_STATE_FROM:
+                out.append(k)
+        return frozenset(out)
+
+    def state_columns(self, size: int) -> dict[int, Buffer]:
         """Block-local copies, element-minor (`[coordinates, block]`), of the state leaves
-        whose element rows are wider than `COLUMN_STATE_FROM`: the element loop then reads
-        and writes them a whole vector at a time instead of lane by lane (MinAtar's 10 x 10
-        grids). Read by the body through `b.fixed`; copied in before the time loop and out
-        after it."""
+        whose element rows are wider than `COLUMN_STATE_FROM` (`wide_rows`; blocks sized so
+        the copies fit on the stack): the element loop then reads and writes them a whole
+        vector at a time instead of lane by lane (MinAtar's 10 x 10 grids). Read by the body
+        through `b.fixed`; copied in before the time loop and out after it."""
         b, g = self.b, self.b.g
         out: dict[int, Buffer] = {}
-        for k, kind in enumerate(self.plan.kinds):
+        for k in sorted(self.column_leaves):
             shape, axis = self.shapes[k], self.plan.axes[k]
-            if kind != "state" or k in last or axis is None or \
-                    math.prod(shape.dims[axis + 1:]) <= COLUMN_STATE_FROM:
-                continue
+            assert axis is not None
             per = shape.size // self.plan.batch
-            if per * size * shape.dtype.itemsize > COLUMN_STATE_MAX_BYTES:
-                continue
             buf = b.local(shape.dtype, per * size, "st")
             out[k] = buf
             other = tuple(d for i, d in enumerate(shape.dims) if i != axis)
