@@ -215,3 +215,115 @@ ENTRY e {
     (event,) = [e for e in trace_of(module) if e.pass_name == "whole-loop-fusion"]
     assert event.verdict == "refused" and event.rule == "whole_loop.op"
     assert "gather" in event.reason and "another element" in event.reason
+
+
+# Scatter forms inside a whole loop, each against the interpreter: a state x[n, 6, 5] per
+# element; `{scatter}` writes into it, then the step maps it. Indices come from the state and
+# the counter, so they vary by element and iteration and leave the operand sometimes (XLA
+# skips such a window whole). The pipeline is told a kernel call costs a second, so the loop
+# is fused whatever the cost model would say of so small a body.
+FORMS_LOOP = """HloModule forms
+over {{
+  a = f32[] parameter(0)
+  ROOT b = f32[] parameter(1)
+}}
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}}
+cond {{
+  p = (s32[], f32[40,6,5]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}}
+body {{
+  p = (s32[], f32[40,6,5]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  c0 = f32[40,6,5] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  f1 = f32[40,1,1] slice(c0), slice={{[0:40], [0:1], [0:1]}}
+  f = f32[40] reshape(f1)
+  ib = s32[40] broadcast(i), dimensions={{}}
+  k = s32[40] convert(f)
+  k2 = s32[40] add(k, ib)
+  r = s32[40] broadcast(one), dimensions={{}}
+  {scatter}
+  h = f32[] constant(0.75)
+  hb = f32[40,6,5] broadcast(h), dimensions={{}}
+  m = f32[40,6,5] multiply(y, hb)
+  ROOT t = (s32[], f32[40,6,5]) tuple(i1, m)
+}}
+ENTRY e {{
+  x = f32[40,6,5] parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[40,6,5]) tuple(z, x)
+  ROOT w = (s32[], f32[40,6,5]) while(init), condition=cond, body=body
+}}
+"""
+
+SCATTER_FORMS = {
+    # one point per element at (k2 - 1, k2 % 7 - 1): batching dim 0, sometimes out of bounds
+    "batched_point": """
+  a0 = s32[40] subtract(k2, r)
+  c7 = s32[] constant(7)
+  s7 = s32[40] broadcast(c7), dimensions={{}}
+  m7 = s32[40] remainder(k2, s7)
+  a1 = s32[40] subtract(m7, r)
+  a0r = s32[40,1] reshape(a0)
+  a1r = s32[40,1] reshape(a1)
+  idx = s32[40,2] concatenate(a0r, a1r), dimensions={{1}}
+  upd = f32[40] negate(f)
+  y = f32[40,6,5] scatter(c0, idx, upd), update_window_dims={{}}, inserted_window_dims={{1,2}},
+    scatter_dims_to_operand_dims={{1,2}}, input_batching_dims={{0}},
+    scatter_indices_batching_dims={{0}}, index_vector_dim=1, to_apply={combiner}""",
+    # rows [s, s+2) of every element at a constant start (s = 5: out of bounds, skipped)
+    "constant_rows": """
+  idx = s32[1] constant({{{start}}})
+  upd = f32[40,2,5] broadcast(f), dimensions={{0}}
+  y = f32[40,6,5] scatter(c0, idx, upd), update_window_dims={{0,1,2}}, inserted_window_dims={{}},
+    scatter_dims_to_operand_dims={{1}}, index_vector_dim=0, to_apply={combiner}""",
+    # three columns of every element at constant positions, one repeated (combined in order)
+    "points_in_window": """
+  idx = s32[3,1] constant({{{{4}},{{1}},{{4}}}})
+  upd = f32[3,40,6] broadcast(f), dimensions={{1}}
+  y = f32[40,6,5] scatter(c0, idx, upd), update_window_dims={{1,2}}, inserted_window_dims={{2}},
+    scatter_dims_to_operand_dims={{2}}, index_vector_dim=1, to_apply={combiner}""",
+    # a window of 3 of the 5 columns at a start each element chooses (k2 % 4 - 1: -1..2)
+    "dynamic_window": """
+  c4 = s32[] constant(4)
+  s4 = s32[40] broadcast(c4), dimensions={{}}
+  m4 = s32[40] remainder(k2, s4)
+  a1 = s32[40] subtract(m4, r)
+  zero = s32[] constant(0)
+  zc = s32[40] broadcast(zero), dimensions={{}}
+  zr = s32[40,1] reshape(zc)
+  a1r = s32[40,1] reshape(a1)
+  idx = s32[40,2] concatenate(zr, a1r), dimensions={{1}}
+  upd = f32[40,6,3] broadcast(f), dimensions={{0}}
+  y = f32[40,6,5] scatter(c0, idx, upd), update_window_dims={{1,2}}, inserted_window_dims={{}},
+    scatter_dims_to_operand_dims={{1,2}}, input_batching_dims={{0}},
+    scatter_indices_batching_dims={{0}}, index_vector_dim=1, to_apply={combiner}""",
+}
+
+
+@pytest.mark.parametrize("combiner", ["over", "add"])
+@pytest.mark.parametrize(("form", "start"), [("batched_point", 0), ("constant_rows", 1),
+                                             ("constant_rows", 5), ("points_in_window", 0),
+                                             ("dynamic_window", 0)])
+def test_scatter_forms_in_a_whole_loop_match_the_interpreter(form: str, start: int,
+                                                             combiner: str) -> None:
+    from hlofuse.backends import cpu
+
+    scatter = SCATTER_FORMS[form].format(combiner=combiner, start=start)
+    text = FORMS_LOOP.format(scatter=scatter)
+    module = parse(text)
+    run_pipeline(module, "hlofuse{host_kernel_overhead_ns=1000000000}")
+    assert sum(1 for c in module.computations for i in c.instructions if is_whole_loop(i)) == 1
+    x = np.random.default_rng(start).uniform(-1.5, 9.5, (40, 6, 5)).astype(np.float32)
+    want = interpreter.run(parse(text), x)
+    got = cpu.compile_module(module, threads=2)(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
