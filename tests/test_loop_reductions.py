@@ -175,3 +175,26 @@ def test_rows_written_other_than_at_the_counter_are_not_hoisted() -> None:
     decisions = [hoist_legal(w, k)[1] for k in range(len(w.shape.elements))]
     assert not any(decisions)
     assert "hoist.row" in {d.rule for d in decisions}
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean", "max", "per-env and sum"])
+def test_reductions_over_the_batch_are_summed_per_block_in_the_kernel(kind: str) -> None:
+    """With a batch the block divides (512: two blocks of 256), the loop's rows of a float
+    reduction never leave the kernel: it returns one partial per block and step
+    (`loop_fusion.partial_reductions`, `[blocks, steps]`), and the reduce after it combines
+    them; the results match the interpreter and jax.jit, and do not depend on the threads."""
+    from hlofuse.backends import cpu
+
+    module, text, args = _compiled(kind, 512, 40)
+    (fused,) = _events(module, "whole-loop-fusion")
+    assert fused.verdict == "fused", fused.reason
+    (loop,) = [i for c in module.computations for i in c.instructions if is_whole_loop(i)]
+    shapes = [tuple(s.dims) for s in loop.shape.elements]
+    assert (2, 40) in shapes, shapes  # the partials
+    assert shapes.count((40, 512)) == (kind == "per-env and sum")  # (the per-env ys)
+    assert sum(o.opcode is Opcode.BROADCAST and o.shape.rank == 2  # nor the rows' start
+               for o in loop.operands) == (kind == "per-env and sum")
+    _check(module, text, args, rollout(YS[kind]))
+    one, two = (cpu.compile_module(module, threads=t)(*args) for t in (1, 2))
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -159,7 +159,7 @@ def test_whole_loop_fusion_is_a_setting(pipeline: str) -> None:
 
 
 def test_block_size_grows_with_the_batch_within_l1() -> None:
-    from hlofuse.backends.kernel_ir.lower.whole_loop import block_size
+    from hlofuse.passes.fusion.loop_fusion import block_size
 
     assert block_size(2048, 24) == 512  # four blocks at least
     assert block_size(65536, 24) == 1024

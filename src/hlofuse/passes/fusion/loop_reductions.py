@@ -31,6 +31,10 @@ kernel; no copy is made when the op whole-loop fusion names is not one of the re
 Values: every row of `ys` is the same ops applied to the same reduce of the same operand; the
 reduce runs over a row of `H` instead of over the operand itself (the order of a reduce is the
 backend's in both cases).
+
+When whole-loop fusion then takes the loop, rows `H` that only a float add/max/min reduce reads
+never leave the kernel: it returns per-block partials and the reduce combines them
+(`loop_fusion.partial_reductions`).
 """
 
 from __future__ import annotations

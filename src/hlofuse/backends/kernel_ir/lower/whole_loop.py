@@ -37,6 +37,11 @@ parallel; MinAtar's 10 x 10 grid: blocks of 32, 13 KB, in L1). Leaves the body n
 the last iteration only (`final_only`, `final_leaf`: a loop over their coordinates, compiled
 small), so the iterations before compute only what the next one reads.
 
+A leaf returned as per-block partials (`loop_fusion.partial_reductions`) is folded, element by
+element, into an accumulator the element loop keeps in vector partials, and stored once per
+step and block (`start_partials`, `accumulate`, `store_partials`); the blocks are then the
+partials' (`N / blocks` elements).
+
 Values are lowered as expressions at an index and shared only at the same index (and scope),
 so a dot's or a reduce's operand, read at every position of its loop, would be computed again
 for each of its outputs (a chain of dense layers, or brax's nested 3x3 products: the cost
@@ -61,10 +66,8 @@ from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
+from hlofuse.passes.fusion.loop_fusion import block_size  # (the block rule: one place)
 
-BLOCK = 256  # the smallest block: a block's state stays in L1 across the iterations
-BLOCKS = (1024, 512, BLOCK)  # tried largest first (`block_size`)
-MIN_BLOCKS = 4  # at least this many blocks, so threads share the batch evenly
 # state leaves whose element rows are wider than this are kept in block-local copies laid out
 # element-minor (`state_columns`): narrower rows load as tiles (the vectorizer's
 # `TILE_STRIDE_MAX`), wider ones would load and store lane by lane
@@ -72,21 +75,6 @@ COLUMN_STATE_FROM = 64
 # a block with such copies holds a multiple of this many elements whose copies fit on the
 # stack (`ir.STACK_LOCAL_BYTES`: heap scratch would keep the block loop from running parallel)
 COLUMN_BLOCK_STEP = 32
-L1_STATE_BYTES = 32 * 1024  # a block's carried state must fit a 32 KiB L1 data cache
-
-
-def block_size(batch: int, state_bytes_per_element: int) -> int:
-    """Elements per block: the largest of `BLOCKS` that leaves at least `MIN_BLOCKS` blocks and
-    whose carried state fits `L1_STATE_BYTES`, else `BLOCK`. Larger blocks share each
-    iteration's per-block work (the uniform part, loop control, row addressing) among more
-    elements: CartPole `separate`, 2048 x 2000, ran 7.2e8 env-steps/s at 256, 9.7e8 at 512 and
-    1.08e9 at 1024 (2 blocks) here; the paper's program as written 2.54e8 / 2.66e8 / 2.67e8."""
-    for size in BLOCKS:
-        if batch >= MIN_BLOCKS * size and size * state_bytes_per_element <= L1_STATE_BYTES:
-            return size
-    return BLOCK
-
-
 def lower_whole_loop(b: Builder, fusion: Instruction, inputs: list[Buffer],
                      outputs: list[Buffer]) -> dict[int, int]:
     """Emit the kernel into `b`; returns its in-place pairs (output -> input)."""
@@ -97,7 +85,12 @@ class _WholeLoop:
     def __init__(self, b: Builder, fusion: Instruction, inputs: list[Buffer],
                  outputs: list[Buffer]) -> None:
         from hlofuse.analysis.loops import body_of, induction_variable, trip_count
-        from hlofuse.passes.fusion.loop_fusion import fused_loop, whole_loop_legal
+        from hlofuse.passes.fusion.loop_fusion import (
+            fused_loop,
+            leaf_of,
+            partial_sums,
+            whole_loop_legal,
+        )
 
         self.b = b
         self.w = w = fused_loop(fusion)
@@ -115,9 +108,18 @@ class _WholeLoop:
         self.ins: list[Buffer | None] = [
             inputs[leaf.parameter_number or 0] if leaf.opcode is Opcode.PARAMETER else None
             for leaf in init.operands]
-        kept = [int(o.attrs["index"]) for o in fusion.fused_computation.root.operands]
+        results = fusion.fused_computation.root.operands
+        kept = [int(leaf_of(o).attrs["index"]) for o in results]
         self.kept = kept
         self.outs: dict[int, Buffer] = {k: outputs[j] for j, k in enumerate(kept)}
+        # leaves returned as per-block partials of a reduction over the batch
+        # (`loop_fusion.partial_reductions`): their reduce, and how many blocks
+        self.partials: dict[int, tuple[Instruction, int]] = {}
+        for k, o in zip(kept, results, strict=True):
+            sums = partial_sums(o)
+            if sums is not None:  # [blocks, S]
+                self.partials[k] = (sums, array_shape(o).dims[0])
+        self.accs: dict[int, Buffer] = {}
         self.t: list[ir.Var] = []
         self.where = where(fusion)
         self.heavy = heavy(self.body, list(plan.axes), plan.batch)
@@ -166,7 +168,7 @@ class _WholeLoop:
         b.hoist_scalars = False  # scalars may depend on the iteration: the hoist pass moves them
         pairs: dict[int, int] = {}
         for k, kind in enumerate(self.plan.kinds):
-            if kind in ("state", "output", "urow"):
+            if kind in ("state", "output", "urow") and k not in self.partials:
                 src = self.ins[k]
                 if src is None:
                     raise LoweringError(f"{self.where}: carried leaf {k} starts as a constant")
@@ -185,6 +187,10 @@ class _WholeLoop:
                 size = min(size, fit)
             else:
                 self.column_leaves = frozenset()  # not even a step's copies fit the stack
+        for _red, groups in self.partials.values():  # a block per partial
+            size = n // groups
+            if column_bytes * size > ir.STACK_LOCAL_BYTES:
+                self.column_leaves = frozenset()
         full = n // size
         if full > 1:
             with b.loop(full, "blk") as blk:
@@ -230,8 +236,10 @@ class _WholeLoop:
                 with b.into(then), b.loop(size, "j") as j:
                     self.element(start + ir.affine(j), last)
                 b.emit(ir.If(b.ge(ir.affine(t), self.trips - 1), then))
+            self.start_partials()
             with b.loop(size, "j") as j:
                 self.element(start + ir.affine(j), skip=last)
+            self.store_partials(ir.affine(t))
             b.assign(new_uniform)
             self.t.pop()
         self.copy_columns(into=False)
@@ -298,6 +306,38 @@ class _WholeLoop:
                     b.emit(ir.Store(buf, col, g.load(self.outs[k], row)))
                 else:
                     b.emit(ir.Store(self.outs[k], row, g.load(buf, col)))
+
+    def start_partials(self) -> None:
+        """Each partial's accumulator at its reduce's init (an identity), before a step's
+        element loop."""
+        b = self.b
+        self.accs = {}
+        for k, (red, _groups) in self.partials.items():
+            dtype = array_shape(red).dtype
+            acc = b.local(dtype, 1, "part")
+            b.emit(ir.Store(acc, ir.ZERO, b.value(red.operand(1), ix.zero(()))))
+            self.accs[k] = acc
+
+    def store_partials(self, t: Affine) -> None:
+        """The block's partials of step `t`, after its element loop: row the block's number
+        (each block's thread writes a row of its own), column t."""
+        b = self.b
+        for k in self.partials:
+            blk = b.g.idiv(self.start, self.size)
+            b.emit(ir.Store(self.outs[k], blk * self.trips + t,
+                            b.g.load(self.accs[k], ir.ZERO)))
+
+    def accumulate(self, k: int, n: Affine) -> None:
+        """Element `n`'s row value of partial leaf `k` folded into the block's accumulator
+        (one reassociable reducer: the vector loop keeps partial sums per lane)."""
+        from hlofuse.backends.kernel_ir.lower import scalar
+
+        b = self.b
+        red, _groups = self.partials[k]
+        ((_buf, _at, value),) = self.row(k, n)
+        acc = self.accs[k]
+        (new,) = scalar.inline(b.g, red.attrs["to_apply"], [b.g.load(acc, ir.ZERO), value])
+        b.emit(ir.Store(acc, ir.ZERO, new))
 
     def final_only(self) -> frozenset[int]:
         """State leaves the body never reads (gymnax's observation, carried only to be
@@ -373,8 +413,11 @@ class _WholeLoop:
                                     value))
                     else:
                         new.append((self.outs[k], idx.lin(), value))
-            elif kind == "output":
+            elif kind == "output" and k not in self.partials:
                 new.extend(self.row(k, n))
+        if only is None:  # (before the state's stores: a value is read where it is used)
+            for k in self.partials:
+                self.accumulate(k, n)
         b.assign(new)
         for instr, _ in self.heavy:
             b.fixed.pop(id(instr), None)
