@@ -55,7 +55,8 @@ kernel calls; a policy network's dense layers inside the loop lose (PureJaxRL's 
 
 Per-step reductions over the batch (`loop_reductions.py` moved them after the loop, as rows
 `H[S, N]` and one reduce) are summed per block inside the kernel when the lowering's block
-divides the batch and the reduce is a float add, max or min with its identity as init
+divides the batch and the reduce is an add, max, min, or, and (f32/f64, integers, pred) with its
+identity as init
 (`partial_reductions`): the fusion returns `[N / block, S]` partials (each block's row its own,
 so threads share no cache line) and the reduce after it combines them in block order; `H` is
 neither written nor read (CartPole's per-step reward: 82 MB each way at 2048 x 10,000). The
@@ -85,6 +86,7 @@ from hlofuse.analysis.loops import (
 )
 from hlofuse.analysis.scatter import select_ops
 from hlofuse.ir.computation import Computation
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import FusionKind, Opcode
@@ -316,24 +318,43 @@ def block_size(batch: int, state_bytes_per_element: int) -> int:
     return BLOCK
 
 
-_PARTIAL_INIT = {Opcode.ADD: 0.0, Opcode.MAXIMUM: -np.inf, Opcode.MINIMUM: np.inf}
+_PARTIAL_OPS = frozenset({Opcode.ADD, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.OR, Opcode.AND})
+
+
+def _identity_of(op: Opcode, dtype: DType) -> float | int | bool | None:
+    """`op`'s identity in `dtype` (an f32/f64, integer or pred reduce), or None."""
+    if dtype.is_pred:
+        return {Opcode.OR: False, Opcode.ADD: False, Opcode.MAXIMUM: False,
+                Opcode.AND: True, Opcode.MINIMUM: True}.get(op)
+    if dtype.is_float:
+        if dtype.bits < 32:
+            return None  # a narrow float's sum rounds after every add, in XLA's order
+        return {Opcode.ADD: 0.0, Opcode.MAXIMUM: -np.inf, Opcode.MINIMUM: np.inf}.get(op)
+    if dtype.kind not in ("signed", "unsigned"):
+        return None
+    info = np.iinfo(dtype.np)
+    return {Opcode.ADD: 0, Opcode.OR: 0, Opcode.MAXIMUM: int(info.min),
+            Opcode.MINIMUM: int(info.max), Opcode.AND: -1 if dtype.kind == "signed"
+            else int(info.max)}.get(op)
 
 
 def _identity_reduce(red: Instruction) -> bool:
-    """A float reduce of one operand whose reducer is add, max or min of its two parameters
-    and whose init is that op's identity (so applying it once more changes nothing)."""
+    """A reduce of one operand whose reducer is add, max, min, or, and of its two parameters
+    on an f32/f64, integer or pred type, and whose init is that op's identity (so applying it
+    once more changes nothing)."""
     comp = red.attrs.get("to_apply")
     if red.operand_count != 2 or comp is None:
         return False
     root, params = comp.root, comp.parameters
     init = red.operand(1)
     shape = _shape(red)
-    if shape is None or not shape.dtype.is_float or root.opcode not in _PARTIAL_INIT or \
-            len(params) != 2 or {id(o) for o in root.operands} != {id(q) for q in params}:
+    if shape is None or root.opcode not in _PARTIAL_OPS or len(params) != 2 or \
+            {id(o) for o in root.operands} != {id(q) for q in params}:
         return False
+    identity = _identity_of(root.opcode, shape.dtype)
     lit = init.literal
-    return init.opcode is Opcode.CONSTANT and lit is not None and \
-        float(lit.reshape(-1)[0]) == _PARTIAL_INIT[root.opcode]  # type: ignore[union-attr]
+    return identity is not None and init.opcode is Opcode.CONSTANT and lit is not None and \
+        lit.reshape(-1)[0] == identity  # type: ignore[union-attr]
 
 
 def partial_block(w: Instruction, plan: LoopPlan) -> int | None:
