@@ -180,9 +180,10 @@ def test_rows_written_other_than_at_the_counter_are_not_hoisted() -> None:
 @pytest.mark.parametrize("kind", ["sum", "mean", "max", "any", "count", "per-env and sum"])
 def test_reductions_over_the_batch_are_summed_per_block_in_the_kernel(kind: str) -> None:
     """With a batch the block divides (512: two blocks of 256), the loop's rows of a reduction
-    (a float, integer or pred add, max, min, or, and) never leave the kernel: it returns one partial per block and step
-    (`loop_fusion.partial_reductions`, `[blocks, steps]`), and the reduce after it combines
-    them; the results match the interpreter and jax.jit, and do not depend on the threads."""
+    (a float, integer or pred add, max, min, or, and) never leave the kernel: it returns one
+    partial per block and step (`loop_fusion.partial_reductions`, `[blocks, steps]`), and the
+    reduce after it combines them; the results match the interpreter and jax.jit, and do not
+    depend on the threads."""
     from hlofuse.backends import cpu
 
     module, text, args = _compiled(kind, 512, 40)
