@@ -32,7 +32,7 @@ Values: every row of `ys` is the same ops applied to the same reduce of the same
 reduce runs over a row of `H` instead of over the operand itself (the order of a reduce is the
 backend's in both cases).
 
-When whole-loop fusion then takes the loop, rows `H` that only a float add/max/min reduce reads
+When whole-loop fusion then takes the loop, rows `H` that only an add/max/min/or/and reduce reads
 never leave the kernel: it returns per-block partials and the reduce combines them
 (`loop_fusion.partial_reductions`).
 """
