@@ -74,8 +74,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from hlofuse.analysis.cost import dot_ops, ops_per_run
 from hlofuse.analysis.kernels import bytes_per_run, kernels_per_run, per_run
 from hlofuse.analysis.loops import (
@@ -86,10 +84,10 @@ from hlofuse.analysis.loops import (
 )
 from hlofuse.analysis.scatter import select_ops
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.module import Module
-from hlofuse.ir.opcodes import FusionKind, Opcode
+from hlofuse.ir.opcodes import REASSOCIATIVE_REDUCERS, FusionKind, Opcode
+from hlofuse.ir.reducers import identity, simple_reducer
 from hlofuse.ir.shape import ArrayShape, TupleShape
 from hlofuse.passes.fusion import batch_axes
 from hlofuse.passes.fusion.config import FusionConfig
@@ -318,43 +316,27 @@ def block_size(batch: int, state_bytes_per_element: int) -> int:
     return BLOCK
 
 
-_PARTIAL_OPS = frozenset({Opcode.ADD, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.OR, Opcode.AND})
-
-
-def _identity_of(op: Opcode, dtype: DType) -> float | int | bool | None:
-    """`op`'s identity in `dtype` (an f32/f64, integer or pred reduce), or None."""
-    if dtype.is_pred:
-        return {Opcode.OR: False, Opcode.ADD: False, Opcode.MAXIMUM: False,
-                Opcode.AND: True, Opcode.MINIMUM: True}.get(op)
-    if dtype.is_float:
-        if dtype.bits < 32:
-            return None  # a narrow float's sum rounds after every add, in XLA's order
-        return {Opcode.ADD: 0.0, Opcode.MAXIMUM: -np.inf, Opcode.MINIMUM: np.inf}.get(op)
-    if dtype.kind not in ("signed", "unsigned"):
-        return None
-    info = np.iinfo(dtype.np)
-    return {Opcode.ADD: 0, Opcode.OR: 0, Opcode.MAXIMUM: int(info.min),
-            Opcode.MINIMUM: int(info.max), Opcode.AND: -1 if dtype.kind == "signed"
-            else int(info.max)}.get(op)
+# reducers whose per-block partials combine to the same result up to rounding (XOR and
+# MULTIPLY of `REASSOCIATIVE_REDUCERS` left out: no per-step product or parity seen in RL code)
+_PARTIAL_OPS = REASSOCIATIVE_REDUCERS - {Opcode.MULTIPLY, Opcode.XOR}
 
 
 def _identity_reduce(red: Instruction) -> bool:
     """A reduce of one operand whose reducer is add, max, min, or, and of its two parameters
-    on an f32/f64, integer or pred type, and whose init is that op's identity (so applying it
+    (`ir.reducers.simple_reducer`) on an f32/f64 (not a narrow float, whose sums round in
+    XLA's order), integer or pred type, and whose init is that op's identity (so applying it
     once more changes nothing)."""
     comp = red.attrs.get("to_apply")
-    if red.operand_count != 2 or comp is None:
-        return False
-    root, params = comp.root, comp.parameters
-    init = red.operand(1)
     shape = _shape(red)
-    if shape is None or root.opcode not in _PARTIAL_OPS or len(params) != 2 or \
-            {id(o) for o in root.operands} != {id(q) for q in params}:
+    if red.operand_count != 2 or comp is None or shape is None:
         return False
-    identity = _identity_of(root.opcode, shape.dtype)
+    op, dtype = simple_reducer(comp), shape.dtype
+    if op not in _PARTIAL_OPS or dtype.is_complex or (dtype.is_float and dtype.bits < 32):
+        return False
+    init = red.operand(1)
     lit = init.literal
-    return identity is not None and init.opcode is Opcode.CONSTANT and lit is not None and \
-        lit.reshape(-1)[0] == identity  # type: ignore[union-attr]
+    return init.opcode is Opcode.CONSTANT and lit is not None and \
+        lit.reshape(-1)[0] == identity(op, dtype)  # type: ignore[union-attr]
 
 
 def partial_block(w: Instruction, plan: LoopPlan) -> int | None:

@@ -4,6 +4,7 @@ functions) as kernel-IR values.
     inline(g, comp, args) -> [Val]   the root's leaves with `args` bound to the parameters
     function(g, comp, name) -> Func  the same over `param` values, for library routines
     simple_reducer(comp), identity(op, dtype)   a reassociable reducer's opcode, its identity
+                                     (`ir.reducers`, the one place they are defined)
     value_function(g, comp, name, root) -> Func   one inner instruction's value, the same way
 
 Kernels inline reducers (so a vector loop combines vectors); library routines (sort,
@@ -19,17 +20,15 @@ stack.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Graph, Val
 from hlofuse.backends.kernel_ir.lower.builder import LoweringError
 from hlofuse.ir.computation import Computation
-from hlofuse.ir.dtypes import DType
 from hlofuse.ir.instruction import Instruction
-from hlofuse.ir.opcodes import REASSOCIATIVE_REDUCERS, Opcode
+from hlofuse.ir.opcodes import Opcode
+from hlofuse.ir.reducers import identity, simple_reducer  # noqa: F401 (re-exported)
 from hlofuse.ir.shape import ArrayShape, TupleShape
 
 _IDENTITIES = frozenset({Opcode.BROADCAST, Opcode.RESHAPE, Opcode.COPY, Opcode.BITCAST})
@@ -163,36 +162,3 @@ def value_function(g: Graph, comp: Computation, name: str, root: Instruction) ->
     return ir.Func(name, params, [value])
 
 
-def simple_reducer(comp: Computation) -> Opcode | None:
-    """The opcode of `ROOT r = op(p0, p1)` for a commutative op (either operand order) on
-    scalars of one type, else None: such reducers may be reassociated freely."""
-    root = comp.root
-    params = comp.parameters
-    if len(params) != 2 or root.opcode not in REASSOCIATIVE_REDUCERS or root.operand_count != 2:
-        return None
-    if {id(o) for o in root.operands} != {id(p) for p in params}:
-        return None
-    shape = root.shape
-    if not isinstance(shape, ArrayShape) or shape.rank != 0:
-        return None
-    if any(p.shape != shape for p in params):
-        return None
-    return root.opcode
-
-def identity(op: Opcode, dtype: DType) -> object:
-    """The reducer's identity element (exact: -0.0 for float sums, so -0 sums stay -0)."""
-    if dtype.is_pred:
-        return op in (Opcode.AND, Opcode.MINIMUM, Opcode.MULTIPLY)
-    if dtype.is_float:
-        value = {Opcode.ADD: -0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
-                 Opcode.MINIMUM: math.inf}[op]
-        held = float(np.asarray(value).astype(dtype.np))
-        if held != value:  # not in the type (+-inf in the fp8s without infinities, 0 in e8m0):
-            raise KeyError(op)  # no identity; a -inf there would be NaN, not a neutral value
-        return value
-    if dtype.is_complex and op is Opcode.MULTIPLY:  # XLA's fused complex multiply makes
-        raise KeyError(op)  # (inf-infj) * (1+0j) NaN: 1 is no identity
-    info = ir.int_range(dtype)
-    return {Opcode.ADD: 0, Opcode.MULTIPLY: 1, Opcode.MAXIMUM: int(info.min),
-            Opcode.MINIMUM: int(info.max), Opcode.AND: -1 if dtype.is_signed else int(info.max),
-            Opcode.OR: 0, Opcode.XOR: 0}[op]
