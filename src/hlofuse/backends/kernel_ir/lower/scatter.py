@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 
-from hlofuse.analysis.scatter import ScatterForm
+from hlofuse.analysis.scatter import ScatterForm, form
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Val
 from hlofuse.backends.kernel_ir.lower import index as ix
@@ -35,7 +35,6 @@ from hlofuse.backends.kernel_ir.lower.builder import (
     S64,
     Builder,
     LoweringError,
-    dims_of,
     handles,
     where,
 )
@@ -47,10 +46,6 @@ LE = ir.ScalarOp(Opcode.COMPARE, PRED, (("direction", "LE"),))
 SUB64 = ir.ScalarOp(Opcode.SUBTRACT, S64)
 
 
-def _ints(instr: Instruction, key: str) -> list[int]:
-    return [int(v) for v in instr.attrs.get(key, ())]
-
-
 def emit(b: Builder, instr: Instruction, outs: list[Buffer], inplace: dict[int, Buffer] | None
          ) -> None:
     """Compute scatter `instr` into `outs` (one buffer per operand); `inplace` maps operand k to
@@ -58,26 +53,10 @@ def emit(b: Builder, instr: Instruction, outs: list[Buffer], inplace: dict[int, 
     from hlofuse.backends.kernel_ir.lower.roots import nest
 
     inplace = inplace or {}
-    n = (instr.operand_count - 1) // 2
-    operands = list(instr.operands[:n])
-    indices = instr.operand(n)
-    updates = list(instr.operands[n + 1:])
-    comp = instr.attrs.get("to_apply")
-    if comp is None or "index_vector_dim" not in instr.attrs:
-        raise LoweringError(f"{where(instr)}: scatter needs to_apply= and index_vector_dim=")
-    od, idd, ud = dims_of(operands[0]), dims_of(indices), dims_of(updates[0])
-    uwd, iwd = _ints(instr, "update_window_dims"), _ints(instr, "inserted_window_dims")
-    sdod = _ints(instr, "scatter_dims_to_operand_dims")
-    ibd, sibd = _ints(instr, "input_batching_dims"), _ints(instr, "scatter_indices_batching_dims")
-    ivd = int(instr.attrs["index_vector_dim"])
-    window_operand_dims = [d for d in range(len(od)) if d not in iwd and d not in ibd]
-    if len(window_operand_dims) != len(uwd):
-        raise LoweringError(f"{where(instr)}: update_window_dims do not match the operand")
-    scatter_dims = [d for d in range(len(ud)) if d not in uwd]
-    batch_dims = [t for t in range(len(idd)) if t != ivd]
-    win = [1] * len(od)
-    for j, d in enumerate(window_operand_dims):
-        win[d] = ud[uwd[j]]
+    f = form(instr)
+    if isinstance(f, str):
+        raise LoweringError(f"{where(instr)}: scatter {f}")
+    operands = list(instr.operands[:f.operands])
 
     b.comment("scatter")
     for k, (o, out) in enumerate(zip(operands, outs, strict=True)):
@@ -87,13 +66,12 @@ def emit(b: Builder, instr: Instruction, outs: list[Buffer], inplace: dict[int, 
             def body(idx: ix.Index, o: Instruction = o, out: Buffer = out) -> None:
                 b.emit(ir.Store(out, idx.lin(), b.value(o, idx)))
 
-            nest(b, od, body)
-    if any(n == 0 for n in ud):
+            nest(b, f.od, body)
+    if any(n == 0 for n in f.ud):
         return
-    umulti: list[Affine] = [ir.ZERO] * len(ud)
-    _scatter_loops(b, [d for d in scatter_dims if ud[d] != 1], ud, umulti, lambda: _apply(
-        b, instr, operands, indices, updates, outs, comp, od, idd, ud, uwd, sdod, ibd, sibd,
-        ivd, scatter_dims, batch_dims, window_operand_dims, win, umulti))
+    umulti: list[Affine] = [ir.ZERO] * len(f.ud)
+    _scatter_loops(b, [d for d in f.scatter_dims if f.ud[d] != 1], f.ud, umulti,
+                   lambda: _apply(b, instr, f, outs, umulti))
 
 
 def _scatter_loops(b: Builder, dims: list[int], ud: tuple[int, ...], umulti: list[Affine],
@@ -107,26 +85,23 @@ def _scatter_loops(b: Builder, dims: list[int], ud: tuple[int, ...], umulti: lis
         _scatter_loops(b, dims[1:], ud, umulti, inner)
 
 
-def _apply(b: Builder, instr: Instruction, operands: list[Instruction], indices: Instruction,
-           updates: list[Instruction], outs: list[Buffer], comp: object,
-           od: tuple[int, ...], idd: tuple[int, ...], ud: tuple[int, ...], uwd: list[int],
-           sdod: list[int], ibd: list[int], sibd: list[int], ivd: int, scatter_dims: list[int],
-           batch_dims: list[int], window_operand_dims: list[int], win: list[int],
+def _apply(b: Builder, instr: Instruction, f: ScatterForm, outs: list[Buffer],
            umulti: list[Affine]) -> None:
     g = b.g
+    od = f.od
 
     def batch_coord(t: int) -> Affine:
-        return umulti[scatter_dims[batch_dims.index(t)]]
+        return umulti[f.scatter_dims[f.batch_dims.index(t)]]
 
     starts: list[Affine] = [ir.ZERO] * len(od)
     raw: list[Val | None] = [None] * len(od)
-    for k, d in enumerate(sdod):
-        multi = [ir.affine(k) if t == ivd else batch_coord(t) for t in range(len(idd))]
-        v = b.value(indices, ix.of_multi(idd, multi))
+    for k, d in enumerate(f.sdod):
+        multi = [ir.affine(k) if t == f.ivd else batch_coord(t) for t in range(len(f.idd))]
+        v = b.value(instr.operand(f.operands), ix.of_multi(f.idd, multi))
         v64 = v if v.dtype == S64 else g.alu(CVT64, v)
         raw[d] = v64
         starts[d] = ir.affine(v64)
-    for d, t in zip(ibd, sibd, strict=True):
+    for d, t in zip(f.ibd, f.sibd, strict=True):
         starts[d] = batch_coord(t)
     conds: list[Val] = []
     for d in range(len(od)):
@@ -134,16 +109,15 @@ def _apply(b: Builder, instr: Instruction, operands: list[Instruction], indices:
         if r is None:
             continue
         if r.op == "const":
-            if not 0 <= int(ir.const_value(r)) <= od[d] - win[d]:
+            if not 0 <= int(ir.const_value(r)) <= od[d] - f.win[d]:
                 conds.append(g.const(False, PRED))
             continue
         conds.append(g.alu(GE, r, g.const(0, S64)))
-        conds.append(g.alu(LE, r, g.const(od[d] - win[d], S64)))
+        conds.append(g.alu(LE, r, g.const(od[d] - f.win[d], S64)))
     inside = b.all_of(conds)
     then: list[ir.Stmt] = []
     with b.into(then):
-        _window(b, [d for d in uwd if ud[d] != 1], ud, uwd, umulti, starts,
-                window_operand_dims, od, outs, operands, updates, comp)
+        _window(b, instr, f, [d for d in f.uwd if f.ud[d] != 1], umulti, starts, outs)
     if inside.op == "const":
         if ir.const_value(inside):
             b.block.extend(then)
@@ -151,25 +125,22 @@ def _apply(b: Builder, instr: Instruction, operands: list[Instruction], indices:
     b.emit(ir.If(inside, then))
 
 
-def _window(b: Builder, dims: list[int], ud: tuple[int, ...], uwd: list[int],
-            umulti: list[Affine], starts: list[Affine], window_operand_dims: list[int],
-            od: tuple[int, ...], outs: list[Buffer], operands: list[Instruction],
-            updates: list[Instruction], comp: object) -> None:
+def _window(b: Builder, instr: Instruction, f: ScatterForm, dims: list[int],
+            umulti: list[Affine], starts: list[Affine], outs: list[Buffer]) -> None:
     if dims:
         d = dims[0]
-        with b.loop(ud[d], "w") as v:
+        with b.loop(f.ud[d], "w") as v:
             umulti[d] = ir.affine(v)
-            _window(b, dims[1:], ud, uwd, umulti, starts, window_operand_dims, od, outs,
-                    operands, updates, comp)
+            _window(b, instr, f, dims[1:], umulti, starts, outs)
         return
     omulti = list(starts)
-    for j, d in enumerate(window_operand_dims):
-        omulti[d] = starts[d] + umulti[uwd[j]]
-    target = ix.linearize(tuple(omulti), od)
-    uidx = ix.of_multi(ud, umulti)
-    xs = [b.value(u, uidx) for u in updates]
+    for j, d in enumerate(f.window_operand_dims):
+        omulti[d] = starts[d] + umulti[f.uwd[j]]
+    target = ix.linearize(tuple(omulti), f.od)
+    uidx = ix.of_multi(f.ud, umulti)
+    xs = [b.value(u, uidx) for u in instr.operands[f.operands + 1:]]
     olds = [b.g.load(out, target) for out in outs]
-    new = scalar.inline(b.g, comp, olds + xs)  # type: ignore[arg-type]
+    new = scalar.inline(b.g, instr.attrs["to_apply"], olds + xs)
     b.assign([(out, target, v) for out, v in zip(outs, new, strict=True)])
 
 
@@ -180,9 +151,9 @@ def value_at(b: Builder, instr: Instruction, idx: ix.Index) -> list[Val]:
     from hlofuse.analysis.scatter import select_form
     from hlofuse.backends.kernel_ir.lower import library
 
-    f = select_form(instr)
     if b.hoist_scalars:
         return library.values(b, instr, idx)
+    f = select_form(instr)
     if isinstance(f, str):
         raise LoweringError(f"{where(instr)}: a library routine inside a whole loop ({f})")
     g = b.g
