@@ -55,9 +55,8 @@ kernel calls; a policy network's dense layers inside the loop lose (PureJaxRL's 
 
 Per-step reductions over the batch (`loop_reductions.py` moved them after the loop, as rows
 `H[S, N]` and one reduce) are summed per block inside the kernel when the lowering's block
-divides the batch and the reduce is an add, max, min, or, and (f32/f64, integers, pred) with its
-identity as init
-(`partial_reductions`): the fusion returns `[N / block, S]` partials (each block's row its own,
+divides the batch and the reduce is an add, max, min, or, and (f32/f64, integers, pred) with
+its identity as init (`partial_reductions`): the fusion returns `[N / block, S]` partials (each block's row its own,
 so threads share no cache line) and the reduce after it combines them in block order; `H` is
 neither written nor read (CartPole's per-step reward: 82 MB each way at 2048 x 10,000). The
 sum's grouping is the block's (results within rounding; the same on any thread count).
@@ -342,14 +341,19 @@ def _identity_reduce(red: Instruction) -> bool:
 def partial_block(w: Instruction, plan: LoopPlan) -> int | None:
     """The block a loop's per-block partials sum over: the lowering's (`block_size`, from the
     state's bytes per element), when it divides the batch; else None (no partials)."""
+    n = plan.batch
+    size = block_size(n, state_bytes_per_element(w, plan))
+    return size if n % size == 0 else None
+
+
+def state_bytes_per_element(w: Instruction, plan: LoopPlan) -> int:
+    """The bytes of carried state one batch element of while `w` holds (what `block_size`
+    fits into L1)."""
     shape = w.shape
     assert isinstance(shape, TupleShape)
-    n = plan.batch
-    per_element = sum(e.size * e.dtype.itemsize for e, kind in zip(shape.elements, plan.kinds,
-                                                                  strict=True)
-                      if kind == "state" and isinstance(e, ArrayShape)) // n
-    size = block_size(n, per_element)
-    return size if n % size == 0 else None
+    return sum(e.size * e.dtype.itemsize for e, kind in zip(shape.elements, plan.kinds,
+                                                            strict=True)
+               if kind == "state" and isinstance(e, ArrayShape)) // plan.batch
 
 
 def partial_reductions(w: Instruction, plan: LoopPlan) -> dict[int, Instruction]:

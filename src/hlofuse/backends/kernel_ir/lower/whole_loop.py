@@ -66,7 +66,10 @@ from hlofuse.ir.computation import Computation
 from hlofuse.ir.instruction import Instruction
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
-from hlofuse.passes.fusion.loop_fusion import block_size  # (the block rule: one place)
+from hlofuse.passes.fusion.loop_fusion import (  # (the block rule: one place)
+    block_size,
+    state_bytes_per_element,
+)
 
 # state leaves whose element rows are wider than this are kept in block-local copies laid out
 # element-minor (`state_columns`): narrower rows load as tiles (the vectorizer's
@@ -75,6 +78,8 @@ COLUMN_STATE_FROM = 64
 # a block with such copies holds a multiple of this many elements whose copies fit on the
 # stack (`ir.STACK_LOCAL_BYTES`: heap scratch would keep the block loop from running parallel)
 COLUMN_BLOCK_STEP = 32
+
+
 def lower_whole_loop(b: Builder, fusion: Instruction, inputs: list[Buffer],
                      outputs: list[Buffer]) -> dict[int, int]:
     """Emit the kernel into `b`; returns its in-place pairs (output -> input)."""
@@ -123,6 +128,7 @@ class _WholeLoop:
         self.t: list[ir.Var] = []
         self.where = where(fusion)
         self.heavy = heavy(self.body, list(plan.axes), plan.batch)
+        self.last = self.final_only()
         self.columns: dict[int, Buffer] = {}
         self.column_leaves: frozenset[int] = frozenset()
         self.start: Affine = ir.ZERO
@@ -175,9 +181,7 @@ class _WholeLoop:
                 b.emit(ir.Copy(self.outs[k], src, if_distinct=True))
                 pairs[self.kept.index(k)] = src.index
         n = self.plan.batch
-        per_element = sum(self.outs[k].size * self.outs[k].dtype.itemsize
-                          for k, kind in enumerate(self.plan.kinds) if kind == "state") // n
-        size = block_size(n, per_element)
+        size = block_size(n, state_bytes_per_element(self.w, self.plan))
         self.column_leaves = self.wide_rows()
         column_bytes = sum(self.shapes[k].size // n * self.shapes[k].dtype.itemsize
                            for k in self.column_leaves)
@@ -224,7 +228,7 @@ class _WholeLoop:
         b = self.b
         uniform = self.uniform_buffers()
         self.bind(uniform)
-        last = self.final_only()
+        last = self.last
         self.columns = self.state_columns(size)
         self.start, self.size = start, size
         self.copy_columns(into=True)
@@ -248,11 +252,10 @@ class _WholeLoop:
     def wide_rows(self) -> frozenset[int]:
         """State leaves the body reads whose element rows are wider than
         `COLUMN_STATE_FROM`."""
-        last = self.final_only()
         out = []
         for k, kind in enumerate(self.plan.kinds):
             axis = self.plan.axes[k]
-            if kind == "state" and k not in last and axis is not None and \
+            if kind == "state" and k not in self.last and axis is not None and \
                     math.prod(self.shapes[k].dims[axis + 1:]) > COLUMN_STATE_FROM:
                 out.append(k)
         return frozenset(out)
