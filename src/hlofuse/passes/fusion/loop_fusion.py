@@ -55,11 +55,12 @@ kernel calls; a policy network's dense layers inside the loop lose (PureJaxRL's 
 
 Per-step reductions over the batch (`loop_reductions.py` moved them after the loop, as rows
 `H[S, N]` and one reduce) are summed per block inside the kernel when the lowering's block
-divides the batch and the reduce is an add, max, min, or, and (f32/f64, integers, pred) with
-its identity as init (`partial_reductions`): the fusion returns `[N / block, S]` partials (each block's row its own,
-so threads share no cache line) and the reduce after it combines them in block order; `H` is
-neither written nor read (CartPole's per-step reward: 82 MB each way at 2048 x 10,000). The
-sum's grouping is the block's (results within rounding; the same on any thread count).
+divides the batch and the reduce is an add, max, min, or, and (f32/f64, integers, pred) with its
+identity as init (`partial_reductions`): the fusion returns `[N / block, S]` partials (each
+block's row its own, so threads share no cache line) and the reduce after it combines them in
+block order; `H` is neither written nor read (CartPole's per-step reward: 82 MB each way at 2048
+x 10,000). The sum's grouping is the block's (results within rounding; the same on any thread
+count).
 
 The rewrite wraps the while into a kCustom fusion whose fused computation is
 `params -> tuple -> while -> tuple(changed leaves)` (leaves the loop passes through are read
@@ -362,12 +363,11 @@ def partial_reductions(w: Instruction, plan: LoopPlan) -> dict[int, Instruction]
     the batch, and that start as a broadcast constant: the fused loop returns per-block
     partials `[N / block, S]` instead (`partial_block`), so the kernel never writes the rows
     nor reads their start (CartPole's per-step reward sum: 82 MB each at 2048 x 10,000), and
-    the reduce after it combines the partials in block order."""
+    the reduce after it combines the partials in block order. (Only when `partial_block`
+    gives a block: `fuse_whole_loop` asks.)"""
     shape = w.shape
     assert isinstance(shape, TupleShape)
     out: dict[int, Instruction] = {}
-    if partial_block(w, plan) is None:
-        return out
     for k, kind in enumerate(plan.kinds):
         leaf = shape.elements[k]
         if kind != "output" or plan.axes[k] != 1 or not isinstance(leaf, ArrayShape) or \
@@ -404,7 +404,8 @@ def fuse_whole_loop(w: Instruction, plan: LoopPlan) -> Instruction:
     fused = Computation("fused_loop")
     operands: list[Instruction] = []
     leaves: list[Instruction] = []
-    partials = partial_reductions(w, plan)
+    block = partial_block(w, plan)
+    partials = partial_reductions(w, plan) if block is not None else {}
     for k, leaf in enumerate(init.operands):
         s = _shape(leaf)
         if leaf.opcode is Opcode.CONSTANT and s is not None and s.size == 1:
@@ -432,8 +433,8 @@ def fuse_whole_loop(w: Instruction, plan: LoopPlan) -> Instruction:
     outs = [fused.add(Instruction.create(Opcode.GET_TUPLE_ELEMENT, shape.elements[k], [loop],
                                          name=f"{w.name}_leaf{k}", attrs={"index": k}))
             for k in kept]
-    block = partial_block(w, plan) or BLOCK
     for k, red in partials.items():  # per-block partials of the rows, in the fusion
+        assert block is not None
         j = kept.index(k)
         rows = outs[j].shape
         assert isinstance(rows, ArrayShape)
