@@ -619,13 +619,10 @@ def _own_row_reads(body: list[Stmt], buf: Buffer, stores: list[ir.Store], loads:
             if r is None or r[0] < 0 or r[1] >= c or any(isinstance(t, Var)
                                                          for t, _ in d.terms):
                 return False
-    stored = False
-    for st in body:
-        stored = stored or any(isinstance(y, ir.Store) and y.buf is buf for y in ir.walk([st]))
-        if stored and any(y.uid in others for y in ir.postorder(
-                [x for z in ir.walk([st]) for x in ir.stmt_vals(z)])):
-            return False
-    return True
+    first = next(i for i, st in enumerate(body)
+                 if any(isinstance(y, ir.Store) and y.buf is buf for y in ir.walk([st])))
+    after = [x for z in ir.walk(body[first:]) for x in ir.stmt_vals(z)]
+    return not any(y.uid in others for y in ir.postorder(after))
 
 
 def _speculable(x: Val) -> bool:
