@@ -52,7 +52,7 @@ import math
 from hlofuse.backends.cpu import cexpr
 from hlofuse.backends.cpu.cexpr_types import complex_convert
 from hlofuse.backends.cpu.ctext import comment
-from hlofuse.backends.cpu.library import blas
+from hlofuse.backends.cpu.library import blas, gemm_outer
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.backends.kernel_ir.ir import ScalarOp
 from hlofuse.backends.kernel_ir.libop import LibOp
@@ -562,8 +562,11 @@ def emit_dot(
         scratch.append(c)
     own = (f"hflib_gemm_{suffix}({batch}, {m}, {n}, {k}, {a}, {sab}, {sam}, {sak}, "
            f"{b}, {sbb}, {sbk}, {sbn}, {c}, {threads});")
-    via_blas = blas.call(suffix, batch, m, n, k, a_op, b_op, c, own, threads)
-    body.extend(via_blas or [own])
+    if direct and gemm_outer.fits(suffix, batch, m, n, k, sam, sbn):
+        body.append(f"hflib_gemm_outer_{suffix}({m}, {n}, {k}, {a}, {sam}, {sak}, {b}, {sbk}, "
+                    f"{sbn}, {c}, {threads});")
+    else:
+        body.extend(blas.call(suffix, batch, m, n, k, a_op, b_op, c, own, threads) or [own])
     if not direct:
         dt = out_shape.dtype
         if dt.is_pred:

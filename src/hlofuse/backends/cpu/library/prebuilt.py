@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import re
 
-from hlofuse.backends.cpu.library import blas, gemm
+from hlofuse.backends.cpu.library import blas, gemm, gemm_outer
 from hlofuse.ir.module import Module
 from hlofuse.ir.opcodes import Opcode
 from hlofuse.ir.shape import ArrayShape
@@ -55,6 +55,9 @@ def declarations(suffix: str) -> str:
                    f"int64_t M, int64_t N, int64_t K, const {t} *a, int64_t sab, int64_t sam, "
                    f"int lda, const {t} *b, int64_t sbb, int64_t sbn, int ldb, {t} *c, "
                    "int threads);\n")
+        out.append(f"HF_HIDDEN void hflib_gemm_outer_{suffix}(int64_t M, int64_t N, int64_t K, "
+                   f"const {t} *a, int64_t sam, int64_t sak, const {t} *b, int64_t sbk, "
+                   f"int64_t sbn, {t} *c, int threads);\n")
     out.append("#endif\n")
     text = "".join(out)
     return text + blas.DECLARATIONS if suffix in ("f32", "f64") else text
@@ -70,6 +73,7 @@ def unit(suffix: str) -> str:
              "#define HFLIB_ENTRY HF_HIDDEN\n", gemm.gemm_helper(suffix)]
     if suffix in ("f32", "f64"):
         parts.append(blas.declarations(suffix, gemm.PARALLEL_WORK))
+        parts.append(gemm_outer.helper(suffix, gemm.PARALLEL_WORK))
     return "".join(parts)
 
 
