@@ -60,6 +60,7 @@ from hlofuse.backends.kernel_ir.naming import KernelNames, Namespace
 from hlofuse.backends.kernel_ir.passes import plan as plan_kernel
 from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MAX_DEPTH, owned
 from hlofuse.backends.kernel_ir.passes.lazy import LAZY_SELECT_MIN_OPS as LAZY_SELECT_MIN_OPS
+from hlofuse.backends.kernel_ir.passes.place import outer_locals
 from hlofuse.backends.kernel_ir.query import guarded_load, varies
 from hlofuse.errors import CompileError
 from hlofuse.ir.dtypes import S32, DType
@@ -190,12 +191,16 @@ class KernelPrinter:
         sub.bound = list(self.bound)
         sub.loop(s, bounds=("hf_lo", "hf_hi"))
         body = "\n".join(sub.lines)
-        bufs = self.k.inputs + self.k.outputs
+        assert self.k.placement is not None
+        shared = outer_locals(s, self.k.placement)  # written apart by the iterations
+        bufs = self.k.inputs + self.k.outputs + shared
         casts = ", ".join(f"({'const ' if b.kind == 'in' else ''}{cexpr.ctype(b.dtype)} *)a[{i}]"
                           for i, b in enumerate(bufs))
+        params = [*self.args, *(f"{cexpr.ctype(b.dtype)} *restrict {self.cname[b]}"
+                                for b in shared)]
         self.defs.append(
             f"static {self.attrs}void {name}"
-            f"({', '.join([*self.args, 'int64_t hf_lo', 'int64_t hf_hi'])})\n"
+            f"({', '.join([*params, 'int64_t hf_lo', 'int64_t hf_hi'])})\n"
             f"{{\n{body}\n}}\n"
             f"static void {name}_t(void *const *a, int64_t lo, int64_t hi) "
             f"{{ {name}({casts}{', ' if casts else ''}lo, hi); }}\n")

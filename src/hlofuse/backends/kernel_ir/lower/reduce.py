@@ -66,6 +66,9 @@ def _given(v: Val) -> Callable[[], Val]:
 
 
 ACC_ROW_STACK = 4096  # a row of accumulators up to this long lives on the stack
+COLUMN_BLOCKS = 16  # a large column reduction's blocks of rows (`column_blocks`)
+COLUMN_BLOCK_TOTAL = 1 << 18  # ... of at least this many input elements
+COLUMN_BLOCK_ELEMENTS = 1 << 14  # ... each block folding at least this many
 COLUMN_MINOR = 8  # contiguous kept elements for a reduce value to be computed whole
 
 
@@ -105,6 +108,14 @@ class Accumulators:
             b.emit(ir.Store(buf, at, b.value(i, ix.zero(dims_of(i)))))
         if self.started is not None:
             b.emit(ir.Store(self.started, at, b.g.const(False, PRED)))
+
+    def init_identity(self, at: Affine = ir.ZERO) -> None:
+        """acc[at] = the reducer's identity (a block's start: `column_blocks` checked there
+        is one)."""
+        op = scalar.simple_reducer(self.comp)
+        assert op is not None
+        for buf, t in zip(self.bufs, self.dtypes, strict=True):
+            self.b.emit(ir.Store(buf, at, self.b.g.const(scalar.identity(op, t), t)))
 
     def fold(self, xs: list[Val], at: Affine = ir.ZERO) -> None:
         """acc[at] = reducer(acc[at], xs) (acc[at] = xs for a reduce of one element, and for
@@ -337,6 +348,11 @@ def _outer(b: Builder, reduces: list[tuple[Instruction, list[tuple[int, Buffer]]
             _outer(b, reduces, siblings, in_dims, red, minor, loops[1:], outer, row, full)
         return
     out_base = ix.linearize(tuple(full[d] for d in outer), tuple(in_dims[d] for d in outer))
+    blocks = column_blocks(reduces, in_dims, red, row) if not any(
+        in_dims[d] != 1 for d in outer) else 1
+    if blocks > 1:
+        _blocked_column(b, reduces, siblings, in_dims, red, minor, row, full, out_base, blocks)
+        return
     accs = [Accumulators(b, r, row) for r, _ in reduces]
     if row == 1:
         for a in accs:
@@ -358,6 +374,78 @@ def _outer(b: Builder, reduces: list[tuple[Instruction, list[tuple[int, Buffer]]
                 vals = a.results(at)
                 for k, buf in outs:
                     b.emit(ir.Store(buf, out_base * row + at, vals[k]))
+
+
+def column_blocks(reduces: list[tuple[Instruction, list[tuple[int, Buffer]]]],
+                  in_dims: tuple[int, ...], red: list[int], row: int) -> int:
+    """How many blocks of rows a large column reduction is cut into (1: not cut). Cut: every
+    reduce has one input of f32/f64 or an integer type, a simple reducer with an identity
+    (`scalar.simple_reducer`: a sum, max, min, and, or ...) and no e8m0 init-last rule; the
+    reduction folds at least COLUMN_BLOCK_TOTAL input elements, and its outermost reduced
+    dimension divides into COLUMN_BLOCKS (or 8, 4, 2) blocks of at least COLUMN_BLOCK_ELEMENTS
+    each."""
+    total = math.prod(in_dims[d] for d in red) * row
+    if row <= 1 or not red or total < COLUMN_BLOCK_TOTAL:
+        return 1
+    for r, _ in reduces:
+        if r.opcode is not Opcode.REDUCE or r.operand_count != 2 or any(e8m0_init_last(r)):
+            return 1
+        dtype = array_shape(r.operands[0]).dtype
+        if (dtype.is_float and dtype.bits < 32) or dtype.is_complex:
+            return 1
+        op = scalar.simple_reducer(reducer(r))
+        try:
+            if op is None:
+                return 1
+            scalar.identity(op, dtype)
+        except KeyError:
+            return 1
+    outermost = in_dims[min(red)]
+    for blocks in (COLUMN_BLOCKS, 8, 4, 2):
+        if outermost % blocks == 0 and total // blocks >= COLUMN_BLOCK_ELEMENTS:
+            return blocks
+    return 1
+
+
+def _blocked_column(b: Builder, reduces: list[tuple[Instruction, list[tuple[int, Buffer]]]],
+                    siblings: list[tuple[Instruction, int, Buffer]], in_dims: tuple[int, ...],
+                    red: list[int], minor: list[int], row: int, full: list[Affine],
+                    out_base: Affine, blocks: int) -> None:
+    """A column reduction cut along its outermost reduced dimension into `blocks` blocks of
+    rows: each block folds its rows into its own row of accumulators (started at the reducer's
+    identity) and stores them into `part[block]`; the block loop is a top-level loop the
+    `parallel` pass may run on threads (the blocks write disjoint rows of `part`). Then each
+    output is the init folded with the blocks' rows in block order: the same result whatever
+    the thread count."""
+    d = min(red)
+    size = in_dims[d] // blocks
+    parts = [[b.local(array_shape(x).dtype, blocks * row, "part")
+              for x in r.operands[: r.operand_count // 2]] for r, _ in reduces]
+    with b.loop(blocks, "blk") as blk:
+        accs = [Accumulators(b, r, row) for r, _ in reduces]
+        with b.loop(row, "j") as j:
+            for a in accs:
+                a.init_identity(ir.affine(j))
+        with b.loop(size, "r") as r_var:
+            inner = list(full)
+            inner[d] = ir.affine(blk) * size + ir.affine(r_var)
+            _inner(b, accs, siblings, in_dims, [x for x in red if x != d and in_dims[x] != 1],
+                   minor, inner)
+        with b.loop(row, "j") as j:
+            at = ir.affine(blk) * row + ir.affine(j)
+            for a, bufs in zip(accs, parts, strict=True):
+                for buf, v in zip(bufs, a.results(ir.affine(j)), strict=True):
+                    b.emit(ir.Store(buf, at, v))
+    final = [Accumulators(b, r, row) for r, _ in reduces]
+    with b.loop(row, "j") as j:
+        at = ir.affine(j)
+        for a, bufs, (_r, outs) in zip(final, parts, reduces, strict=True):
+            a.init(at)
+            with b.loop(blocks, "blk") as blk:
+                a.fold([b.g.load(buf, ir.affine(blk) * row + at) for buf in bufs], at)
+            vals = a.results(at)
+            for k, buf in outs:
+                b.emit(ir.Store(buf, out_base * row + at, vals[k]))
 
 
 def _inner(b: Builder, accs: list[Accumulators], siblings: list[tuple[Instruction, int, Buffer]],

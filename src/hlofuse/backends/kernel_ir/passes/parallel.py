@@ -8,8 +8,9 @@ producer just wrote them, they are in its core's cache) is at least `PARALLEL_NS
 safe: every store to
 a buffer that is not a local writes an address with a nonzero coefficient on the loop variable
 and no value term that depends on it (iterations write disjoint elements), every local it
-reads or stores to is accessed only inside it (each thread declares its own copy; the outlined
-range function receives only the kernel's parameters) and fits on the stack
+reads or stores to is accessed only inside it (each thread declares its own copy) and fits on
+the stack, or is a local the loop only writes, at such addresses (`written_apart`: declared
+outside, passed to the outlined range function with the kernel's parameters)
 (`ir.STACK_LOCAL_BYTES`: heap scratch is allocated outside parallel regions only), and it
 contains no copy or library call. Smaller loops stay serial: waking the pool costs microseconds
 (benchmarks/threads.py measured the threshold).
@@ -104,8 +105,9 @@ def safe(loop: ir.Loop, counts: dict[Buffer, int],
     iterations never share one, wherever else it is accessed."""
     v = loop.var
     mine = access_counts(loop.body)
+    apart = written_apart(loop)
     for b, n in mine.items():
-        if b in per_iteration:
+        if b in per_iteration or b in apart:
             continue
         if b.kind in ("local", "lanes") and n != counts.get(b):
             return False  # a local the loop shares with the rest of the kernel (read or written)
@@ -116,7 +118,7 @@ def safe(loop: ir.Loop, counts: dict[Buffer, int],
             idx = s.index if isinstance(s, ir.Store) else s.base
             if s.buf in per_iteration:
                 continue
-            if s.buf.kind in ("local", "lanes"):
+            if s.buf.kind in ("local", "lanes") and s.buf not in apart:
                 if mine.get(s.buf) != counts.get(s.buf):
                     return False
                 if s.buf.size * s.buf.dtype.itemsize > ir.STACK_LOCAL_BYTES:
@@ -124,3 +126,31 @@ def safe(loop: ir.Loop, counts: dict[Buffer, int],
             elif not idx.coef(v) or any(v in ir.deps(t) for t in idx.vals()):
                 return False
     return True
+
+
+def written_apart(loop: ir.Loop) -> set[Buffer]:
+    """Locals `loop` only stores to, each store at an address with a nonzero coefficient on
+    the loop variable and no value term that depends on it, and never reads: iterations write
+    disjoint elements, as they do an output (a blocked column reduction's partial rows, read
+    after the loop). Such a local is declared outside the loop and passed to its threads."""
+    v = loop.var
+    stored: set[Buffer] = set()
+    bad: set[Buffer] = set()
+    roots = []
+    for s in ir.walk(loop.body):
+        roots.extend(ir.stmt_vals(s))
+        if isinstance(s, ir.Store) and s.buf.kind == "local":
+            if s.index.coef(v) and not any(v in ir.deps(t) for t in s.index.vals()):
+                stored.add(s.buf)
+            else:
+                bad.add(s.buf)
+        elif isinstance(s, ir.StoreTile):
+            bad.add(s.buf)
+        elif isinstance(s, ir.Copy):
+            bad.update((s.dst, s.src))
+        elif isinstance(s, ir.LibCall):
+            bad.update(s.ins + s.outs)
+    for val in ir.postorder(roots):
+        if val.op in ir.READS:
+            bad.update(val.buffers)
+    return stored - bad

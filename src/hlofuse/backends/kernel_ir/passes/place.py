@@ -73,3 +73,18 @@ def declarations(body: list[Stmt]) -> dict[int, list[Buffer]]:
     for b in order:
         out.setdefault(paths[b][-1], []).append(b)
     return out
+
+
+def outer_locals(loop: ir.Loop, placement: ir.Placement) -> list[Buffer]:
+    """The `local` buffers `loop` accesses that are declared outside it (a parallel loop's
+    outlined function receives them with the kernel's parameters: `parallel.written_apart`),
+    in the order of their declarations."""
+    inside: set[int] = set()
+    for s in [loop, *ir.walk(loop.body)]:
+        if isinstance(s, ir.Loop):
+            inside.add(id(s.body))
+        elif isinstance(s, ir.If):
+            inside.update((id(s.then), id(s.orelse)))
+    used = {b for bufs in declarations(loop.body).values() for b in bufs}
+    return [b for key, bufs in placement.blocks.items() if key not in inside for b in bufs
+            if b in used and b.kind == "local"]
