@@ -285,3 +285,32 @@ def test_whole_loop_with_per_step_outputs() -> None:
     assert sum(is_whole_loop(i) for i in exe.module.entry.instructions) == 1
     # the rows' and ys's initial values, the loop, the reduce after it, the counter's double
     assert exe._runner.launches <= 5
+
+
+def test_large_column_reduction_is_not_cut_into_cpu_blocks() -> None:
+    """The cpu lowering cuts a large column reduction into blocks of rows for its threads
+    (`reduce.column_blocks`); the gpu lowering keeps the one nest its grid maps."""
+    from hlofuse.api import optimise
+    from hlofuse.backends.gpu.kernels import lower
+
+    text = """
+region {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[16384,16] parameter(0)
+  e = f32[16384,16] exponential(x)
+  z = f32[] constant(0)
+  r = f32[16] reduce(e, z), dimensions={0}, to_apply=region
+  ROOT t = (f32[16], f32[16384,16]) tuple(r, e)
+}"""
+    module, _ = optimise(parse(text), pipeline="xla")
+    fusion = next(i for i in module.entry.instructions if i.opcode.name == "FUSION")
+    assert not any(b.name.startswith("part") for b in lower(fusion).kernel.locals)
+    x = np.random.default_rng(2).uniform(-1, 1, (16384, 16)).astype(np.float32)
+    got = hlofuse.compile(parse(text), backend="gpu")(x)
+    want = interpreter.run(parse(text), x)
+    for g, w in zip(_leaves(got), want, strict=True):
+        compare(g, np.asarray(w), 1e-5, 1e-3, "column reduction")

@@ -71,7 +71,7 @@ class Lowered:
 
 def lower(instr: Instruction) -> Lowered:
     """`instr` lowered to the target-independent kernel IR and mapped for the GPU."""
-    kernel = kir_lower.lower_kernel(instr)
+    kernel = kir_lower.lower_kernel(instr, column_blocks=False)  # the grid maps the loops
     optimize(kernel, Target.named("scalar"), threads=1)
     grid(kernel)
     ins, outs = kir_lower.calling_convention(instr)

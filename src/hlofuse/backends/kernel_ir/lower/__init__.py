@@ -93,15 +93,17 @@ def _label(instr: Instruction) -> tuple[str, str]:
     return instr.name, summary
 
 
-def lower_kernel(instr: Instruction) -> ir.Kernel:
+def lower_kernel(instr: Instruction, column_blocks: bool = True) -> ir.Kernel:
     """The kernel IR computing `instr` (see the module docstring), named by its stem
-    (`naming.kernel_stem`); names in it are local to it."""
+    (`naming.kernel_stem`); names in it are local to it. `column_blocks`: large column
+    reductions are cut into blocks of rows for the CPU's threads (`reduce.column_blocks`)."""
     for op in instr.operands:
         if not all(isinstance(s, ArrayShape) for s in leaves(op.shape)):
             raise LoweringError(f"{where(instr)}: operand {op.name} is not made of arrays")
     name = kernel_stem(instr)
     g = ir.Graph()
     b = Builder(g)
+    b.column_blocks = column_blocks
     fused = instr.opcode is Opcode.FUSION
     if fused:
         params = sorted(instr.fused_computation.parameters, key=lambda p: p.parameter_number or 0)

@@ -85,6 +85,9 @@ class Builder:
         # size-1 values do not depend on the loops in a plain kernel: lower them once, in the
         # preamble (a whole loop's scalars may depend on the iteration: off there)
         self.hoist_scalars = True
+        # large column reductions cut into blocks of rows for threads (`reduce.column_blocks`):
+        # a CPU decision, whatever the thread count (the GPU printer maps loops itself)
+        self.column_blocks = True
 
     # ----- names, buffers, statements ---------------------------------------------------------
 

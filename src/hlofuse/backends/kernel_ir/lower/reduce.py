@@ -348,7 +348,7 @@ def _outer(b: Builder, reduces: list[tuple[Instruction, list[tuple[int, Buffer]]
             _outer(b, reduces, siblings, in_dims, red, minor, loops[1:], outer, row, full)
         return
     out_base = ix.linearize(tuple(full[d] for d in outer), tuple(in_dims[d] for d in outer))
-    blocks = column_blocks(reduces, in_dims, red, row) if not any(
+    blocks = column_blocks(reduces, in_dims, red, row) if b.column_blocks and not any(
         in_dims[d] != 1 for d in outer) else 1
     if blocks > 1:
         _blocked_column(b, reduces, siblings, in_dims, red, minor, row, full, out_base, blocks)
