@@ -33,7 +33,7 @@ def _fusion_passes() -> list[type[FusionPass]]:
 
 def test_every_fusion_pass_declares_real_settings() -> None:
     classes = _fusion_passes()
-    assert len(classes) == 11
+    assert len(classes) == 12
     for cls in classes:
         assert cls.OPTIONS and set(cls.OPTIONS) <= set(ALL_SETTINGS), cls
         assert len(set(cls.OPTIONS)) == len(cls.OPTIONS), cls
@@ -41,6 +41,7 @@ def test_every_fusion_pass_declares_real_settings() -> None:
     assert set(pass_class("unstack-loop-state").OPTIONS) == {
         "unstack_loop_state", "unstack_max_rows", "unstack_max_row_rank"}
     assert "merger_bytes_ratio" not in InstructionFusion.OPTIONS
+    assert set(pass_class("small-dot-fusion").OPTIONS) == {"small_dot_k"}
 
 
 def test_options_outside_the_declaration_are_refused() -> None:

@@ -91,21 +91,24 @@ ENTRY e {{
 
 
 def test_kernel_scratch_allocation_failure_names_kernel_and_bytes() -> None:
-    n = 1 << 22  # a [2^22, 2^22] f32 dot inside a fusion: 64 TiB of scratch
+    n = 1 << 22  # a [2^22, 2^22] f32 dot inside a fusion: 64 TiB of scratch (it contracts
+    # 17 elements: a dot of at most 16 is computed per element, `reduce.per_element_dot`)
     exe = _compile(f"""HloModule m
 fused_dot {{
-  a = f32[{n},1] parameter(0)
-  b = f32[1,{n}] parameter(1)
-  d = f32[{n},{n}] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  x = f32[{n},17] broadcast(a), dimensions={{}}
+  y = f32[17,{n}] broadcast(b), dimensions={{}}
+  d = f32[{n},{n}] dot(x, y), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
   ROOT s = f32[1,1] slice(d), slice={{[0:1], [0:1]}}
 }}
 ENTRY e {{
-  a = f32[{n},1] parameter(0)
-  b = f32[1,{n}] parameter(1)
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
   ROOT f = f32[1,1] fusion(a, b), kind=kLoop, calls=fused_dot
 }}
 """)
-    args = (np.ones((n, 1), np.float32), np.ones((1, n), np.float32))
+    args = (np.float32(1), np.float32(1))
     with pytest.raises(AllocationError, match=rf"kernel \w+ \(instruction f\) cannot allocate "
                                               rf"{4 * n * n} bytes of scratch"):
         exe(*args)

@@ -123,6 +123,11 @@ class FusionConfig:
     # (the unrolled search let its inputs' threefry fuse into a cumsum kernel that evaluates
     # them once per window tap), at up to 2x the compile time.
     small_loop_max_instructions: int = 0
+    # A dot that contracts at most this many elements (a policy's layer over a 4-number
+    # observation, a value head's input gradient) is computed per element inside every loop or
+    # input fusion that reads it (small_dots.py) instead of a GEMM kernel writing its result
+    # out; 0 = off.
+    small_dot_k: int = 0
     # Loop state stacked from rows (a [K, N] carried array rebuilt by a concatenate each
     # iteration and read back row by row) is carried as K arrays instead (the paper's step 3).
     unstack_loop_state: bool = False

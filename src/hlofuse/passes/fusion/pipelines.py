@@ -21,7 +21,10 @@
                                                computed after the loop from rows
                  simplify, auto-unroll         host loops unrolled when the cost model says so
                  simplify (the peeled iterations' counters fold back into constants)
-                 simplify, xla's fusion and horizontal fixpoints
+                 simplify, xla's fusion fixpoint
+                 small-dot-fusion              dots over a few elements computed inside
+                                               the kernels that read them
+                 xla's horizontal fixpoint
                  whole-loop-fusion             a per-element loop becomes one kernel, time
                                                loop inside
     hlofuse-priority  hlofuse with priority fusion under the CPU cost model as its vertical
@@ -54,12 +57,13 @@ RELAXATIONS: dict[str, Any] = {"allow_multi_user_concatenate": True,
 # `hlofuse{whole_loop_fusion=false}` leaves one out. 8 iterations: JAX lowers threefry2x32 on
 # CPU to a loop of 5 (of 4 rounds each).
 BEYOND_XLA: dict[str, Any] = {"unroll_small_loops": 8, "unstack_loop_state": True,
+                              "small_dot_k": 4,
                               "hoist_loop_reductions": True,
                               "auto_unroll": True, "whole_loop_fusion": True,
                               "gpu_cheap_ops": frozenset(), "max_reevaluated_ops": 40}
 # The passes that make those transformations (their trace events are what `explain` lists).
 BEYOND_PASSES = ("unroll-small-loops", "unstack-loop-state", "hoist-loop-reductions",
-                 "auto-unroll", "whole-loop-fusion")
+                 "auto-unroll", "small-dot-fusion", "whole-loop-fusion")
 
 
 def _simplify() -> Fixpoint:
@@ -138,6 +142,7 @@ def hlofuse(**settings: Any) -> Pipeline:
     from hlofuse.passes.fusion.auto_unroll import AutoUnroll
     from hlofuse.passes.fusion.loop_fusion import WholeLoopFusion
     from hlofuse.passes.fusion.loop_reductions import HoistLoopReductions
+    from hlofuse.passes.fusion.small_dots import SmallDotFusion
     from hlofuse.passes.fusion.small_loops import UnrollSmallLoops
     from hlofuse.passes.fusion.unstack import UnstackLoopState
 
@@ -146,5 +151,5 @@ def hlofuse(**settings: Any) -> Pipeline:
                                 _simplify(),
                                 UnstackLoopState(c), _simplify(), HoistLoopReductions(c),
                                 _simplify(), AutoUnroll(c),
-                                _simplify(), fusion_fixpoint(c), horizontal_fixpoint(c),
-                                WholeLoopFusion(c)])
+                                _simplify(), fusion_fixpoint(c), SmallDotFusion(c),
+                                horizontal_fixpoint(c), WholeLoopFusion(c)])

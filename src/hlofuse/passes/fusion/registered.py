@@ -7,7 +7,7 @@ import importlib.util
 
 PASS_MODULES = ("core_passes", "fusion_merger", "horizontal",
                 "priority_fusion", "loop_fusion", "loop_reductions", "small_loops", "unstack",
-                "auto_unroll")
+                "auto_unroll", "small_dots")
 _PACKAGE = "hlofuse.passes.fusion"
 
 for _name in PASS_MODULES:

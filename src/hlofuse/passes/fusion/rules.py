@@ -197,6 +197,14 @@ _TABLE: tuple[Rule, ...] = (
     Rule("small_loop_max_instructions", "the unrolled copies would be too many instructions",
          "limit", figures=("instructions",)),
     Rule("unroll_budget", _BUDGET_UNROLL),
+    # ----- beyond XLA: small-dot-fusion (small_dots.py) ----------------------------------------
+    Rule("small_dot_k", "the dot contracts more elements than a small dot, fused into its "
+         "consumers, may", "limit", figures=("contraction",)),
+    Rule("small_dot.type", "a complex dot stays a library call"),
+    Rule("small_dot.users", "a user of the dot is not a loop or input fusion, so its result "
+         "is needed in memory"),
+    Rule("small_dot.reuse", "a consumer reads the dot's elements at other positions than its "
+         "own, so every read would compute them again"),
     # ----- beyond XLA: auto-unroll (auto_unroll.py) ------------------------------------------
     Rule("auto_unroll.trip_count", "the loop runs fewer than two iterations, or an unknown "
          "number"),

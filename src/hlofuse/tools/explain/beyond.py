@@ -73,6 +73,11 @@ def describe(pass_name: str, fired: bool, reason: str, rule: str, f: dict[str, A
             text += ("; threefry2x32 rounds: the random bits are computed inside the kernels "
                      "that use them")
         return text
+    if pass_name == "small-dot-fusion":
+        return (f"a dot over {f.get('contraction', '?')} element(s) computed per element inside "
+                f"its {f.get('consumers', '?')} consumer kernel(s): its result "
+                f"({_size(f.get('saved_bytes', 0))} written and read back) no longer goes "
+                "through memory, one GEMM kernel fewer")
     if pass_name == "unstack-loop-state":
         return (f"a stacked {f.get('shape', '?')} carried array becomes {f.get('rows', '?')} "
                 f"carried arrays of {f.get('row_shape', '?')}")

@@ -242,10 +242,11 @@ class Builder:
             return self.values(self.alias[id(instr)], idx)
         if id(instr) in self.params:
             return [self.load_param(instr, idx)]
-        if instr.opcode is Opcode.DOT and not self.hoist_scalars:
-            from hlofuse.backends.kernel_ir.lower.reduce import dot_value
+        if instr.opcode is Opcode.DOT:
+            from hlofuse.backends.kernel_ir.lower.reduce import dot_value, per_element_dot
 
-            return dot_value(self, instr, idx)  # per element, inside a whole loop
+            if not self.hoist_scalars or per_element_dot(instr):
+                return dot_value(self, instr, idx)  # inside a whole loop, or a small dot
         handler = HANDLERS.get(instr.opcode)
         if handler is not None:
             return handler(self, instr, idx)
