@@ -121,3 +121,38 @@ def test_key_sorts_match_jax(name: str, backend: str) -> None:
     got = run_on(backend, f, args)
     for g_, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g_.view(np.uint8), w.view(np.uint8))
+
+
+LONG = {
+    "sort_f32": (jnp.sort, lambda: [_floats(140_000, 8)]),
+    "argsort_f32_descending": (lambda x: jnp.argsort(x, descending=True, stable=True),
+                               lambda: [_floats(131_072, 9)]),
+    "sort_u64": (jnp.sort, lambda: [np.random.default_rng(10).integers(0, 2**64, 150_000,
+                                                                       dtype=np.uint64)]),
+    "three_operands": (lambda k, a, b: jax.lax.sort((k, a, b), num_keys=1, is_stable=True),
+                       lambda: [np.random.default_rng(11).integers(-9, 9, 200_000)
+                                .astype(np.int32), np.arange(200_000, dtype=np.float32),
+                                np.arange(200_000, dtype=np.int64)]),
+    "permutation": (lambda k: jax.random.permutation(jax.random.wrap_key_data(k), 262_144),
+                    lambda: [np.asarray(jax.random.key_data(jax.random.PRNGKey(12)))]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LONG))
+def test_long_rows_sort_on_every_thread(name: str) -> None:
+    """One row of at least 2^17 elements sorts by the parallel radix sort (sort_radix.py):
+    ties in order, NaNs, signed zeros, 64-bit keys, extra operands, a descending key, the same
+    bits as jax.jit on one, two and three threads."""
+    import hlofuse
+
+    f, make = LONG[name]
+    args = make()
+    want = [np.asarray(o) for o in jax.tree_util.tree_leaves(jax.jit(f)(*args))]
+    text = jax.jit(f).lower(*args).as_text(dialect="hlo")
+    for threads in (1, 2, 3):
+        exe = hlofuse.compile(text, pipeline="xla", backend="cpu", threads=threads)
+        assert "on every thread" in exe.source
+        got = exe(*args)
+        got = got if isinstance(got, list | tuple) else [got]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(g).view(np.uint8), w.view(np.uint8))

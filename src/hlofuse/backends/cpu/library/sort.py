@@ -25,7 +25,7 @@ import math
 
 from hlofuse.backends.cpu import cexpr, cexpr_types, ctext
 from hlofuse.backends.cpu.ctext import comment
-from hlofuse.backends.cpu.library import scalar
+from hlofuse.backends.cpu.library import scalar, sort_radix
 from hlofuse.backends.cpu.library.errors import LibraryOpError
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.libop import KeyOrder, LibOp
@@ -106,9 +106,9 @@ _RADIX_SORT = r"""
 RADIX_MIN = 256  # rows from this length sort by radix when the comparator orders by one key
 
 
-def _radix_sort(key: KeyOrder, key_value: str, n: int) -> str:
-    """The radix sort body for `key`, with `key_value` C statements setting `v` (the key's
-    compute type) from the element at offset `idx[j]`."""
+def _key_code(key: KeyOrder) -> tuple[str, str, str]:
+    """(unsigned key type, the key's compute type, statements storing the order-preserving
+    bits of `v` into `ka[j]`) for `key`."""
     dt = key.dtype
     wide = dt.bits == 64
     kt = "uint64_t" if wide else "uint32_t"
@@ -125,10 +125,15 @@ def _radix_sort(key: KeyOrder, key_value: str, n: int) -> str:
         bits = f"{kt} u = ({kt})v;"
     if key.descending:
         bits += " u = ~u;"
-    return _RADIX_SORT.format(
-        kt=kt, rt=cexpr.compute_type(dt), key_value=key_value, key_bits=bits + " ka[j] = u;",
-        passes=8 if wide else 4, w2=2 * n, w3=3 * n,
-    )
+    return kt, cexpr.compute_type(dt), bits + " ka[j] = u;"
+
+
+def _radix_sort(key: KeyOrder, key_value: str, n: int) -> str:
+    """The radix sort body for `key`, with `key_value` C statements setting `v` (the key's
+    compute type) from the element at offset `idx[j]`."""
+    kt, rt, bits = _key_code(key)
+    return _RADIX_SORT.format(kt=kt, rt=rt, key_value=key_value, key_bits=bits,
+                              passes=8 if kt == "uint64_t" else 4, w2=2 * n, w3=3 * n)
 
 
 def _row_layout(dims: tuple[int, ...], dim: int) -> tuple[int, int, int]:
@@ -244,11 +249,19 @@ def emit_sort(
     ]
     key: KeyOrder | None = op.attr("sort_key") if n >= RADIX_MIN else None
     if key is not None:
-        body, key_fn = _key_sort(key, op.func("key"), arrays, fresh(f"{word}_key", names), n)
+        key_value, key_fn = _key_value(key, op.func("key"), arrays,
+                                       fresh(f"{word}_key", names))
         what = f"sort: {len(types)} operand(s) along dimension {dim}, {outer * inner} rows " \
                f"of {n}, stable, by radix on operand {key.operand}'s key"
-        defs = key_fn + _rows_function(rows_name, types, types, outer, n, inner, body, gather,
-                                       what, threads, arrays=4)
+        if outer * inner == 1 and n >= sort_radix.PARALLEL_MIN:
+            kt, rt, bits = _key_code(key)
+            defs = key_fn + sort_radix.function(rows_name, types, n, kt, rt, key_value, bits,
+                                                threads, what + f", {sort_radix.BITS} bits a "
+                                                "pass, on every thread")
+        else:
+            defs = key_fn + _rows_function(rows_name, types, types, outer, n, inner,
+                                           _radix_sort(key, key_value, n), gather, what,
+                                           threads, arrays=4)
     else:
         what = f"sort: {len(types)} operand(s) along dimension {dim}, {outer * inner} rows " \
                f"of {n}, stable"
@@ -260,20 +273,19 @@ def emit_sort(
     return defs, f"{rows_name}({', '.join(call_args)});\n"
 
 
-def _key_sort(
-    key: KeyOrder, expr: ir.Func | None, arrays: list[ArrayShape], key_name: str, n: int
-) -> tuple[str, str]:
-    """(radix sort body, key function definition) for a comparator ordering by `key`, whose
-    key expression is `expr` (None: the element itself)."""
+def _key_value(key: KeyOrder, expr: ir.Func | None, arrays: list[ArrayShape], key_name: str
+               ) -> tuple[str, str]:
+    """(C statements setting `v` to the key of the element at offset `idx[j]`, the key
+    function's definition) for a comparator ordering by `key`, whose key expression is `expr`
+    (None: the element itself)."""
     k = key.operand
     element = cexpr.load(arrays[k].dtype, f"in{k}[idx[j]]")
     if expr is None:
-        return _radix_sort(key, f"v = {element};", n), ""
+        return f"v = {element};", ""
     # f(x) of the comparator, evaluated with x for both of its key parameters (the expression
     # reads only parameter 2k) and zeros for the others
     args = [element if i in (2 * k, 2 * k + 1) else "0" for i in range(len(expr.params))]
-    fn = scalar.c_function(expr, key_name)
-    return _radix_sort(key, f"{key_name}({', '.join(args)}, &v);", n), fn
+    return f"{key_name}({', '.join(args)}, &v);", scalar.c_function(expr, key_name)
 
 
 _TOTAL_KEY = r"""
