@@ -1,5 +1,6 @@
-"""Long, narrow dots cut along K (cpu/library/gemm_outer.py): a layer's weight gradient `x^T dy`
-over a minibatch.
+"""Register-tile dots (cpu/library/gemm_outer.py): long dots with a small result cut along K (a
+layer's weight gradient `x^T dy` over a minibatch), and tall products by row blocks (its
+forward and input-gradient products).
 
 The C is checked on its own, compiled for 32- and 64-byte vectors whatever the host, against
 numpy in float64 (every tile shape, ragged lanes, chunk counts, both wide sides, the GEMM
@@ -27,6 +28,16 @@ void hf_test_outer_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t 
                        int threads) {
     hflib_gemm_outer_f32(M, N, K, a, sam, sak, b, sbk, sbn, c, threads);
 }
+void hf_test_rows_f32(int64_t M, int64_t N, int64_t K, const float *a, int64_t sam,
+                      int64_t sak, const float *b, int64_t sbk, int64_t sbn, float *c,
+                      int threads) {
+    hflib_gemm_rows_f32(M, N, K, a, sam, sak, b, sbk, sbn, c, threads);
+}
+void hf_test_rows_f64(int64_t M, int64_t N, int64_t K, const double *a, int64_t sam,
+                      int64_t sak, const double *b, int64_t sbk, int64_t sbn, double *c,
+                      int threads) {
+    hflib_gemm_rows_f64(M, N, K, a, sam, sak, b, sbk, sbn, c, threads);
+}
 void hf_test_outer_f64(int64_t M, int64_t N, int64_t K, const double *a, int64_t sam,
                        int64_t sak, const double *b, int64_t sbk, int64_t sbn, double *c,
                        int threads) {
@@ -47,7 +58,8 @@ def outer(request: pytest.FixtureRequest) -> ctypes.CDLL:
                   gemm_outer.helper(s, gemm.PARALLEL_WORK)]
     lib = build.load_library("\n".join([*parts, _HARNESS]), name="test_gemm_outer",
                              extra_flags=(f"-DHFLIB_VBYTES={request.param}",))
-    for fn in (lib.hf_test_outer_f32, lib.hf_test_outer_f64):
+    for fn in (lib.hf_test_outer_f32, lib.hf_test_outer_f64, lib.hf_test_rows_f32,
+               lib.hf_test_rows_f64):
         fn.argtypes = [*[ctypes.c_int64] * 3, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                        ctypes.c_int]
@@ -58,7 +70,7 @@ def outer(request: pytest.FixtureRequest) -> ctypes.CDLL:
 
 
 def _run(lib: ctypes.CDLL, dtype: type, m: int, n: int, k: int, a_t: bool, b_t: bool,
-         threads: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+         threads: int, seed: int = 0, form: str = "outer") -> tuple[np.ndarray, np.ndarray]:
     """(result, float64 reference) of a (m x k, stored transposed when a_t) times b (k x n,
     stored transposed when b_t)."""
     rng = np.random.default_rng(seed)
@@ -67,7 +79,7 @@ def _run(lib: ctypes.CDLL, dtype: type, m: int, n: int, k: int, a_t: bool, b_t: 
     sam, sak = (1, m) if a_t else (k, 1)
     sbk, sbn = (1, k) if b_t else (n, 1)
     c = np.full((m, n), np.nan, dtype)
-    fn = lib.hf_test_outer_f32 if dtype is np.float32 else lib.hf_test_outer_f64
+    fn = getattr(lib, f"hf_test_{form}_{'f32' if dtype is np.float32 else 'f64'}")
     fn(m, n, k, a.ctypes.data, sam, sak, b.ctypes.data, sbk, sbn, c.ctypes.data, threads)
     an = a.T if a_t else a
     bn = b.T if b_t else b
@@ -105,6 +117,22 @@ def test_result_does_not_depend_on_threads(outer: ctypes.CDLL) -> None:
         assert all(np.array_equal(got[0], g) for g in got[1:])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tall_products_by_row_blocks(outer: ctypes.CDLL, dtype: type) -> None:
+    """`hflib_gemm_rows`: rows around the 96-row blocks and 6-row tiles, widths of whole
+    vectors in 4-, 2- and 1-vector strips, K of one term to two cache blocks (512 rows of b),
+    b read in place or packed from its columns (x @ W.T), a transposed, on 1-3 threads."""
+    tol = 1e-4 if dtype is np.float32 else 1e-12
+    for m in (1, 5, 6, 97, 200, 4099):
+        for n in (16, 32, 48, 64, 80, 256):
+            for k in (1, 7, 64, 600):
+                for a_t, b_t in ((False, False), (False, True), (True, False)):
+                    c, want = _run(outer, dtype, m, n, k, a_t=a_t, b_t=b_t,
+                                   threads=1 + (m + n + k) % 3, form="rows")
+                    np.testing.assert_allclose(c, want, rtol=tol, atol=tol * np.sqrt(k),
+                                               err_msg=f"{m}x{n}x{k} {a_t} {b_t}")
+
+
 def test_fits_weight_gradients_only() -> None:
     """The form is chosen for long products with a result of at most 256 x 256 whose vector
     side is contiguous; never for short K, a batch, integers, or a vector side read with a
@@ -120,11 +148,22 @@ def test_fits_weight_gradients_only() -> None:
     assert not gemm_outer.fits("f32", 1, 4, 8, 65_536, 1, 1)  # no side a vector wide
 
 
+def test_fits_tall_products() -> None:
+    assert gemm_outer.fits_rows("f32", 1, 65_536, 64, 64)  # a hidden layer's forward
+    assert gemm_outer.fits_rows("f64", 1, 4096, 256, 256)
+    assert not gemm_outer.fits_rows("f32", 1, 512, 64, 64)  # short
+    assert not gemm_outer.fits_rows("f32", 1, 65_536, 100, 64)  # not whole vectors
+    assert not gemm_outer.fits_rows("f32", 1, 65_536, 64, 512)  # long K
+    assert not gemm_outer.fits_rows("f32", 2, 65_536, 64, 64)  # batched
+    assert not gemm_outer.fits_rows("s32", 1, 65_536, 64, 64)
+
+
 @pytest.mark.parametrize("dims", [
     ("65536,64", "65536,2", "64,2", "lhs_contracting_dims={0}, rhs_contracting_dims={0}"),
     ("65536,4", "65536,64", "4,64", "lhs_contracting_dims={0}, rhs_contracting_dims={0}"),
     ("2,8192", "8192,40", "2,40", "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
-], ids=["policy_head_grad", "obs_layer_grad", "row_major_lhs"])
+    ("8192,64", "64,64", "8192,64", "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
+], ids=["policy_head_grad", "obs_layer_grad", "row_major_lhs", "tall_x_wt"])
 def test_compiled_weight_gradient_matches_interpreter(dims: tuple[str, ...]) -> None:
     lhs, rhs, out, numbers = dims
     module = parse(f"""
@@ -134,7 +173,8 @@ ENTRY e {{
   ROOT dw = f32[{out}] dot(x, dy), {numbers}
 }}""")
     exe = hlofuse.compile(module, pipeline=None, backend="cpu")
-    assert "hflib_gemm_outer_f32(" in exe.source
+    form = "rows" if lhs == "8192,64" else "outer"
+    assert f"hflib_gemm_{form}_f32(" in exe.source
     rng = np.random.default_rng(3)
     args = [rng.uniform(-1, 1, [int(d) for d in s.split(",")]).astype(np.float32)
             for s in (lhs, rhs)]

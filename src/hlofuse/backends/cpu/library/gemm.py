@@ -565,6 +565,9 @@ def emit_dot(
     if direct and gemm_outer.fits(suffix, batch, m, n, k, sam, sbn):
         body.append(f"hflib_gemm_outer_{suffix}({m}, {n}, {k}, {a}, {sam}, {sak}, {b}, {sbk}, "
                     f"{sbn}, {c}, {threads});")
+    elif direct and gemm_outer.fits_rows(suffix, batch, m, n, k):
+        body.append(f"hflib_gemm_rows_{suffix}({m}, {n}, {k}, {a}, {sam}, {sak}, {b}, {sbk}, "
+                    f"{sbn}, {c}, {threads});")
     else:
         body.extend(blas.call(suffix, batch, m, n, k, a_op, b_op, c, own, threads) or [own])
     if not direct:

@@ -55,9 +55,10 @@ def declarations(suffix: str) -> str:
                    f"int64_t M, int64_t N, int64_t K, const {t} *a, int64_t sab, int64_t sam, "
                    f"int lda, const {t} *b, int64_t sbb, int64_t sbn, int ldb, {t} *c, "
                    "int threads);\n")
-        out.append(f"HF_HIDDEN void hflib_gemm_outer_{suffix}(int64_t M, int64_t N, int64_t K, "
-                   f"const {t} *a, int64_t sam, int64_t sak, const {t} *b, int64_t sbk, "
-                   f"int64_t sbn, {t} *c, int threads);\n")
+        for form in ("outer", "rows"):
+            out.append(f"HF_HIDDEN void hflib_gemm_{form}_{suffix}(int64_t M, int64_t N, "
+                       f"int64_t K, const {t} *a, int64_t sam, int64_t sak, const {t} *b, "
+                       f"int64_t sbk, int64_t sbn, {t} *c, int threads);\n")
     out.append("#endif\n")
     text = "".join(out)
     return text + blas.DECLARATIONS if suffix in ("f32", "f64") else text
