@@ -14,7 +14,7 @@ at 7-10 GB/s), and a 64 x 64 result's four row blocks each read all of `dy` agai
     result's size alone); chunk q -> part[q], the chunks on the runtime's pool:
       blocks of KB rows (v's block stays in cache), each block by tiles of NS rows of s
       (broadcast) x NV vectors of v, NS x NV accumulators in registers (6 x 4 AVX-512:
-      24 of 32 registers; 2 x 4 AVX2), added into part[q]
+      24 of 32 registers; 6 x 2 AVX2: 12 of 16), added into part[q]
     c = part[0] + part[1] + ... in chunk order: the same bits whatever the thread count
 
 Conditions (`fits`): f32/f64 (the accumulator is the result type), one batch item, K at least
@@ -89,8 +89,9 @@ __attribute__((optimize("fp-contract=fast")))
 static void hflib_outer_chunk_{S}(int64_t nv, int64_t ns, int64_t k0, int64_t k1,
                                   const {T} *v, int64_t svk, const {T} *s, int64_t ssk,
                                   int64_t sss, {T} *restrict acc) {{
-    /* rows of s per tile: 6 x 4 AVX-512 accumulators (24 of 32 registers), 2 x 4 AVX2 */
-    enum {{ W = HFLIB_VW_{S}, NSMAX = HFLIB_VBYTES == 64 ? 6 : 2 }};
+    /* tiles of 6 rows of s x 4 vectors of v on AVX-512 (24 of 32 registers), x 2 vectors on
+       AVX2 (12 of 16: the 6 x 16 kernel) */
+    enum {{ W = HFLIB_VW_{S}, NSMAX = 6, QMAX = HFLIB_VBYTES == 64 ? 4 : 2 }};
     const int64_t full = nv / W * W;
     for (int64_t b0 = k0; b0 < k1; b0 += HFLIB_OUTER_KB) {{
         const int64_t b1 = b0 + HFLIB_OUTER_KB < k1 ? b0 + HFLIB_OUTER_KB : k1;
@@ -101,19 +102,19 @@ static void hflib_outer_chunk_{S}(int64_t nv, int64_t ns, int64_t k0, int64_t k1
             {T} *ai = acc + i0 * nv;
             for (int64_t l = 0; l < full;) {{
                 const int64_t left = (full - l) / W;
-                const int q = left >= 4 ? 4 : left >= 2 ? 2 : 1;
+                const int q = left >= QMAX ? QMAX : left >= 2 ? 2 : 1;
 #define HFLIB_OUTER_CASE(Q, R) \
                 if (q == Q && r == R) \
                     hflib_outer_tile_{S}(Q, R, b0, b1, v + l, svk, si, ssk, sss, ai + l, nv, \
                                          add);
-                HFLIB_OUTER_CASE(4, 1) HFLIB_OUTER_CASE(4, 2) HFLIB_OUTER_CASE(2, 1)
-                HFLIB_OUTER_CASE(2, 2) HFLIB_OUTER_CASE(1, 1) HFLIB_OUTER_CASE(1, 2)
+#define HFLIB_OUTER_CASES(Q) HFLIB_OUTER_CASE(Q, 1) HFLIB_OUTER_CASE(Q, 2) \
+                HFLIB_OUTER_CASE(Q, 3) HFLIB_OUTER_CASE(Q, 4) HFLIB_OUTER_CASE(Q, 5) \
+                HFLIB_OUTER_CASE(Q, 6)
+                HFLIB_OUTER_CASES(1) HFLIB_OUTER_CASES(2)
 #if HFLIB_VBYTES == 64
-                HFLIB_OUTER_CASE(4, 3) HFLIB_OUTER_CASE(4, 4) HFLIB_OUTER_CASE(4, 5)
-                HFLIB_OUTER_CASE(4, 6) HFLIB_OUTER_CASE(2, 3) HFLIB_OUTER_CASE(2, 4)
-                HFLIB_OUTER_CASE(2, 5) HFLIB_OUTER_CASE(2, 6) HFLIB_OUTER_CASE(1, 3)
-                HFLIB_OUTER_CASE(1, 4) HFLIB_OUTER_CASE(1, 5) HFLIB_OUTER_CASE(1, 6)
+                HFLIB_OUTER_CASES(4)
 #endif
+#undef HFLIB_OUTER_CASES
 #undef HFLIB_OUTER_CASE
                 l += q * W;
             }}
