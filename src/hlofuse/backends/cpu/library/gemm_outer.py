@@ -50,7 +50,7 @@ _TEMPLATE = r"""
 /* rows per chunk (a task), the most chunks and partial sums, rows per block inside a chunk
    (the block's rows of the vector operand stay in cache while every tile reads them) */
 enum {{ HFLIB_OUTER_KC = 4096, HFLIB_OUTER_CHUNKS = 16, HFLIB_OUTER_PARTS = 1 << 20,
-       HFLIB_OUTER_KB = 512, HFLIB_ROWS_BLOCK = 96 }};
+       HFLIB_OUTER_KB = 256, HFLIB_ROWS_BLOCK = 96 }};
 #endif
 #ifndef HFLIB_OUTER_{S}
 #define HFLIB_OUTER_{S}
