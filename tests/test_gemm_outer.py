@@ -120,7 +120,7 @@ def test_result_does_not_depend_on_threads(outer: ctypes.CDLL) -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_tall_products_by_row_blocks(outer: ctypes.CDLL, dtype: type) -> None:
     """`hflib_gemm_rows`: rows around the 96-row blocks and 6-row tiles, widths of whole
-    vectors in 4-, 2- and 1-vector strips, K of one term to two cache blocks (512 rows of b),
+    vectors in 4-, 2- and 1-vector strips, K of one term to three cache blocks (256 rows of b),
     b read in place or packed from its columns (x @ W.T), a transposed, on 1-3 threads."""
     tol = 1e-4 if dtype is np.float32 else 1e-12
     for m in (1, 5, 6, 97, 200, 4099):
