@@ -31,8 +31,9 @@ accumulators where the GEMM's 6 x 2-vector tile holds 12. 65536 x 64 x 64 (PPO's
 and their input gradients): 1.5-1.65 -> 1.2-1.33 ms in the update.
 
 PPO update (2048 x 128 samples, 4 x 4 minibatches; 2 threads, AVX-512 Zen 5), per minibatch:
-64 x 2 2.41 -> 0.36 ms, 1 x 64 2.13 -> 0.35, 4 x 64 1.73 -> 0.36; 64 x 64 (alone, in cache)
-2.07 ms through OpenBLAS's row blocks, 1.6 here.
+64 x 2 2.41 -> 0.38 ms, 1 x 64 2.13 -> 0.38, 4 x 64 1.73 -> 0.32, 64 x 64 2.84 -> 2.03 (alone,
+in cache: 2.07 ms through OpenBLAS's row blocks, 1.68 here). KC, CHUNKS, PARTS, KB and
+ROWS_BLOCK are the template's HFLIB_OUTER_* and HFLIB_ROWS_BLOCK constants.
 """
 
 from __future__ import annotations
