@@ -125,3 +125,27 @@ def test_explain_names_the_saving() -> None:
     text = str(hlofuse.explain(FIRST_LAYER, pipeline="hlofuse"))
     line = next(x for x in text.splitlines() if "small-dot-fusion" in x)
     assert "a dot over 4 element(s)" in line and "2.0 MiB" in line
+
+
+def test_mixed_float_integer_dot_stays_a_library_call() -> None:
+    """f32 operands with an s32 result: the GEMM's emitter models XLA's conversion (the sum
+    rounded, truncated, saturated); the per-element form does not, so it is not fused."""
+    text = """
+ENTRY e {
+  x = f32[4096,4] parameter(0)
+  w = f32[4,64] parameter(1)
+  d = s32[4096,64] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  one = s32[] constant(1)
+  ones = s32[4096,64] broadcast(one), dimensions={}
+  ROOT t = s32[4096,64] add(d, ones)
+}"""
+    module, _ = optimise(parse(text), pipeline="hlofuse")
+    (event,) = _events(module)
+    assert event.verdict == "refused" and event.rule == "small_dot.type"
+    assert _top_dots(module) == 1
+    args = [np.random.default_rng(4).uniform(-9, 9, s).astype(np.float32)
+            for s in ((4096, 4), (4, 64))]
+    want = interpreter.run(parse(text), *args)[0]
+    got = hlofuse.compile(parse(text), pipeline="hlofuse", backend="cpu")(*args)
+    np.testing.assert_array_equal(np.asarray(got[0] if isinstance(got, list | tuple) else got),
+                                  want)

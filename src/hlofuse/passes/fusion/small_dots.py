@@ -16,8 +16,11 @@ dot's elements are computed.
 
 Conditions (each refusal names its rule; only dots that pass the first two are recorded):
 
-- `small_dot_k`: the dot contracts at most this many elements (0 switches the pass off);
-- `small_dot.type`: real element types (a complex dot stays a library call);
+- `small_dot_k`: the dot contracts at most this many elements (0 switches the pass off; at
+  most PER_ELEMENT_DOT_K, the kernel IR's bound);
+- `small_dot.type`: the kernel IR computes it per element (`per_element_dot`:
+  float operands with a float result, or integers throughout; complex, pred and mixed
+  float/integer dots stay library calls, whose conversions the GEMM's emitter models);
 - `small_dot.users` (legality): every user is a loop or input fusion, so no kernel needs the
   dot's result in memory, and no user is the computation's root;
 - `small_dot.reuse` (profitability): every consumer reads the dot only at the element its own
@@ -49,6 +52,25 @@ from hlofuse.passes.utils import reachable_computations
 PASS = "small-dot-fusion"
 
 
+PER_ELEMENT_DOT_K = 16  # a dot in a plain fusion contracting at most this many runs per element
+
+
+def per_element_dot(dot: Instruction) -> bool:
+    """Does the kernel IR compute this dot per element inside a plain fusion
+    (`lower.reduce.dot_value`) rather than whole by the library GEMM: it contracts at most
+    PER_ELEMENT_DOT_K elements, with float operands and a float result or integers throughout
+    (the GEMM's emitter models the other conversions: an integral result of float operands,
+    pred sums, complex)."""
+    return contraction(dot) <= PER_ELEMENT_DOT_K and _per_element_types(dot)
+
+
+def _per_element_types(dot: Instruction) -> bool:
+    if not all(isinstance(x.shape, ArrayShape) for x in (dot, dot.operand(0), dot.operand(1))):
+        return False
+    types = [x.shape.dtype for x in (dot, dot.operand(0), dot.operand(1))]  # type: ignore[union-attr]
+    return all(t.is_float for t in types) or all(t.is_integral and not t.is_pred for t in types)
+
+
 def contraction(dot: Instruction) -> int:
     """The number of elements the dot sums per output element."""
     lhs = dot.operand(0).shape
@@ -58,13 +80,13 @@ def contraction(dot: Instruction) -> int:
 
 def small_dot_legal(dot: Instruction, config: FusionConfig) -> FusionDecision:
     k = contraction(dot)
-    if k > config.small_dot_k:
-        return FusionDecision.no(f"contracts {k} elements, more than small_dot_k="
-                                 f"{config.small_dot_k}", "small_dot_k", contraction=k,
-                                 limit=config.small_dot_k)
-    shapes = [dot.shape, dot.operand(0).shape, dot.operand(1).shape]
-    if not all(isinstance(s, ArrayShape) and not s.dtype.is_complex for s in shapes):
-        return FusionDecision.no("a complex dot stays a library call", "small_dot.type")
+    limit = min(config.small_dot_k, PER_ELEMENT_DOT_K)  # the kernel IR's per-element bound
+    if k > limit:
+        return FusionDecision.no(f"contracts {k} elements, more than small_dot_k={limit}",
+                                 "small_dot_k", contraction=k, limit=limit)
+    if not _per_element_types(dot):
+        return FusionDecision.no("a complex, pred or mixed float/integer dot stays a library "
+                                 "call", "small_dot.type")
     comp = dot.parent
     if comp is not None and comp.root is dot:
         return FusionDecision.no("the dot is its computation's result", "small_dot.users")
@@ -138,7 +160,8 @@ class SmallDotFusion(FusionPass):
                 if decision:
                     cost = small_dot_profitable(dot)
                     decision = decision if cost else cost
-                if decision or decision.rule in ("small_dot.users", "small_dot.reuse"):
+                if decision or decision.rule in ("small_dot.type", "small_dot.users",
+                                                 "small_dot.reuse"):
                     trace.record(PASS, dot.name, dot.name, decision, comp.name)
                 if not decision:
                     continue

@@ -243,7 +243,8 @@ class Builder:
         if id(instr) in self.params:
             return [self.load_param(instr, idx)]
         if instr.opcode is Opcode.DOT:
-            from hlofuse.backends.kernel_ir.lower.reduce import dot_value, per_element_dot
+            from hlofuse.backends.kernel_ir.lower.reduce import dot_value
+            from hlofuse.passes.fusion.small_dots import per_element_dot
 
             if not self.hoist_scalars or per_element_dot(instr):
                 return dot_value(self, instr, idx)  # inside a whole loop, or a small dot

@@ -65,7 +65,6 @@ def _given(v: Val) -> Callable[[], Val]:
     return lambda: v
 
 
-PER_ELEMENT_DOT_K = 16  # a fused dot contracting at most this many elements runs per element
 ACC_ROW_STACK = 4096  # a row of accumulators up to this long lives on the stack
 COLUMN_BLOCKS = 16  # a large column reduction's blocks of rows (`column_blocks`)
 COLUMN_BLOCK_TOTAL = 1 << 18  # ... of at least this many input elements
@@ -480,15 +479,6 @@ def _minor_of(in_dims: tuple[int, ...], accs: list[Accumulators]) -> list[int]:
     red = sorted(int(d) for d in accs[0].instr.dimensions)
     last = max(red) if red else -1
     return [d for d in range(len(in_dims)) if d > last and d not in red and red]
-
-
-def per_element_dot(instr: Instruction) -> bool:
-    """Is a dot inside a plain fusion computed per element (`dot_value`) rather than whole by
-    the library GEMM: one that contracts at most PER_ELEMENT_DOT_K elements (what
-    `small-dot-fusion` fuses into its consumers)?"""
-    lhs = dims_of(instr.operand(0))
-    k = math.prod(lhs[int(d)] for d in instr.attrs.get("lhs_contracting_dims", ()))
-    return k <= PER_ELEMENT_DOT_K and not array_shape(instr).dtype.is_complex
 
 
 def dot_value(b: Builder, instr: Instruction, idx: Index) -> list[Val]:
