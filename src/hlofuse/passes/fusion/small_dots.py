@@ -14,7 +14,7 @@ each element is its own sum over the contraction (`kernel_ir.lower.reduce.dot_va
 accumulator type the GEMM uses), so nothing changes in the module's values, only where the
 dot's elements are computed.
 
-Conditions (each refusal names its rule; only dots that pass the first two are recorded):
+Conditions (each refusal names its rule; dots over the contraction limit are not recorded):
 
 - `small_dot_k`: the dot contracts at most this many elements (0 switches the pass off; at
   most PER_ELEMENT_DOT_K, the kernel IR's bound);
@@ -50,8 +50,6 @@ from hlofuse.passes.registry import register
 from hlofuse.passes.utils import reachable_computations
 
 PASS = "small-dot-fusion"
-
-
 PER_ELEMENT_DOT_K = 16  # a dot in a plain fusion contracting at most this many runs per element
 
 
