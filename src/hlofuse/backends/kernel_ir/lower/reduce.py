@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 from hlofuse.backends.kernel_ir import ir
 from hlofuse.backends.kernel_ir.ir import Affine, Buffer, Val
@@ -70,6 +71,18 @@ COLUMN_BLOCKS = 16  # a large column reduction's blocks of rows (`column_blocks`
 COLUMN_BLOCK_TOTAL = 1 << 18  # ... of at least this many input elements
 COLUMN_BLOCK_ELEMENTS = 1 << 14  # ... each block folding at least this many
 COLUMN_MINOR = 8  # contiguous kept elements for a reduce value to be computed whole
+
+
+def reducer_identity(comp: Computation, dtype: DType) -> Any:
+    """The identity of `comp` if it is a simple reducer (`scalar.simple_reducer`: -0.0 for a
+    float sum, -inf for max, ...) with one on `dtype`; None otherwise."""
+    op = scalar.simple_reducer(comp)
+    if op is None:
+        return None
+    try:
+        return scalar.identity(op, dtype)
+    except KeyError:  # an op without an identity on this type
+        return None
 
 
 def reducer(instr: Instruction) -> Computation:
@@ -112,10 +125,9 @@ class Accumulators:
     def init_identity(self, at: Affine = ir.ZERO) -> None:
         """acc[at] = the reducer's identity (a block's start: `column_blocks` checked there
         is one)."""
-        op = scalar.simple_reducer(self.comp)
-        assert op is not None
-        for buf, t in zip(self.bufs, self.dtypes, strict=True):
-            self.b.emit(ir.Store(buf, at, self.b.g.const(scalar.identity(op, t), t)))
+        value = self.neutral()
+        assert value is not None
+        self.b.emit(ir.Store(self.bufs[0], at, value))
 
     def fold(self, xs: list[Val], at: Affine = ir.ZERO) -> None:
         """acc[at] = reducer(acc[at], xs) (acc[at] = xs for a reduce of one element, and for
@@ -152,14 +164,10 @@ class Accumulators:
         """A value the reducer may fold at a padding position without changing anything: the
         identity of a simple reducer (-0.0 for a float sum, -inf for max, ...); None when the
         reducer has none (then the fold itself is guarded: `fold_where`)."""
-        op = scalar.simple_reducer(self.comp)
-        if op is None or len(self.dtypes) != 1:
+        if len(self.dtypes) != 1:
             return None
-        try:
-            value = scalar.identity(op, self.dtypes[0])
-        except KeyError:  # an op without an identity on this type
-            return None
-        return self.b.g.const(value, self.dtypes[0])
+        value = reducer_identity(self.comp, self.dtypes[0])
+        return None if value is None else self.b.g.const(value, self.dtypes[0])
 
     def results(self, at: Affine = ir.ZERO) -> list[Val]:
         b = self.b
@@ -391,14 +399,8 @@ def column_blocks(reduces: list[tuple[Instruction, list[tuple[int, Buffer]]]],
         if r.opcode is not Opcode.REDUCE or r.operand_count != 2 or any(e8m0_init_last(r)):
             return 1
         dtype = array_shape(r.operands[0]).dtype
-        if (dtype.is_float and dtype.bits < 32) or dtype.is_complex:
-            return 1
-        op = scalar.simple_reducer(reducer(r))
-        try:
-            if op is None:
-                return 1
-            scalar.identity(op, dtype)
-        except KeyError:
+        if (dtype.is_float and dtype.bits < 32) or dtype.is_complex or \
+                reducer_identity(reducer(r), dtype) is None:
             return 1
     outermost = in_dims[min(red)]
     for blocks in (COLUMN_BLOCKS, 8, 4, 2):

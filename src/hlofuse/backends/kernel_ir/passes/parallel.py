@@ -105,7 +105,8 @@ def safe(loop: ir.Loop, counts: dict[Buffer, int],
     iterations never share one, wherever else it is accessed."""
     v = loop.var
     mine = access_counts(loop.body)
-    apart = written_apart(loop)
+    # shared with the rest of the kernel (a local only the loop touches is its threads' own)
+    apart = {b for b in written_apart(loop) if mine.get(b) != counts.get(b)}
     for b, n in mine.items():
         if b in per_iteration or b in apart:
             continue
@@ -123,9 +124,15 @@ def safe(loop: ir.Loop, counts: dict[Buffer, int],
                     return False
                 if s.buf.size * s.buf.dtype.itemsize > ir.STACK_LOCAL_BYTES:
                     return False  # heap scratch is never allocated inside a parallel loop
-            elif not idx.coef(v) or any(v in ir.deps(t) for t in idx.vals()):
+            elif not _apart(idx, v):
                 return False
     return True
+
+
+def _apart(index: ir.Affine, v: ir.Var) -> bool:
+    """Do the iterations of `v`'s loop store at disjoint addresses: a nonzero coefficient on
+    `v` and no value term that depends on it?"""
+    return bool(index.coef(v)) and not any(v in ir.deps(t) for t in index.vals())
 
 
 def written_apart(loop: ir.Loop) -> set[Buffer]:
@@ -140,7 +147,7 @@ def written_apart(loop: ir.Loop) -> set[Buffer]:
     for s in ir.walk(loop.body):
         roots.extend(ir.stmt_vals(s))
         if isinstance(s, ir.Store) and s.buf.kind == "local":
-            if s.index.coef(v) and not any(v in ir.deps(t) for t in s.index.vals()):
+            if _apart(s.index, v):
                 stored.add(s.buf)
             else:
                 bad.add(s.buf)
